@@ -1,0 +1,13 @@
+# tests/: unit tests (tests/unit/*_test.c, one binary each, linked with the
+# harness and every library), simulation tests (tests/sim/), shell tests.
+T_MAIN_OBJ := $(O)/tests/t_main.o
+
+# All project libraries, most dependent first (static link order).
+SK_LIBS = $(LIB_MEMBERSHIP) $(LIB_PROTO) $(LIB_COMMON)
+
+UNIT_SRC := $(wildcard tests/unit/*_test.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(O)/tests/%)
+TESTS += $(UNIT_BIN)
+
+$(O)/tests/%_test: $(O)/tests/unit/%_test.o $(T_MAIN_OBJ) $(SK_LIBS) $(TEST_EXTRA_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $< $(T_MAIN_OBJ) $(TEST_EXTRA_LIBS) $(SK_LIBS) $(LDLIBS)
