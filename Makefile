@@ -11,6 +11,7 @@
 #   make deps         install the Debian build dependencies (root) or print the command
 
 BUILD ?= release
+.DEFAULT_GOAL := all
 O := build/$(BUILD)
 ifeq ($(BUILD),release)
 BIN := bin
@@ -28,7 +29,8 @@ endif
 
 CPPFLAGS := -I. -I$(O)/gen -D_GNU_SOURCE
 CFLAGS := -std=c11 -g -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter $(OPT_$(BUILD)) -MMD -MP
-LDFLAGS := $(if $(filter asan,$(BUILD)),-fsanitize=address,undefined)
+SAN_FLAGS := -fsanitize=address,undefined
+LDFLAGS := $(if $(filter asan,$(BUILD)),$(SAN_FLAGS))
 LDLIBS := -lm
 
 # Dependencies are checked once per build folder; a fresh machine installs them.
@@ -46,6 +48,7 @@ deps:
 PROGRAMS :=
 TESTS :=
 TEST_SCRIPTS :=
+BENCH_SCRIPTS :=
 GEN_HEADERS :=
 OBJS :=
 
@@ -55,7 +58,7 @@ include membership/module.mk
 include tests/module.mk
 -include transfer/module.mk
 
-all: $(PROGRAMS)
+all: $(PROGRAMS) $(SK_LIBS)
 
 $(O)/%.o: %.c | $(DEPS_OK) $(GEN_HEADERS)
 	@mkdir -p $(@D)
@@ -67,6 +70,13 @@ $(O)/gen/%.o: $(O)/gen/%.c | $(DEPS_OK)
 
 test: $(PROGRAMS) $(TESTS)
 	@tests/run.sh $(TESTS) $(TEST_SCRIPTS)
+
+# Each module appends its benchmark scripts to BENCH_SCRIPTS; they print tables.
+bench: $(PROGRAMS)
+	@set -e; for b in $(BENCH_SCRIPTS); do echo "== $$b"; $$b; done
+
+demo: $(PROGRAMS)
+	@tools/demo.sh
 
 clean:
 	rm -rf build bin

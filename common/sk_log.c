@@ -46,7 +46,7 @@ static void escape(char *dst, size_t cap, const char *src, int json)
 void sk_log(sk_log_level lvl, const char *module, const char *fmt, ...)
 {
 	if (lvl < g_level || lvl >= SK_LOG_OFF) return;
-	char msg[1024], esc[2048], ts[40];
+	char msg[1024], esc[2048], ts[96];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);

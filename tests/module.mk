@@ -11,3 +11,5 @@ TESTS += $(UNIT_BIN)
 
 $(O)/tests/%_test: $(O)/tests/unit/%_test.o $(T_MAIN_OBJ) $(SK_LIBS) $(TEST_EXTRA_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $< $(T_MAIN_OBJ) $(TEST_EXTRA_LIBS) $(SK_LIBS) $(LDLIBS)
+
+-include tests/sim/module.mk

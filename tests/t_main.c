@@ -2,7 +2,6 @@
  * child with an alarm, and prints one line per test and a summary line
  * "# N passed, M failed" that tests/run.sh adds up.  Arguments filter tests
  * by substring. */
-#define _GNU_SOURCE
 #include "tests/t.h"
 
 #include <signal.h>
