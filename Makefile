@@ -40,6 +40,7 @@ $(DEPS_OK): tools/deps.sh
 	@mkdir -p $(@D) && touch $@
 
 .PHONY: all deps test demo bench fuzz clean
+.SECONDARY:
 all:
 
 deps:

@@ -13,3 +13,4 @@ $(O)/tests/%_test: $(O)/tests/unit/%_test.o $(T_MAIN_OBJ) $(SK_LIBS) $(TEST_EXTR
 	$(CC) $(LDFLAGS) -o $@ $< $(T_MAIN_OBJ) $(TEST_EXTRA_LIBS) $(SK_LIBS) $(LDLIBS)
 
 -include tests/sim/module.mk
+-include tests/fuzz/module.mk
