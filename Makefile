@@ -28,7 +28,7 @@ $(error BUILD must be release, debug or asan)
 endif
 
 CPPFLAGS := -I. -I$(O)/gen -D_GNU_SOURCE
-CFLAGS := -std=c11 -g -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter $(OPT_$(BUILD)) -MMD -MP
+CFLAGS := -std=c11 -g -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-format-truncation $(OPT_$(BUILD)) -MMD -MP
 SAN_FLAGS := -fsanitize=address,undefined
 LDFLAGS := $(if $(filter asan,$(BUILD)),$(SAN_FLAGS))
 LDLIBS := -lm
@@ -56,6 +56,7 @@ OBJS :=
 include common/module.mk
 include proto/module.mk
 include membership/module.mk
+include agent/module.mk
 include tests/module.mk
 -include transfer/module.mk
 

@@ -717,7 +717,9 @@ static void probe_finish(mbr_t *m, uint64_t now)
 		health_delta(m, +1);
 	}
 	mbr_member *target = mbr_table_get(&m->table, p->target);
-	if (!target || target->status != MBR_ALIVE) return;
+	if (!target || (target->status != MBR_ALIVE && target->status != MBR_SUSPECT)) return;
+	/* Already suspected by someone else: our own failed probe is an
+	 * independent confirmation (memberlist's suspectNode does the same). */
 	m->stats.suspects_raised++;
 	handle_suspect(m, target->name, target->gen, target->inc, m->self->name, now);
 }

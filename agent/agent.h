@@ -1,0 +1,99 @@
+/* agent/agent: skeind's internals, shared by its files.
+ *
+ *   agent_main.c   start-up, data directory, signals, the membership pump
+ *   agent_net.c    the gossip sockets: UDP, and TCP streams on the same port
+ *   agent_ctl.c    the control endpoint (ZeroMQ ROUTER) and its commands
+ *   agent_rpc.c    one request/response to a control endpoint (skeinctl, fan-out)
+ *   agent_crypto.c keyring and AES-GCM
+ *   agent_opts.c   flags, environment, config file
+ *   agent_gpu.c    counting GPUs at run time
+ *
+ * One libev loop runs everything.  The membership logic (membership/mbr.h)
+ * gets time from CLOCK_MONOTONIC and packets from the sockets; after every
+ * call into it, agent_pump() sends what it produced and logs its events, and
+ * re-arms the timer at its next deadline. */
+#ifndef AGENT_H
+#define AGENT_H
+
+#include <ev.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "agent/agent_crypto.h"
+#include "agent/agent_opts.h"
+#include "common/sk_rng.h"
+#include "membership/mbr.h"
+
+typedef struct agent_conn agent_conn;
+
+typedef struct {
+	uint64_t udp_in, udp_out, tcp_in, tcp_out, bytes_in, bytes_out;
+	uint64_t drop_auth;        /* failed authentication (wrong key, forged, plaintext) */
+	uint64_t drop_plain;       /* encrypted packet while we have no key */
+	uint64_t drop_debug_in, drop_debug_out;
+	uint64_t drop_oversize;    /* stream or datagram over the limit */
+	uint64_t drop_send;        /* the OS refused a send */
+	uint64_t tcp_timeouts, tcp_refused;
+	uint64_t ctl_requests, ctl_rejected;
+} agent_counters;
+
+typedef struct agent {
+	struct ev_loop *loop;
+	agent_opts opts;
+	mbr_config mcfg;
+	mbr_t *mbr;
+	mbr_addr bind, adv;
+	uint64_t generation;
+	int gpus;
+	char gpu_source[64];
+
+	int udp_fd, tcp_fd;
+	ev_io udp_w, tcp_w;
+	agent_conn *conns;
+	int nconns;
+
+	ev_timer mbr_timer;
+	ev_timer join_timer;
+	double join_backoff;
+	bool joined;
+	ev_timer leave_timer;
+	ev_signal sig_term, sig_int, sig_hup;
+	bool leaving;
+	double leave_started;
+
+	agent_keyring kr;          /* n == 0: plaintext */
+
+	void *zctx, *zrouter;
+	ev_io zmq_w;
+	ev_idle zmq_idle;
+	char rpc_bound[64];
+
+	sk_rng rng;                /* debug drops */
+	double drop_in, drop_out;
+	agent_counters cnt;
+	uint64_t started_ms;
+} agent;
+
+/* CLOCK_MONOTONIC in milliseconds: the membership logic's time. */
+uint64_t agent_now_ms(void);
+
+/* agent_main.c */
+void agent_pump(agent *a);
+int agent_save_keyring(agent *a, char *err, size_t errlen);
+int agent_update_meta(agent *a);
+void agent_start_leave(agent *a);
+
+/* agent_net.c */
+int agent_net_open(agent *a, char *err, size_t errlen);
+void agent_net_close(agent *a);
+void agent_net_send(agent *a, const mbr_out *o);
+
+/* agent_ctl.c */
+int agent_ctl_open(agent *a, char *err, size_t errlen);
+void agent_ctl_close(agent *a);
+
+/* agent_gpu.c: GPUs visible through NVML or the CUDA runtime, 0 without
+ * them; `source` says which answered ("nvml", "cuda", "none: ..."). */
+int agent_gpu_count(char *source, size_t cap);
+
+#endif

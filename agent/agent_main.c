@@ -1,0 +1,521 @@
+/* agent/agent_main: skeind.  Start-up (settings, data directory, keyring,
+ * sockets), the membership pump, joining, signals, graceful leave. */
+#include "agent/agent.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/sk_log.h"
+#include "proto/gossip.pb-c.h"
+
+/* How long a leaving agent keeps gossiping its departure at most. */
+static const double LEAVE_MAX_S = 3.0;
+/* Join retries back off from 1 s to this (a seed may start later). */
+static const double JOIN_BACKOFF_MAX_S = 10.0;
+
+uint64_t agent_now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* ---- data directory ---- */
+
+static int write_atomic(const char *dir, const char *name, const char *data, size_t len, mode_t mode,
+			char *err, size_t errlen)
+{
+	char path[600], tmp[620];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	if (fd < 0) { snprintf(err, errlen, "cannot write %s: %m", tmp); return -1; }
+	if (write(fd, data, len) != (ssize_t)len || fsync(fd) != 0) {
+		snprintf(err, errlen, "cannot write %s: %m", tmp);
+		close(fd);
+		unlink(tmp);
+		return -1;
+	}
+	close(fd);
+	if (rename(tmp, path) != 0) { snprintf(err, errlen, "cannot rename %s: %m", tmp); return -1; }
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+	if (dfd >= 0) { fsync(dfd); close(dfd); }
+	return 0;
+}
+
+static int mkdirs(const char *dir)
+{
+	char p[OPTS_STR];
+	snprintf(p, sizeof p, "%s", dir);
+	for (char *s = p + 1; *s; s++) {
+		if (*s != '/') continue;
+		*s = 0;
+		if (mkdir(p, 0700) != 0 && errno != EEXIST) return -1;
+		*s = '/';
+	}
+	return mkdir(p, 0700) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* The generation goes up by one on every start, so a restarted agent is
+ * always newer than its old self.  Without a data directory, the wall
+ * clock in milliseconds stands in (monotonic enough across restarts). */
+static int next_generation(agent *a, char *err, size_t errlen)
+{
+	if (!a->opts.data_dir[0]) {
+		struct timespec t;
+		clock_gettime(CLOCK_REALTIME, &t);
+		a->generation = (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+		return 0;
+	}
+	if (mkdirs(a->opts.data_dir) < 0) {
+		snprintf(err, errlen, "cannot create data directory %s: %m", a->opts.data_dir);
+		return -1;
+	}
+	char path[600];
+	snprintf(path, sizeof path, "%s/generation", a->opts.data_dir);
+	unsigned long long g = 0;
+	FILE *f = fopen(path, "r");
+	if (f) {
+		if (fscanf(f, "%llu", &g) != 1) {
+			fclose(f);
+			snprintf(err, errlen, "%s is corrupt: expected a number (remove it to start over)", path);
+			return -1;
+		}
+		fclose(f);
+	}
+	a->generation = g + 1;
+	char buf[32];
+	int n = snprintf(buf, sizeof buf, "%llu\n", (unsigned long long)a->generation);
+	return write_atomic(a->opts.data_dir, "generation", buf, (size_t)n, 0600, err, errlen);
+}
+
+int agent_save_keyring(agent *a, char *err, size_t errlen)
+{
+	if (!a->opts.data_dir[0]) return 0;
+	char buf[KEYRING_MAX * 64] = "";
+	size_t off = 0;
+	for (int i = 0; i < a->kr.n; i++) {
+		char b64[64];
+		agent_key_encode(&a->kr.keys[i], b64, sizeof b64);
+		off += (size_t)snprintf(buf + off, sizeof buf - off, "%s\n", b64);
+	}
+	return write_atomic(a->opts.data_dir, "keyring", buf, off, 0600, err, errlen);
+}
+
+static int load_keys(agent *a, char *err, size_t errlen)
+{
+	agent_key given;
+	bool have_given = false;
+	const char *env_key = getenv("SKEIN_KEY");
+	if (a->opts.key_file[0]) {
+		if (agent_key_read_file(a->opts.key_file, &given, err, errlen) < 0) return -1;
+		have_given = true;
+	} else if (env_key && *env_key) {
+		char why[160];
+		if (agent_key_decode(env_key, &given, why, sizeof why) < 0) {
+			snprintf(err, errlen, "SKEIN_KEY: %s", why);
+			return -1;
+		}
+		have_given = true;
+	}
+	if (a->opts.data_dir[0]) {
+		char path[600], line[256];
+		snprintf(path, sizeof path, "%s/keyring", a->opts.data_dir);
+		FILE *f = fopen(path, "r");
+		if (f) {
+			int lineno = 0;
+			while (fgets(line, sizeof line, f)) {
+				lineno++;
+				agent_key k;
+				char why[160];
+				if (line[0] == '\n') continue;
+				if (agent_key_decode(line, &k, why, sizeof why) < 0 ||
+				    agent_keyring_add(&a->kr, &k, why, sizeof why) < 0) {
+					snprintf(err, errlen, "%s:%d: %s", path, lineno, why);
+					fclose(f);
+					return -1;
+				}
+			}
+			fclose(f);
+		}
+	}
+	/* The persisted keyring reflects rotations done since the key file was
+	 * written; a given key it lacks still joins it, as a secondary. */
+	if (have_given && agent_keyring_add(&a->kr, &given, err, errlen) < 0) return -1;
+	if (a->kr.n) return agent_save_keyring(a, err, errlen);
+	return 0;
+}
+
+/* ---- metadata ---- */
+
+int agent_update_meta(agent *a)
+{
+	Skein__Gossip__NodeMeta m = SKEIN__GOSSIP__NODE_META__INIT;
+	Skein__Gossip__Tag tags[OPTS_LIST_MAX], *tp[OPTS_LIST_MAX];
+	char kv[OPTS_LIST_MAX][OPTS_STR];
+	Skein__Gossip__Addr rpc = SKEIN__GOSSIP__ADDR__INIT;
+	mbr_addr ra;
+	m.gpus = (uint32_t)a->gpus;
+	for (int i = 0; i < a->opts.ntag; i++) {
+		skein__gossip__tag__init(&tags[i]);
+		snprintf(kv[i], sizeof kv[i], "%s", a->opts.tag[i]);
+		char *eq = strchr(kv[i], '=');
+		if (!eq || eq == kv[i]) {
+			SK_ERROR("agent", "tag '%s' is not KEY=VALUE", a->opts.tag[i]);
+			return -1;
+		}
+		*eq = 0;
+		tags[i].key = kv[i];
+		tags[i].value = eq + 1;
+		tp[i] = &tags[i];
+	}
+	m.n_tags = (size_t)a->opts.ntag;
+	m.tags = tp;
+	if (mbr_addr_parse(a->opts.rpc, &ra) == 0) {
+		/* An agent whose control endpoint listens on every address
+		 * advertises it on its gossip address. */
+		if ((ra.len == 4 && !memcmp(ra.ip, "\0\0\0\0", 4))) memcpy(ra.ip, a->adv.ip, 4);
+		rpc.ip.data = ra.ip;
+		rpc.ip.len = ra.len;
+		rpc.port = ra.port;
+		m.rpc = &rpc;
+	}
+	uint8_t buf[MBR_META_MAX];
+	size_t n = skein__gossip__node_meta__get_packed_size(&m);
+	if (n > MBR_META_MAX) {
+		SK_ERROR("agent", "node metadata is %zu bytes, more than %d: use fewer or shorter tags", n, MBR_META_MAX);
+		return -1;
+	}
+	skein__gossip__node_meta__pack(&m, buf);
+	if (!a->mbr) return 0;
+	int rc = mbr_set_meta(a->mbr, agent_now_ms(), buf, n);
+	agent_pump(a);
+	return rc;
+}
+
+/* ---- the pump ---- */
+
+static void mbr_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	agent *a = t->data;
+	(void)loop; (void)revents;
+	mbr_tick(a->mbr, agent_now_ms());
+	agent_pump(a);
+}
+
+void agent_pump(agent *a)
+{
+	mbr_out o;
+	while (mbr_pop_out(a->mbr, &o)) {
+		agent_net_send(a, &o);
+		free(o.data);
+	}
+	mbr_event ev;
+	while (mbr_pop_event(a->mbr, &ev)) {
+		char addr[64];
+		mbr_addr_format(&ev.addr, addr, sizeof addr);
+		if (ev.type == MBR_EV_CONFLICT)
+			SK_WARN("gossip", "name conflict: %s", ev.reason);
+		else
+			SK_INFO("gossip", "member %s %s at %s (generation %llu, incarnation %u)", ev.name,
+				mbr_event_str(ev.type), addr, (unsigned long long)ev.generation, ev.incarnation);
+		if (ev.type == MBR_EV_JOIN || ev.type == MBR_EV_ALIVE) a->joined = true;
+	}
+	uint64_t now = agent_now_ms(), d = mbr_next_deadline(a->mbr);
+	double after = d > now ? (double)(d - now) / 1000.0 : 0.0;
+	ev_timer_stop(a->loop, &a->mbr_timer);
+	ev_timer_set(&a->mbr_timer, after, 0.0);
+	ev_timer_start(a->loop, &a->mbr_timer);
+}
+
+/* ---- joining ---- */
+
+static int join_once(agent *a)
+{
+	int sent = 0;
+	for (int i = 0; i < a->opts.njoin; i++) {
+		char host[OPTS_STR], *port;
+		snprintf(host, sizeof host, "%s", a->opts.join[i]);
+		char *h = host;
+		if (h[0] == '[') {
+			char *close_br = strchr(h, ']');
+			if (!close_br || close_br[1] != ':') continue;
+			*close_br = 0;
+			port = close_br + 2;
+			h++;
+		} else {
+			port = strrchr(h, ':');
+			if (!port) continue;
+			*port++ = 0;
+		}
+		struct addrinfo hints = { .ai_socktype = SOCK_DGRAM, .ai_flags = AI_NUMERICSERV }, *res;
+		if (getaddrinfo(h, port, &hints, &res) != 0) {
+			SK_DEBUG("agent", "join: cannot resolve %s yet", a->opts.join[i]);
+			continue;
+		}
+		/* A name may stand for many agents (a headless Service): join all. */
+		for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+			mbr_addr seed = { 0 };
+			if (ai->ai_family == AF_INET) {
+				struct sockaddr_in *s = (struct sockaddr_in *)ai->ai_addr;
+				seed.len = 4;
+				memcpy(seed.ip, &s->sin_addr, 4);
+				seed.port = ntohs(s->sin_port);
+			} else if (ai->ai_family == AF_INET6) {
+				struct sockaddr_in6 *s = (struct sockaddr_in6 *)ai->ai_addr;
+				seed.len = 16;
+				memcpy(seed.ip, &s->sin6_addr, 16);
+				seed.port = ntohs(s->sin6_port);
+			} else {
+				continue;
+			}
+			if (mbr_addr_eq(&seed, &a->adv)) continue;
+			mbr_join(a->mbr, agent_now_ms(), &seed);
+			sent++;
+		}
+		freeaddrinfo(res);
+	}
+	agent_pump(a);
+	return sent;
+}
+
+static void join_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	agent *a = t->data;
+	(void)revents;
+	if (mbr_member_count(a->mbr) > 1 && mbr_count(a->mbr, MBR_ALIVE) > 1) {
+		SK_INFO("agent", "joined: %zu members known", mbr_member_count(a->mbr));
+		return;
+	}
+	join_once(a);
+	a->join_backoff = a->join_backoff * 2 > JOIN_BACKOFF_MAX_S ? JOIN_BACKOFF_MAX_S : a->join_backoff * 2;
+	ev_timer_set(t, a->join_backoff, 0);
+	ev_timer_start(loop, t);
+}
+
+/* ---- leaving and signals ---- */
+
+static void leave_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	agent *a = t->data;
+	(void)revents;
+	if (mbr_leave_done(a->mbr) || ev_now(loop) - a->leave_started >= LEAVE_MAX_S) {
+		SK_INFO("agent", "left the cluster");
+		ev_break(loop, EVBREAK_ALL);
+		return;
+	}
+	ev_timer_set(t, 0.05, 0);
+	ev_timer_start(loop, t);
+}
+
+void agent_start_leave(agent *a)
+{
+	if (a->leaving) return;
+	a->leaving = true;
+	a->leave_started = ev_now(a->loop);
+	SK_INFO("agent", "leaving the cluster");
+	ev_timer_stop(a->loop, &a->join_timer);
+	mbr_leave(a->mbr, agent_now_ms());
+	agent_pump(a);
+	ev_timer_init(&a->leave_timer, leave_timer_cb, 0.05, 0);
+	a->leave_timer.data = a;
+	ev_timer_start(a->loop, &a->leave_timer);
+}
+
+static void sig_cb(struct ev_loop *loop, ev_signal *w, int revents)
+{
+	agent *a = w->data;
+	(void)loop; (void)revents;
+	if (w->signum == SIGHUP) {
+		char err[512];
+		if (agent_opts_reload(&a->opts, err, sizeof err) < 0) {
+			SK_ERROR("agent", "reload failed, settings unchanged: %s", err);
+			return;
+		}
+		sk_log_level lvl;
+		if (sk_log_parse_level(a->opts.log_level, &lvl) == 0) sk_log_set_level(lvl);
+		agent_update_meta(a);
+		SK_INFO("agent", "reloaded: %d tags, log level %s", a->opts.ntag, a->opts.log_level);
+		return;
+	}
+	if (a->leaving) {
+		SK_WARN("agent", "second signal: exiting now");
+		ev_break(a->loop, EVBREAK_ALL);
+		return;
+	}
+	agent_start_leave(a);
+}
+
+/* ---- start-up ---- */
+
+static int pick_advertise(agent *a, char *err, size_t errlen)
+{
+	if (a->opts.advertise[0]) {
+		if (mbr_addr_parse(a->opts.advertise, &a->adv) < 0) {
+			snprintf(err, errlen, "--advertise: expected IP:PORT, got '%s'", a->opts.advertise);
+			return -1;
+		}
+		return 0;
+	}
+	a->adv = a->bind;
+	bool any4 = a->bind.len == 4 && !memcmp(a->bind.ip, "\0\0\0\0", 4);
+	if (!any4) return 0;
+	/* 0.0.0.0: advertise the first non-loopback IPv4 address, as serf does. */
+	struct ifaddrs *ifs, *i;
+	a->adv.ip[0] = 127; a->adv.ip[1] = 0; a->adv.ip[2] = 0; a->adv.ip[3] = 1;
+	if (getifaddrs(&ifs) != 0) return 0;
+	for (i = ifs; i; i = i->ifa_next) {
+		if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+		struct sockaddr_in *s = (struct sockaddr_in *)i->ifa_addr;
+		uint8_t *ip = (uint8_t *)&s->sin_addr;
+		if (ip[0] == 127) continue;
+		memcpy(a->adv.ip, ip, 4);
+		break;
+	}
+	freeifaddrs(ifs);
+	return 0;
+}
+
+static int setup(agent *a, int argc, char **argv, int *exit_code)
+{
+	char err[600];
+	*exit_code = 2;
+	int pr = agent_opts_parse(&a->opts, argc, argv, err, sizeof err);
+	if (pr == 1) { *exit_code = 0; return -1; }
+	if (pr < 0) goto usage;
+	sk_log_level lvl;
+	if (sk_log_parse_level(a->opts.log_level, &lvl) < 0) {
+		snprintf(err, sizeof err, "--log-level: expected debug, info, warn or error, got '%s'", a->opts.log_level);
+		goto usage;
+	}
+	sk_log_set_level(lvl);
+	if (!strcmp(a->opts.log_format, "json")) sk_log_set_format(SK_LOG_JSON);
+	else if (strcmp(a->opts.log_format, "text")) {
+		snprintf(err, sizeof err, "--log-format: expected text or json, got '%s'", a->opts.log_format);
+		goto usage;
+	}
+	sk_log_set_name(a->opts.name);
+	if (strcmp(a->opts.profile, "lan") && strcmp(a->opts.profile, "fast")) {
+		snprintf(err, sizeof err, "--profile: expected lan or fast, got '%s'", a->opts.profile);
+		goto usage;
+	}
+	mbr_config_profile(&a->mcfg, a->opts.profile);
+	for (int i = 0; i < a->opts.nset; i++) {
+		char kv[OPTS_STR], why[200];
+		snprintf(kv, sizeof kv, "%s", a->opts.set[i]);
+		char *eq = strchr(kv, '=');
+		if (!eq) { snprintf(err, sizeof err, "--set: expected KEY=VALUE, got '%s'", kv); goto usage; }
+		*eq = 0;
+		if (mbr_config_set(&a->mcfg, kv, eq + 1, why, sizeof why) < 0) {
+			snprintf(err, sizeof err, "--set: %s", why);
+			goto usage;
+		}
+	}
+	if (mbr_config_check(&a->mcfg, err, sizeof err) < 0) goto usage;
+	if (mbr_addr_parse(a->opts.bind, &a->bind) < 0) {
+		snprintf(err, sizeof err, "--bind: expected IP:PORT, got '%s'", a->opts.bind);
+		goto usage;
+	}
+	if (pick_advertise(a, err, sizeof err) < 0) goto usage;
+	mbr_addr rpc;
+	if (mbr_addr_parse(a->opts.rpc, &rpc) < 0) {
+		snprintf(err, sizeof err, "--rpc: expected IP:PORT, got '%s'", a->opts.rpc);
+		goto usage;
+	}
+	if (!strcmp(a->opts.gpus, "auto")) {
+		a->gpus = agent_gpu_count(a->gpu_source, sizeof a->gpu_source);
+	} else {
+		char *end;
+		long g = strtol(a->opts.gpus, &end, 10);
+		if (*end || end == a->opts.gpus || g < 0 || g > 1024) {
+			snprintf(err, sizeof err, "--gpus: expected a number from 0 to 1024 or auto, got '%s'", a->opts.gpus);
+			goto usage;
+		}
+		a->gpus = (int)g;
+		snprintf(a->gpu_source, sizeof a->gpu_source, "declared");
+	}
+	/* validate the tags before anything is created (a->mbr is still NULL) */
+	if (agent_update_meta(a) < 0) { *exit_code = 2; return -1; }
+
+	*exit_code = 1;
+	if (next_generation(a, err, sizeof err) < 0) goto fatal;
+	if (load_keys(a, err, sizeof err) < 0) goto fatal;
+	if (!a->kr.n)
+		SK_WARN("agent", "no key: gossip and control are NOT encrypted (set --key-file or SKEIN_KEY)");
+
+	mbr_self self = { .name = a->opts.name, .addr = a->adv, .generation = a->generation,
+			  .seed = a->generation ^ (uint64_t)getpid() * 0x9e3779b97f4a7c15ULL };
+	a->mbr = mbr_new(&a->mcfg, &self, agent_now_ms(), err, sizeof err);
+	if (!a->mbr) goto usage;
+	sk_rng_seed(&a->rng, self.seed ^ 0x5eed);
+	a->started_ms = agent_now_ms();
+
+	a->loop = ev_default_loop(EVFLAG_AUTO);
+	ev_init(&a->mbr_timer, mbr_timer_cb);
+	a->mbr_timer.data = a;
+	if (agent_net_open(a, err, sizeof err) < 0) goto fatal;
+	if (agent_ctl_open(a, err, sizeof err) < 0) goto fatal;
+	if (agent_update_meta(a) < 0) goto fatal;
+
+	signal(SIGPIPE, SIG_IGN);
+	ev_signal_init(&a->sig_term, sig_cb, SIGTERM);
+	ev_signal_init(&a->sig_int, sig_cb, SIGINT);
+	ev_signal_init(&a->sig_hup, sig_cb, SIGHUP);
+	a->sig_term.data = a->sig_int.data = a->sig_hup.data = a;
+	ev_signal_start(a->loop, &a->sig_term);
+	ev_signal_start(a->loop, &a->sig_int);
+	ev_signal_start(a->loop, &a->sig_hup);
+
+	char addr[64];
+	SK_INFO("agent", "skeind %s started: gossip %s (advertised %s), control %s, profile %s, generation %llu, %d GPUs (%s)",
+		a->opts.name, a->opts.bind, mbr_addr_format(&a->adv, addr, sizeof addr), a->rpc_bound,
+		a->opts.profile, (unsigned long long)a->generation, a->gpus, a->gpu_source);
+
+	ev_timer_init(&a->join_timer, join_timer_cb, 0.0, 0);
+	a->join_timer.data = a;
+	a->join_backoff = 0.5;
+	if (a->opts.njoin) ev_timer_start(a->loop, &a->join_timer);
+	agent_pump(a);
+	return 0;
+usage:
+	fprintf(stderr, "skeind: %s\n", err);
+	return -1;
+fatal:
+	SK_ERROR("agent", "%s", err);
+	fprintf(stderr, "skeind: %s\n", err);
+	return -1;
+}
+
+static void teardown(agent *a)
+{
+	if (a->loop) {
+		agent_ctl_close(a);
+		agent_net_close(a);
+	}
+	mbr_destroy(&a->mbr);
+	agent_opts_free(&a->opts);
+}
+
+int main(int argc, char **argv)
+{
+	static agent a;
+	a.udp_fd = a.tcp_fd = -1;
+	int code;
+	if (setup(&a, argc, argv, &code) < 0) {
+		teardown(&a);
+		return code;
+	}
+	ev_run(a.loop, 0);
+	teardown(&a);
+	return 0;
+}

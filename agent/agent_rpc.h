@@ -1,0 +1,35 @@
+/* agent/agent_rpc: one request and its response over the control channel
+ * (ZeroMQ DEALER to the agent's ROUTER), sealed with the keyring when one is
+ * given.  Used by skeinctl, and by skeinctl's cluster-wide commands to reach
+ * every agent in parallel. */
+#ifndef AGENT_RPC_H
+#define AGENT_RPC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "agent/agent_crypto.h"
+
+extern const char AGENT_RPC_AAD_REQ[];
+extern const char AGENT_RPC_AAD_RESP[];
+
+typedef struct {
+	const char *endpoint;      /* IP:PORT */
+	const char *cmd;
+	const char *const *args;
+	int nargs;
+	const char *format;        /* "text" | "json" */
+	bool local_only;
+	/* results */
+	int code;                  /* the agent's answer (0 ok, 1 error, 2 usage) */
+	char *body;                /* malloc'd; NULL when none */
+	char error[512];           /* the agent's error, or why no answer came */
+	bool answered;
+} agent_rpc;
+
+/* Runs every call in parallel, waiting at most timeout_ms for all of them.
+ * kr may be NULL (plaintext).  Returns how many got an answer. */
+int agent_rpc_run(agent_rpc *calls, int n, const agent_keyring *kr, int timeout_ms);
+void agent_rpc_free(agent_rpc *calls, int n);
+
+#endif

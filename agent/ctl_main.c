@@ -1,0 +1,276 @@
+/* agent/ctl_main: skeinctl, the operator's CLI.
+ *
+ * Thin: it sends the command to an agent's control endpoint and prints the
+ * answer, already formatted by the agent.  Cluster-wide commands (keyring)
+ * ask the local agent for every live member's control endpoint and call them
+ * all in parallel, like serf's key queries.
+ * Exit codes: 0 ok, 1 error (one line on stderr), 2 usage error. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent/agent_crypto.h"
+#include "agent/agent_rpc.h"
+
+static const char *g_rpc = "127.0.0.1:7373";
+static int g_timeout_ms = 5000;
+static agent_keyring g_kr;
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: skeinctl [--rpc IP:PORT] [--key-file FILE] [--timeout MS] COMMAND [ARGS]\n\n"
+		"Talks to a skeind's control endpoint (default $SKEIN_RPC or 127.0.0.1:7373).\n"
+		"The key comes from --key-file, $SKEIN_KEY_FILE or $SKEIN_KEY (base64), never argv.\n\n"
+		"commands:\n"
+		"  members [--status REGEX] [--tag KEY=REGEX] [--format text|json]\n"
+		"                         the members this agent knows: name, address, status, GPUs, tags\n"
+		"  info [--format text|json]\n"
+		"                         this agent: name, address, profile, counters of packets and drops\n"
+		"  join HOST:PORT         ask the agent to join another agent's cluster\n"
+		"  leave                  make the agent leave the cluster gracefully and exit\n"
+		"  health                 exit 0 when the agent is up and has a cluster (liveness probe)\n"
+		"  keyring list [--format text|json]\n"
+		"  keyring install KEY | use KEY | remove KEY\n"
+		"                         cluster-wide key rotation; KEY is '-' (read stdin), @FILE,\n"
+		"                         a fingerprint (use, remove), or base64 (visible in ps: avoid)\n"
+		"  keygen                 print a new random 32-byte key in base64\n"
+		"  debug drop --in P --out P\n"
+		"                         drop that fraction of gossip datagrams (skeind --enable-debug)\n\n"
+		"exit codes: 0 ok, 1 error, 2 usage error\n");
+}
+
+static int die(int code, const char *fmt, const char *arg)
+{
+	fprintf(stderr, "skeinctl: ");
+	fprintf(stderr, fmt, arg);
+	fputc('\n', stderr);
+	return code;
+}
+
+static int load_key(const char *key_file)
+{
+	agent_key k;
+	char err[300];
+	const char *env = getenv("SKEIN_KEY");
+	if (!key_file || !*key_file) key_file = getenv("SKEIN_KEY_FILE");
+	if (key_file && *key_file) {
+		if (agent_key_read_file(key_file, &k, err, sizeof err) < 0) return die(1, "%s", err);
+	} else if (env && *env) {
+		if (agent_key_decode(env, &k, err, sizeof err) < 0) return die(1, "SKEIN_KEY: %s", err);
+	} else {
+		return 0;
+	}
+	agent_keyring_add(&g_kr, &k, err, sizeof err);
+	return 0;
+}
+
+/* One call to the agent; prints the body or the error; returns the exit code. */
+static int call(const char *cmd, char **args, int nargs, const char *format)
+{
+	agent_rpc c = { .endpoint = g_rpc, .cmd = cmd, .args = (const char *const *)args,
+			.nargs = nargs, .format = format };
+	agent_rpc_run(&c, 1, &g_kr, g_timeout_ms);
+	int code;
+	if (!c.answered) {
+		fprintf(stderr, "skeinctl: %s\n", c.error);
+		code = 1;
+	} else if (c.code != 0) {
+		fprintf(stderr, "skeinctl: %s\n", c.error[0] ? c.error : "failed");
+		code = c.code == 2 ? 2 : 1;
+	} else {
+		if (c.body) fputs(c.body, stdout);
+		code = 0;
+	}
+	agent_rpc_free(&c, 1);
+	return code;
+}
+
+/* Takes --format out of args; returns -1 on a bad value. */
+static int take_format(char **args, int *nargs, const char **format)
+{
+	for (int i = 0; i < *nargs; i++) {
+		if (strcmp(args[i], "--format") != 0) continue;
+		if (i + 1 >= *nargs) return -1;
+		const char *f = args[i + 1];
+		if (strcmp(f, "text") && strcmp(f, "json")) return -1;
+		*format = f;
+		memmove(&args[i], &args[i + 2], (size_t)(*nargs - i - 2) * sizeof *args);
+		*nargs -= 2;
+		i--;
+	}
+	return 0;
+}
+
+static int read_key_arg(const char *arg, char *out, size_t cap)
+{
+	if (!strcmp(arg, "-") || arg[0] == '@') {
+		FILE *f = !strcmp(arg, "-") ? stdin : fopen(arg + 1, "r");
+		if (!f) return die(1, "cannot read key from %s", arg + 1);
+		size_t n = fread(out, 1, cap - 1, f);
+		out[n] = 0;
+		if (f != stdin) fclose(f);
+	} else {
+		snprintf(out, cap, "%s", arg);
+	}
+	return 0;
+}
+
+static int cmd_keyring(char **args, int nargs, const char *format)
+{
+	if (nargs < 1) return die(2, "usage: skeinctl keyring list|install KEY|use KEY|remove KEY%s", "");
+	const char *op = args[0];
+	char key[512] = "";
+	if (strcmp(op, "list") != 0) {
+		if (nargs != 2) return die(2, "usage: skeinctl keyring %s KEY", op);
+		if (strcmp(op, "install") && strcmp(op, "use") && strcmp(op, "remove"))
+			return die(2, "keyring: unknown operation '%s' (list, install, use, remove)", op);
+		if (read_key_arg(args[1], key, sizeof key)) return 1;
+		char *e = key + strlen(key);
+		while (e > key && (e[-1] == '\n' || e[-1] == ' ')) *--e = 0;
+	} else if (nargs != 1) {
+		return die(2, "usage: skeinctl keyring list [--format text|json]%s", "");
+	}
+	/* every live member's control endpoint */
+	agent_rpc peers = { .endpoint = g_rpc, .cmd = "peers", .format = "text" };
+	agent_rpc_run(&peers, 1, &g_kr, g_timeout_ms);
+	if (!peers.answered || peers.code) {
+		fprintf(stderr, "skeinctl: %s\n", peers.error);
+		agent_rpc_free(&peers, 1);
+		return 1;
+	}
+	agent_rpc *calls = NULL;
+	char **names = NULL;
+	int n = 0;
+	const char *kargs[2] = { op, key };
+	for (char *save = NULL, *line = strtok_r(peers.body, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char name[200], status[32], rpc[100];
+		if (sscanf(line, "%199s %31s %99s", name, status, rpc) != 3) continue;
+		if (strcmp(status, "alive") && strcmp(status, "suspect")) continue;
+		if (!strcmp(rpc, "-")) continue;
+		calls = realloc(calls, (size_t)(n + 1) * sizeof *calls);
+		names = realloc(names, (size_t)(n + 1) * sizeof *names);
+		memset(&calls[n], 0, sizeof calls[n]);
+		calls[n].endpoint = strdup(rpc);
+		calls[n].cmd = "keyring";
+		calls[n].args = kargs;
+		calls[n].nargs = strcmp(op, "list") ? 2 : 1;
+		calls[n].format = "text";
+		calls[n].local_only = true;
+		names[n] = strdup(name);
+		n++;
+	}
+	agent_rpc_free(&peers, 1);
+	agent_rpc_run(calls, n, &g_kr, g_timeout_ms);
+	int failed = 0;
+	bool json = !strcmp(format, "json");
+	if (!strcmp(op, "list")) {
+		/* fingerprint -> on how many nodes, primary on how many */
+		struct { char fp[FINGERPRINT_LEN + 1]; int installed, primary; } keys[64];
+		int nk = 0;
+		for (int i = 0; i < n; i++) {
+			if (!calls[i].answered || calls[i].code) { failed++; continue; }
+			for (char *save = NULL, *l = strtok_r(calls[i].body, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+				char node[200], fp[64];
+				if (sscanf(l, "%199s %63s", node, fp) != 2) continue;
+				int k = 0;
+				while (k < nk && strcmp(keys[k].fp, fp)) k++;
+				if (k == nk && nk < 64) {
+					snprintf(keys[nk].fp, sizeof keys[nk].fp, "%s", fp);
+					keys[nk].installed = keys[nk].primary = 0;
+					nk++;
+				}
+				if (k < nk) {
+					keys[k].installed++;
+					if (strstr(l, "(primary)")) keys[k].primary++;
+				}
+			}
+		}
+		if (json) {
+			printf("{\"nodes\":%d,\"answered\":%d,\"keys\":[", n, n - failed);
+			for (int k = 0; k < nk; k++)
+				printf("%s{\"fingerprint\":\"%s\",\"installed\":%d,\"primary\":%d}", k ? "," : "",
+				       keys[k].fp, keys[k].installed, keys[k].primary);
+			printf("]}\n");
+		} else {
+			printf("%-18s %-10s %s\n", "FINGERPRINT", "INSTALLED", "PRIMARY");
+			for (int k = 0; k < nk; k++)
+				printf("%-18s %d/%-8d %d/%d\n", keys[k].fp, keys[k].installed, n - failed, keys[k].primary,
+				       n - failed);
+		}
+	} else {
+		for (int i = 0; i < n; i++) {
+			if (calls[i].answered && !calls[i].code) {
+				if (!json) printf("%s: ok\n", names[i]);
+			} else {
+				failed++;
+				printf("%s: FAILED: %s\n", names[i], calls[i].error);
+			}
+		}
+		if (json) printf("{\"nodes\":%d,\"failed\":%d}\n", n, failed);
+	}
+	for (int i = 0; i < n; i++) {
+		free((char *)calls[i].endpoint);
+		free(names[i]);
+	}
+	agent_rpc_free(calls, n);
+	free(calls);
+	free(names);
+	if (failed) {
+		fprintf(stderr, "skeinctl: keyring %s failed on %d of %d agents\n", op, failed, n);
+		return 1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *env_rpc = getenv("SKEIN_RPC");
+	const char *key_file = NULL;
+	if (env_rpc && *env_rpc) g_rpc = env_rpc;
+	int i = 1;
+	for (; i < argc && !strncmp(argv[i], "--", 2); i++) {
+		if (!strcmp(argv[i], "--help")) { usage(stdout); return 0; }
+		if (i + 1 >= argc) return die(2, "%s needs a value (see skeinctl --help)", argv[i]);
+		if (!strcmp(argv[i], "--rpc")) g_rpc = argv[++i];
+		else if (!strcmp(argv[i], "--key-file")) key_file = argv[++i];
+		else if (!strcmp(argv[i], "--timeout")) {
+			char *end;
+			long t = strtol(argv[++i], &end, 10);
+			if (*end || t <= 0 || t > 600000) return die(2, "--timeout: expected milliseconds, got '%s'", argv[i]);
+			g_timeout_ms = (int)t;
+		} else {
+			return die(2, "unknown flag %s (see skeinctl --help)", argv[i]);
+		}
+	}
+	if (i >= argc) { usage(stderr); return 2; }
+	if (load_key(key_file)) return 1;
+	const char *cmd = argv[i++];
+	char **args = argv + i;
+	int nargs = argc - i;
+	const char *format = "text";
+	if (take_format(args, &nargs, &format) < 0) return die(2, "--format: expected text or json%s", "");
+
+	if (!strcmp(cmd, "help") || !strcmp(cmd, "-h")) { usage(stdout); return 0; }
+	if (!strcmp(cmd, "keygen")) {
+		agent_key k;
+		char b64[64];
+		if (nargs || agent_key_generate(&k) < 0) return die(2, "usage: skeinctl keygen%s", "");
+		agent_key_encode(&k, b64, sizeof b64);
+		printf("%s\n", b64);
+		return 0;
+	}
+	if (!strcmp(cmd, "keyring")) return cmd_keyring(args, nargs, format);
+	if (!strcmp(cmd, "members") || !strcmp(cmd, "info") || !strcmp(cmd, "debug"))
+		return call(cmd, args, nargs, format);
+	if (!strcmp(cmd, "join")) {
+		if (nargs != 1) return die(2, "usage: skeinctl join HOST:PORT%s", "");
+		return call(cmd, args, nargs, format);
+	}
+	if (!strcmp(cmd, "leave") || !strcmp(cmd, "health")) {
+		if (nargs) return die(2, "%s takes no arguments", cmd);
+		return call(cmd, args, nargs, format);
+	}
+	return die(2, "unknown command '%s' (see skeinctl --help)", cmd);
+}

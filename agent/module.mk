@@ -1,0 +1,18 @@
+# agent/: skeind and skeinctl.
+AGENT_LIB_SRC := agent/agent_crypto.c agent/agent_rpc.c agent/agent_opts.c
+SKEIND_SRC := agent/agent_main.c agent/agent_net.c agent/agent_ctl.c agent/agent_gpu.c
+SKEINCTL_SRC := agent/ctl_main.c
+LIB_AGENT := $(O)/libskagent.a
+$(LIB_AGENT): $(AGENT_LIB_SRC:%.c=$(O)/%.o)
+	$(AR) rcs $@ $^
+AGENT_LDLIBS := -lev -lzmq -lssl -lcrypto -ldl
+
+$(BIN)/skeind: $(SKEIND_SRC:%.c=$(O)/%.o) $(LIB_AGENT) $(LIB_MEMBERSHIP) $(LIB_PROTO) $(LIB_COMMON)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(AGENT_LDLIBS) $(LDLIBS)
+
+$(BIN)/skeinctl: $(SKEINCTL_SRC:%.c=$(O)/%.o) $(LIB_AGENT) $(LIB_MEMBERSHIP) $(LIB_PROTO) $(LIB_COMMON)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(AGENT_LDLIBS) $(LDLIBS)
+
+PROGRAMS += $(BIN)/skeind $(BIN)/skeinctl
