@@ -71,7 +71,7 @@ $(O)/gen/%.o: $(O)/gen/%.c | $(DEPS_OK)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-shadow -c -o $@ $<
 
 test: $(PROGRAMS) $(TESTS)
-	@tests/run.sh $(TESTS) $(TEST_SCRIPTS)
+	@SKEIN_BIN=$(abspath $(BIN)) tests/run.sh $(TESTS) $(TEST_SCRIPTS)
 
 # Each module appends its benchmark scripts to BENCH_SCRIPTS; they print tables.
 bench: $(PROGRAMS)

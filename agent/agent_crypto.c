@@ -134,8 +134,13 @@ static const EVP_CIPHER *cipher_for(size_t len)
 
 int agent_seal(const agent_keyring *kr, const char *aad, const uint8_t *in, size_t n, uint8_t *out)
 {
-	if (kr->n < 1 || n > INT32_MAX) return -1;
-	const agent_key *k = &kr->keys[0];
+	if (kr->n < 1) return -1;
+	return agent_seal_key(&kr->keys[0], aad, in, n, out);
+}
+
+int agent_seal_key(const agent_key *k, const char *aad, const uint8_t *in, size_t n, uint8_t *out)
+{
+	if (n > INT32_MAX) return -1;
 	int rc = -1, len;
 	EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
 	if (!c) return -1;

@@ -58,6 +58,9 @@ int agent_keyring_remove(agent_keyring *kr, int idx, char *err, size_t errlen);
 /* Seals n bytes into out (n + CRYPTO_OVERHEAD bytes).  -1 on failure. */
 int agent_seal(const agent_keyring *kr, const char *aad, const uint8_t *in, size_t n,
 	       uint8_t *out);
+/* The same with one given key (an answer goes back under the key its
+ * request came with, even if the keyring changed in between). */
+int agent_seal_key(const agent_key *k, const char *aad, const uint8_t *in, size_t n, uint8_t *out);
 /* Opens a sealed blob into out (n - CRYPTO_OVERHEAD bytes); returns the
  * index of the key that opened it, or -1 (forged, corrupt, or no key). */
 int agent_open(const agent_keyring *kr, const char *aad, const uint8_t *in, size_t n,

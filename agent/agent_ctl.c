@@ -361,7 +361,7 @@ static void dispatch(agent *a, const Skein__Control__Request *q, reply *r)
 
 /* ---- the socket ---- */
 
-static void send_reply(agent *a, zmq_msg_t *id, const reply *r, bool seal)
+static void send_reply(agent *a, zmq_msg_t *id, const reply *r, const agent_key *seal)
 {
 	Skein__Control__Response resp = SKEIN__CONTROL__RESPONSE__INIT;
 	resp.code = r->code;
@@ -374,7 +374,7 @@ static void send_reply(agent *a, zmq_msg_t *id, const reply *r, bool seal)
 	size_t len = n;
 	if (seal) {
 		uint8_t *s = malloc(n + CRYPTO_OVERHEAD);
-		if (!s || agent_seal(&a->kr, AGENT_RPC_AAD_RESP, buf, n, s) < 0) {
+		if (!s || agent_seal_key(seal, AGENT_RPC_AAD_RESP, buf, n, s) < 0) {
 			free(s);
 			free(buf);
 			return;
@@ -401,36 +401,39 @@ static void handle_one(agent *a, zmq_msg_t *id, const uint8_t *data, size_t n)
 	if (a->kr.n && !sealed) {
 		a->cnt.ctl_rejected++;
 		fail(&r, 1, "this agent requires the cluster key: set SKEIN_KEY_FILE or pass --key-file");
-		send_reply(a, id, &r, false);
+		send_reply(a, id, &r, NULL);
 		goto out;
 	}
 	if (!a->kr.n && sealed) {
 		a->cnt.ctl_rejected++;
 		fail(&r, 1, "this agent runs without encryption: run skeinctl without a key");
-		send_reply(a, id, &r, false);
+		send_reply(a, id, &r, NULL);
 		goto out;
 	}
+	agent_key used = { 0 };
 	if (sealed) {
+		int ki;
 		plain = malloc(n);
-		if (!plain || agent_open(&a->kr, AGENT_RPC_AAD_REQ, data, n, plain, &mlen) < 0) {
+		if (!plain || (ki = agent_open(&a->kr, AGENT_RPC_AAD_REQ, data, n, plain, &mlen)) < 0) {
 			a->cnt.ctl_rejected++;
 			fail(&r, 1, "request did not authenticate: wrong key");
-			send_reply(a, id, &r, false);
+			send_reply(a, id, &r, NULL);
 			goto out;
 		}
+		used = a->kr.keys[ki];
 		msg = plain;
 	}
 	Skein__Control__Request *q = skein__control__request__unpack(NULL, mlen, msg);
 	if (!q) {
 		a->cnt.ctl_rejected++;
 		fail(&r, 1, "malformed control request");
-		send_reply(a, id, &r, sealed);
+		send_reply(a, id, &r, sealed ? &used : NULL);
 		goto out;
 	}
 	dispatch(a, q, &r);
 	skein__control__request__free_unpacked(q, NULL);
 	if (r.body.oom) fail(&r, 1, "out of memory");
-	send_reply(a, id, &r, sealed && a->kr.n);
+	send_reply(a, id, &r, sealed ? &used : NULL);
 out:
 	free(plain);
 	sk_buf_free(&r.body);

@@ -16,3 +16,7 @@ $(BIN)/skeinctl: $(SKEINCTL_SRC:%.c=$(O)/%.o) $(LIB_AGENT) $(LIB_MEMBERSHIP) $(L
 	$(CC) $(LDFLAGS) -o $@ $^ $(AGENT_LDLIBS) $(LDLIBS)
 
 PROGRAMS += $(BIN)/skeind $(BIN)/skeinctl
+
+TEST_SCRIPTS += tests/agent/cluster_test.sh tests/agent/security_test.sh tests/agent/badinput_test.sh \
+	tests/agent/partition_test.sh
+BENCH_SCRIPTS += tests/agent/bench.sh
