@@ -860,8 +860,16 @@ void mbr_tick(mbr_t *m, uint64_t now)
 			m->next_pushpull = now + pushpull_interval(m);
 		}
 		if (m->cfg.reconnect_interval_ms && now >= m->next_reconnect) {
+			/* serf: try with probability failed / alive, so the cluster
+			 * as a whole spends about one attempt per failed member per
+			 * interval, and a half-cut cluster tries from every node. */
+			size_t nfailed = 0;
+			for (size_t i = 0; i < m->plen; i++)
+				nfailed += is_reconnect_target(m, m->plist[i], now, NULL);
+			double prob = m->nalive ? (double)nfailed / (double)m->nalive : 1.0;
 			mbr_member *t;
-			if (pick_random(m, &t, 1, now, is_reconnect_target, NULL)) {
+			if (nfailed && sk_rng_unit(&m->rng) < prob &&
+			    pick_random(m, &t, 1, now, is_reconnect_target, NULL)) {
 				m->stats.reconnects++;
 				send_pushpull(m, &t->addr, false, false);
 			}
