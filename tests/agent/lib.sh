@@ -123,3 +123,10 @@ quiet() { "$@" >/dev/null 2>&1; }
 expect_err() {
 	[ "$1" = "$2" ] && [ "$(printf '%s\n' "$3" | wc -l)" = 1 ] && printf '%s' "$3" | grep -q -- "$4"
 }
+
+# the generation OBS knows for WHO, and a test of it
+gen_seen() {
+	ctl "$1" members --format json 2>/dev/null | sed 's/"tags":{[^}]*}//g' | tr '}' '\n' |
+		grep "\"name\":\"n$2\"" | grep -o '"generation":[0-9]*' | cut -d: -f2
+}
+gen_is() { [ "$(gen_seen "$1" "$2")" = "$3" ]; }
