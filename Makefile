@@ -59,6 +59,7 @@ include membership/module.mk
 include agent/module.mk
 include tests/module.mk
 -include transfer/module.mk
+-include raft/module.mk
 
 all: $(PROGRAMS) $(SK_LIBS)
 
