@@ -67,6 +67,11 @@ static void meta_done(meta_view *v)
 
 /* ---- commands ---- */
 
+static int by_name(const void *x, const void *y)
+{
+	return strcmp(((const mbr_member_info *)x)->name, ((const mbr_member_info *)y)->name);
+}
+
 static void cmd_members(agent *a, const Skein__Control__Request *q, reply *r)
 {
 	regex_t st_re, tag_re;
@@ -105,6 +110,7 @@ static void cmd_members(agent *a, const Skein__Control__Request *q, reply *r)
 	mbr_member_info *mi = calloc(n, sizeof *mi);
 	if (!mi) { fail(r, 1, "out of memory"); goto out; }
 	mbr_members(a->mbr, mi, n);
+	qsort(mi, n, sizeof *mi, by_name);
 	bool json = !strcmp(q->format, "json");
 	if (json) sk_buf_printf(&r->body, "{\"members\":[");
 	else sk_buf_printf(&r->body, "%-24s %-22s %-8s %-5s %s\n", "NAME", "ADDRESS", "STATUS", "GPUS", "TAGS");

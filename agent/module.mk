@@ -5,15 +5,15 @@ SKEINCTL_SRC := agent/ctl_main.c
 LIB_AGENT := $(O)/libskagent.a
 $(LIB_AGENT): $(AGENT_LIB_SRC:%.c=$(O)/%.o)
 	$(AR) rcs $@ $^
-AGENT_LDLIBS := -lev -lzmq -lssl -lcrypto -ldl
+LDLIBS += -lzmq -lssl -lcrypto -ldl
 
 $(BIN)/skeind: $(SKEIND_SRC:%.c=$(O)/%.o) $(LIB_AGENT) $(LIB_MEMBERSHIP) $(LIB_PROTO) $(LIB_COMMON)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(AGENT_LDLIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ -lev $(LDLIBS)
 
 $(BIN)/skeinctl: $(SKEINCTL_SRC:%.c=$(O)/%.o) $(LIB_AGENT) $(LIB_MEMBERSHIP) $(LIB_PROTO) $(LIB_COMMON)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(AGENT_LDLIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ -lev $(LDLIBS)
 
 PROGRAMS += $(BIN)/skeind $(BIN)/skeinctl
 
