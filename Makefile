@@ -57,9 +57,10 @@ include common/module.mk
 include proto/module.mk
 include membership/module.mk
 include agent/module.mk
-include tests/module.mk
 -include transfer/module.mk
 -include raft/module.mk
+# last: the test rules list every library above as prerequisites
+include tests/module.mk
 
 all: $(PROGRAMS) $(SK_LIBS)
 

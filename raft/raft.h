@@ -1,0 +1,275 @@
+/* raft/raft: Raft consensus (election, log replication, voter changes,
+ * snapshots) as pure logic, in the style of membership/mbr.h.
+ *
+ * Follows the Raft paper (Ongaro & Ousterhout, "In Search of an
+ * Understandable Consensus Algorithm") and Ongaro's thesis (pre-vote,
+ * single-server membership changes, check-quorum), with hashicorp/raft's
+ * timing model and defaults (heartbeat timeout 1 s, election timeout 1 s,
+ * leader lease 500 ms, leader stickiness) and its bootstrap (a fixed voter
+ * set written as entry 1 of term 1 on every bootstrapping voter).  See
+ * raft/raft.c for the design notes and where we differ.
+ *
+ * The logic never reads a clock, touches a socket or calls rand():
+ *   inputs   raft_tick(now), raft_recv(now, bytes), raft_propose, raft_voter_*,
+ *            raft_snapshot_take
+ *   outputs  raft_pop_out() (a message for one voter, by name),
+ *            raft_pop_apply() (committed entries and snapshot restores, in
+ *            order, for the state machine), raft_pop_event()
+ * Persistence goes through raft_storage (a table of functions the caller
+ * provides), called synchronously BEFORE the messages that depend on it are
+ * queued.  A storage failure stops the node (raft_failed()); the agent then
+ * exits and a restart recovers from what was stored.
+ *
+ * Time is in milliseconds on any monotonic clock; randomness comes from the
+ * seed in raft_self.  The agent feeds it from libev and ZeroMQ exactly like
+ * membership; the unit tests from a fake clock and a fake network. */
+#ifndef RAFT_H
+#define RAFT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+	RAFT_NAME_MAX = 128,        /* bytes of a voter name (= MBR_NAME_MAX) */
+	RAFT_VOTERS_MAX = 16,       /* Consul advises 3 or 5; 16 leaves room */
+	RAFT_ENTRY_MAX = 1 << 20,   /* bytes of one entry's payload */
+	RAFT_SNAPSHOT_MAX = 256 << 20, /* bytes of one snapshot (sent whole) */
+	RAFT_ERR_MAX = 200,
+};
+
+/* Entry types: the type byte every log entry carries.  Raft's own types are
+ * below RAFT_ENTRY_USER; the state machine owns the rest (raft_kv uses
+ * 16..31; jobs, placement and weight versions will take the next ranges). */
+enum {
+	RAFT_ENTRY_NOOP = 0,        /* a new leader's first entry (commit rule) */
+	RAFT_ENTRY_VOTERS = 1,      /* the voter set, from here on */
+	RAFT_ENTRY_USER = 16,
+};
+
+typedef enum { RAFT_FOLLOWER = 0, RAFT_PRECANDIDATE, RAFT_CANDIDATE, RAFT_LEADER } raft_role;
+const char *raft_role_str(raft_role r);
+
+typedef struct raft raft_t;
+
+/* ---- configuration ---- */
+typedef struct {
+	/* A follower that hears nothing from a leader for a random time in
+	 * [heartbeat_timeout, 2 x heartbeat_timeout) starts a pre-vote; a voter
+	 * refuses (pre-)votes while it heard from a leader less than
+	 * heartbeat_timeout ago (leader stickiness). */
+	uint32_t heartbeat_timeout_ms;
+	/* A (pre-)candidate that has not won after a random time in
+	 * [election_timeout, 2 x election_timeout) starts over. */
+	uint32_t election_timeout_ms;
+	/* A leader steps down when it has had no proof of contact from a
+	 * majority of voters for this long.  Must be < heartbeat_timeout. */
+	uint32_t leader_lease_ms;
+	/* The leader sends an AppendEntries to every follower at least this
+	 * often (hashicorp: heartbeat_timeout / 10). */
+	uint32_t heartbeat_interval_ms;
+	uint32_t max_append_entries;  /* entries per AppendEntries */
+	uint32_t max_append_bytes;    /* payload bytes per AppendEntries */
+	/* raft_snapshot_wanted() says yes once this many entries follow the
+	 * last snapshot; the log keeps `snapshot_trailing` entries behind a
+	 * snapshot so a briefly slow follower catches up from the log. */
+	uint32_t snapshot_threshold;
+	uint32_t snapshot_trailing;
+} raft_config;
+
+/* "default" (hashicorp/raft's numbers) or "fast" (5x faster, one fabric). */
+int raft_config_profile(raft_config *c, const char *profile);
+/* Checks the values make sense together (lease < heartbeat timeout, ...). */
+int raft_config_check(const raft_config *c, char *err, size_t errlen);
+
+/* ---- storage seam ---- */
+typedef struct {
+	uint64_t index;
+	uint64_t term;
+	uint8_t type;
+	const uint8_t *data;
+	size_t len;
+} raft_entry;
+
+/* A voter set: names, sorted, no duplicates. */
+typedef struct {
+	size_t n;
+	char names[RAFT_VOTERS_MAX][RAFT_NAME_MAX + 1];
+} raft_voters;
+
+typedef struct {
+	uint64_t index;           /* last entry the snapshot includes; 0 = none */
+	uint64_t term;            /* its term */
+	raft_voters voters;       /* the voter set as of that entry */
+} raft_snap_meta;
+
+/* What raft_storage.load returns.  Every pointer is malloc'd and owned by
+ * raft after a successful load (it frees them with free()). */
+typedef struct {
+	uint64_t term;
+	char vote[RAFT_NAME_MAX + 1];   /* "" = no vote in this term */
+	raft_snap_meta snap;
+	uint8_t *snap_data;
+	size_t snap_len;
+	raft_entry *entries;            /* contiguous; each data malloc'd */
+	size_t nentries;
+} raft_loaded;
+
+/* Every function returns 0, or -1 with a message in err.  They are called
+ * synchronously; raft queues the messages that depend on them afterwards. */
+typedef struct {
+	void *ctx;
+	int (*load)(void *ctx, raft_loaded *out, char *err, size_t errlen);
+	int (*save_hard)(void *ctx, uint64_t term, const char *vote, char *err, size_t errlen);
+	/* Appends entries (contiguous, following the last stored one). */
+	int (*append)(void *ctx, const raft_entry *e, size_t n, char *err, size_t errlen);
+	/* Drops every entry with index >= from. */
+	int (*truncate)(void *ctx, uint64_t from, char *err, size_t errlen);
+	/* Stores the snapshot (atomically replacing the old one), then drops
+	 * entries with index <= compact_upto. */
+	int (*save_snapshot)(void *ctx, const raft_snap_meta *meta, const uint8_t *data,
+			     size_t len, uint64_t compact_upto, char *err, size_t errlen);
+} raft_storage;
+
+/* In-memory storage for tests: survives raft_destroy (a "crash-restart"
+ * keeps it), freed by raft_mem_storage_free. */
+raft_storage *raft_mem_storage_new(void);
+void raft_mem_storage_free(raft_storage **s);
+
+/* File storage in a directory (raft/raft_file.c): log, hard state and
+ * snapshot files.  fsync off is for tests only. */
+raft_storage *raft_file_storage_new(const char *dir, bool fsync_on, char *err, size_t errlen);
+void raft_file_storage_free(raft_storage **s);
+
+/* ---- lifecycle ---- */
+typedef struct {
+	const char *name;         /* this voter's name (its gossip name) */
+	uint64_t seed;            /* every random choice this node makes */
+} raft_self;
+
+/* Loads the stored state.  A node with nothing stored waits for
+ * raft_bootstrap or for a leader to replicate a voter set to it. */
+raft_t *raft_new(const raft_config *cfg, const raft_self *self, raft_storage *st,
+		 uint64_t now_ms, char *err, size_t errlen);
+/* Frees everything (not the storage); *r = NULL. */
+void raft_destroy(raft_t **r);
+
+/* Writes the first voter set (entry 1, term 1), once, on a node with an
+ * empty store.  Every bootstrapping voter must be given the same set; the
+ * agent calls it when bootstrap-expect head-eligible agents are visible.
+ * -1 when the store is not empty or the set is bad. */
+int raft_bootstrap(raft_t *r, uint64_t now_ms, const raft_voters *v, char *err, size_t errlen);
+/* Sorts and checks a set of names into *v; -1 on a bad or repeated name. */
+int raft_voters_make(raft_voters *v, const char *const *names, size_t n, char *err, size_t errlen);
+bool raft_voters_has(const raft_voters *v, const char *name);
+
+/* ---- inputs ---- */
+void raft_tick(raft_t *r, uint64_t now_ms);
+/* The next instant raft_tick has work. */
+uint64_t raft_next_deadline(const raft_t *r);
+/* One message from another voter; bad input is counted and dropped. */
+void raft_recv(raft_t *r, uint64_t now_ms, const uint8_t *buf, size_t len);
+
+/* Leader only: appends a state-machine entry (type >= RAFT_ENTRY_USER).
+ * On success *index and *term identify it: the write is committed when
+ * raft_pop_apply returns that index with that term; a different term at
+ * that index (or losing leadership first) means it was lost: retry.
+ * -1 when not leader, the payload is too big, or storage failed. */
+int raft_propose(raft_t *r, uint64_t now_ms, uint8_t type, const uint8_t *data, size_t len,
+		 uint64_t *index, uint64_t *term, char *err, size_t errlen);
+/* Leader only: one voter change at a time, through the log.  -1 when a
+ * change is in flight, the leader has not committed an entry of its term
+ * yet, or the result would be empty or too large. */
+int raft_voter_add(raft_t *r, uint64_t now_ms, const char *name, char *err, size_t errlen);
+int raft_voter_remove(raft_t *r, uint64_t now_ms, const char *name, char *err, size_t errlen);
+
+/* ---- outputs ---- */
+typedef struct {
+	char to[RAFT_NAME_MAX + 1];
+	uint8_t *data;            /* an encoded message, malloc'd: the caller frees it */
+	size_t len;
+} raft_out;
+int raft_pop_out(raft_t *r, raft_out *out);
+
+typedef enum {
+	RAFT_APPLY_ENTRY = 0,     /* a committed entry (all types; skip < USER) */
+	RAFT_APPLY_SNAPSHOT,      /* replace the state with this snapshot */
+} raft_apply_kind;
+typedef struct {
+	raft_apply_kind kind;
+	uint64_t index, term;     /* of the entry, or the snapshot's last entry */
+	uint8_t type;
+	const uint8_t *data;      /* valid until the next call into raft */
+	size_t len;
+} raft_apply;
+/* The next committed entry or snapshot to apply, in log order; 1 or 0. */
+int raft_pop_apply(raft_t *r, raft_apply *a);
+
+typedef enum {
+	RAFT_EV_LEADER = 0,       /* we became leader of `term` */
+	RAFT_EV_FOLLOWER,         /* we follow `leader` in `term` ("" = unknown) */
+	RAFT_EV_STEPDOWN,         /* we stopped leading (reason says why) */
+	RAFT_EV_VOTERS,           /* the voter set changed (latest, maybe uncommitted) */
+	RAFT_EV_FAILED,           /* storage failed: stop the node, restart it */
+} raft_event_type;
+const char *raft_event_str(raft_event_type t);
+typedef struct {
+	raft_event_type type;
+	uint64_t term;
+	char leader[RAFT_NAME_MAX + 1];
+	char reason[RAFT_ERR_MAX];
+	uint64_t at_ms;
+} raft_event;
+int raft_pop_event(raft_t *r, raft_event *ev);
+
+/* ---- snapshots ---- */
+/* True when enough entries follow the last snapshot. */
+bool raft_snapshot_wanted(const raft_t *r);
+/* The state machine's serialized state as of the entry `index`, which is
+ * the last one the caller took from raft_pop_apply.  raft stores it and
+ * compacts the log.  -1 on a bad index or a storage failure. */
+int raft_snapshot_take(raft_t *r, uint64_t now_ms, uint64_t index, const uint8_t *data,
+		       size_t len, char *err, size_t errlen);
+
+/* ---- queries ---- */
+raft_role raft_get_role(const raft_t *r);
+uint64_t raft_term(const raft_t *r);
+/* The leader we know in the current term, or NULL. */
+const char *raft_leader(const raft_t *r);
+bool raft_is_leader(const raft_t *r);
+/* Leader and its lease still holds at now_ms: the agent checks this
+ * before it sends an order or answers a read as the head. */
+bool raft_leader_ok(const raft_t *r, uint64_t now_ms);
+uint64_t raft_commit_index(const raft_t *r);
+uint64_t raft_last_index(const raft_t *r);
+uint64_t raft_snapshot_index(const raft_t *r);
+/* The latest voter set in the log (committed or not). */
+const raft_voters *raft_get_voters(const raft_t *r);
+/* Leader only: ms since the last proof of contact with a voter; -1 when
+ * unknown (not leader, or not a voter).  0 for ourselves. */
+int64_t raft_last_contact_ms(const raft_t *r, const char *name, uint64_t now_ms);
+bool raft_failed(const raft_t *r);
+const char *raft_name(const raft_t *r);
+const raft_config *raft_get_config(const raft_t *r);
+
+typedef struct {
+	uint64_t msgs_sent, msgs_recv;
+	uint64_t drop[12];          /* by raft_codec_err (raft/raft_codec.h) */
+	uint64_t drop_stale_term;   /* a message of an older term */
+	uint64_t drop_not_voter;    /* from a name outside the voter set, where it matters */
+	uint64_t drop_bad_state;    /* valid bytes that make no sense here */
+	uint64_t elections, prevotes, leaderships, stepdowns_lease;
+	uint64_t votes_refused_sticky;
+	uint64_t snapshots_taken, snapshots_sent, snapshots_installed;
+	uint64_t truncations;
+} raft_stats;
+const raft_stats *raft_get_stats(const raft_t *r);
+
+/* ---- fencing ---- */
+/* An agent keeps the newest head term it has seen and refuses orders from
+ * an older one.  raft_fence_check returns 0 and records `term` when it is
+ * >= the newest seen, -1 (refuse the order) when it is older. */
+typedef struct { uint64_t newest; } raft_fence;
+int raft_fence_check(raft_fence *f, uint64_t term);
+
+#endif
