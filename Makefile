@@ -56,9 +56,9 @@ OBJS :=
 include common/module.mk
 include proto/module.mk
 include membership/module.mk
+include raft/module.mk
 include agent/module.mk
 -include transfer/module.mk
--include raft/module.mk
 # last: the test rules list every library above as prerequisites
 include tests/module.mk
 

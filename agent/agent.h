@@ -21,10 +21,28 @@
 
 #include "agent/agent_crypto.h"
 #include "agent/agent_opts.h"
+#include "common/sk_buf.h"
 #include "common/sk_rng.h"
 #include "membership/mbr.h"
 
 typedef struct agent_conn agent_conn;
+typedef struct agent_head agent_head;
+
+/* Who asked a control request, so that the answer can be sent later (a
+ * write answered once committed, a request forwarded to the head). */
+typedef struct {
+	uint8_t id[256];           /* the ROUTER identity */
+	size_t idlen;
+	bool sealed;               /* answer sealed with `key` (the request's key) */
+	agent_key key;
+} agent_client;
+
+typedef struct {
+	int code;                  /* 0 ok, 1 error, 2 usage error */
+	char error[512];
+	sk_buf body;
+	bool deferred;             /* the handler answers later with agent_ctl_send */
+} agent_reply;
 
 typedef struct {
 	uint64_t udp_in, udp_out, tcp_in, tcp_out, bytes_in, bytes_out;
@@ -72,6 +90,10 @@ typedef struct agent {
 	double drop_in, drop_out;
 	agent_counters cnt;
 	uint64_t started_ms;
+
+	agent_head *head;          /* NULL unless --head-eligible */
+	uint64_t fence_newest;     /* newest head term seen: older orders are refused */
+	bool in_head_update;       /* re-entrance guard of agent_pump -> head -> meta -> pump */
 } agent;
 
 /* CLOCK_MONOTONIC in milliseconds: the membership logic's time. */
@@ -91,6 +113,24 @@ void agent_net_send(agent *a, const mbr_out *o);
 /* agent_ctl.c */
 int agent_ctl_open(agent *a, char *err, size_t errlen);
 void agent_ctl_close(agent *a);
+/* Answers a request whose handler deferred its reply. */
+void agent_ctl_send(agent *a, const agent_client *c, int code, const char *error, const char *body);
+void agent_reply_fail(agent_reply *r, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* agent_head.c: the head election (raft/) wired to the agent */
+int agent_head_open(agent *a, char *err, size_t errlen);
+void agent_head_close(agent *a);
+/* After membership changed: bootstrap when enough voters are visible,
+ * refresh the head seen in gossip, replace long-failed voters. */
+void agent_head_members_changed(agent *a);
+/* The head this agent believes in ("" when none) and its term. */
+void agent_head_known(agent *a, char *name, size_t cap, uint64_t *term, char *rpc, size_t rpccap);
+/* What this voter publishes in gossip ("" and 0 for a non-voter). */
+void agent_head_published(agent *a, const char **head, uint64_t *term);
+/* Control commands of the head: "head", "state", "voters", "raft". */
+struct Skein__Control__Request;
+bool agent_head_dispatch(agent *a, const struct Skein__Control__Request *q, const agent_client *c,
+			 agent_reply *r);
 
 /* agent_gpu.c: GPUs visible through NVML or the CUDA runtime, 0 without
  * them; `source` says which answered ("nvml", "cuda", "none: ..."). */

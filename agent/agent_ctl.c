@@ -21,14 +21,7 @@
 #include "proto/control.pb-c.h"
 #include "proto/gossip.pb-c.h"
 
-typedef struct {
-	int code;
-	char error[512];
-	sk_buf body;
-} reply;
-
-static void fail(reply *r, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fail(reply *r, int code, const char *fmt, ...)
+void agent_reply_fail(agent_reply *r, int code, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -36,6 +29,8 @@ static void fail(reply *r, int code, const char *fmt, ...)
 	va_end(ap);
 	r->code = code;
 }
+#define fail agent_reply_fail
+typedef agent_reply reply;
 
 /* ---- member metadata ---- */
 
@@ -321,14 +316,24 @@ static void cmd_keyring(agent *a, const Skein__Control__Request *q, reply *r)
 	sk_buf_printf(&r->body, "%s %s %s\n", a->opts.name, op, fp);
 }
 
+static bool fence_ok(agent *a, uint64_t term, reply *r);
+
 static void cmd_debug(agent *a, const Skein__Control__Request *q, reply *r)
 {
 	if (!a->opts.enable_debug) {
 		fail(r, 1, "debug commands are off: start skeind with --enable-debug");
 		return;
 	}
+	if (q->n_args == 2 && !strcmp(q->args[0], "order")) {
+		/* An order as a head of that term would send it: tests the fence. */
+		char *end;
+		unsigned long long t = strtoull(q->args[1], &end, 10);
+		if (*end || t == 0) { fail(r, 2, "debug order: expected a term above 0"); return; }
+		if (fence_ok(a, t, r)) sk_buf_printf(&r->body, "order accepted at term %llu\n", t);
+		return;
+	}
 	if (q->n_args < 1 || strcmp(q->args[0], "drop") != 0) {
-		fail(r, 2, "usage: skeinctl debug drop --in P --out P");
+		fail(r, 2, "usage: skeinctl debug drop --in P --out P | debug order TERM");
 		return;
 	}
 	double in = a->drop_in, out = a->drop_out;
@@ -349,38 +354,57 @@ static void cmd_debug(agent *a, const Skein__Control__Request *q, reply *r)
 	sk_buf_printf(&r->body, "dropping in=%.3f out=%.3f\n", in, out);
 }
 
-static void dispatch(agent *a, const Skein__Control__Request *q, reply *r)
+/* An order carries the term of the head that gave it: refuse one from an
+ * older head than the newest we have seen (fencing). */
+static bool fence_ok(agent *a, uint64_t term, reply *r)
 {
-	const char *c = q->cmd;
-	if (!strcmp(c, "members")) cmd_members(a, q, r);
-	else if (!strcmp(c, "peers")) cmd_peers(a, r);
-	else if (!strcmp(c, "info")) cmd_info(a, q, r);
-	else if (!strcmp(c, "join")) cmd_join(a, q, r);
-	else if (!strcmp(c, "leave")) {
+	if (term == 0) return true;
+	char head[MBR_NAME_MAX + 1];
+	uint64_t known;
+	agent_head_known(a, head, sizeof head, &known, NULL, 0); /* raises fence_newest */
+	if (term < a->fence_newest) {
+		fail(r, 1, "stale order: term %llu is older than the newest head term seen (%llu)",
+		     (unsigned long long)term, (unsigned long long)a->fence_newest);
+		return false;
+	}
+	a->fence_newest = term;
+	return true;
+}
+
+static void dispatch(agent *a, const Skein__Control__Request *q, const agent_client *c, reply *r)
+{
+	const char *cmd = q->cmd;
+	if (!fence_ok(a, q->term, r)) return;
+	if (agent_head_dispatch(a, q, c, r)) return;
+	if (!strcmp(cmd, "members")) cmd_members(a, q, r);
+	else if (!strcmp(cmd, "peers")) cmd_peers(a, r);
+	else if (!strcmp(cmd, "info")) cmd_info(a, q, r);
+	else if (!strcmp(cmd, "join")) cmd_join(a, q, r);
+	else if (!strcmp(cmd, "leave")) {
 		agent_start_leave(a);
 		sk_buf_printf(&r->body, "leaving the cluster\n");
-	} else if (!strcmp(c, "health")) cmd_health(a, r);
-	else if (!strcmp(c, "keyring")) cmd_keyring(a, q, r);
-	else if (!strcmp(c, "debug")) cmd_debug(a, q, r);
-	else fail(r, 2, "unknown command '%s'", c);
+	} else if (!strcmp(cmd, "health")) cmd_health(a, r);
+	else if (!strcmp(cmd, "keyring")) cmd_keyring(a, q, r);
+	else if (!strcmp(cmd, "debug")) cmd_debug(a, q, r);
+	else fail(r, 2, "unknown command '%s'", cmd);
 }
 
 /* ---- the socket ---- */
 
-static void send_reply(agent *a, zmq_msg_t *id, const reply *r, const agent_key *seal)
+void agent_ctl_send(agent *a, const agent_client *c, int code, const char *error, const char *body)
 {
 	Skein__Control__Response resp = SKEIN__CONTROL__RESPONSE__INIT;
-	resp.code = r->code;
-	resp.error = (char *)r->error;
-	resp.body = (char *)(r->body.p ? r->body.p : "");
+	resp.code = code;
+	resp.error = (char *)(error ? error : "");
+	resp.body = (char *)(body ? body : "");
 	size_t n = skein__control__response__get_packed_size(&resp);
 	uint8_t *buf = malloc(n + CRYPTO_OVERHEAD);
 	if (!buf) return;
 	skein__control__response__pack(&resp, buf);
 	size_t len = n;
-	if (seal) {
+	if (c->sealed) {
 		uint8_t *s = malloc(n + CRYPTO_OVERHEAD);
-		if (!s || agent_seal_key(seal, AGENT_RPC_AAD_RESP, buf, n, s) < 0) {
+		if (!s || agent_seal_key(&c->key, AGENT_RPC_AAD_RESP, buf, n, s) < 0) {
 			free(s);
 			free(buf);
 			return;
@@ -389,13 +413,13 @@ static void send_reply(agent *a, zmq_msg_t *id, const reply *r, const agent_key 
 		buf = s;
 		len = n + CRYPTO_OVERHEAD;
 	}
-	zmq_msg_send(id, a->zrouter, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+	zmq_send(a->zrouter, c->id, c->idlen, ZMQ_SNDMORE | ZMQ_DONTWAIT);
 	zmq_send(a->zrouter, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
 	zmq_send(a->zrouter, buf, len, ZMQ_DONTWAIT);
 	free(buf);
 }
 
-static void handle_one(agent *a, zmq_msg_t *id, const uint8_t *data, size_t n)
+static void handle_one(agent *a, agent_client *c, const uint8_t *data, size_t n)
 {
 	reply r = { 0 };
 	sk_buf_init(&r.body);
@@ -404,43 +428,41 @@ static void handle_one(agent *a, zmq_msg_t *id, const uint8_t *data, size_t n)
 	const uint8_t *msg = data;
 	size_t mlen = n;
 	bool sealed = n > 0 && data[0] == CRYPTO_VERSION;
+	c->sealed = false;
 	if (a->kr.n && !sealed) {
 		a->cnt.ctl_rejected++;
 		fail(&r, 1, "this agent requires the cluster key: set SKEIN_KEY_FILE or pass --key-file");
-		send_reply(a, id, &r, NULL);
-		goto out;
+		goto answer;
 	}
 	if (!a->kr.n && sealed) {
 		a->cnt.ctl_rejected++;
 		fail(&r, 1, "this agent runs without encryption: run skeinctl without a key");
-		send_reply(a, id, &r, NULL);
-		goto out;
+		goto answer;
 	}
-	agent_key used = { 0 };
 	if (sealed) {
 		int ki;
 		plain = malloc(n);
 		if (!plain || (ki = agent_open(&a->kr, AGENT_RPC_AAD_REQ, data, n, plain, &mlen)) < 0) {
 			a->cnt.ctl_rejected++;
 			fail(&r, 1, "request did not authenticate: wrong key");
-			send_reply(a, id, &r, NULL);
-			goto out;
+			goto answer;
 		}
-		used = a->kr.keys[ki];
+		/* the answer goes back under the key the request came with */
+		c->sealed = true;
+		c->key = a->kr.keys[ki];
 		msg = plain;
 	}
 	Skein__Control__Request *q = skein__control__request__unpack(NULL, mlen, msg);
 	if (!q) {
 		a->cnt.ctl_rejected++;
 		fail(&r, 1, "malformed control request");
-		send_reply(a, id, &r, sealed ? &used : NULL);
-		goto out;
+		goto answer;
 	}
-	dispatch(a, q, &r);
+	dispatch(a, q, c, &r);
 	skein__control__request__free_unpacked(q, NULL);
 	if (r.body.oom) fail(&r, 1, "out of memory");
-	send_reply(a, id, &r, sealed ? &used : NULL);
-out:
+answer:
+	if (!r.deferred) agent_ctl_send(a, c, r.code, r.error, sk_buf_str(&r.body));
 	free(plain);
 	sk_buf_free(&r.body);
 }
@@ -472,8 +494,13 @@ static void drain(agent *a)
 			more = zmq_msg_more(&part);
 			zmq_msg_close(&part);
 		}
-		if (frames == 2 && payload) handle_one(a, &id, payload, plen);
-		else a->cnt.ctl_rejected++;
+		if (frames == 2 && payload && zmq_msg_size(&id) <= sizeof(((agent_client *)0)->id)) {
+			agent_client c = { .idlen = zmq_msg_size(&id) };
+			memcpy(c.id, zmq_msg_data(&id), c.idlen);
+			handle_one(a, &c, payload, plen);
+		} else {
+			a->cnt.ctl_rejected++;
+		}
 		free(payload);
 		zmq_msg_close(&id);
 	}

@@ -181,6 +181,12 @@ int agent_update_meta(agent *a)
 	}
 	m.n_tags = (size_t)a->opts.ntag;
 	m.tags = tp;
+	m.head_eligible = a->opts.head_eligible;
+	const char *head = "";
+	uint64_t term = 0;
+	if (a->head) agent_head_published(a, &head, &term);
+	m.head = (char *)head;
+	m.term = term;
 	if (mbr_addr_parse(a->opts.rpc, &ra) == 0) {
 		/* An agent whose control endpoint listens on every address
 		 * advertises it on its gossip address. */
@@ -221,7 +227,9 @@ void agent_pump(agent *a)
 		free(o.data);
 	}
 	mbr_event ev;
+	bool changed = false;
 	while (mbr_pop_event(a->mbr, &ev)) {
+		changed = true;
 		char addr[64];
 		mbr_addr_format(&ev.addr, addr, sizeof addr);
 		if (ev.type == MBR_EV_CONFLICT)
@@ -230,6 +238,11 @@ void agent_pump(agent *a)
 			SK_INFO("gossip", "member %s %s at %s (generation %llu, incarnation %u)", ev.name,
 				mbr_event_str(ev.type), addr, (unsigned long long)ev.generation, ev.incarnation);
 		if (ev.type == MBR_EV_JOIN || ev.type == MBR_EV_ALIVE) a->joined = true;
+	}
+	if (changed && a->head && !a->in_head_update) {
+		a->in_head_update = true;
+		agent_head_members_changed(a);
+		a->in_head_update = false;
 	}
 	uint64_t now = agent_now_ms(), d = mbr_next_deadline(a->mbr);
 	double after = d > now ? (double)(d - now) / 1000.0 : 0.0;
@@ -465,6 +478,7 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 	a->mbr_timer.data = a;
 	if (agent_net_open(a, err, sizeof err) < 0) goto fatal;
 	if (agent_ctl_open(a, err, sizeof err) < 0) goto fatal;
+	if (agent_head_open(a, err, sizeof err) < 0) goto fatal;
 	if (agent_update_meta(a) < 0) goto fatal;
 
 	signal(SIGPIPE, SIG_IGN);
@@ -499,6 +513,7 @@ fatal:
 static void teardown(agent *a)
 {
 	if (a->loop) {
+		agent_head_close(a);
 		agent_ctl_close(a);
 		agent_net_close(a);
 	}

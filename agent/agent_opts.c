@@ -38,6 +38,12 @@ static const opt table[] = {
 	S("config", config, "FILE", "read settings from FILE (key = value lines, same names as the flags)"),
 	{ "enable-debug", T_BOOL, offsetof(agent_opts, enable_debug), 0, 0, NULL,
 	  "allow debug commands (skeinctl debug drop) for chaos tests" },
+	{ "head-eligible", T_BOOL, offsetof(agent_opts, head_eligible), 0, 0, NULL,
+	  "this agent may be a voter and the head (Raft over the control channel)" },
+	S("bootstrap-expect", bootstrap_expect, "N",
+	  "elect no head until N head-eligible agents are visible, then fix them as the voters (like Consul)"),
+	S("voter-replace-after", voter_replace_after, "SECONDS",
+	  "the head replaces a voter failed this long by an eligible alive agent (0 = never, the default)"),
 	L("set", set, "KEY=VALUE", "override one gossip parameter (skeind --set probe_interval_ms=500); repeatable"),
 };
 #undef S
@@ -54,6 +60,8 @@ void agent_opts_defaults(agent_opts *o)
 	snprintf(o->gpus, sizeof o->gpus, "auto");
 	snprintf(o->log_level, sizeof o->log_level, "info");
 	snprintf(o->log_format, sizeof o->log_format, "text");
+	snprintf(o->bootstrap_expect, sizeof o->bootstrap_expect, "0");
+	snprintf(o->voter_replace_after, sizeof o->voter_replace_after, "0");
 }
 
 static void list_clear(char **v, int *n)

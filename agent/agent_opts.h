@@ -25,6 +25,9 @@ typedef struct {
 	char log_format[16];
 	char config[OPTS_STR];
 	bool enable_debug;
+	bool head_eligible;
+	char bootstrap_expect[16];   /* a number; "0" = never bootstrap */
+	char voter_replace_after[16];/* seconds; "0" = never replace automatically */
 	char *join[OPTS_LIST_MAX];
 	int njoin;
 	char *tag[OPTS_LIST_MAX];  /* "k=v" */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent/agent_crypto.h"
@@ -36,8 +37,18 @@ static void usage(FILE *f)
 		"                         cluster-wide key rotation; KEY is '-' (read stdin), @FILE,\n"
 		"                         a fingerprint (use, remove), or base64 (visible in ps: avoid)\n"
 		"  keygen                 print a new random 32-byte key in base64\n"
+		"  head [--format text|json]\n"
+		"                         the head, its term, and the voters with their last contact\n"
+		"  state put KEY VALUE | get KEY [--stale] | del KEY | list [--stale] [--format text|json]\n"
+		"                         the replicated cluster state; writes go through the head and\n"
+		"                         return once a majority of voters has them; --stale reads this\n"
+		"                         agent's own replica\n"
+		"  state bench N          N sequential puts; prints the commit latency (p50, p99, max)\n"
+		"  voters add NAME | remove NAME\n"
+		"                         change the voter set, one voter at a time\n"
 		"  debug drop --in P --out P\n"
-		"                         drop that fraction of gossip datagrams (skeind --enable-debug)\n\n"
+		"                         drop that fraction of gossip datagrams (skeind --enable-debug)\n"
+		"  debug order TERM       send a no-op order as a head of TERM would (fencing test)\n\n"
 		"exit codes: 0 ok, 1 error, 2 usage error\n");
 }
 
@@ -224,6 +235,52 @@ static int cmd_keyring(char **args, int nargs, const char *format)
 	return 0;
 }
 
+static long long mono_us(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (long long)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+
+static int cmp_ll(const void *x, const void *y)
+{
+	long long a = *(const long long *)x, b = *(const long long *)y;
+	return a < b ? -1 : a > b;
+}
+
+/* N puts one after the other, each answered once committed: the latency of
+ * a write as a client sees it (connection, forward to the head if needed,
+ * replication to a majority, fsync). */
+static int cmd_state_bench(const char *count)
+{
+	char *end;
+	long n = strtol(count, &end, 10);
+	if (*end || n < 1 || n > 100000) return die(2, "state bench: expected a count from 1 to 100000, got '%s'", count);
+	long long *lat = malloc((size_t)n * sizeof *lat);
+	if (!lat) return die(1, "out of memory%s", "");
+	int failed = 0;
+	for (long i = 0; i < n; i++) {
+		char key[64], val[32];
+		snprintf(key, sizeof key, "bench/%ld", i);
+		snprintf(val, sizeof val, "%ld", i);
+		const char *args[] = { "put", key, val };
+		agent_rpc c = { .endpoint = g_rpc, .cmd = "state", .args = args, .nargs = 3, .format = "text" };
+		long long t0 = mono_us();
+		agent_rpc_run(&c, 1, &g_kr, g_timeout_ms);
+		lat[i] = mono_us() - t0;
+		if (!c.answered || c.code) {
+			failed++;
+			if (failed == 1) fprintf(stderr, "skeinctl: write %ld failed: %s\n", i, c.error);
+		}
+		agent_rpc_free(&c, 1);
+	}
+	qsort(lat, (size_t)n, sizeof *lat, cmp_ll);
+	printf("writes %ld failed %d p50_ms %.3f p99_ms %.3f max_ms %.3f\n", n, failed, lat[n / 2] / 1000.0,
+	       lat[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1] / 1000.0, lat[n - 1] / 1000.0);
+	free(lat);
+	return failed ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *env_rpc = getenv("SKEIN_RPC");
@@ -262,6 +319,9 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (!strcmp(cmd, "keyring")) return cmd_keyring(args, nargs, format);
+	if (!strcmp(cmd, "state") && nargs == 2 && !strcmp(args[0], "bench")) return cmd_state_bench(args[1]);
+	if (!strcmp(cmd, "head") || !strcmp(cmd, "state") || !strcmp(cmd, "voters"))
+		return call(cmd, args, nargs, format);
 	if (!strcmp(cmd, "members") || !strcmp(cmd, "info") || !strcmp(cmd, "debug"))
 		return call(cmd, args, nargs, format);
 	if (!strcmp(cmd, "join")) {

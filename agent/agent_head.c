@@ -1,0 +1,922 @@
+/* agent/agent_head: the head election (raft/) wired into skeind.
+ *
+ * Agents started with --head-eligible run a Raft voter.  Once
+ * --bootstrap-expect eligible agents are visible by gossip (exactly that
+ * many: more means the operator's count is wrong, and we refuse rather than
+ * risk two different first voter sets), each of them bootstraps the same
+ * sorted voter set, as Consul does.  From then on Raft elects the head and
+ * replicates the cluster state (raft_kv), persisted in <data-dir>/raft.
+ *
+ * Transport: Raft messages ride the control channel (Request "raft" with a
+ * payload), one ZeroMQ DEALER per peer voter, connected to the control
+ * endpoint that voter advertises in its gossip metadata.  Sends never block
+ * (ZMQ_DONTWAIT, ZMQ_IMMEDIATE, a small high-water mark): a message that
+ * cannot go now is dropped and counted; Raft retries on its own.
+ *
+ * Head-only requests (state put/get/list/del, voters, head) that reach a
+ * follower or a non-voter are forwarded to the head and the answer relayed;
+ * a write is answered only once committed (a majority has it).  The head
+ * and its term travel in gossip metadata, so every agent knows them, and
+ * every order a head sends carries its term (fencing, agent_ctl.c). */
+#include "agent/agent.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "agent/agent_rpc.h"
+#include "common/sk_log.h"
+#include "proto/control.pb-c.h"
+#include "proto/gossip.pb-c.h"
+#include "raft/raft.h"
+#include "raft/raft_kv.h"
+
+enum {
+	PEERS_MAX = RAFT_VOTERS_MAX * 2,
+	PENDING_MAX = 4096,
+	FORWARDS_MAX = 256,
+};
+static const double WRITE_TIMEOUT_S = 5.0;   /* a write not committed by then fails */
+static const double FORWARD_TIMEOUT_S = 5.0;
+
+typedef struct {
+	char name[RAFT_NAME_MAX + 1];
+	char rpc[64];
+	void *sock;
+} peer;
+
+typedef struct {
+	uint64_t index, term;
+	double deadline;
+	agent_client client;
+	bool is_voters;           /* a voter change: answer when its entry commits */
+} pending;
+
+typedef struct fwd {
+	agent *a;
+	void *sock;
+	uint8_t *req;             /* the packed request, to send again to a new head */
+	size_t reqlen;
+	char target[RAFT_NAME_MAX + 1];
+	ev_io w;
+	ev_timer t;
+	agent_client client;
+	struct fwd *next;
+} fwd;
+
+struct agent_head {
+	raft_t *raft;
+	raft_storage *st;
+	bool file_storage;
+	raft_kv *kv;
+	uint64_t applied;
+	ev_timer timer;
+	ev_timer periodic;
+	peer peers[PEERS_MAX];
+	int npeers;
+	pending *pend;
+	size_t npend;
+	fwd *fwds;
+	int nfwds;
+	int bootstrap_expect;
+	bool bootstrap_warned;
+	uint64_t replace_after_ms;
+	char published_head[RAFT_NAME_MAX + 1];
+	uint64_t published_term;
+	uint64_t drop_send;
+};
+
+/* ---------------------------------------------------------------- gossip view */
+
+/* Reads NodeMeta of one member; returns NULL when absent or unreadable. */
+static Skein__Gossip__NodeMeta *meta_of(const mbr_member_info *mi)
+{
+	if (!mi->meta_len) return NULL;
+	return skein__gossip__node_meta__unpack(NULL, mi->meta_len, mi->meta);
+}
+
+static void rpc_str(const Skein__Gossip__NodeMeta *m, char *out, size_t cap)
+{
+	out[0] = 0;
+	if (!m || !m->rpc || (m->rpc->ip.len != 4 && m->rpc->ip.len != 16)) return;
+	mbr_addr ad = { .len = (uint8_t)m->rpc->ip.len, .port = (uint16_t)m->rpc->port };
+	memcpy(ad.ip, m->rpc->ip.data, ad.len);
+	mbr_addr_format(&ad, out, cap);
+}
+
+/* The control endpoint a member advertises ("" when unknown). */
+static void rpc_of(agent *a, const char *name, char *out, size_t cap)
+{
+	mbr_member_info mi;
+	out[0] = 0;
+	if (!strcmp(name, a->opts.name)) {
+		snprintf(out, cap, "%s", a->rpc_bound);
+		return;
+	}
+	if (mbr_lookup(a->mbr, name, &mi) < 0) return;
+	Skein__Gossip__NodeMeta *m = meta_of(&mi);
+	rpc_str(m, out, cap);
+	if (m) skein__gossip__node_meta__free_unpacked(m, NULL);
+}
+
+void agent_head_known(agent *a, char *name, size_t cap, uint64_t *term, char *rpc, size_t rpccap)
+{
+	name[0] = 0;
+	*term = 0;
+	agent_head *h = a->head;
+	if (h && h->raft && raft_leader(h->raft)) {
+		snprintf(name, cap, "%s", raft_leader(h->raft));
+		*term = raft_term(h->raft);
+	}
+	/* What the voters say in gossip: the claim of the newest term wins. */
+	size_t n = mbr_members(a->mbr, NULL, 0);
+	mbr_member_info *mi = calloc(n, sizeof *mi);
+	if (mi) {
+		mbr_members(a->mbr, mi, n);
+		for (size_t i = 0; i < n; i++) {
+			if (mi[i].status != MBR_ALIVE && mi[i].status != MBR_SUSPECT) continue;
+			Skein__Gossip__NodeMeta *m = meta_of(&mi[i]);
+			if (m && m->head_eligible && m->head[0] && m->term > *term) {
+				snprintf(name, cap, "%s", m->head);
+				*term = m->term;
+			}
+			if (m) skein__gossip__node_meta__free_unpacked(m, NULL);
+		}
+		free(mi);
+	}
+	if (*term > a->fence_newest) a->fence_newest = *term;
+	if (rpc) {
+		rpc[0] = 0;
+		if (name[0]) rpc_of(a, name, rpc, rpccap);
+	}
+}
+
+void agent_head_published(agent *a, const char **head, uint64_t *term)
+{
+	agent_head *h = a->head;
+	*head = h && h->raft ? h->published_head : "";
+	*term = h && h->raft ? h->published_term : 0;
+}
+
+/* ---------------------------------------------------------------- transport */
+
+static peer *peer_get(agent *a, const char *name)
+{
+	agent_head *h = a->head;
+	char rpc[64];
+	rpc_of(a, name, rpc, sizeof rpc);
+	if (!rpc[0]) return NULL;
+	for (int i = 0; i < h->npeers; i++) {
+		if (strcmp(h->peers[i].name, name)) continue;
+		if (!strcmp(h->peers[i].rpc, rpc)) return &h->peers[i];
+		/* it moved (a restart on a new address): reconnect */
+		zmq_close(h->peers[i].sock);
+		h->peers[i] = h->peers[--h->npeers];
+		break;
+	}
+	if (h->npeers >= PEERS_MAX) return NULL;
+	void *s = zmq_socket(a->zctx, ZMQ_DEALER);
+	if (!s) return NULL;
+	int zero = 0, one = 1, hwm = 256;
+	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+	zmq_setsockopt(s, ZMQ_IMMEDIATE, &one, sizeof one);
+	zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+	char ep[100];
+	snprintf(ep, sizeof ep, "tcp://%s", rpc);
+	if (zmq_connect(s, ep) != 0) {
+		zmq_close(s);
+		return NULL;
+	}
+	peer *p = &h->peers[h->npeers++];
+	snprintf(p->name, sizeof p->name, "%s", name);
+	snprintf(p->rpc, sizeof p->rpc, "%s", rpc);
+	p->sock = s;
+	return p;
+}
+
+/* Packs (and seals, with the primary key) one control request. */
+static uint8_t *pack_request(agent *a, const Skein__Control__Request *q, size_t *len)
+{
+	size_t n = skein__control__request__get_packed_size(q);
+	uint8_t *buf = malloc(n + CRYPTO_OVERHEAD);
+	if (!buf) return NULL;
+	skein__control__request__pack(q, buf);
+	*len = n;
+	if (!a->kr.n) return buf;
+	uint8_t *s = malloc(n + CRYPTO_OVERHEAD);
+	if (!s || agent_seal(&a->kr, AGENT_RPC_AAD_REQ, buf, n, s) < 0) {
+		free(s);
+		free(buf);
+		return NULL;
+	}
+	free(buf);
+	*len = n + CRYPTO_OVERHEAD;
+	return s;
+}
+
+static void raft_send(agent *a, const raft_out *o)
+{
+	agent_head *h = a->head;
+	peer *p = peer_get(a, o->to);
+	if (!p) { h->drop_send++; return; }
+	Skein__Control__Request q = SKEIN__CONTROL__REQUEST__INIT;
+	q.cmd = "raft";
+	q.payload.data = o->data;
+	q.payload.len = o->len;
+	size_t len;
+	uint8_t *buf = pack_request(a, &q, &len);
+	if (!buf) { h->drop_send++; return; }
+	if (zmq_send(p->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+	    zmq_send(p->sock, buf, len, ZMQ_DONTWAIT) < 0)
+		h->drop_send++;
+	free(buf);
+}
+
+/* ---------------------------------------------------------------- the pump */
+
+static void publish_head(agent *a)
+{
+	agent_head *h = a->head;
+	const char *leader = raft_leader(h->raft);
+	uint64_t term = raft_term(h->raft);
+	if (!leader) leader = "";
+	if (term == h->published_term && !strcmp(leader, h->published_head)) return;
+	snprintf(h->published_head, sizeof h->published_head, "%s", leader);
+	h->published_term = term;
+	if (term > a->fence_newest) a->fence_newest = term;
+	agent_update_meta(a);
+}
+
+static void answer_pending(agent *a, size_t i, int code, const char *error, const char *body)
+{
+	agent_head *h = a->head;
+	agent_ctl_send(a, &h->pend[i].client, code, error, body);
+	h->pend[i] = h->pend[--h->npend];
+}
+
+static void fail_all_pending(agent *a, const char *why)
+{
+	while (a->head->npend) answer_pending(a, 0, 1, why, NULL);
+}
+
+static void head_pump(agent *a);
+
+static void raft_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	agent *a = t->data;
+	(void)loop; (void)revents;
+	raft_tick(a->head->raft, agent_now_ms());
+	head_pump(a);
+}
+
+static void apply_all(agent *a)
+{
+	agent_head *h = a->head;
+	raft_apply ap;
+	while (raft_pop_apply(h->raft, &ap)) {
+		if (ap.kind == RAFT_APPLY_SNAPSHOT) {
+			char err[200];
+			if (raft_kv_restore(h->kv, ap.data, ap.len, err, sizeof err) < 0)
+				SK_ERROR("head", "snapshot restore failed: %s", err);
+		} else if (ap.type >= RAFT_ENTRY_USER) {
+			raft_kv_apply(h->kv, ap.type, ap.data, ap.len);
+		}
+		h->applied = ap.index;
+		for (size_t i = 0; i < h->npend;) {
+			pending *p = &h->pend[i];
+			if (p->index > ap.index || (ap.kind == RAFT_APPLY_SNAPSHOT && p->index > ap.index)) { i++; continue; }
+			if (p->index == ap.index && p->term == ap.term && ap.kind == RAFT_APPLY_ENTRY) {
+				char body[96];
+				snprintf(body, sizeof body, "committed at index %llu, term %llu\n",
+					 (unsigned long long)ap.index, (unsigned long long)ap.term);
+				answer_pending(a, i, 0, NULL, body);
+			} else {
+				answer_pending(a, i, 1, "write lost: the head changed before it committed; retry", NULL);
+			}
+		}
+	}
+	if (raft_snapshot_wanted(h->raft)) {
+		uint8_t *data;
+		size_t len;
+		char err[200];
+		if (raft_kv_serialize(h->kv, &data, &len) == 0) {
+			if (raft_snapshot_take(h->raft, agent_now_ms(), h->applied, data, len, err, sizeof err) < 0)
+				SK_WARN("head", "snapshot not taken: %s", err);
+			free(data);
+		}
+	}
+}
+
+static void head_pump(agent *a)
+{
+	agent_head *h = a->head;
+	raft_out o;
+	while (raft_pop_out(h->raft, &o)) {
+		raft_send(a, &o);
+		free(o.data);
+	}
+	apply_all(a);
+	raft_event ev;
+	while (raft_pop_event(h->raft, &ev)) {
+		switch (ev.type) {
+		case RAFT_EV_LEADER:
+			SK_INFO("head", "this agent is the head (term %llu)", (unsigned long long)ev.term);
+			break;
+		case RAFT_EV_FOLLOWER:
+			SK_INFO("head", "following head %s (term %llu)", ev.leader[0] ? ev.leader : "(unknown)",
+				(unsigned long long)ev.term);
+			break;
+		case RAFT_EV_STEPDOWN:
+			SK_WARN("head", "stepped down as head (term %llu): %s", (unsigned long long)ev.term, ev.reason);
+			fail_all_pending(a, "the head stepped down before the write committed; retry");
+			break;
+		case RAFT_EV_VOTERS: {
+			const raft_voters *v = raft_get_voters(h->raft);
+			char list[RAFT_VOTERS_MAX * (RAFT_NAME_MAX + 2)] = "";
+			for (size_t i = 0; i < v->n; i++) {
+				strcat(list, i ? "," : "");
+				strcat(list, v->names[i]);
+			}
+			SK_INFO("head", "voters: %s", list);
+			break;
+		}
+		case RAFT_EV_FAILED:
+			SK_ERROR("head", "consensus storage failed: %s; exiting so a restart recovers", ev.reason);
+			ev_break(a->loop, EVBREAK_ALL);
+			break;
+		}
+	}
+	publish_head(a);
+	uint64_t now = agent_now_ms(), d = raft_next_deadline(h->raft);
+	ev_timer_stop(a->loop, &h->timer);
+	ev_timer_set(&h->timer, d > now ? (double)(d - now) / 1000.0 : 0.0, 0.0);
+	ev_timer_start(a->loop, &h->timer);
+}
+
+/* ---------------------------------------------------------------- bootstrap, replacement */
+
+static void try_bootstrap(agent *a)
+{
+	agent_head *h = a->head;
+	if (h->bootstrap_expect <= 0 || raft_get_voters(h->raft)->n > 0) return;
+	size_t n = mbr_members(a->mbr, NULL, 0);
+	mbr_member_info *mi = calloc(n, sizeof *mi);
+	if (!mi) return;
+	mbr_members(a->mbr, mi, n);
+	const char *names[RAFT_VOTERS_MAX * 4];
+	size_t k = 0;
+	names[k++] = a->opts.name;
+	for (size_t i = 1; i < n && k < sizeof names / sizeof names[0]; i++) {
+		if (mi[i].status != MBR_ALIVE) continue;
+		Skein__Gossip__NodeMeta *m = meta_of(&mi[i]);
+		if (m && m->head_eligible) names[k++] = mi[i].name;
+		if (m) skein__gossip__node_meta__free_unpacked(m, NULL);
+	}
+	if ((int)k > h->bootstrap_expect && !h->bootstrap_warned) {
+		SK_ERROR("head", "%zu head-eligible agents visible but --bootstrap-expect is %d: not bootstrapping "
+			 "(two different first voter sets could elect two heads); fix --bootstrap-expect", k,
+			 h->bootstrap_expect);
+		h->bootstrap_warned = true;
+	}
+	if ((int)k == h->bootstrap_expect) {
+		raft_voters v;
+		char err[300];
+		if (raft_voters_make(&v, names, k, err, sizeof err) == 0 &&
+		    raft_bootstrap(h->raft, agent_now_ms(), &v, err, sizeof err) == 0)
+			SK_INFO("head", "bootstrapped the voter set with %zu voters", k);
+		else
+			SK_ERROR("head", "bootstrap failed: %s", err);
+	}
+	free(mi);
+	head_pump(a);
+}
+
+/* The head replaces a voter failed for longer than --voter-replace-after by
+ * an eligible alive non-voter: first the removal, then (next round) the
+ * addition, one change at a time through the log. */
+static void try_replace(agent *a)
+{
+	agent_head *h = a->head;
+	uint64_t now = agent_now_ms();
+	if (!h->replace_after_ms || !raft_leader_ok(h->raft, now)) return;
+	const raft_voters *v = raft_get_voters(h->raft);
+	char err[300];
+	for (size_t i = 0; i < v->n; i++) {
+		mbr_member_info mi;
+		if (!strcmp(v->names[i], a->opts.name) || mbr_lookup(a->mbr, v->names[i], &mi) < 0) continue;
+		if ((mi.status == MBR_DEAD || mi.status == MBR_LEFT) && now - mi.status_since_ms >= h->replace_after_ms) {
+			if (raft_voter_remove(h->raft, now, v->names[i], err, sizeof err) == 0)
+				SK_WARN("head", "removing voter %s: %s for %llu s", v->names[i], mbr_status_str(mi.status),
+					(unsigned long long)((now - mi.status_since_ms) / 1000));
+			head_pump(a);
+			return;
+		}
+	}
+	if ((int)v->n >= h->bootstrap_expect || h->bootstrap_expect <= 0) return;
+	/* below the expected count: add an eligible alive non-voter */
+	size_t n = mbr_members(a->mbr, NULL, 0);
+	mbr_member_info *all = calloc(n, sizeof *all);
+	if (!all) return;
+	mbr_members(a->mbr, all, n);
+	const char *best = NULL;
+	for (size_t i = 1; i < n; i++) {
+		if (all[i].status != MBR_ALIVE || raft_voters_has(v, all[i].name)) continue;
+		Skein__Gossip__NodeMeta *m = meta_of(&all[i]);
+		if (m && m->head_eligible && (!best || strcmp(all[i].name, best) < 0)) best = all[i].name;
+		if (m) skein__gossip__node_meta__free_unpacked(m, NULL);
+	}
+	if (best && raft_voter_add(h->raft, now, best, err, sizeof err) == 0)
+		SK_WARN("head", "adding voter %s to replace a failed one", best);
+	free(all);
+	head_pump(a);
+}
+
+static void fwd_follow_head(agent *a);
+static bool is_head(agent *a);
+
+static void periodic_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	agent *a = t->data;
+	(void)loop; (void)revents;
+	agent_head *h = a->head;
+	fwd_follow_head(a);
+	if (!h->raft) return;
+	double now = ev_now(a->loop);
+	for (size_t i = 0; i < h->npend;) {
+		if (now >= h->pend[i].deadline) answer_pending(a, i, 1, "write not committed within 5 s (no majority?)", NULL);
+		else i++;
+	}
+	try_bootstrap(a);
+	try_replace(a);
+}
+
+void agent_head_members_changed(agent *a)
+{
+	if (!a->head) return;
+	if (!a->head->raft) {
+		char n[RAFT_NAME_MAX + 1];
+		uint64_t t;
+		agent_head_known(a, n, sizeof n, &t, NULL, 0); /* keeps the fence fresh */
+		return;
+	}
+	try_bootstrap(a);
+}
+
+/* ---------------------------------------------------------------- forwarding */
+
+static void fwd_free(fwd *f)
+{
+	agent *a = f->a;
+	ev_io_stop(a->loop, &f->w);
+	ev_timer_stop(a->loop, &f->t);
+	if (f->sock) zmq_close(f->sock);
+	for (fwd **p = &a->head->fwds; *p; p = &(*p)->next) {
+		if (*p == f) { *p = f->next; break; }
+	}
+	a->head->nfwds--;
+	free(f->req);
+	free(f);
+}
+
+static void fwd_read(fwd *f)
+{
+	agent *a = f->a;
+	for (;;) {
+		int ev = 0;
+		size_t sz = sizeof ev;
+		if (zmq_getsockopt(f->sock, ZMQ_EVENTS, &ev, &sz) != 0 || !(ev & ZMQ_POLLIN)) return;
+		zmq_msg_t part;
+		uint8_t *data = NULL;
+		size_t dlen = 0;
+		int more = 1;
+		while (more) {
+			zmq_msg_init(&part);
+			if (zmq_msg_recv(&part, f->sock, ZMQ_DONTWAIT) < 0) { zmq_msg_close(&part); break; }
+			if (zmq_msg_size(&part) > 0) {
+				free(data);
+				dlen = zmq_msg_size(&part);
+				data = malloc(dlen);
+				if (data) memcpy(data, zmq_msg_data(&part), dlen);
+			}
+			more = zmq_msg_more(&part);
+			zmq_msg_close(&part);
+		}
+		uint8_t *plain = NULL;
+		const uint8_t *msg = data;
+		size_t mlen = dlen;
+		if (data && a->kr.n && dlen && data[0] == CRYPTO_VERSION) {
+			plain = malloc(dlen);
+			if (!plain || agent_open(&a->kr, AGENT_RPC_AAD_RESP, data, dlen, plain, &mlen) < 0) msg = NULL;
+			else msg = plain;
+		}
+		Skein__Control__Response *r = msg ? skein__control__response__unpack(NULL, mlen, msg) : NULL;
+		if (r) agent_ctl_send(a, &f->client, r->code, r->error, r->body);
+		else agent_ctl_send(a, &f->client, 1, "the head's answer could not be read", NULL);
+		if (r) skein__control__response__free_unpacked(r, NULL);
+		free(plain);
+		free(data);
+		fwd_free(f);
+		return;
+	}
+}
+
+static void fwd_io_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	(void)loop; (void)revents;
+	fwd_read(w->data);
+}
+
+static void fwd_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	fwd *f = t->data;
+	(void)loop; (void)revents;
+	agent_ctl_send(f->a, &f->client, 1, "the head did not answer within 5 s", NULL);
+	fwd_free(f);
+}
+
+/* (Re)connects a forward to `head` at `rpc` and sends its request. */
+static int fwd_send(fwd *f, const char *head, const char *rpc)
+{
+	agent *a = f->a;
+	if (f->sock) {
+		ev_io_stop(a->loop, &f->w);
+		zmq_close(f->sock);
+		f->sock = NULL;
+	}
+	void *s = zmq_socket(a->zctx, ZMQ_DEALER);
+	if (!s) return -1;
+	int zero = 0;
+	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+	char ep[100];
+	snprintf(ep, sizeof ep, "tcp://%s", rpc);
+	if (zmq_connect(s, ep) != 0 || zmq_send(s, "", 0, ZMQ_SNDMORE) < 0 ||
+	    zmq_send(s, f->req, f->reqlen, 0) < 0) {
+		zmq_close(s);
+		return -1;
+	}
+	f->sock = s;
+	snprintf(f->target, sizeof f->target, "%s", head);
+	int fd;
+	size_t sz = sizeof fd;
+	zmq_getsockopt(s, ZMQ_FD, &fd, &sz);
+	ev_io_set(&f->w, fd, EV_READ);
+	ev_io_start(a->loop, &f->w);
+	return 0;
+}
+
+/* Sends the request on to the head; the answer is relayed to the client. */
+static void forward(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+{
+	char head[RAFT_NAME_MAX + 1], rpc[64];
+	uint64_t term;
+	agent_head_known(a, head, sizeof head, &term, rpc, sizeof rpc);
+	if (q->forwarded) {
+		agent_reply_fail(r, 1, "not the head (head is %s, term %llu): retry", head[0] ? head : "unknown",
+				 (unsigned long long)term);
+		return;
+	}
+	if (!head[0] || !rpc[0] || !strcmp(head, a->opts.name)) {
+		agent_reply_fail(r, 1, "no head elected yet (term %llu): retry in a moment", (unsigned long long)term);
+		return;
+	}
+	agent_head *h = a->head;
+	if (h->nfwds >= FORWARDS_MAX) {
+		agent_reply_fail(r, 1, "too many requests in flight to the head");
+		return;
+	}
+	Skein__Control__Request fq = *q;
+	fq.forwarded = 1;
+	fwd *f = calloc(1, sizeof *f);
+	if (!f || !(f->req = pack_request(a, &fq, &f->reqlen))) {
+		free(f);
+		agent_reply_fail(r, 1, "out of memory");
+		return;
+	}
+	f->a = a;
+	f->client = *c;
+	ev_init(&f->w, fwd_io_cb);
+	f->w.data = f;
+	ev_timer_init(&f->t, fwd_timeout_cb, FORWARD_TIMEOUT_S, 0);
+	f->t.data = f;
+	f->next = h->fwds;
+	h->fwds = f;
+	h->nfwds++;
+	if (fwd_send(f, head, rpc) < 0) {
+		agent_reply_fail(r, 1, "cannot reach the head %s at %s", head, rpc);
+		f->client.idlen = 0;
+		fwd_free(f);
+		return;
+	}
+	ev_timer_start(a->loop, &f->t);
+	r->deferred = true;
+	fwd_read(f); /* edge-triggered: the answer may already be there */
+}
+
+/* We became the head while a request waited on the old one: handle it
+ * here.  Its client is answered by the handler (now or once committed). */
+static void fwd_take_over(fwd *f)
+{
+	agent *a = f->a;
+	const uint8_t *msg = f->req;
+	size_t mlen = f->reqlen;
+	uint8_t *plain = NULL;
+	if (a->kr.n) {
+		plain = malloc(f->reqlen);
+		if (!plain || agent_open(&a->kr, AGENT_RPC_AAD_REQ, f->req, f->reqlen, plain, &mlen) < 0) {
+			free(plain);
+			return;
+		}
+		msg = plain;
+	}
+	Skein__Control__Request *q = skein__control__request__unpack(NULL, mlen, msg);
+	free(plain);
+	if (!q) return;
+	agent_reply r = { 0 };
+	sk_buf_init(&r.body);
+	agent_client c = f->client;
+	f->client.idlen = 0;
+	fwd_free(f);
+	if (!agent_head_dispatch(a, q, &c, &r)) agent_reply_fail(&r, 2, "unknown command");
+	if (!r.deferred) agent_ctl_send(a, &c, r.code, r.error, sk_buf_str(&r.body));
+	sk_buf_free(&r.body);
+	skein__control__request__free_unpacked(q, NULL);
+}
+
+/* A forward waiting on a head that is no longer the head (it died, or lost
+ * an election) is sent again to the new one: a client's write does not wait
+ * for a timeout to learn of a failover. */
+static void fwd_follow_head(agent *a)
+{
+	char head[RAFT_NAME_MAX + 1], rpc[64];
+	uint64_t term;
+	agent_head_known(a, head, sizeof head, &term, rpc, sizeof rpc);
+	if (!head[0] || !rpc[0]) return;
+	bool self = !strcmp(head, a->opts.name);
+	if (self && !is_head(a)) return;
+	for (fwd *f = a->head->fwds, *next; f; f = next) {
+		next = f->next;
+		if (!strcmp(f->target, head)) continue;
+		if (self) fwd_take_over(f);
+		else fwd_send(f, head, rpc);
+	}
+}
+
+/* ---------------------------------------------------------------- commands */
+
+static bool is_head(agent *a)
+{
+	return a->head->raft && raft_leader_ok(a->head->raft, agent_now_ms());
+}
+
+static void cmd_head(agent *a, const Skein__Control__Request *q, agent_reply *r)
+{
+	char head[RAFT_NAME_MAX + 1];
+	uint64_t term;
+	agent_head_known(a, head, sizeof head, &term, NULL, 0);
+	bool json = !strcmp(q->format, "json");
+	bool leader = is_head(a);
+	const raft_voters *v = a->head->raft ? raft_get_voters(a->head->raft) : NULL;
+	uint64_t now = agent_now_ms();
+	if (json) {
+		sk_buf_printf(&r->body, "{\"head\":");
+		if (head[0]) sk_buf_json_str(&r->body, head);
+		else sk_buf_printf(&r->body, "null");
+		sk_buf_printf(&r->body, ",\"term\":%llu,\"voters\":[", (unsigned long long)term);
+	} else {
+		sk_buf_printf(&r->body, "head: %s\nterm: %llu\n", head[0] ? head : "(none)", (unsigned long long)term);
+		if (v && v->n) sk_buf_printf(&r->body, "%-24s %-10s %s\n", "VOTER", "STATE", "LAST_CONTACT_MS");
+	}
+	for (size_t i = 0; v && i < v->n; i++) {
+		const char *st;
+		int64_t lc = leader ? raft_last_contact_ms(a->head->raft, v->names[i], now) : -1;
+		mbr_member_info mi;
+		bool known = !strcmp(v->names[i], a->opts.name) || mbr_lookup(a->mbr, v->names[i], &mi) == 0;
+		if (!strcmp(v->names[i], head)) st = "leader";
+		else if (known && strcmp(v->names[i], a->opts.name) && (mi.status == MBR_DEAD || mi.status == MBR_LEFT))
+			st = "failed";
+		else if (leader && (lc < 0 || lc > (int64_t)raft_get_config(a->head->raft)->heartbeat_timeout_ms))
+			st = "unreachable";
+		else st = "follower";
+		if (json) {
+			sk_buf_printf(&r->body, "%s{\"name\":", i ? "," : "");
+			sk_buf_json_str(&r->body, v->names[i]);
+			sk_buf_printf(&r->body, ",\"state\":\"%s\",\"last_contact_ms\":%lld}", st, (long long)lc);
+		} else {
+			sk_buf_printf(&r->body, "%-24s %-10s %lld\n", v->names[i], st, (long long)lc);
+		}
+	}
+	if (json) sk_buf_printf(&r->body, "]}\n");
+}
+
+static void propose(agent *a, const agent_client *c, agent_reply *r, uint8_t type, uint8_t *data, size_t len)
+{
+	agent_head *h = a->head;
+	uint64_t index, term;
+	char err[300];
+	if (h->npend >= PENDING_MAX) { agent_reply_fail(r, 1, "too many writes in flight"); free(data); return; }
+	if (raft_propose(h->raft, agent_now_ms(), type, data, len, &index, &term, err, sizeof err) < 0) {
+		agent_reply_fail(r, 1, "write refused: %s", err);
+		free(data);
+		return;
+	}
+	free(data);
+	if (!h->pend) h->pend = calloc(PENDING_MAX, sizeof *h->pend);
+	if (!h->pend) { agent_reply_fail(r, 1, "out of memory"); return; }
+	pending *p = &h->pend[h->npend++];
+	p->index = index;
+	p->term = term;
+	p->deadline = ev_now(a->loop) + WRITE_TIMEOUT_S;
+	p->client = *c;
+	r->deferred = true;
+	head_pump(a);
+}
+
+static void cmd_state(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+{
+	const char *op = q->n_args ? q->args[0] : "";
+	bool stale = q->n_args >= 1 && !strcmp(q->args[q->n_args - 1], "--stale");
+	size_t nargs = q->n_args - (stale ? 1 : 0);
+	if (!strcmp(op, "put") ? nargs != 3 : !strcmp(op, "get") || !strcmp(op, "del") ? nargs != 2 :
+	    !strcmp(op, "list") ? nargs != 1 : 1) {
+		agent_reply_fail(r, 2, "usage: skeinctl state put KEY VALUE | get KEY [--stale] | del KEY | list [--stale]");
+		return;
+	}
+	bool read = !strcmp(op, "get") || !strcmp(op, "list");
+	/* --stale: this agent's replica, possibly behind (Consul's stale reads) */
+	if (!(read && stale && a->head->raft) && !is_head(a)) {
+		forward(a, q, c, r);
+		return;
+	}
+	agent_head *h = a->head;
+	char err[300];
+	const char *key = nargs >= 2 ? q->args[1] : "";
+	if (!strcmp(op, "get")) {
+		const uint8_t *v;
+		size_t vl;
+		if (raft_kv_get(h->kv, key, strlen(key), &v, &vl) < 0) {
+			agent_reply_fail(r, 1, "no such key: %s", key);
+			return;
+		}
+		sk_buf_add(&r->body, v, vl);
+		sk_buf_add(&r->body, "\n", 1);
+	} else if (!strcmp(op, "list")) {
+		raft_kv_item *it;
+		size_t n = raft_kv_list(h->kv, &it);
+		if (n == (size_t)-1) { agent_reply_fail(r, 1, "out of memory"); return; }
+		bool json = !strcmp(q->format, "json");
+		if (json) sk_buf_printf(&r->body, "{\"state\":{");
+		for (size_t i = 0; i < n; i++) {
+			char *k = strndup((const char *)it[i].key, it[i].klen);
+			char *v = strndup((const char *)it[i].val, it[i].vlen);
+			if (json) {
+				if (i) sk_buf_add(&r->body, ",", 1);
+				sk_buf_json_str(&r->body, k ? k : "");
+				sk_buf_add(&r->body, ":", 1);
+				sk_buf_json_str(&r->body, v ? v : "");
+			} else {
+				sk_buf_printf(&r->body, "%s\t%s\n", k ? k : "", v ? v : "");
+			}
+			free(k);
+			free(v);
+		}
+		if (json) sk_buf_printf(&r->body, "}}\n");
+		free(it);
+	} else {
+		uint8_t type, *data;
+		size_t len;
+		int rc = !strcmp(op, "put")
+			? raft_kv_encode_put(key, strlen(key), q->args[2], strlen(q->args[2]), &type, &data, &len, err, sizeof err)
+			: raft_kv_encode_del(key, strlen(key), &type, &data, &len, err, sizeof err);
+		if (rc < 0) { agent_reply_fail(r, 2, "%s", err); return; }
+		propose(a, c, r, type, data, len);
+	}
+}
+
+static void cmd_voters(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+{
+	const char *op = q->n_args ? q->args[0] : "";
+	if (!(((!strcmp(op, "add") || !strcmp(op, "remove")) && q->n_args == 2))) {
+		agent_reply_fail(r, 2, "usage: skeinctl voters add NAME | remove NAME");
+		return;
+	}
+	if (!is_head(a)) {
+		forward(a, q, c, r);
+		return;
+	}
+	char err[300];
+	uint64_t now = agent_now_ms();
+	const char *name = q->args[1];
+	if (!strcmp(op, "add")) {
+		mbr_member_info mi;
+		if (strcmp(name, a->opts.name) && (mbr_lookup(a->mbr, name, &mi) < 0 || mi.status != MBR_ALIVE)) {
+			agent_reply_fail(r, 1, "voters add: %s is not an alive member", name);
+			return;
+		}
+	}
+	int rc = !strcmp(op, "add") ? raft_voter_add(a->head->raft, now, name, err, sizeof err)
+				    : raft_voter_remove(a->head->raft, now, name, err, sizeof err);
+	if (rc < 0) {
+		agent_reply_fail(r, 1, "voters %s %s: %s", op, name, err);
+		return;
+	}
+	head_pump(a);
+	sk_buf_printf(&r->body, "voter %s %s proposed (in effect once a majority has it)\n", name,
+		      !strcmp(op, "add") ? "addition" : "removal");
+}
+
+bool agent_head_dispatch(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+{
+	const char *cmd = q->cmd;
+	if (!strcmp(cmd, "raft")) {
+		/* one-way: no answer */
+		r->deferred = true;
+		if (!a->head->raft) return true;
+		raft_recv(a->head->raft, agent_now_ms(), q->payload.data, q->payload.len);
+		head_pump(a);
+		return true;
+	}
+	if (!strcmp(cmd, "head")) {
+		char head[RAFT_NAME_MAX + 1];
+		uint64_t t;
+		agent_head_known(a, head, sizeof head, &t, NULL, 0);
+		/* the head knows its voters' last contact: ask it */
+		if (!is_head(a) && !q->forwarded && head[0] && strcmp(head, a->opts.name)) forward(a, q, c, r);
+		else cmd_head(a, q, r);
+		return true;
+	}
+	if (!strcmp(cmd, "state")) { cmd_state(a, q, c, r); return true; }
+	if (!strcmp(cmd, "voters")) { cmd_voters(a, q, c, r); return true; }
+	return false;
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+int agent_head_open(agent *a, char *err, size_t errlen)
+{
+	char *end;
+	long be = strtol(a->opts.bootstrap_expect, &end, 10);
+	if (*end || be < 0 || be > RAFT_VOTERS_MAX) {
+		snprintf(err, errlen, "--bootstrap-expect: expected 0 to %d, got '%s'", RAFT_VOTERS_MAX,
+			 a->opts.bootstrap_expect);
+		return -1;
+	}
+	long ra = strtol(a->opts.voter_replace_after, &end, 10);
+	if (*end || ra < 0) {
+		snprintf(err, errlen, "--voter-replace-after: expected seconds, got '%s'", a->opts.voter_replace_after);
+		return -1;
+	}
+	if (!a->opts.head_eligible && be > 0) {
+		snprintf(err, errlen, "--bootstrap-expect needs --head-eligible");
+		return -1;
+	}
+	agent_head *h = calloc(1, sizeof *h);
+	if (!h) { snprintf(err, errlen, "out of memory"); return -1; }
+	a->head = h;
+	/* Every agent forwards head-only requests; only eligible ones vote. */
+	ev_timer_init(&h->periodic, periodic_cb, 0.1, 0.1);
+	h->periodic.data = a;
+	ev_timer_start(a->loop, &h->periodic);
+	if (!a->opts.head_eligible) return 0;
+	h->bootstrap_expect = (int)be;
+	h->replace_after_ms = (uint64_t)ra * 1000;
+	raft_config rc;
+	raft_config_profile(&rc, !strcmp(a->opts.profile, "fast") ? "fast" : "default");
+	if (a->opts.data_dir[0]) {
+		char dir[600];
+		snprintf(dir, sizeof dir, "%s/raft", a->opts.data_dir);
+		h->st = raft_file_storage_new(dir, true, err, errlen);
+		h->file_storage = true;
+	} else {
+		SK_WARN("head", "no --data-dir: the cluster state of this voter is kept in memory only");
+		h->st = raft_mem_storage_new();
+	}
+	if (!h->st) return -1;
+	h->kv = raft_kv_new();
+	raft_self self = { .name = a->opts.name, .seed = a->generation * 0x9e3779b97f4a7c15ULL ^ 0xbeef };
+	h->raft = h->kv ? raft_new(&rc, &self, h->st, agent_now_ms(), err, errlen) : NULL;
+	if (!h->raft) return -1;
+	ev_init(&h->timer, raft_timer_cb);
+	h->timer.data = a;
+	head_pump(a);
+	return 0;
+}
+
+void agent_head_close(agent *a)
+{
+	agent_head *h = a->head;
+	if (!h) return;
+	while (h->fwds) fwd_free(h->fwds);
+	if (a->loop) {
+		ev_timer_stop(a->loop, &h->periodic);
+		if (h->raft) ev_timer_stop(a->loop, &h->timer);
+	}
+	for (int i = 0; i < h->npeers; i++) zmq_close(h->peers[i].sock);
+	raft_destroy(&h->raft);
+	raft_kv_destroy(&h->kv);
+	if (h->st && h->file_storage) raft_file_storage_free(&h->st);
+	else if (h->st) raft_mem_storage_free(&h->st);
+	free(h->pend);
+	free(h);
+	a->head = NULL;
+}

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Head election with real agents (fast profile): 3 voters (bootstrap-expect 3)
+# and 2 agents that only follow.  One head per term; writes from any agent go
+# through the head and survive its SIGKILL; a new head within a bound; stale
+# orders refused (fencing); a paused voter does not disturb the head; a
+# restarted voter catches up; voters added and removed one at a time.
+. "$(dirname "$0")/lib.sh"
+
+V="--profile fast --head-eligible --bootstrap-expect 3 --enable-debug"
+for i in 1 2 3; do start_agent $i $V --join "127.0.0.1:$(gport 1)"; done
+for i in 4 5; do start_agent $i --profile fast --enable-debug --join "127.0.0.1:$(gport 1)"; done
+
+head_of() { ctl "$1" head 2>/dev/null | awk '$1 == "head:" { print $2 }'; }
+term_of() { ctl "$1" head 2>/dev/null | awk '$1 == "term:" { print $2 }'; }
+all_agree() { # every agent in the list names the same head, not "(none)"
+	local h; h=$(head_of "$1")
+	[ -n "$h" ] && [ "$h" != "(none)" ] || return 1
+	for i in "$@"; do [ "$(head_of "$i")" = "$h" ] || return 1; done
+}
+put_ok() { ctl "$1" state put "$2" "$3" >/dev/null 2>&1; }
+get_is() { [ "$(ctl "$1" state get "$2" ${4:+"$4"} 2>/dev/null)" = "$3" ]; }
+one_head_per_term() { # from the logs: no term claimed by two agents
+	[ -z "$(grep -ho 'this agent is the head (term [0-9]*)' "$T_DIR"/n*.log | sort | uniq -d)" ] &&
+	[ -z "$(for f in "$T_DIR"/n*.log; do grep -o 'this agent is the head (term [0-9]*)' "$f" | sort -u; done | sort | uniq -d)" ]
+}
+
+t0=$(now_ms)
+if wait_until 20 all_agree 1 2 3 4 5; then pass "one head, known by all 5 agents ($(( $(now_ms) - t0 )) ms)"; else
+	fail "one head known by all"; for i in 1 2 3 4 5; do ctl $i head; done; fi
+H=$(head_of 4); HI=${H#n}
+check "the head is a voter" bash -c "[ $HI -ge 1 ] && [ $HI -le 3 ]"
+json=$(ctl 5 head --format json)
+check "head JSON: head, term, voters with state and last contact" bash -c "echo '$json' | grep -q '\"head\":\"$H\",\"term\":[0-9]*,\"voters\":\[{\"name\":\"n1\",\"state\":\"[a-z]*\",\"last_contact_ms\":'"
+
+# --- writes from any agent, through the head
+for k in $(seq 1 20); do put_ok $(( (k % 5) + 1 )) "key$k" "value$k" || fail "put key$k"; done
+
+ok=1; for i in 1 2 3 4 5; do get_is $i key7 value7 || ok=0; done
+check "get key7 from all 5 agents" [ $ok = 1 ]
+check "state list has the 20 keys" bash -c "[ \$(SKEIN_BIN='$BIN' '$SKEINCTL' --rpc 127.0.0.1:$(rport 4) state list | grep -c '^key') = 20 ]"
+out=$(ctl 4 state get nope 2>&1); rc=$?
+check "get of a missing key: exit 1, one line" expect_err $rc 1 "$out" "no such key"
+out=$(ctl 4 state put onlykey 2>&1); rc=$?
+check "put without a value: exit 2" expect_err $rc 2 "$out" "usage"
+
+# --- fencing: an order older than the newest head term is refused everywhere
+T=$(term_of 4)
+ok=1; for i in 1 2 3 4 5; do
+	out=$(ctl $i debug order $((T - 1)) 2>&1) && ok=0
+	echo "$out" | grep -q "stale order" || ok=0
+	ctl $i debug order "$T" >/dev/null 2>&1 || ok=0
+done
+check "order of term $((T - 1)) refused, term $T accepted, on all agents" [ $ok = 1 ]
+
+# --- a paused follower voter does not disturb the head
+F=1; [ "$HI" = 1 ] && F=2
+kill_agent $F STOP
+put_ok 4 during-pause yes || fail "write while a follower voter is paused"
+# held until the head sees it unreachable (no contact for a heartbeat timeout)
+wait_until 10 bash -c "'$SKEINCTL' --rpc 127.0.0.1:$(rport 4) head | grep -q '^n$F .*unreachable'"
+check "the head sees the paused voter unreachable" bash -c "'$SKEINCTL' --rpc 127.0.0.1:$(rport 4) head | grep -q '^n$F .*unreachable'"
+kill_agent $F CONT
+wait_until 10 get_is $F during-pause yes --stale
+check "the paused voter catches up (stale read of a write made while it was stopped)" get_is $F during-pause yes --stale
+check "the head did not change (still $H, term $T)" bash -c "[ '$(head_of 4)' = '$H' ] && [ '$(term_of 4)' = '$T' ]"
+
+# --- SIGKILL the head: a new head answers a write within a bound
+S=1; [ "$HI" = 1 ] && S=2
+kill_agent "$HI" 9
+t0=$(now_ms)
+if wait_until 10 put_ok $S after-kill yes; then
+	pass "new head commits a write $(( $(now_ms) - t0 )) ms after the head's SIGKILL"
+else
+	fail "no write within 10 s of the head's SIGKILL"
+fi
+wait_until 10 all_agree $(for i in 1 2 3 4 5; do [ $i != "$HI" ] && echo $i; done)
+H2=$(head_of 4)
+check "a different head ($H -> $H2) with a higher term" bash -c "[ '$H2' != '$H' ] && [ \$('$SKEINCTL' --rpc 127.0.0.1:$(rport 4) head | awk '\$1 == \"term:\" { print \$2 }') -gt $T ]"
+ok=1; for k in $(seq 1 20); do get_is 4 "key$k" "value$k" || ok=0; done
+check "every write committed before the kill is still there" [ $ok = 1 ]
+check "at most one head per term (logs)" one_head_per_term
+
+# --- the killed voter restarts from its data dir and catches up from the log
+for k in $(seq 21 40); do put_ok 5 "key$k" "value$k"; done
+start_agent "$HI" $V --join "127.0.0.1:$(gport 4)"
+if wait_until 15 get_is "$HI" key40 value40 --stale; then pass "the restarted voter caught up"; else fail "the restarted voter caught up"; fi
+check "it follows the new head" wait_until 5 bash -c "[ \"\$('$SKEINCTL' --rpc 127.0.0.1:$(rport $HI) head | awk '\$1 == \"head:\" { print \$2 }')\" = '$H2' ]"
+
+# --- voters: add an eligible agent, then remove it
+start_agent 6 --profile fast --head-eligible --join "127.0.0.1:$(gport 4)"
+wait_until 10 bash -c "[ -n \"\$('$SKEINCTL' --rpc 127.0.0.1:$(rport 4) members | grep '^n6 .*alive')\" ]"
+check "voters add n6" quiet ctl 4 voters add n6
+check "n6 is a voter" wait_until 5 bash -c "'$SKEINCTL' --rpc 127.0.0.1:$(rport 4) head | grep -q '^n6 '"
+wait_until 10 get_is 6 key40 value40 --stale
+check "the new voter has the state" get_is 6 key40 value40 --stale
+wait_until 5 quiet ctl 4 voters remove n6
+check "n6 removed" wait_until 5 bash -c "! '$SKEINCTL' --rpc 127.0.0.1:$(rport 4) head | grep -q '^n6 '"
+out=$(ctl 4 voters add nosuch 2>&1); rc=$?
+check "voters add of an unknown agent: exit 1" expect_err $rc 1 "$out" "not an alive member"
+check "at most one head per term (logs, at the end)" one_head_per_term
+finish
