@@ -33,6 +33,8 @@ typedef struct agent_head agent_head;
 typedef struct {
 	uint8_t id[256];           /* the ROUTER identity */
 	size_t idlen;
+	void *sock;                /* the ROUTER it came in on */
+	bool remote;               /* on the cluster endpoint, not the local --rpc */
 	bool sealed;               /* answer sealed with `key` (the request's key) */
 	agent_key key;
 } agent_client;
@@ -81,10 +83,10 @@ typedef struct agent {
 
 	agent_keyring kr;          /* n == 0: plaintext */
 
-	void *zctx, *zrouter;
-	ev_io zmq_w;
-	ev_idle zmq_idle;
+	void *zctx, *zrouter, *zcluster;
+	ev_io zmq_w, zcluster_w;
 	char rpc_bound[64];
+	char rpc_advertised[64];   /* where other agents reach our control endpoint */
 
 	sk_rng rng;                /* debug drops */
 	double drop_in, drop_out;

@@ -374,6 +374,12 @@ static bool fence_ok(agent *a, uint64_t term, reply *r)
 static void dispatch(agent *a, const Skein__Control__Request *q, const agent_client *c, reply *r)
 {
 	const char *cmd = q->cmd;
+	if (c->remote && !(!strcmp(cmd, "raft") || !strcmp(cmd, "head") || !strcmp(cmd, "state") ||
+			   !strcmp(cmd, "voters") || !strcmp(cmd, "keyring") || !strcmp(cmd, "peers") ||
+			   !strcmp(cmd, "members") || !strcmp(cmd, "info") || !strcmp(cmd, "health"))) {
+		fail(r, 1, "'%s' is only served on the local control endpoint (--rpc)", cmd);
+		return;
+	}
 	if (!fence_ok(a, q->term, r)) return;
 	if (agent_head_dispatch(a, q, c, r)) return;
 	if (!strcmp(cmd, "members")) cmd_members(a, q, r);
@@ -413,9 +419,10 @@ void agent_ctl_send(agent *a, const agent_client *c, int code, const char *error
 		buf = s;
 		len = n + CRYPTO_OVERHEAD;
 	}
-	zmq_send(a->zrouter, c->id, c->idlen, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-	zmq_send(a->zrouter, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-	zmq_send(a->zrouter, buf, len, ZMQ_DONTWAIT);
+	void *sock = c->sock ? c->sock : a->zrouter;
+	zmq_send(sock, c->id, c->idlen, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+	zmq_send(sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+	zmq_send(sock, buf, len, ZMQ_DONTWAIT);
 	free(buf);
 }
 
@@ -467,16 +474,21 @@ answer:
 	sk_buf_free(&r.body);
 }
 
-/* Reads every whole request waiting on the socket. */
-static void drain(agent *a)
+/* The biggest request taken: a Raft AppendEntries or a snapshot of the
+ * cluster state rides in one.  ZeroMQ drops a peer that sends more. */
+enum { CTL_MSG_MAX = 64 << 20 };
+
+/* Reads every whole request waiting on one socket (ZMQ_FD is
+ * edge-triggered: drain until ZMQ_EVENTS says nothing is left). */
+static void drain(agent *a, void *sock, bool remote)
 {
 	for (;;) {
 		int ev = 0;
 		size_t sz = sizeof ev;
-		if (zmq_getsockopt(a->zrouter, ZMQ_EVENTS, &ev, &sz) != 0 || !(ev & ZMQ_POLLIN)) return;
+		if (zmq_getsockopt(sock, ZMQ_EVENTS, &ev, &sz) != 0 || !(ev & ZMQ_POLLIN)) return;
 		zmq_msg_t id, part;
 		zmq_msg_init(&id);
-		if (zmq_msg_recv(&id, a->zrouter, ZMQ_DONTWAIT) < 0) { zmq_msg_close(&id); return; }
+		if (zmq_msg_recv(&id, sock, ZMQ_DONTWAIT) < 0) { zmq_msg_close(&id); return; }
 		/* [identity][empty][payload]; anything else is dropped whole */
 		uint8_t *payload = NULL;
 		size_t plen = 0;
@@ -484,9 +496,9 @@ static void drain(agent *a)
 		bool more = zmq_msg_more(&id);
 		while (more) {
 			zmq_msg_init(&part);
-			if (zmq_msg_recv(&part, a->zrouter, ZMQ_DONTWAIT) < 0) { zmq_msg_close(&part); break; }
+			if (zmq_msg_recv(&part, sock, ZMQ_DONTWAIT) < 0) { zmq_msg_close(&part); break; }
 			frames++;
-			if (frames == 2 && zmq_msg_size(&part) > 0 && zmq_msg_size(&part) <= (1u << 20)) {
+			if (frames == 2 && zmq_msg_size(&part) > 0 && zmq_msg_size(&part) <= CTL_MSG_MAX) {
 				plen = zmq_msg_size(&part);
 				payload = malloc(plen);
 				if (payload) memcpy(payload, zmq_msg_data(&part), plen);
@@ -495,7 +507,7 @@ static void drain(agent *a)
 			zmq_msg_close(&part);
 		}
 		if (frames == 2 && payload && zmq_msg_size(&id) <= sizeof(((agent_client *)0)->id)) {
-			agent_client c = { .idlen = zmq_msg_size(&id) };
+			agent_client c = { .idlen = zmq_msg_size(&id), .sock = sock, .remote = remote };
 			memcpy(c.id, zmq_msg_data(&id), c.idlen);
 			handle_one(a, &c, payload, plen);
 		} else {
@@ -508,42 +520,83 @@ static void drain(agent *a)
 
 static void zmq_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
+	agent *a = w->data;
 	(void)loop; (void)revents;
-	drain(w->data);
+	drain(a, w == &a->zmq_w ? a->zrouter : a->zcluster, w != &a->zmq_w);
 }
 
+static void *router_open(agent *a, const char *addr, ev_io *w, char *err, size_t errlen)
+{
+	void *s = zmq_socket(a->zctx, ZMQ_ROUTER);
+	if (!s) {
+		snprintf(err, errlen, "cannot create a control socket: %s", zmq_strerror(zmq_errno()));
+		return NULL;
+	}
+	int zero = 0;
+	int64_t maxsz = CTL_MSG_MAX;
+	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+	zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxsz, sizeof maxsz);
+	char ep[300];
+	snprintf(ep, sizeof ep, "tcp://%s", addr);
+	if (zmq_bind(s, ep) != 0) {
+		snprintf(err, errlen, "cannot bind the control endpoint %s: %s", addr, zmq_strerror(zmq_errno()));
+		zmq_close(s);
+		return NULL;
+	}
+	int fd;
+	size_t sz = sizeof fd;
+	zmq_getsockopt(s, ZMQ_FD, &fd, &sz);
+	ev_io_init(w, zmq_cb, fd, EV_READ);
+	w->data = a;
+	ev_io_start(a->loop, w);
+	return s;
+}
+
+static bool is_loopback(const mbr_addr *x)
+{
+	return (x->len == 4 && x->ip[0] == 127) ||
+	       (x->len == 16 && !memcmp(x->ip, "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\1", 16));
+}
+
+/* Binds --rpc for skeinctl.  When that is a loopback address and the agent
+ * gossips on another one, a second endpoint on the gossip IP, same port,
+ * serves other agents (Raft between voters, requests forwarded to the head,
+ * cluster-wide keyring changes); it refuses local-only commands. */
 int agent_ctl_open(agent *a, char *err, size_t errlen)
 {
 	a->zctx = zmq_ctx_new();
-	a->zrouter = a->zctx ? zmq_socket(a->zctx, ZMQ_ROUTER) : NULL;
-	if (!a->zrouter) {
-		snprintf(err, errlen, "cannot create the control socket: %s", zmq_strerror(zmq_errno()));
+	if (!a->zctx) {
+		snprintf(err, errlen, "cannot create the ZeroMQ context");
 		return -1;
 	}
-	int zero = 0, maxmsg = 1 << 20;
-	int64_t maxsz = 1 << 20;
-	zmq_setsockopt(a->zrouter, ZMQ_LINGER, &zero, sizeof zero);
-	zmq_setsockopt(a->zrouter, ZMQ_MAXMSGSIZE, &maxsz, sizeof maxsz);
-	(void)maxmsg;
-	char ep[300];
-	snprintf(ep, sizeof ep, "tcp://%s", a->opts.rpc);
-	if (zmq_bind(a->zrouter, ep) != 0) {
-		snprintf(err, errlen, "cannot bind the control endpoint %s: %s", a->opts.rpc, zmq_strerror(zmq_errno()));
-		return -1;
-	}
+	a->zrouter = router_open(a, a->opts.rpc, &a->zmq_w, err, errlen);
+	if (!a->zrouter) return -1;
+	mbr_addr rpc;
+	mbr_addr_parse(a->opts.rpc, &rpc);
 	snprintf(a->rpc_bound, sizeof a->rpc_bound, "%s", a->opts.rpc);
-	int fd;
-	size_t sz = sizeof fd;
-	zmq_getsockopt(a->zrouter, ZMQ_FD, &fd, &sz);
-	ev_io_init(&a->zmq_w, zmq_cb, fd, EV_READ);
-	a->zmq_w.data = a;
-	ev_io_start(a->loop, &a->zmq_w);
-	drain(a);
+	snprintf(a->rpc_advertised, sizeof a->rpc_advertised, "%s", a->opts.rpc);
+	bool any = (rpc.len == 4 && !memcmp(rpc.ip, "\0\0\0\0", 4));
+	if (any || (is_loopback(&rpc) && !is_loopback(&a->adv))) {
+		mbr_addr c = a->adv;
+		c.port = rpc.port;
+		mbr_addr_format(&c, a->rpc_advertised, sizeof a->rpc_advertised);
+	}
+	if (!any && is_loopback(&rpc) && !is_loopback(&a->adv)) {
+		a->zcluster = router_open(a, a->rpc_advertised, &a->zcluster_w, err, errlen);
+		if (!a->zcluster) return -1;
+	}
+	drain(a, a->zrouter, false);
+	if (a->zcluster) drain(a, a->zcluster, true);
 	return 0;
 }
 
 void agent_ctl_close(agent *a)
 {
+	if (a->zcluster) {
+		ev_io_stop(a->loop, &a->zcluster_w);
+		zmq_close(a->zcluster);
+		a->zcluster = NULL;
+	}
 	if (a->zrouter) {
 		ev_io_stop(a->loop, &a->zmq_w);
 		zmq_close(a->zrouter);

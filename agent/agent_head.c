@@ -125,9 +125,12 @@ void agent_head_known(agent *a, char *name, size_t cap, uint64_t *term, char *rp
 	name[0] = 0;
 	*term = 0;
 	agent_head *h = a->head;
-	if (h && h->raft && raft_leader(h->raft)) {
-		snprintf(name, cap, "%s", raft_leader(h->raft));
+	if (h && h->raft) {
+		/* a voter trusts its own Raft view for its term and older: gossip
+		 * about those terms may be stale (a head that has since stepped
+		 * down still claims it until its peers mark it failed) */
 		*term = raft_term(h->raft);
+		if (raft_leader(h->raft)) snprintf(name, cap, "%s", raft_leader(h->raft));
 	}
 	/* What the voters say in gossip: the claim of the newest term wins. */
 	size_t n = mbr_members(a->mbr, NULL, 0);

@@ -187,10 +187,7 @@ int agent_update_meta(agent *a)
 	if (a->head) agent_head_published(a, &head, &term);
 	m.head = (char *)head;
 	m.term = term;
-	if (mbr_addr_parse(a->opts.rpc, &ra) == 0) {
-		/* An agent whose control endpoint listens on every address
-		 * advertises it on its gossip address. */
-		if ((ra.len == 4 && !memcmp(ra.ip, "\0\0\0\0", 4))) memcpy(ra.ip, a->adv.ip, 4);
+	if (mbr_addr_parse(a->rpc_advertised[0] ? a->rpc_advertised : a->opts.rpc, &ra) == 0) {
 		rpc.ip.data = ra.ip;
 		rpc.ip.len = ra.len;
 		rpc.port = ra.port;

@@ -18,5 +18,5 @@ $(BIN)/skeinctl: $(SKEINCTL_SRC:%.c=$(O)/%.o) $(LIB_AGENT) $(LIB_MEMBERSHIP) $(L
 PROGRAMS += $(BIN)/skeind $(BIN)/skeinctl
 
 TEST_SCRIPTS += tests/agent/cluster_test.sh tests/agent/security_test.sh tests/agent/badinput_test.sh tests/agent/head_test.sh \
-	tests/agent/partition_test.sh
+	tests/agent/partition_test.sh tests/agent/head_partition_test.sh
 BENCH_SCRIPTS += tests/agent/bench.sh
