@@ -127,6 +127,9 @@ void agent_head_close(agent *a);
 void agent_head_members_changed(agent *a);
 /* The head this agent believes in ("" when none) and its term. */
 void agent_head_known(agent *a, char *name, size_t cap, uint64_t *term, char *rpc, size_t rpccap);
+/* Consensus counters: messages sent, received, dropped at send, elections
+ * started, lease step-downs, messages dropped on receipt. */
+void agent_head_counters(agent *a, uint64_t c[6]);
 /* What this voter publishes in gossip ("" and 0 for a non-voter). */
 void agent_head_published(agent *a, const char **head, uint64_t *term);
 /* Control commands of the head: "head", "state", "voters", "raft". */

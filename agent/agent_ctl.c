@@ -187,8 +187,9 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 	const agent_counters *c = &a->cnt;
 	char addr[64];
 	mbr_addr_format(&a->adv, addr, sizeof addr);
-	uint64_t wire_drops = 0;
+	uint64_t wire_drops = 0, rc[6];
 	for (int i = 0; i < 8; i++) wire_drops += s->drop[i];
+	agent_head_counters(a, rc);
 	struct { const char *k; unsigned long long v; } ctr[] = {
 		{ "udp_sent", c->udp_out }, { "udp_received", c->udp_in },
 		{ "tcp_sent", c->tcp_out }, { "tcp_received", c->tcp_in },
@@ -205,6 +206,8 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 		{ "failures_declared", s->dead_declared }, { "push_pulls", s->pushpulls },
 		{ "time_jumps", s->time_jumps }, { "control_requests", c->ctl_requests },
 		{ "control_rejected", c->ctl_rejected },
+		{ "raft_sent", rc[0] }, { "raft_received", rc[1] }, { "raft_send_dropped", rc[2] },
+		{ "raft_elections", rc[3] }, { "raft_lease_stepdowns", rc[4] }, { "raft_received_dropped", rc[5] },
 	};
 	size_t nctr = sizeof ctr / sizeof ctr[0];
 	if (!strcmp(q->format, "json")) {

@@ -155,6 +155,21 @@ void agent_head_known(agent *a, char *name, size_t cap, uint64_t *term, char *rp
 	}
 }
 
+void agent_head_counters(agent *a, uint64_t c[6])
+{
+	agent_head *h = a->head;
+	memset(c, 0, 6 * sizeof c[0]);
+	if (!h || !h->raft) return;
+	const raft_stats *st = raft_get_stats(h->raft);
+	c[0] = st->msgs_sent;
+	c[1] = st->msgs_recv;
+	c[2] = h->drop_send;
+	c[3] = st->elections;
+	c[4] = st->stepdowns_lease;
+	for (int i = 0; i < 12; i++) c[5] += st->drop[i];
+	c[5] += st->drop_stale_term + st->drop_not_voter + st->drop_bad_state;
+}
+
 void agent_head_published(agent *a, const char **head, uint64_t *term)
 {
 	agent_head *h = a->head;

@@ -77,12 +77,27 @@ static int load_key(const char *key_file)
 	return 0;
 }
 
-/* One call to the agent; prints the body or the error; returns the exit code. */
+static long long mono_us(void);
+
+/* One call to the agent; prints the body or the error; returns the exit code.
+ * A head-only request that meets an election ("no head elected yet", "the
+ * head stepped down") is retried until --timeout: operators and scripts see
+ * a failover as a short delay, not an error. */
 static int call(const char *cmd, char **args, int nargs, const char *format)
 {
 	agent_rpc c = { .endpoint = g_rpc, .cmd = cmd, .args = (const char *const *)args,
 			.nargs = nargs, .format = format };
-	agent_rpc_run(&c, 1, &g_kr, g_timeout_ms);
+	bool head_only = !strcmp(cmd, "state") || !strcmp(cmd, "voters") || !strcmp(cmd, "head");
+	long long deadline = mono_us() + (long long)g_timeout_ms * 1000;
+	for (;;) {
+		long long left_ms = (deadline - mono_us()) / 1000;
+		agent_rpc_run(&c, 1, &g_kr, left_ms > 0 ? (int)left_ms : 1);
+		if (!head_only || !c.answered || c.code != 1 || !strstr(c.error, "retry")) break;
+		if (mono_us() + 50000 >= deadline) break;
+		agent_rpc_free(&c, 1);
+		struct timespec ts = { 0, 50 * 1000000 };
+		nanosleep(&ts, NULL);
+	}
 	int code;
 	if (!c.answered) {
 		fprintf(stderr, "skeinctl: %s\n", c.error);

@@ -19,4 +19,4 @@ PROGRAMS += $(BIN)/skeind $(BIN)/skeinctl
 
 TEST_SCRIPTS += tests/agent/cluster_test.sh tests/agent/security_test.sh tests/agent/badinput_test.sh tests/agent/head_test.sh \
 	tests/agent/partition_test.sh tests/agent/head_partition_test.sh
-BENCH_SCRIPTS += tests/agent/bench.sh
+BENCH_SCRIPTS += tests/agent/bench.sh tests/agent/head_bench.sh
