@@ -194,7 +194,14 @@ int mbr_pop_out(mbr_t *m, mbr_out *out)
 {
 	if (!m->out_len) return 0;
 	*out = m->outs[m->out_head++];
-	if (--m->out_len == 0) m->out_head = 0;
+	if (--m->out_len == 0) {
+		m->out_head = 0;
+		if (m->out_cap > 64) {
+			free(m->outs);
+			m->outs = NULL;
+			m->out_cap = 0;
+		}
+	}
 	return 1;
 }
 
@@ -230,7 +237,17 @@ int mbr_pop_event(mbr_t *m, mbr_event *ev)
 {
 	if (!m->ev_len) return 0;
 	*ev = m->evs[m->ev_head++];
-	if (--m->ev_len == 0) m->ev_head = 0;
+	if (--m->ev_len == 0) {
+		m->ev_head = 0;
+		/* A join brings one event per member in a burst; do not keep
+		 * that much memory per node after it is drained (the simulator
+		 * holds 10,000 nodes). */
+		if (m->ev_cap > 64) {
+			free(m->evs);
+			m->evs = NULL;
+			m->ev_cap = 0;
+		}
+	}
 	return 1;
 }
 
@@ -435,6 +452,15 @@ static void refute(mbr_t *m, uint32_t accused_inc, uint64_t now)
 	(void)now;
 }
 
+/* An accusation older than our current incarnation still reaches us: some
+ * node missed our refutation (gossip sends each update a bounded number of
+ * times).  Send it again; it rides our next ack or gossip, often straight
+ * back to the accuser, whose buddy-system ping brought the stale news. */
+static void stale_accusation(mbr_t *m)
+{
+	if (!m->self->bc_blob) queue_update(m, m->self, MBR_MSG_ALIVE, NULL);
+}
+
 static void handle_alive(mbr_t *m, const char *name, const mbr_addr *addr, uint64_t gen,
 			 uint32_t inc, const uint8_t *meta, size_t meta_len, uint64_t now)
 {
@@ -512,7 +538,10 @@ static void handle_suspect(mbr_t *m, const char *name, uint64_t gen, uint32_t in
 {
 	if (strcmp(name, m->self->name) == 0) {
 		if (m->leaving) return;
-		if (vcmp(gen, inc, m->self->gen, m->self->inc) < 0) return;
+		if (vcmp(gen, inc, m->self->gen, m->self->inc) < 0) {
+			stale_accusation(m);
+			return;
+		}
 		refute(m, inc, now);
 		return;
 	}
@@ -571,7 +600,10 @@ static void handle_dead(mbr_t *m, const char *name, uint64_t gen, uint32_t inc,
 {
 	if (strcmp(name, m->self->name) == 0) {
 		if (m->leaving) return;
-		if (vcmp(gen, inc, m->self->gen, m->self->inc) < 0) return;
+		if (vcmp(gen, inc, m->self->gen, m->self->inc) < 0) {
+			stale_accusation(m);
+			return;
+		}
 		refute(m, inc, now);
 		return;
 	}

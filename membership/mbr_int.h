@@ -28,6 +28,7 @@ typedef struct mbr_member {
 	uint16_t meta_len;
 	uint16_t bc_len;
 	uint32_t plist_pos;  /* index in the probe list (not for self) */
+	uint32_t hash;       /* of the name: compared before the name itself */
 	uint64_t since_ms;
 	uint8_t *meta;
 	mbr_suspicion *susp;

@@ -34,17 +34,20 @@ void mbr_table_free(mbr_table *t)
 mbr_member *mbr_table_get(const mbr_table *t, const char *name)
 {
 	size_t mask = t->cap - 1;
-	for (size_t i = mbr_name_hash(name) & mask;; i = (i + 1) & mask) {
+	uint64_t h = mbr_name_hash(name);
+	for (size_t i = h & mask;; i = (i + 1) & mask) {
 		mbr_member *m = t->slot[i];
 		if (!m) return NULL;
-		if (strcmp(m->name, name) == 0) return m;
+		if (m->hash == (uint32_t)h && strcmp(m->name, name) == 0) return m;
 	}
 }
 
 static void place(mbr_member **slot, size_t cap, mbr_member *mem)
 {
 	size_t mask = cap - 1;
-	size_t i = mbr_name_hash(mem->name) & mask;
+	uint64_t h = mbr_name_hash(mem->name);
+	mem->hash = (uint32_t)h;
+	size_t i = h & mask;
 	while (slot[i]) i = (i + 1) & mask;
 	slot[i] = mem;
 }
