@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh: the GPU tests of libskein in one call on the H200 machine.
+#
+# Builds libskein and tests/gpu/gpu_xfer_test.c from source with gcc (no make:
+# that machine lacks the agent's dependencies), then checks and times:
+#   1. colocated CUDA IPC, IPC_BYTES (default 8 GiB) between two processes on
+#      one GPU, bit-exact, beside a device-to-device copy in the same run;
+#   2. NCCL world of one: broadcast and broadcast_packed leave the buffers as
+#      they were; a world of two whose rank 1 never joins: watchdog + abort;
+#   3. p2p-tcp from device memory to device memory (pinned host staging),
+#      TCP_BYTES (default 2 GiB), beside a plain socket send of the same bytes.
+# Then (SKEIN_GPU_CPU_BENCH=1, the default) the CPU benchmarks of
+# tests/transfer/bench.sh on that machine's cores and disk (SKEIN_BENCH_DISK
+# default 4G there, SKEIN_BENCH_P2P 2G).  Prints the results last; full logs
+# go to $OUT (the device tool's folder) or /tmp/skein-gpu.
+#
+# xxhash.h / zstd.h and their libraries come from the system, or from
+# .gpu-deps/{include,lib} carried from a Debian machine:
+#   mkdir -p .gpu-deps/include .gpu-deps/lib
+#   cp /usr/include/{xxhash,xxh3,zstd,zstd_errors}.h .gpu-deps/include/
+#   cp /usr/lib/x86_64-linux-gnu/lib{xxhash,zstd}.a .gpu-deps/lib/
+# and name .gpu-deps in the device call's carry list.
+# Usage: tests/gpu/run.sh [IPC_BYTES] [TCP_BYTES]
+set -u
+cd "$(dirname "$0")/../.."
+IPC_BYTES=${1:-8589934592}
+TCP_BYTES=${2:-2147483648}
+LOG=${OUT:-/tmp/skein-gpu}
+mkdir -p "$LOG"
+CUDA=${CUDA_HOME:-/usr/local/cuda}
+CC=${CC:-gcc}
+B=$(mktemp -d)
+trap 'rm -rf "$B"' EXIT
+INC="-I. -I$CUDA/include"
+XLIBS="-lxxhash -lzstd"
+if [ -d .gpu-deps ]; then INC="$INC -I.gpu-deps/include"; XLIBS=".gpu-deps/lib/libxxhash.a .gpu-deps/lib/libzstd.a"; fi
+CFLAGS="-std=c11 -O2 -g -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-format-truncation -D_GNU_SOURCE -fPIC"
+
+echo "== build"
+t0=$(date +%s%N)
+for f in transfer/*.c; do
+	case $f in transfer/xfer_bench.c|transfer/xfer_trainer_sim.c|transfer/xfer_engine_sim.c) continue ;; esac
+	$CC $CFLAGS $INC -c "$f" -o "$B/$(basename "$f" .c).o" || { echo "build failed: $f"; exit 1; }
+done
+ar rcs "$B/libskein.a" "$B"/*.o
+$CC $CFLAGS $INC tests/gpu/gpu_xfer_test.c "$B/libskein.a" -L"$CUDA/lib64" -Wl,-rpath,"$CUDA/lib64" -lcudart \
+	$XLIBS -ldl -lpthread -o "$B/gpu_xfer_test" || { echo "build failed: gpu_xfer_test"; exit 1; }
+for p in bench:skein-xfer-bench trainer_sim:skein-trainer-sim engine_sim:skein-engine-sim; do
+	$CC $CFLAGS $INC "transfer/xfer_${p%%:*}.c" "$B/libskein.a" $XLIBS -ldl -lpthread -lm -o "$B/${p##*:}" ||
+		{ echo "build failed: ${p##*:}"; exit 1; }
+done
+echo "built in $((($(date +%s%N) - t0) / 1000000)) ms"
+
+if [ -z "${SKEIN_NCCL_LIB:-}" ]; then
+	for d in "$CUDA/lib64" $(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0] + "/lib")' 2>/dev/null) \
+		/usr/lib/x86_64-linux-gnu; do
+		if [ -e "$d/libnccl.so.2" ]; then export SKEIN_NCCL_LIB="$d/libnccl.so.2"; break; fi
+	done
+fi
+echo "NCCL: ${SKEIN_NCCL_LIB:-not found}"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "nvidia-smi: none"
+
+pass=0; fail=0
+run() {
+	local name=$1; shift
+	echo "== $name"
+	local t=$(date +%s%N)
+	timeout 240 "$B/gpu_xfer_test" "$@" 2>&1 | tee "$LOG/$name.log"
+	echo "($name took $((($(date +%s%N) - t) / 1000000)) ms)"
+	local line
+	line=$(grep -E '^# [0-9]+ passed' "$LOG/$name.log" | tail -n 1)
+	if [ -n "$line" ]; then
+		pass=$((pass + $(echo "$line" | sed -E 's/^# ([0-9]+) passed.*/\1/')))
+		fail=$((fail + $(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')))
+	else
+		fail=$((fail + 1))
+	fi
+}
+run nccl nccl
+run ipc ipc "$IPC_BYTES"
+run tcp tcp "$TCP_BYTES"
+
+if [ "${SKEIN_GPU_CPU_BENCH:-1}" = 1 ]; then
+	echo "== CPU benchmarks on this machine ($(nproc) cores)"
+	t=$(date +%s%N)
+	BIN="$B" SKEIN_BENCH_DISK=${SKEIN_BENCH_DISK:-4G} SKEIN_BENCH_P2P=${SKEIN_BENCH_P2P:-2G} DIR="$B" \
+		timeout 420 tests/transfer/bench.sh > "$LOG/bench.log" 2>&1 || fail=$((fail + 1))
+	echo "(bench took $((($(date +%s%N) - t) / 1000000)) ms)"
+fi
+
+echo "== results"
+cat "$LOG"/*.log | grep '^RESULT' | sed 's/^RESULT //' | tee "$LOG/results.txt"
+[ -e "$LOG/bench.log" ] && cat "$LOG/bench.log"
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -1,0 +1,239 @@
+/* tests/unit/xfer_core_test.c: libskein's manifest, buckets, checksum, delta
+ * codec, undo journal and path table, without any I/O between processes. */
+#include "tests/unit/xfer_testlib.h"
+#include "transfer/xfer_int.h"
+
+T_TEST(xfer_manifest_rejects_bad_input)
+{
+	xfer_manifest *m = xfer_manifest_new();
+	xfer_err e;
+	int64_t shape[2] = { 4, 4 };
+	char buf[64];
+	T_EQ(xfer_manifest_add(m, "a b", XFER_F32, 2, shape, buf, XFER_MEM_HOST, &e), -1);
+	T_EQ(e.code, XFER_EINVAL);
+	T_CHECK(strstr(e.msg, "no spaces"));
+	T_EQ(xfer_manifest_add(m, "x", (xfer_dtype)99, 2, shape, buf, XFER_MEM_HOST, &e), -1);
+	T_CHECK(strstr(e.msg, "unknown dtype"));
+	T_EQ(xfer_manifest_add(m, "x", XFER_F32, 2, shape, NULL, XFER_MEM_HOST, &e), -1);
+	T_EQ(xfer_manifest_add(m, "x", XFER_F32, 9, shape, buf, XFER_MEM_HOST, &e), -1);
+	T_EQ(xfer_manifest_add(m, "x", XFER_U8, 2, shape, buf, XFER_MEM_HOST, &e), 0);
+	T_EQ(xfer_manifest_add(m, "x", XFER_U8, 2, shape, buf, XFER_MEM_HOST, &e), -1);
+	T_CHECK(strstr(e.msg, "twice"));
+	T_EQ(xfer_manifest_bytes(m), 16);
+	xfer_manifest *o = xfer_manifest_new();
+	T_EQ(xfer_manifest_add(o, "x", XFER_I8, 2, shape, buf, XFER_MEM_HOST, &e), 0);
+	T_EQ(xfer_manifest_compare(m, o, &e), -1);
+	T_EQ(e.code, XFER_EMISMATCH);
+	T_CHECK(strstr(e.msg, "dtype u8") && strstr(e.msg, "i8"));
+	xfer_manifest_free(&m);
+	xfer_manifest_free(&m);
+	xfer_manifest_free(&o);
+	xfer_dtype d;
+	T_EQ(xfer_dtype_parse("bf16", &d), 0);
+	T_EQ(d, XFER_BF16);
+	T_EQ(xfer_dtype_size(XFER_F64), 8);
+	T_EQ(xfer_dtype_parse("float128", &d), -1);
+}
+
+T_TEST(xfer_buckets_follow_manifest_order)
+{
+	xfer_manifest *m = xfer_manifest_new();
+	static char buf[4096];
+	xfer_err e;
+	/* 100, 100, 300 (alone: > 256), 50, 3 x f32 (12 bytes) -> buckets of 256 */
+	int64_t s1[1] = { 100 }, s2[1] = { 300 }, s3[1] = { 50 }, s4[1] = { 3 };
+	T_EQ(xfer_manifest_add(m, "a", XFER_U8, 1, s1, buf, XFER_MEM_HOST, &e), 0);
+	T_EQ(xfer_manifest_add(m, "b", XFER_U8, 1, s1, buf, XFER_MEM_HOST, &e), 0);
+	T_EQ(xfer_manifest_add(m, "c", XFER_U8, 1, s2, buf, XFER_MEM_HOST, &e), 0);
+	T_EQ(xfer_manifest_add(m, "d", XFER_U8, 1, s3, buf, XFER_MEM_HOST, &e), 0);
+	T_EQ(xfer_manifest_add(m, "e", XFER_F32, 1, s4, buf, XFER_MEM_HOST, &e), 0);
+	xfer_bucket *b;
+	size_t n;
+	T_EQ(xfer_buckets(m, 256, &b, &n, &e), 0);
+	T_EQ(n, 3);
+	T_EQ(b[0].first, 0);
+	T_EQ(b[0].count, 2);
+	T_EQ(b[0].bytes, 200);
+	T_EQ(b[1].first, 2);
+	T_EQ(b[1].alone, 1);
+	T_EQ(b[1].bytes, 300);
+	T_EQ(b[2].first, 3);
+	T_EQ(b[2].count, 2);
+	T_EQ(b[2].bytes, 62);
+	T_EQ(b[2].packed_bytes, 64); /* f32 aligned to 4: 50 -> 52 */
+	free(b);
+	T_EQ(xfer_buckets(m, 0, &b, &n, &e), 0); /* default 512 MiB: one bucket */
+	T_EQ(n, 1);
+	free(b);
+	xfer_manifest_free(&m);
+}
+
+T_TEST(xfer_checksum_is_xxh3_128)
+{
+	xfer_sum a = xfer_checksum("skein", 5), b = xfer_checksum("skeim", 5);
+	T_CHECK(!xfer_sum_equal(a, b));
+	char hex[33];
+	xfer_sum_hex(a, hex);
+	xfer_sum c;
+	T_EQ(xfer_sum_parse(hex, &c), 0);
+	T_CHECK(xfer_sum_equal(a, c));
+	T_EQ(xfer_sum_parse("xyz", &c), -1);
+	/* xxh3-128 of the empty input, a published constant */
+	xfer_sum_hex(xfer_checksum("", 0), hex);
+	T_STREQ(hex, "99aa06d3014798d86001c324468d497f");
+}
+
+/* Every element size, both encodings, none / some / all changed, with zstd. */
+T_TEST(xfer_delta_roundtrip)
+{
+	sk_rng r;
+	sk_rng_seed(&r, t_seed());
+	size_t sizes[] = { 1, 2, 4, 8 };
+	double fracs[] = { 0.0, 0.01, 0.3, 1.0 };
+	for (int enc = 0; enc < 2; enc++)
+		for (size_t si = 0; si < 4; si++)
+			for (size_t fi = 0; fi < 4; fi++)
+				for (int z = 0; z < 2; z++) {
+					size_t esz = sizes[si], n = esz * (1 + sk_rng_below(&r, 5000));
+					unsigned char *old = malloc(n), *nw = malloc(n), *shadow = malloc(n), *dst = malloc(n);
+					tm_fill(&r, old, n);
+					memcpy(nw, old, n);
+					for (size_t i = 0; i < n; i++)
+						if (sk_rng_unit(&r) < fracs[fi]) nw[i] ^= (unsigned char)(1 + sk_rng_below(&r, 255));
+					memcpy(shadow, old, n);
+					memcpy(dst, old, n);
+					xfer_buf out = { 0 }, zb = { 0 }, back = { 0 };
+					uint64_t changed;
+					xfer_sum sum;
+					T_XOK(xfer_delta_encode((xfer_encoding)enc, esz, shadow, nw, n, 1, &out, &changed, &sum, err_));
+					T_CHECK(memcmp(shadow, nw, n) == 0);
+					T_CHECK(xfer_sum_equal(sum, xfer_checksum(nw, n)));
+					if (fi == 0) T_EQ(changed, 0);
+					const unsigned char *p = out.p;
+					size_t plen = out.len;
+					if (z) {
+						T_XOK(xfer_zstd_compress(1, out.p, out.len, &zb, err_));
+						T_XOK(xfer_zstd_decompress(zb.p, zb.len, &back, out.len, err_));
+						T_EQ(back.len, out.len);
+						p = back.p;
+						plen = back.len;
+					}
+					T_XOK(xfer_delta_apply((xfer_encoding)enc, esz, dst, n, p, plen, NULL, err_));
+					T_CHECK(memcmp(dst, nw, n) == 0);
+					xfer_buf_free(&out);
+					xfer_buf_free(&zb);
+					xfer_buf_free(&back);
+					free(old);
+					free(nw);
+					free(shadow);
+					free(dst);
+				}
+}
+
+T_TEST(xfer_delta_rejects_corrupt_payload)
+{
+	sk_rng r;
+	sk_rng_seed(&r, t_seed());
+	size_t n = 2 * 1000;
+	unsigned char *old = malloc(n), *nw = malloc(n), *dst = malloc(n);
+	tm_fill(&r, old, n);
+	memcpy(nw, old, n);
+	for (int i = 0; i < 20; i++) nw[sk_rng_below(&r, n)] ^= 1;
+	memcpy(dst, old, n);
+	xfer_buf out = { 0 };
+	uint64_t changed;
+	unsigned char *shadow = malloc(n);
+	memcpy(shadow, old, n);
+	T_XOK(xfer_delta_encode(XFER_ENC_OVERWRITE, 2, shadow, nw, n, 0, &out, &changed, NULL, err_));
+	xfer_err e;
+	/* wrong element size (a dtype mismatch) */
+	T_EQ(xfer_delta_apply(XFER_ENC_OVERWRITE, 4, dst, n, out.p, out.len, NULL, &e), -1);
+	T_EQ(e.code, XFER_EMISMATCH);
+	/* truncated */
+	T_EQ(xfer_delta_apply(XFER_ENC_OVERWRITE, 2, dst, n, out.p, out.len - 1, NULL, &e), -1);
+	T_EQ(e.code, XFER_EFORMAT);
+	/* an index past the end: set the first gap varint to a huge value */
+	out.p[32] = 0xff;
+	out.p[33] = 0x7f;
+	T_EQ(xfer_delta_apply(XFER_ENC_OVERWRITE, 2, dst, n, out.p, out.len, NULL, &e), -1);
+	T_CHECK(memcmp(dst, old, n) == 0); /* nothing touched */
+	xfer_buf_free(&out);
+	free(old);
+	free(nw);
+	free(dst);
+	free(shadow);
+}
+
+/* The journal puts back exactly what was there, through several layers. */
+T_TEST(xfer_journal_undo_restores)
+{
+	sk_rng r;
+	sk_rng_seed(&r, t_seed());
+	size_t n = (3 << 20) + 13; /* more than one 1 MiB chunk of records */
+	unsigned char *a = malloc(n), *orig = malloc(n), *src = malloc(n);
+	tm_fill(&r, a, n);
+	memcpy(orig, a, n);
+	xfer_journal *j;
+	xfer_err e;
+	T_CHECK((j = xfer_journal_new(NULL, &e)) != NULL);
+	for (int round = 0; round < 3; round++) {
+		memcpy(src, a, n);
+		for (size_t i = 0; i < n / 50; i++) src[sk_rng_below(&r, n)] ^= 0x11;
+		if (round == 2) tm_fill(&r, src, n); /* all different */
+		T_XOK(xfer_journal_copy(j, a, src, n, err_));
+		T_CHECK(memcmp(a, src, n) == 0);
+	}
+	/* and a delta blob on top */
+	xfer_buf out = { 0 };
+	unsigned char *shadow = malloc(n);
+	memcpy(shadow, a, n);
+	memcpy(src, a, n);
+	src[5] ^= 1;
+	src[n - 1] ^= 2;
+	T_XOK(xfer_delta_encode(XFER_ENC_OVERWRITE, 1, shadow, src, n, 0, &out, NULL, NULL, err_));
+	T_XOK(xfer_delta_apply(XFER_ENC_OVERWRITE, 1, a, n, out.p, out.len, j, err_));
+	T_CHECK(memcmp(a, src, n) == 0);
+	T_CHECK(xfer_journal_bytes(j) > n);
+	T_XOK(xfer_journal_undo(j, err_));
+	T_CHECK(memcmp(a, orig, n) == 0);
+	xfer_journal_free(&j);
+	xfer_buf_free(&out);
+	free(a);
+	free(orig);
+	free(src);
+	free(shadow);
+}
+
+T_TEST(xfer_paths_say_why_unavailable)
+{
+	char why[256];
+	T_EQ(xfer_probe("disk-delta", why, sizeof why), 0);
+	T_EQ(xfer_probe("p2p-tcp", why, sizeof why), 0);
+	T_EQ(xfer_probe("p2p", why, sizeof why), 0);
+	T_EQ(xfer_probe("p2p-rdma", why, sizeof why), -1);
+	T_CHECK(strstr(why, "not implemented"));
+	T_EQ(xfer_probe("carrier-pigeon", why, sizeof why), -1);
+	T_CHECK(strstr(why, "unknown"));
+	/* NCCL / CUDA: whichever way, a reason when unavailable */
+	const char *gpu[] = { "broadcast", "broadcast_packed", "colocated" };
+	for (int i = 0; i < 3; i++)
+		if (xfer_probe(gpu[i], why, sizeof why) != 0) T_CHECK(strlen(why) > 10);
+	/* p2p falls back to TCP and says why */
+	xfer_config c;
+	xfer_config_init(&c);
+	c.path = "p2p";
+	c.role = XFER_RECEIVER;
+	xfer_manifest *m = xfer_manifest_new();
+	xfer_endpoint *ep;
+	T_XOK(xfer_open(&ep, &c, m, err_));
+	T_STREQ(xfer_endpoint_path(ep), "p2p-tcp");
+	T_CHECK(strstr(xfer_endpoint_note(ep), "p2p-rdma unavailable"));
+	T_CHECK(xfer_endpoint_port(ep) > 0);
+	xfer_close(&ep);
+	xfer_close(&ep);
+	c.path = "nope";
+	xfer_err e;
+	T_EQ(xfer_open(&ep, &c, m, &e), -1);
+	T_EQ(e.code, XFER_EINVAL);
+	xfer_manifest_free(&m);
+}

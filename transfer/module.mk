@@ -1,0 +1,36 @@
+# transfer/: libskein, the weight-transfer library (static and shared), its
+# stand-in trainer and engine, and the benchmark program.
+# libskein needs only libxxhash and libzstd; CUDA, NCCL and rdma-core are
+# loaded with dlopen at run time (the RDMA transport is not written yet: its
+# probe says so, and whether <infiniband/verbs.h> was there at build time).
+XFER_PROG_SRC := transfer/xfer_bench.c transfer/xfer_trainer_sim.c transfer/xfer_engine_sim.c
+XFER_SRC := $(filter-out $(XFER_PROG_SRC),$(wildcard transfer/*.c))
+XFER_OBJ := $(XFER_SRC:%.c=$(O)/%.o)
+LIB_XFER := $(O)/libskein.a
+LIB_XFER_SO := $(O)/libskein.so
+XFER_HAVE_VERBS := $(shell test -e /usr/include/infiniband/verbs.h && echo 1)
+XFER_LIBS := -lxxhash -lzstd -ldl -lpthread -lm
+
+$(XFER_OBJ): CFLAGS += -fPIC $(if $(XFER_HAVE_VERBS),-DXFER_HAVE_VERBS)
+
+$(LIB_XFER): $(XFER_OBJ)
+	$(AR) rcs $@ $^
+$(LIB_XFER_SO): $(XFER_OBJ)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libskein.so -o $@ $^ $(XFER_LIBS)
+
+$(BIN)/skein-xfer-bench: $(O)/transfer/xfer_bench.o $(LIB_XFER)
+$(BIN)/skein-trainer-sim: $(O)/transfer/xfer_trainer_sim.o $(LIB_XFER)
+$(BIN)/skein-engine-sim: $(O)/transfer/xfer_engine_sim.o $(LIB_XFER)
+$(BIN)/skein-xfer-bench $(BIN)/skein-trainer-sim $(BIN)/skein-engine-sim:
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(XFER_LIBS) $(LDLIBS)
+
+PROGRAMS += $(LIB_XFER) $(LIB_XFER_SO) $(BIN)/skein-xfer-bench $(BIN)/skein-trainer-sim \
+	$(BIN)/skein-engine-sim
+
+# Unit tests: tests/module.mk (included after this file) links every
+# tests/unit/*_test.c with $(TEST_EXTRA_LIBS) and $(LDLIBS).
+TEST_EXTRA_LIBS += $(LIB_XFER)
+LDLIBS += $(XFER_LIBS)
+TEST_SCRIPTS += tests/transfer/sims.sh
+BENCH_SCRIPTS += tests/transfer/bench.sh

@@ -1,0 +1,62 @@
+/* transfer/xfer_engine_sim.c: skein-engine-sim, a stand-in rollout engine.
+ *
+ * Registers buffers for the same layout as skein-trainer-sim (same --bytes,
+ * --tensors, --seed), receives versions through libskein on --path until it
+ * holds version --steps, and after each one recomputes what the trainer must
+ * have published and compares bit for bit.  Exit 0 when every version
+ * matched; 1 on a transfer error; 4 on a mismatch. */
+#include "transfer/xfer_int.h"
+#include "transfer/xfer_sim_cli.h"
+
+int main(int argc, char **argv)
+{
+	sim_opts o;
+	xfer_sim_model mine, ref;
+	xfer_config c;
+	xfer_endpoint *ep = NULL;
+	xfer_err e = { 0 };
+	int rc = 1;
+	memset(&mine, 0, sizeof mine);
+	memset(&ref, 0, sizeof ref);
+	if (sim_parse(argc, argv, &o, "the engine: receives and verifies versions up to S") != 0) return 2;
+	if (xfer_sim_model_init(&mine, o.bytes, o.tensors, o.seed, o.changed, &e) != 0 ||
+	    xfer_sim_model_init(&ref, o.bytes, o.tensors, o.seed, o.changed, &e) != 0)
+		goto err;
+	xfer_sim_model_poison(&mine);
+	sim_config(&o, &c, XFER_RECEIVER);
+	if (xfer_open(&ep, &c, mine.m, &e) != 0) goto err;
+	if (o.port_file) {
+		FILE *f = fopen(o.port_file, "w");
+		if (!f || fprintf(f, "%d\n", xfer_endpoint_port(ep)) < 0 || fclose(f) != 0) {
+			fprintf(stderr, "engine: cannot write %s\n", o.port_file);
+			goto out;
+		}
+	}
+	printf("engine: ready on %s%s%s\n", xfer_endpoint_path(ep), *xfer_endpoint_note(ep) ? ": " : "",
+	       xfer_endpoint_note(ep));
+	fflush(stdout);
+	for (uint64_t have = 0; have < (uint64_t)o.steps;) {
+		if (xfer_receive(ep, o.wait_ms, &have, &e) != 0) goto err;
+		xfer_sim_model_advance(&ref, have);
+		long bad = xfer_sim_model_diff(&ref, &mine);
+		xfer_stats st = xfer_endpoint_stats(ep);
+		if (bad >= 0) {
+			printf("engine: v%llu MISMATCH in tensor %s\n", (unsigned long long)have,
+			       xfer_manifest_tensor(mine.m, (size_t)bad)->name);
+			rc = 4;
+			goto out;
+		}
+		printf("engine: v%llu verified bit for bit (%zu tensors, %llu bytes read in %.3f s)\n",
+		       (unsigned long long)have, mine.n, (unsigned long long)st.bytes_moved, st.seconds);
+		fflush(stdout);
+	}
+	rc = 0;
+	goto out;
+err:
+	fprintf(stderr, "engine: error: %s (%s)\n", e.msg, xfer_code_name(e.code));
+out:
+	xfer_close(&ep);
+	xfer_sim_model_free(&mine);
+	xfer_sim_model_free(&ref);
+	return rc;
+}

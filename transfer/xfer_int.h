@@ -1,0 +1,181 @@
+/* transfer/xfer_int.h: what the files of libskein share and nobody else sees.
+ *
+ * The endpoint holds a table of function pointers (xfer_path_ops) chosen by
+ * name at xfer_open, as redis chooses its connection types: each data path
+ * lives in its own file and fills one table.  Helpers for errors, clocks, file
+ * I/O, the undo journal and the dlopen'd CUDA runtime sit here too. */
+#ifndef XFER_INT_H
+#define XFER_INT_H
+
+#include "transfer/skein_xfer.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+
+/* ---- errors ---- */
+int xfer_fail(xfer_err *err, xfer_code code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Like xfer_fail, appending ": strerror(errno)". */
+int xfer_fail_errno(xfer_err *err, xfer_code code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Prepends context to an error already set. */
+void xfer_err_prefix(xfer_err *err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+double xfer_now(void); /* monotonic seconds */
+
+/* ---- manifest internals ---- */
+struct xfer_manifest {
+	xfer_tensor *t;
+	size_t n, cap;
+	uint64_t bytes;
+};
+/* Offsets of each tensor in the back-to-back byte space (n+1 entries). */
+uint64_t *xfer_manifest_offsets(const xfer_manifest *m);
+/* One line per tensor, "name dtype d0xd1x.. nbytes", for handshakes. */
+char *xfer_manifest_describe(const xfer_manifest *m, size_t *len);
+/* Parses what xfer_manifest_describe wrote into a manifest with NULL ptrs. */
+xfer_manifest *xfer_manifest_parse(const char *text, size_t len, xfer_err *err);
+int xfer_shape_format(const xfer_tensor *t, char *out, size_t n);
+
+/* ---- data path table ---- */
+typedef struct xfer_path_ops {
+	const char *name;
+	int (*probe)(char *why, size_t n);
+	int (*setup)(xfer_endpoint *ep, xfer_err *err);
+	int (*send)(xfer_endpoint *ep, uint64_t version, xfer_err *err);
+	int (*receive)(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err);
+	void (*abort)(xfer_endpoint *ep);
+	void (*teardown)(xfer_endpoint *ep);
+} xfer_path_ops;
+
+extern const xfer_path_ops xfer_disk_ops;
+extern const xfer_path_ops xfer_tcp_ops;
+extern const xfer_path_ops xfer_rdma_ops;
+extern const xfer_path_ops xfer_bcast_ops;
+extern const xfer_path_ops xfer_bcast_packed_ops;
+extern const xfer_path_ops xfer_ipc_ops;
+
+struct xfer_endpoint {
+	const xfer_path_ops *ops;
+	xfer_config cfg;       /* strings below are copies */
+	char *s_dir, *s_rid, *s_host, *s_jdir;
+	const xfer_manifest *m;
+	xfer_bucket *buckets;
+	size_t nbuckets;
+	uint64_t *offsets;     /* back-to-back offsets, n+1 */
+	char note[256];        /* why the path fell back */
+	int port;              /* p2p/colocated receiver: the port it listens on */
+	atomic_int aborted;
+	xfer_stats stats;
+	void *impl;            /* the path's own state */
+};
+
+/* Sets ep->stats.seconds etc. at the end of a version. */
+int xfer_check_aborted(xfer_endpoint *ep, xfer_err *err);
+
+/* ---- file helpers (xfer_io.c) ---- */
+int xfer_write_all(int fd, const void *p, size_t n, xfer_err *err);
+int xfer_read_all(int fd, void *p, size_t n, xfer_err *err);
+/* Whole file into a malloc'd buffer with a NUL after it. */
+int xfer_read_file(const char *path, char **out, size_t *len, xfer_err *err);
+int xfer_fsync_dir(const char *dir, xfer_err *err);
+/* Writes a small file atomically: tmp, fsync, rename, fsync dir. */
+int xfer_write_file_atomic(const char *dir, const char *name, const void *p, size_t n,
+			   xfer_err *err);
+int xfer_rmtree(const char *path);
+
+/* ---- undo journal (xfer_journal.c) ----
+ * Records the bytes a receiver is about to overwrite, in runs of differing
+ * 8-byte words, in memory up to 33 MiB and beyond that in an unlinked
+ * temporary file; xfer_journal_undo writes them back newest first.  Not
+ * thread-safe: one journal per thread. */
+typedef struct xfer_journal xfer_journal;
+xfer_journal *xfer_journal_new(const char *dir, xfer_err *err);
+void xfer_journal_free(xfer_journal **j);
+/* Copies src over dst (n bytes), journaling dst's old bytes where they differ. */
+int xfer_journal_copy(xfer_journal *j, void *dst, const void *src, size_t n, xfer_err *err);
+/* Journals the bytes of dst[0..n) that are about to change, without copying. */
+int xfer_journal_save(xfer_journal *j, const void *dst, size_t n, xfer_err *err);
+/* Journals a delta payload that undoes a change (see xfer_delta_apply). */
+int xfer_journal_blob(xfer_journal *j, xfer_encoding enc, size_t esz, void *dst, size_t n,
+		      const void *head, size_t hlen, const void *payload, size_t plen, xfer_err *err);
+int xfer_journal_undo(xfer_journal *j, xfer_err *err);
+void xfer_journal_reset(xfer_journal *j);
+uint64_t xfer_journal_bytes(const xfer_journal *j);
+
+/* ---- delta codec (xfer_delta.c), pure: no I/O ---- */
+typedef struct {
+	unsigned char *p;
+	size_t len, cap;
+} xfer_buf;
+void xfer_buf_free(xfer_buf *b);
+int xfer_buf_reserve(xfer_buf *b, size_t extra);
+int xfer_buf_append(xfer_buf *b, const void *p, size_t n);
+
+/* Encodes new against old (n bytes, elements of esz bytes) into out (appended);
+ * *changed gets the number of changed elements.  With update_old the changed
+ * elements are copied into old as they are found (the sender's copy of the
+ * last published bytes); with sum the xxh3-128 of new is computed in the
+ * same pass. */
+int xfer_delta_encode(xfer_encoding enc, size_t esz, void *old_, const void *new_, size_t n,
+		      int update_old, xfer_buf *out, uint64_t *changed, xfer_sum *sum, xfer_err *err);
+/* Applies a payload to dst (n bytes); journals what it overwrites when j. */
+int xfer_delta_apply(xfer_encoding enc, size_t esz, void *dst, size_t n, const void *payload,
+		     size_t plen, xfer_journal *j, xfer_err *err);
+/* zstd wrappers (level 0 copies). */
+int xfer_zstd_compress(int level, const void *src, size_t n, xfer_buf *out, xfer_err *err);
+int xfer_zstd_decompress(const void *src, size_t n, xfer_buf *out, size_t max, xfer_err *err);
+
+/* ---- the CUDA runtime and driver, dlopen'd (xfer_cuda.c) ---- */
+typedef struct { unsigned char b[64]; } xfer_cuda_ipc_handle; /* cudaIpcMemHandle_t */
+typedef struct {
+	int ok;
+	char why[256];
+	void *h_rt, *h_drv;
+	int (*GetDeviceCount)(int *);
+	int (*SetDevice)(int);
+	int (*Malloc)(void **, size_t);
+	int (*Free)(void *);
+	int (*MallocHost)(void **, size_t);
+	int (*FreeHost)(void *);
+	int (*Memcpy)(void *, const void *, size_t, int);
+	int (*MemcpyAsync)(void *, const void *, size_t, int, void *);
+	int (*Memset)(void *, int, size_t);
+	int (*StreamCreate)(void **);
+	int (*StreamDestroy)(void *);
+	int (*StreamSynchronize)(void *);
+	int (*StreamQuery)(void *);
+	int (*DeviceSynchronize)(void);
+	int (*IpcGetMemHandle)(xfer_cuda_ipc_handle *h, void *ptr);
+	int (*IpcOpenMemHandle)(void **ptr, xfer_cuda_ipc_handle h, unsigned flags);
+	int (*IpcCloseMemHandle)(void *);
+	const char *(*GetErrorString)(int);
+	int (*MemGetAddressRange)(unsigned long long *base, size_t *size, unsigned long long ptr);
+	int (*DrvInit)(unsigned);
+} xfer_cuda_api;
+
+enum { XFER_CUDA_H2H = 0, XFER_CUDA_H2D = 1, XFER_CUDA_D2H = 2, XFER_CUDA_D2D = 3 };
+
+/* Loads libcudart once; NULL with why filled when it is missing or there is no
+ * device. */
+const xfer_cuda_api *xfer_cuda(char *why, size_t n);
+int xfer_cuda_check(const xfer_cuda_api *cu, int rc, const char *what, xfer_err *err);
+/* Copies n bytes between any host/CUDA pair, choosing the kind. */
+int xfer_cuda_copy(const xfer_cuda_api *cu, void *dst, xfer_mem dm, const void *src,
+		   xfer_mem sm, size_t n, xfer_err *err);
+
+/* Checksum of a tensor wherever it lives (CUDA: staged through a host buffer). */
+int xfer_tensor_checksum(const xfer_tensor *t, void *stage, size_t stage_len, xfer_sum *out,
+			 xfer_err *err);
+
+/* ---- test hooks (tests only; zero in production) ---- */
+typedef struct {
+	long long corrupt_at;    /* sender: flip one byte at this stream offset (+1) */
+	int stop_after_bucket;   /* receiver: raise SIGSTOP after this bucket (+1) */
+	int die_after_bucket;    /* sender: _exit after this bucket (+1) */
+} xfer_test_hooks;
+extern xfer_test_hooks xfer_hooks;
+
+#endif

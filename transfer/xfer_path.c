@@ -1,0 +1,211 @@
+/* transfer/xfer_path.c: the endpoint and the table of data paths.
+ *
+ * xfer_open looks the path up by name, asks it whether it can run here
+ * (probe), and sets it up; "p2p" tries RDMA first and falls back to TCP with
+ * the reason kept in the endpoint's note.  Every later call goes through the
+ * chosen table, so adding a path is one file and one line below. */
+#include "transfer/xfer_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+xfer_test_hooks xfer_hooks;
+
+static const xfer_path_ops *const paths[] = {
+	&xfer_disk_ops, &xfer_tcp_ops, &xfer_rdma_ops, &xfer_bcast_ops, &xfer_bcast_packed_ops,
+	&xfer_ipc_ops,
+};
+enum { NPATHS = sizeof paths / sizeof paths[0] };
+
+const char *const *xfer_path_names(void)
+{
+	static const char *names[NPATHS + 2];
+	if (!names[0]) {
+		size_t k = 0;
+		names[k++] = "p2p";
+		for (size_t i = 0; i < NPATHS; i++) names[k++] = paths[i]->name;
+		names[k] = NULL;
+	}
+	return names;
+}
+
+void xfer_config_init(xfer_config *c)
+{
+	memset(c, 0, sizeof *c);
+	c->path = "disk-delta";
+	c->bucket_bytes = XFER_DEFAULT_BUCKET_BYTES;
+	c->timeout_ms = XFER_DEFAULT_TIMEOUT_MS;
+	c->keep_previous = 1;
+	c->disk.encoding = XFER_ENC_OVERWRITE;
+	c->disk.full_every = 10;
+	c->disk.gc = 1;
+	c->p2p.host = "127.0.0.1";
+	c->p2p.streams = 4;
+	c->nccl.nranks = 1;
+	c->verify_device = 1;
+}
+
+static const xfer_path_ops *lookup(const char *name)
+{
+	for (size_t i = 0; i < NPATHS; i++)
+		if (strcmp(paths[i]->name, name) == 0) return paths[i];
+	return NULL;
+}
+
+int xfer_probe(const char *path, char *why, size_t n)
+{
+	if (why && n) why[0] = 0;
+	if (path && strcmp(path, "p2p") == 0) {
+		if (xfer_rdma_ops.probe(why, n) == 0) return 0;
+		return xfer_tcp_ops.probe(why, n);
+	}
+	const xfer_path_ops *ops = path ? lookup(path) : NULL;
+	if (!ops) {
+		snprintf(why, n, "unknown data path \"%s\"", path ? path : "(null)");
+		return -1;
+	}
+	return ops->probe(why, n);
+}
+
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+int xfer_open(xfer_endpoint **out, const xfer_config *cfg, const xfer_manifest *m, xfer_err *err)
+{
+	*out = NULL;
+	if (!cfg || !m) return xfer_fail(err, XFER_EINVAL, "xfer_open: NULL config or manifest");
+	if (cfg->role != XFER_SENDER && cfg->role != XFER_RECEIVER)
+		return xfer_fail(err, XFER_EINVAL, "xfer_open: role must be sender or receiver");
+	if (cfg->timeout_ms < 0) return xfer_fail(err, XFER_EINVAL, "xfer_open: negative timeout");
+	xfer_endpoint *ep = calloc(1, sizeof *ep);
+	if (!ep) return xfer_fail(err, XFER_ENOMEM, "xfer_open: out of memory");
+	ep->cfg = *cfg;
+	if (!ep->cfg.bucket_bytes) ep->cfg.bucket_bytes = XFER_DEFAULT_BUCKET_BYTES;
+	if (!ep->cfg.timeout_ms) ep->cfg.timeout_ms = XFER_DEFAULT_TIMEOUT_MS;
+	if (ep->cfg.p2p.streams <= 0) ep->cfg.p2p.streams = 4;
+	if (ep->cfg.p2p.streams > 64) ep->cfg.p2p.streams = 64;
+	ep->s_dir = dup_or_null(cfg->disk.dir);
+	ep->s_rid = dup_or_null(cfg->disk.receiver_id);
+	ep->s_host = dup_or_null(cfg->p2p.host ? cfg->p2p.host : "127.0.0.1");
+	ep->s_jdir = dup_or_null(cfg->journal_dir);
+	ep->cfg.disk.dir = ep->s_dir;
+	ep->cfg.disk.receiver_id = ep->s_rid;
+	ep->cfg.p2p.host = ep->s_host;
+	ep->cfg.journal_dir = ep->s_jdir;
+	ep->m = m;
+	const char *name = cfg->path ? cfg->path : "(null)";
+	char why[256] = "";
+	if (strcmp(name, "p2p") == 0) {
+		if (xfer_rdma_ops.probe(why, sizeof why) == 0) {
+			ep->ops = &xfer_rdma_ops;
+		} else {
+			ep->ops = &xfer_tcp_ops;
+			snprintf(ep->note, sizeof ep->note, "p2p-rdma unavailable (%s): using p2p-tcp", why);
+		}
+	} else {
+		ep->ops = lookup(name);
+	}
+	if (!ep->ops) {
+		xfer_fail(err, XFER_EINVAL, "unknown data path \"%s\" (disk-delta, p2p, p2p-tcp, p2p-rdma, broadcast, broadcast_packed, colocated)",
+			  name);
+		goto err;
+	}
+	if (ep->ops->probe(why, sizeof why) != 0) {
+		xfer_fail(err, XFER_EUNAVAIL, "%s unavailable: %s", ep->ops->name, why);
+		goto err;
+	}
+	if (xfer_buckets(m, ep->cfg.bucket_bytes, &ep->buckets, &ep->nbuckets, err) != 0) goto err;
+	ep->offsets = xfer_manifest_offsets(m);
+	if (!ep->offsets) { xfer_fail(err, XFER_ENOMEM, "xfer_open: out of memory"); goto err; }
+	if (ep->ops->setup(ep, err) != 0) {
+		xfer_err_prefix(err, "%s setup", ep->ops->name);
+		ep->ops = NULL;
+		goto err;
+	}
+	*out = ep;
+	return 0;
+err:
+	xfer_close(&ep);
+	return -1;
+}
+
+int xfer_check_aborted(xfer_endpoint *ep, xfer_err *err)
+{
+	if (atomic_load(&ep->aborted)) return xfer_fail(err, XFER_EABORTED, "transfer aborted");
+	return 0;
+}
+
+int xfer_send(xfer_endpoint *ep, uint64_t version, xfer_err *err)
+{
+	if (!ep) return xfer_fail(err, XFER_EINVAL, "xfer_send: NULL endpoint");
+	if (ep->cfg.role != XFER_SENDER) return xfer_fail(err, XFER_EINVAL, "xfer_send on a receiver");
+	if (version == 0 || version <= ep->stats.version)
+		return xfer_fail(err, XFER_EINVAL, "version %llu: versions start at 1 and increase (last %llu)",
+				 (unsigned long long)version, (unsigned long long)ep->stats.version);
+	if (xfer_check_aborted(ep, err) != 0) return -1;
+	double t0 = xfer_now();
+	ep->stats.bytes_moved = 0;
+	ep->stats.journal_bytes = 0;
+	ep->stats.data_seconds = 0;
+	if (ep->ops->send(ep, version, err) != 0) {
+		xfer_err_prefix(err, "%s send v%llu", ep->ops->name, (unsigned long long)version);
+		return -1;
+	}
+	ep->stats.version = version;
+	ep->stats.seconds = xfer_now() - t0;
+	if (ep->stats.data_seconds == 0) ep->stats.data_seconds = ep->stats.seconds;
+	return 0;
+}
+
+int xfer_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err)
+{
+	if (!ep) return xfer_fail(err, XFER_EINVAL, "xfer_receive: NULL endpoint");
+	if (ep->cfg.role != XFER_RECEIVER) return xfer_fail(err, XFER_EINVAL, "xfer_receive on a sender");
+	if (xfer_check_aborted(ep, err) != 0) return -1;
+	double t0 = xfer_now();
+	uint64_t v = 0;
+	ep->stats.bytes_moved = 0;
+	ep->stats.journal_bytes = 0;
+	ep->stats.versions_applied = 0;
+	ep->stats.full_loaded = 0;
+	ep->stats.data_seconds = 0;
+	if (ep->ops->receive(ep, wait_ms, &v, err) != 0) {
+		if (err && err->code != XFER_ENOVERSION) xfer_err_prefix(err, "%s receive", ep->ops->name);
+		return -1;
+	}
+	ep->stats.version = v;
+	ep->stats.seconds = xfer_now() - t0;
+	if (ep->stats.data_seconds == 0) ep->stats.data_seconds = ep->stats.seconds;
+	if (version) *version = v;
+	return 0;
+}
+
+void xfer_abort(xfer_endpoint *ep)
+{
+	if (!ep) return;
+	atomic_store(&ep->aborted, 1);
+	if (ep->ops && ep->ops->abort) ep->ops->abort(ep);
+}
+
+void xfer_close(xfer_endpoint **epp)
+{
+	if (!epp || !*epp) return;
+	xfer_endpoint *ep = *epp;
+	if (ep->ops && ep->ops->teardown) ep->ops->teardown(ep);
+	free(ep->buckets);
+	free(ep->offsets);
+	free(ep->s_dir);
+	free(ep->s_rid);
+	free(ep->s_host);
+	free(ep->s_jdir);
+	free(ep);
+	*epp = NULL;
+}
+
+const char *xfer_endpoint_path(const xfer_endpoint *ep) { return ep && ep->ops ? ep->ops->name : ""; }
+const char *xfer_endpoint_note(const xfer_endpoint *ep) { return ep ? ep->note : ""; }
+int xfer_endpoint_port(const xfer_endpoint *ep) { return ep ? ep->port : 0; }
+xfer_stats xfer_endpoint_stats(const xfer_endpoint *ep)
+{
+	xfer_stats z = { 0 };
+	return ep ? ep->stats : z;
+}

@@ -1,0 +1,822 @@
+/* transfer/xfer_tcp.c: the p2p-tcp data path.
+ *
+ * Like Mooncake's p2p in Miles, the receiver registers its buffers once and
+ * the sender writes into them; over TCP "writes into them" means one control
+ * stream plus S data streams, each carrying a contiguous stripe of every
+ * bucket with one header and one large sendmsg straight from the sender's
+ * tensors (no per-tensor round trip, no copy on the sender for host memory).
+ *
+ *   control  sender: hello + manifest text; receiver: status (manifest check)
+ *            per version: sender: header; after the data, the xxh3-128 of
+ *            every tensor (hashed while the streams send); receiver, at the
+ *            end: status (OK, or its error message)
+ *   data i   per bucket chunk: a stripe header, then the stripe's bytes
+ *
+ * Buckets follow the manifest (xfer_buckets); a tensor larger than a bucket is
+ * cut into bucket-sized chunks, so staging never exceeds a bucket.  The
+ * receiver has two modes:
+ *   keep_previous (default): stripes land in one of two staging buffers
+ *     (bucket k+1 arrives while bucket k is hashed); each stream copies its
+ *     stripe into place, journaling the bytes it overwrites (once the
+ *     receiver holds a version), so a failure puts the previous version
+ *     back; peak extra memory: two buckets plus the journals (xfer_journal.c:
+ *     up to 33 MiB each in memory, then a temporary file).
+ *   direct (keep_previous = 0): stripes are received straight into the
+ *     registered buffers with recvmsg over the tensors' iovecs; zero copies,
+ *     zero extra memory, but a failure leaves the buffers partly updated.
+ * Either way every tensor is hashed as it is committed and compared with the
+ * sender's checksum at the end of the version; any mismatch fails it.
+ * CUDA memory on either side is staged through pinned host buffers (no
+ * device-side journal: a failure in a later bucket leaves earlier ones). */
+#include "transfer/xfer_sock.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+enum {
+	MAX_STREAMS = 64,
+	STRIPE_ALIGN = 4096,  /* stripes start on page boundaries of the byte space */
+	PIECE = 256 << 10,    /* hash and copy in pieces that stay in cache */
+	KIND_CONTROL = 0,
+	KIND_DATA = 1,
+};
+
+static const char HELLO_MAGIC[8] = "SKXFER1";
+
+typedef struct {
+	char magic[8];
+	uint32_t kind, stream, nstreams, pad;
+	uint64_t session, bucket_bytes, manifest_len;
+} hello;
+
+typedef struct {
+	char magic[4];
+	uint32_t ntensors;
+	uint64_t version, total;
+} vhead;
+
+/* After the data: the xxh3-128 of every tensor, computed while it was sent
+ * (so the sender reads its weights once for the network and once for the
+ * hash, concurrently, and a device source crosses PCIe once). */
+typedef struct {
+	char magic[4];
+	uint32_t ntensors;
+} vtrail;
+
+typedef struct {
+	char magic[4];
+	uint32_t stream;
+	uint64_t version, chunk, off, len;
+} shead;
+
+_Static_assert(sizeof(hello) == 48, "hello is 48 bytes on the wire");
+_Static_assert(sizeof(vhead) == 24, "vhead is 24 bytes on the wire");
+_Static_assert(sizeof(shead) == 40, "shead is 40 bytes on the wire");
+
+typedef struct { uint64_t off, len; } chunkdesc;
+
+typedef struct {
+	int lfd, ctl, nstreams, connected;
+	int data[MAX_STREAMS];
+	uint64_t session, bucket_bytes;
+	chunkdesc *chunks;
+	size_t nchunks;
+	unsigned char *slot[2];
+	uint64_t slot_bytes;
+	int slot_pinned, any_cuda, direct;
+	xfer_journal *j[MAX_STREAMS]; /* receiver: one per stream (stripes are disjoint) */
+	xfer_sum *sums;        /* the sender's checksums (trailer) */
+	xfer_sum *got;         /* receiver: checksums of what arrived */
+	/* per version */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint64_t slot_gen[2];  /* the chunk that may use slot k%2 now */
+	int *done;             /* per chunk: streams finished with it */
+	int failed;
+	xfer_err ferr;
+	uint64_t version;
+	xfer_endpoint *ep;
+} tcp_state;
+
+typedef struct {
+	tcp_state *s;
+	int idx;
+} worker;
+
+static int tcp_probe(char *why, size_t n)
+{
+	(void)why;
+	(void)n;
+	return 0;
+}
+
+/* ---- chunks and iovecs ---- */
+
+static int make_chunks(xfer_endpoint *ep, tcp_state *s, uint64_t bucket_bytes, xfer_err *err)
+{
+	xfer_bucket *b = NULL;
+	size_t nb = 0, k = 0, cap = 0;
+	free(s->chunks);
+	s->chunks = NULL;
+	s->nchunks = 0;
+	if (xfer_buckets(ep->m, bucket_bytes, &b, &nb, err) != 0) return -1;
+	for (size_t i = 0; i < nb; i++) cap += b[i].alone ? (b[i].bytes + bucket_bytes - 1) / bucket_bytes : 1;
+	s->chunks = calloc(cap + 1, sizeof *s->chunks);
+	if (!s->chunks) { free(b); return xfer_fail(err, XFER_ENOMEM, "out of memory"); }
+	for (size_t i = 0; i < nb; i++) {
+		uint64_t off = ep->offsets[b[i].first];
+		for (uint64_t done = 0; done < b[i].bytes || (b[i].bytes == 0 && done == 0);) {
+			uint64_t len = b[i].bytes - done < bucket_bytes ? b[i].bytes - done : bucket_bytes;
+			s->chunks[k++] = (chunkdesc){ off + done, len };
+			if (len == 0) break;
+			done += len;
+		}
+	}
+	free(b);
+	s->nchunks = k;
+	s->bucket_bytes = bucket_bytes;
+	return 0;
+}
+
+static void stripe_of(const tcp_state *s, size_t k, int i, uint64_t *a, uint64_t *b)
+{
+	const chunkdesc *c = &s->chunks[k];
+	uint64_t per = (c->len + (uint64_t)s->nstreams - 1) / (uint64_t)s->nstreams;
+	per = (per + STRIPE_ALIGN - 1) / STRIPE_ALIGN * STRIPE_ALIGN;
+	uint64_t lo = (uint64_t)i * per, hi = lo + per;
+	if (lo > c->len) lo = c->len;
+	if (hi > c->len) hi = c->len;
+	*a = c->off + lo;
+	*b = c->off + hi;
+}
+
+/* First tensor whose bytes end after byte a of the back-to-back space. */
+static size_t tensor_at(const xfer_endpoint *ep, uint64_t a)
+{
+	size_t lo = 0, hi = ep->m->n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (ep->offsets[mid + 1] <= a) lo = mid + 1;
+		else hi = mid;
+	}
+	return lo;
+}
+
+/* iovecs over the tensors for [a, b); *iov is realloc'd. */
+static int tensor_iov(const xfer_endpoint *ep, uint64_t a, uint64_t b, struct iovec **iov, int *cap,
+		      int *n, xfer_err *err)
+{
+	*n = 0;
+	for (size_t t = tensor_at(ep, a); t < ep->m->n && a < b; t++) {
+		uint64_t lo = ep->offsets[t], hi = ep->offsets[t + 1];
+		if (hi <= a) continue;
+		uint64_t e = hi < b ? hi : b;
+		if (*n == *cap) {
+			int nc = *cap ? *cap * 2 : 64;
+			struct iovec *v = realloc(*iov, (size_t)nc * sizeof *v);
+			if (!v) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+			*iov = v;
+			*cap = nc;
+		}
+		(*iov)[(*n)++] = (struct iovec){ (char *)ep->m->t[t].ptr + (a - lo), (size_t)(e - a) };
+		a = e;
+	}
+	return 0;
+}
+
+/* ---- session ---- */
+
+static void close_session(tcp_state *s)
+{
+	if (s->ctl >= 0) close(s->ctl);
+	s->ctl = -1;
+	for (int i = 0; i < MAX_STREAMS; i++) {
+		if (s->data[i] >= 0) close(s->data[i]);
+		s->data[i] = -1;
+	}
+	s->connected = 0;
+}
+
+static void shutdown_all(tcp_state *s)
+{
+	if (s->ctl >= 0) shutdown(s->ctl, SHUT_RDWR);
+	for (int i = 0; i < MAX_STREAMS; i++)
+		if (s->data[i] >= 0) shutdown(s->data[i], SHUT_RDWR);
+}
+
+static void fail_version(tcp_state *s, const xfer_err *e)
+{
+	pthread_mutex_lock(&s->mu);
+	if (!s->failed) {
+		s->failed = 1;
+		s->ferr = *e;
+		for (int i = 0; i < MAX_STREAMS; i++)
+			if (s->data[i] >= 0) shutdown(s->data[i], SHUT_RDWR);
+	}
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static int alloc_slots(tcp_state *s, xfer_err *err)
+{
+	uint64_t want = s->bucket_bytes;
+	if (s->slot[0] && s->slot_bytes >= want) return 0;
+	const xfer_cuda_api *cu = s->slot_pinned ? xfer_cuda(NULL, 0) : NULL;
+	for (int i = 0; i < 2; i++) {
+		if (s->slot[i]) {
+			if (cu) cu->FreeHost(s->slot[i]);
+			else free(s->slot[i]);
+			s->slot[i] = NULL;
+		}
+	}
+	s->slot_pinned = 0;
+	if (s->any_cuda) {
+		char why[256];
+		cu = xfer_cuda(why, sizeof why);
+		if (!cu) return xfer_fail(err, XFER_EUNAVAIL, "CUDA tensors but %s", why);
+		for (int i = 0; i < 2; i++)
+			if (xfer_cuda_check(cu, cu->MallocHost((void **)&s->slot[i], want), "cudaMallocHost", err) != 0)
+				return -1;
+		s->slot_pinned = 1;
+	} else {
+		for (int i = 0; i < 2; i++)
+			if (!(s->slot[i] = malloc(want ? want : 1)))
+				return xfer_fail(err, XFER_ENOMEM, "no memory for a %llu-byte staging bucket",
+						 (unsigned long long)want);
+	}
+	s->slot_bytes = want;
+	return 0;
+}
+
+static int tcp_setup(xfer_endpoint *ep, xfer_err *err)
+{
+	tcp_state *s = calloc(1, sizeof *s);
+	if (!s) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	ep->impl = s;
+	s->ep = ep;
+	s->lfd = s->ctl = -1;
+	for (int i = 0; i < MAX_STREAMS; i++) s->data[i] = -1;
+	s->nstreams = ep->cfg.p2p.streams;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	for (size_t i = 0; i < ep->m->n; i++)
+		if (ep->m->t[i].mem == XFER_MEM_CUDA) s->any_cuda = 1;
+	if (s->any_cuda) {
+		char why[256];
+		if (!xfer_cuda(why, sizeof why))
+			return xfer_fail(err, XFER_EUNAVAIL, "the manifest has CUDA tensors but %s", why);
+	}
+	s->sums = calloc(ep->m->n + 1, sizeof *s->sums);
+	s->got = calloc(ep->m->n + 1, sizeof *s->got);
+	if (!s->sums || !s->got) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	if (ep->cfg.role == XFER_RECEIVER) {
+		s->direct = !ep->cfg.keep_previous && !s->any_cuda;
+		s->lfd = xfer_sock_listen(ep->cfg.p2p.host, ep->cfg.p2p.port, &ep->port, err);
+		if (s->lfd < 0) return -1;
+	} else {
+		if (make_chunks(ep, s, ep->cfg.bucket_bytes, err) != 0) return -1;
+		if (ep->cfg.p2p.port <= 0 || ep->cfg.p2p.port > 65535)
+			return xfer_fail(err, XFER_EINVAL, "p2p sender needs the receiver's port (cfg.p2p.port)");
+	}
+	return 0;
+}
+
+static void tcp_teardown(xfer_endpoint *ep)
+{
+	tcp_state *s = ep->impl;
+	if (!s) return;
+	close_session(s);
+	if (s->lfd >= 0) close(s->lfd);
+	const xfer_cuda_api *cu = s->slot_pinned ? xfer_cuda(NULL, 0) : NULL;
+	for (int i = 0; i < 2; i++) {
+		if (!s->slot[i]) continue;
+		if (cu) cu->FreeHost(s->slot[i]);
+		else free(s->slot[i]);
+	}
+	for (int i = 0; i < MAX_STREAMS; i++) xfer_journal_free(&s->j[i]);
+	free(s->chunks);
+	free(s->sums);
+	free(s->got);
+	free(s->done);
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->cv);
+	free(s);
+	ep->impl = NULL;
+}
+
+static void tcp_abort(xfer_endpoint *ep)
+{
+	tcp_state *s = ep->impl;
+	if (!s) return;
+	shutdown_all(s);
+	if (s->lfd >= 0) shutdown(s->lfd, SHUT_RDWR);
+	pthread_mutex_lock(&s->mu);
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- sender ---- */
+
+static int sender_connect(xfer_endpoint *ep, tcp_state *s, xfer_err *err)
+{
+	int to = ep->cfg.timeout_ms;
+	char *desc = NULL;
+	size_t dlen;
+	if (getrandom(&s->session, sizeof s->session, 0) != sizeof s->session)
+		s->session = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(xfer_now() * 1e9);
+	desc = xfer_manifest_describe(ep->m, &dlen);
+	if (!desc) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	hello h = { .kind = KIND_CONTROL, .nstreams = (uint32_t)s->nstreams, .session = s->session,
+		    .bucket_bytes = s->bucket_bytes, .manifest_len = dlen };
+	memcpy(h.magic, HELLO_MAGIC, 8);
+	s->ctl = xfer_sock_connect(ep->cfg.p2p.host, ep->cfg.p2p.port, to, err);
+	if (s->ctl < 0) goto err;
+	struct iovec v[2] = { { &h, sizeof h }, { desc, dlen } };
+	if (xfer_sock_sendv(s->ctl, v, 2, "hello", "receiver", to, err) != 0) goto err;
+	for (int i = 0; i < s->nstreams; i++) {
+		hello d = h;
+		d.kind = KIND_DATA;
+		d.stream = (uint32_t)i;
+		d.manifest_len = 0;
+		s->data[i] = xfer_sock_connect(ep->cfg.p2p.host, ep->cfg.p2p.port, to, err);
+		if (s->data[i] < 0) goto err;
+		if (xfer_sock_send(s->data[i], &d, sizeof d, "hello", "receiver", to, err) != 0) goto err;
+	}
+	if (xfer_sock_recv_status(s->ctl, "receiver", to, err) != 0) goto err;
+	free(desc);
+	s->connected = 1;
+	return 0;
+err:
+	free(desc);
+	close_session(s);
+	return -1;
+}
+
+static void *send_worker(void *arg)
+{
+	worker *w = arg;
+	tcp_state *s = w->s;
+	xfer_endpoint *ep = s->ep;
+	struct iovec *iov = NULL, one;
+	int cap = 0, n = 0, to = ep->cfg.timeout_ms, fd = s->data[w->idx];
+	unsigned char *tmp = NULL;
+	xfer_err e = { 0 };
+	for (size_t k = 0; k < s->nchunks; k++) {
+		uint64_t a, b;
+		stripe_of(s, k, w->idx, &a, &b);
+		shead h = { .stream = (uint32_t)w->idx, .version = s->version, .chunk = k, .off = a, .len = b - a };
+		memcpy(h.magic, "SKS1", 4);
+		if (s->any_cuda) {
+			pthread_mutex_lock(&s->mu);
+			while (s->slot_gen[k % 2] != k && !s->failed) pthread_cond_wait(&s->cv, &s->mu);
+			pthread_mutex_unlock(&s->mu);
+			if (s->failed) goto out;
+			one = (struct iovec){ s->slot[k % 2] + (a - s->chunks[k].off), (size_t)(b - a) };
+			iov = iov ? iov : malloc(sizeof *iov);
+			if (!iov) { xfer_fail(&e, XFER_ENOMEM, "out of memory"); goto fail; }
+			iov[0] = one;
+			n = b > a;
+			cap = cap ? cap : 1;
+		} else if (tensor_iov(ep, a, b, &iov, &cap, &n, &e) != 0) {
+			goto fail;
+		}
+		long long c = xfer_hooks.corrupt_at - 1;
+		if (xfer_hooks.corrupt_at && (uint64_t)c >= a && (uint64_t)c < b) {
+			/* test hook: send a copy of the stripe with one byte flipped */
+			tmp = malloc(b - a);
+			if (!tmp) { xfer_fail(&e, XFER_ENOMEM, "out of memory"); goto fail; }
+			size_t at = 0;
+			for (int i = 0; i < n; i++) {
+				memcpy(tmp + at, iov[i].iov_base, iov[i].iov_len);
+				at += iov[i].iov_len;
+			}
+			tmp[(uint64_t)c - a] ^= 0x40;
+			iov[0] = (struct iovec){ tmp, (size_t)(b - a) };
+			n = 1;
+		}
+		struct iovec hv = { &h, sizeof h };
+		if (xfer_sock_sendv(fd, &hv, 1, "stripe header", "receiver", to, &e) != 0 ||
+		    xfer_sock_sendv(fd, iov, n, "stripe", "receiver", to, &e) != 0) {
+			xfer_err_prefix(&e, "stream %d, bucket %zu", w->idx, k);
+			goto fail;
+		}
+		free(tmp);
+		tmp = NULL;
+		pthread_mutex_lock(&s->mu);
+		s->done[k]++;
+		/* test hook: the process dies once every stream has sent bucket k */
+		if (xfer_hooks.die_after_bucket && k + 1 == (size_t)xfer_hooks.die_after_bucket &&
+		    s->done[k] == s->nstreams)
+			_exit(3);
+		pthread_cond_broadcast(&s->cv);
+		pthread_mutex_unlock(&s->mu);
+		if (s->failed) goto out;
+	}
+	goto out;
+fail:
+	fail_version(s, &e);
+out:
+	free(tmp);
+	free(iov);
+	return NULL;
+}
+
+static int run_workers(tcp_state *s, void *(*fn)(void *), pthread_t *th, worker *w, int *started,
+		       xfer_err *err)
+{
+	*started = 0;
+	for (int i = 0; i < s->nstreams; i++) {
+		w[i] = (worker){ s, i };
+		if (pthread_create(&th[i], NULL, fn, &w[i]) != 0) {
+			xfer_fail(err, XFER_EIO, "cannot start stream thread %d", i);
+			fail_version(s, err);
+			return -1;
+		}
+		(*started)++;
+	}
+	return 0;
+}
+
+static int begin_version(tcp_state *s, uint64_t v, xfer_err *err)
+{
+	free(s->done);
+	s->done = calloc(s->nchunks + 1, sizeof *s->done);
+	if (!s->done) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	s->failed = 0;
+	memset(&s->ferr, 0, sizeof s->ferr);
+	s->version = v;
+	s->slot_gen[0] = 0;
+	s->slot_gen[1] = 1;
+	return 0;
+}
+
+static int tcp_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
+{
+	tcp_state *s = ep->impl;
+	const xfer_manifest *m = ep->m;
+	int to = ep->cfg.timeout_ms, started = 0;
+	pthread_t th[MAX_STREAMS];
+	worker w[MAX_STREAMS];
+	const xfer_cuda_api *cu = s->any_cuda ? xfer_cuda(NULL, 0) : NULL;
+	if (!s->connected && sender_connect(ep, s, err) != 0) return -1;
+	if (s->any_cuda && alloc_slots(s, err) != 0) goto err;
+	if (begin_version(s, v, err) != 0) goto err;
+	if (cu) s->slot_gen[0] = s->slot_gen[1] = UINT64_MAX; /* staged below */
+	vhead h = { .ntensors = (uint32_t)m->n, .version = v, .total = m->bytes };
+	memcpy(h.magic, "SKV1", 4);
+	if (xfer_sock_send(s->ctl, &h, sizeof h, "version header", "receiver", to, err) != 0) goto err;
+	if (run_workers(s, send_worker, th, w, &started, err) != 0) goto join;
+	if (!cu) {
+		/* Hash host tensors while the streams send them. */
+		for (size_t i = 0; i < m->n && !s->failed; i++) s->sums[i] = xfer_checksum(m->t[i].ptr, m->t[i].nbytes);
+	} else {
+		/* Stage device chunks into the two pinned slots ahead of the streams,
+		 * hashing each piece once it is in host memory. */
+		size_t cur = 0;
+		XXH3_state_t *st = XXH3_createState();
+		if (!st) {
+			xfer_err e;
+			xfer_fail(&e, XFER_ENOMEM, "out of memory");
+			fail_version(s, &e);
+		} else {
+			XXH3_128bits_reset(st);
+		}
+		for (size_t k = 0; st && k < s->nchunks; k++) {
+			pthread_mutex_lock(&s->mu);
+			while (k >= 2 && s->done[k - 2] < s->nstreams && !s->failed) pthread_cond_wait(&s->cv, &s->mu);
+			pthread_mutex_unlock(&s->mu);
+			if (s->failed) break;
+			xfer_err e;
+			uint64_t a = s->chunks[k].off, b = a + s->chunks[k].len;
+			for (; cur < m->n; cur++) {
+				uint64_t end = ep->offsets[cur + 1], hi = end < b ? end : b;
+				unsigned char *dst = s->slot[k % 2] + (a - s->chunks[k].off);
+				if (hi > a && xfer_cuda_copy(cu, dst, XFER_MEM_HOST, (char *)m->t[cur].ptr + (a - ep->offsets[cur]),
+							     m->t[cur].mem, hi - a, &e) != 0) {
+					fail_version(s, &e);
+					break;
+				}
+				XXH3_128bits_update(st, dst, hi - a);
+				a = hi;
+				if (end > b) break;
+				XXH128_hash_t d = XXH3_128bits_digest(st);
+				s->sums[cur] = (xfer_sum){ d.low64, d.high64 };
+				XXH3_128bits_reset(st);
+			}
+			pthread_mutex_lock(&s->mu);
+			s->slot_gen[k % 2] = k;
+			pthread_cond_broadcast(&s->cv);
+			pthread_mutex_unlock(&s->mu);
+		}
+		for (; st && cur < m->n; cur++) s->sums[cur] = xfer_checksum("", 0); /* empty tensors at the end */
+		if (st) XXH3_freeState(st);
+	}
+join:
+	for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+	if (s->failed) {
+		/* The receiver may have said why (a checksum, its own watchdog);
+		 * one that stopped answering has nothing to say. */
+		xfer_err peer = { 0 };
+		int pto = to < 1000 ? to : 1000;
+		if (s->ferr.code != XFER_ETIMEOUT && s->ctl >= 0 && xfer_sock_wait(s->ctl, pto, &peer) == 0 &&
+		    xfer_sock_recv_status(s->ctl, "receiver", pto, &peer) != 0 && strstr(peer.msg, "reported"))
+			*err = peer;
+		else
+			*err = s->ferr;
+		goto err;
+	}
+	vtrail tr = { .ntensors = (uint32_t)m->n };
+	memcpy(tr.magic, "SKT1", 4);
+	struct iovec tv[2] = { { &tr, sizeof tr }, { s->sums, m->n * sizeof *s->sums } };
+	if (xfer_sock_sendv(s->ctl, tv, 2, "checksums", "receiver", to, err) != 0) goto err;
+	if (xfer_sock_recv_status(s->ctl, "receiver", to, err) != 0) goto err;
+	ep->stats.bytes_moved = m->bytes;
+	ep->stats.staging_peak = s->any_cuda ? 2 * s->slot_bytes : 0;
+	return 0;
+err:
+	close_session(s);
+	return -1;
+}
+
+/* ---- receiver ---- */
+
+static int receiver_accept(xfer_endpoint *ep, tcp_state *s, int wait_ms, xfer_err *err)
+{
+	int to = ep->cfg.timeout_ms, fd = -1;
+	char *desc = NULL;
+	xfer_manifest *theirs = NULL;
+	hello h;
+	s->ctl = xfer_sock_accept(s->lfd, wait_ms, to, err);
+	if (s->ctl < 0) {
+		if (err->code == XFER_ETIMEOUT) err->code = XFER_ENOVERSION;
+		return -1;
+	}
+	if (xfer_sock_recv(s->ctl, &h, sizeof h, "hello", "sender", to, err) != 0) goto err;
+	if (memcmp(h.magic, HELLO_MAGIC, 8) != 0 || h.kind != KIND_CONTROL || h.nstreams < 1 ||
+	    h.nstreams > MAX_STREAMS || h.manifest_len > (64u << 20) || h.bucket_bytes == 0) {
+		xfer_fail(err, XFER_EFORMAT, "the first connection is not a skein p2p sender's control stream");
+		goto err;
+	}
+	desc = malloc(h.manifest_len + 1);
+	if (!desc) { xfer_fail(err, XFER_ENOMEM, "out of memory"); goto err; }
+	if (xfer_sock_recv(s->ctl, desc, h.manifest_len, "manifest", "sender", to, err) != 0) goto err;
+	s->nstreams = (int)h.nstreams;
+	s->session = h.session;
+	int seen = 0;
+	while (seen < s->nstreams) {
+		hello d;
+		fd = xfer_sock_accept(s->lfd, to, to, err);
+		if (fd < 0) goto err;
+		if (xfer_sock_recv(fd, &d, sizeof d, "hello", "sender", to, err) != 0) goto err;
+		if (memcmp(d.magic, HELLO_MAGIC, 8) != 0 || d.kind != KIND_DATA || d.session != s->session ||
+		    d.stream >= h.nstreams || s->data[d.stream] >= 0) {
+			close(fd); /* a stale or foreign connection */
+			fd = -1;
+			continue;
+		}
+		s->data[d.stream] = fd;
+		fd = -1;
+		seen++;
+	}
+	xfer_err st = { 0 };
+	theirs = xfer_manifest_parse(desc, h.manifest_len, &st);
+	if (theirs && xfer_manifest_compare(theirs, ep->m, &st) == 0 && make_chunks(ep, s, h.bucket_bytes, &st) == 0 &&
+	    (s->direct || alloc_slots(s, &st) == 0))
+		st.code = XFER_OK;
+	if (st.code != XFER_OK) xfer_err_prefix(&st, "sender's manifest vs receiver's");
+	if (xfer_sock_send_status(s->ctl, &st, to, err) != 0) goto err;
+	if (st.code != XFER_OK) {
+		*err = st;
+		goto err;
+	}
+	xfer_manifest_free(&theirs);
+	free(desc);
+	s->connected = 1;
+	return 0;
+err:
+	if (fd >= 0) close(fd);
+	xfer_manifest_free(&theirs);
+	free(desc);
+	close_session(s);
+	return -1;
+}
+
+/* A stream's own stripe [a, b) of chunk k, from the staging slot into the
+ * registered buffers: journaled (host; once the receiver holds a version)
+ * or copied to the device.  Streams place their stripes in parallel. */
+static int place_stripe(xfer_endpoint *ep, tcp_state *s, size_t k, uint64_t a, uint64_t b, int idx, xfer_err *err)
+{
+	const xfer_manifest *m = ep->m;
+	const xfer_cuda_api *cu = s->any_cuda ? xfer_cuda(NULL, 0) : NULL;
+	xfer_journal *j = ep->stats.version ? s->j[idx] : NULL;
+	for (size_t t = tensor_at(ep, a); t < m->n && a < b; t++) {
+		uint64_t hi = ep->offsets[t + 1] < b ? ep->offsets[t + 1] : b;
+		if (hi <= a) continue;
+		char *dst = (char *)m->t[t].ptr + (a - ep->offsets[t]);
+		const unsigned char *src = s->slot[k % 2] + (a - s->chunks[k].off);
+		if (m->t[t].mem == XFER_MEM_CUDA) {
+			if (xfer_cuda_copy(cu, dst, XFER_MEM_CUDA, src, XFER_MEM_HOST, hi - a, err) != 0) return -1;
+		} else if (xfer_journal_copy(j, dst, src, hi - a, err) != 0) {
+			return -1;
+		}
+		a = hi;
+	}
+	return 0;
+}
+
+static void *recv_worker(void *arg)
+{
+	worker *w = arg;
+	tcp_state *s = w->s;
+	xfer_endpoint *ep = s->ep;
+	struct iovec *iov = NULL;
+	int cap = 0, n = 0, to = ep->cfg.timeout_ms, fd = s->data[w->idx];
+	xfer_err e = { 0 };
+	for (size_t k = 0; k < s->nchunks; k++) {
+		uint64_t a, b;
+		shead h;
+		stripe_of(s, k, w->idx, &a, &b);
+		if (!s->direct) {
+			pthread_mutex_lock(&s->mu);
+			while (s->slot_gen[k % 2] != k && !s->failed) pthread_cond_wait(&s->cv, &s->mu);
+			pthread_mutex_unlock(&s->mu);
+			if (s->failed) goto out;
+		}
+		if (xfer_sock_recv(fd, &h, sizeof h, "stripe header", "sender", to, &e) != 0) goto fail;
+		if (memcmp(h.magic, "SKS1", 4) != 0 || h.version != s->version || h.chunk != k || h.off != a ||
+		    h.len != b - a || h.stream != (uint32_t)w->idx) {
+			xfer_fail(&e, XFER_EFORMAT, "unexpected stripe header (version %llu bucket %llu offset %llu)",
+				  (unsigned long long)h.version, (unsigned long long)h.chunk, (unsigned long long)h.off);
+			goto fail;
+		}
+		if (s->direct) {
+			if (tensor_iov(ep, a, b, &iov, &cap, &n, &e) != 0) goto fail;
+			if (xfer_sock_recvv(fd, iov, n, "stripe", "sender", to, &e) != 0) goto fail;
+		} else if (xfer_sock_recv(fd, s->slot[k % 2] + (a - s->chunks[k].off), b - a, "stripe", "sender", to,
+					  &e) != 0 ||
+			   place_stripe(ep, s, k, a, b, w->idx, &e) != 0) {
+			goto fail;
+		}
+		pthread_mutex_lock(&s->mu);
+		s->done[k]++;
+		pthread_cond_broadcast(&s->cv);
+		pthread_mutex_unlock(&s->mu);
+	}
+	goto out;
+fail:
+	xfer_err_prefix(&e, "stream %d", w->idx);
+	fail_version(s, &e);
+out:
+	free(iov);
+	return NULL;
+}
+
+/* Hashes chunk k (the staging slot, or the buffers when direct) once every
+ * stream has placed its stripe; a tensor's digest is kept when its last byte
+ * is in, and compared with the sender's at the end of the version. */
+static int commit_chunk(xfer_endpoint *ep, tcp_state *s, size_t k, XXH3_state_t *st, size_t *cur,
+			xfer_err *err)
+{
+	const xfer_manifest *m = ep->m;
+	(void)err;
+	uint64_t a = s->chunks[k].off, b = a + s->chunks[k].len;
+	while (*cur < m->n) {
+		size_t t = *cur;
+		const xfer_tensor *x = &m->t[t];
+		uint64_t lo = ep->offsets[t], end = ep->offsets[t + 1], hi = end < b ? end : b;
+		if (hi > a)
+			XXH3_128bits_update(st, s->direct ? (const unsigned char *)x->ptr + (a - lo)
+							  : s->slot[k % 2] + (a - s->chunks[k].off),
+					    hi - a);
+		if (end > b) break; /* the tensor goes on in the next chunk */
+		a = end;
+		XXH128_hash_t h = XXH3_128bits_digest(st);
+		s->got[t] = (xfer_sum){ h.low64, h.high64 };
+		XXH3_128bits_reset(st);
+		(*cur)++;
+	}
+	return 0;
+}
+
+static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err)
+{
+	tcp_state *s = ep->impl;
+	const xfer_manifest *m = ep->m;
+	int to = ep->cfg.timeout_ms, started = 0;
+	pthread_t th[MAX_STREAMS];
+	worker w[MAX_STREAMS];
+	XXH3_state_t *st = NULL;
+	double t0 = xfer_now();
+	if (!s->connected && receiver_accept(ep, s, wait_ms, err) != 0) return -1;
+	if (wait_ms >= 0) {
+		wait_ms -= (int)((xfer_now() - t0) * 1e3);
+		if (wait_ms < 0) wait_ms = 0;
+	}
+	if (xfer_sock_wait(s->ctl, wait_ms, err) != 0) return -1; /* session stays */
+	vhead h;
+	if (xfer_sock_recv(s->ctl, &h, sizeof h, "version header", "sender", to, err) != 0) goto err;
+	if (memcmp(h.magic, "SKV1", 4) != 0 || h.ntensors != m->n || h.total != m->bytes) {
+		xfer_fail(err, XFER_EFORMAT, "malformed version header");
+		goto err;
+	}
+	if (h.version <= ep->stats.version) {
+		xfer_fail(err, XFER_EFORMAT, "version %llu is not newer than %llu", (unsigned long long)h.version,
+			  (unsigned long long)ep->stats.version);
+		goto err;
+	}
+	if (begin_version(s, h.version, err) != 0) goto err;
+	for (int i = 0; !s->direct && !s->any_cuda && ep->cfg.keep_previous && i < s->nstreams; i++) {
+		if (!s->j[i] && !(s->j[i] = xfer_journal_new(ep->cfg.journal_dir, err))) goto err;
+		xfer_journal_reset(s->j[i]);
+	}
+	st = XXH3_createState();
+	if (!st) { xfer_fail(err, XFER_ENOMEM, "out of memory"); goto err; }
+	XXH3_128bits_reset(st);
+	if (run_workers(s, recv_worker, th, w, &started, err) != 0) goto join;
+	size_t cur = 0;
+	for (size_t k = 0; k < s->nchunks; k++) {
+		pthread_mutex_lock(&s->mu);
+		while (s->done[k] < s->nstreams && !s->failed) pthread_cond_wait(&s->cv, &s->mu);
+		pthread_mutex_unlock(&s->mu);
+		if (s->failed) break;
+		xfer_err e;
+		if (commit_chunk(ep, s, k, st, &cur, &e) != 0) {
+			fail_version(s, &e);
+			break;
+		}
+		pthread_mutex_lock(&s->mu);
+		s->slot_gen[k % 2] = k + 2;
+		pthread_cond_broadcast(&s->cv);
+		pthread_mutex_unlock(&s->mu);
+		if (xfer_hooks.stop_after_bucket && k + 1 == (size_t)xfer_hooks.stop_after_bucket) raise(SIGSTOP);
+	}
+	if (!s->failed && cur != m->n) {
+		xfer_err e;
+		xfer_fail(&e, XFER_EFORMAT, "only %zu of %zu tensors arrived", cur, m->n);
+		fail_version(s, &e);
+	}
+	if (!s->failed) {
+		/* The sender's checksums come after the data. */
+		xfer_err e;
+		vtrail tr;
+		if (xfer_sock_recv(s->ctl, &tr, sizeof tr, "checksums", "sender", to, &e) != 0 ||
+		    (memcmp(tr.magic, "SKT1", 4) != 0 || tr.ntensors != m->n
+			     ? xfer_fail(&e, XFER_EFORMAT, "malformed checksum trailer")
+			     : xfer_sock_recv(s->ctl, s->sums, m->n * sizeof *s->sums, "checksums", "sender", to, &e)) != 0) {
+			fail_version(s, &e);
+		} else {
+			for (size_t i = 0; i < m->n; i++) {
+				if (xfer_sum_equal(s->got[i], s->sums[i])) continue;
+				xfer_fail(&e, XFER_ECHECKSUM, "version %llu tensor %s: checksum mismatch on arrival",
+					  (unsigned long long)s->version, m->t[i].name);
+				fail_version(s, &e);
+				break;
+			}
+		}
+	}
+join:
+	for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+	ep->stats.journal_bytes = 0;
+	for (int i = 0; i < MAX_STREAMS; i++) ep->stats.journal_bytes += xfer_journal_bytes(s->j[i]);
+	if (s->failed) {
+		*err = s->ferr;
+		if (s->j[0]) {
+			xfer_err u;
+			int undone = 1;
+			for (int i = 0; i < MAX_STREAMS; i++)
+				if (s->j[i] && xfer_journal_undo(s->j[i], &u) != 0) undone = 0;
+			if (!undone) xfer_err_prefix(err, "AND THE UNDO FAILED (%s)", u.msg);
+		} else {
+			xfer_err_prefix(err, "%s", s->any_cuda ? "(CUDA buffers may be partly updated)"
+							       : "(keep_previous off: buffers partly updated)");
+		}
+		xfer_sock_send_status(s->ctl, err, to < 1000 ? to : 1000, NULL);
+		goto err;
+	}
+	if (xfer_sock_send_status(s->ctl, NULL, to, err) != 0) goto err;
+	XXH3_freeState(st);
+	ep->stats.bytes_moved = m->bytes;
+	ep->stats.staging_peak = s->direct ? 0 : 2 * s->slot_bytes;
+	*version = h.version;
+	return 0;
+err:
+	if (st) XXH3_freeState(st);
+	close_session(s);
+	return -1;
+}
+
+const xfer_path_ops xfer_tcp_ops = {
+	.name = "p2p-tcp",
+	.probe = tcp_probe,
+	.setup = tcp_setup,
+	.send = tcp_send,
+	.receive = tcp_receive,
+	.abort = tcp_abort,
+	.teardown = tcp_teardown,
+};

@@ -1,0 +1,40 @@
+/* transfer/xfer_trainer_sim.c: skein-trainer-sim, a stand-in trainer rank.
+ *
+ * Holds --bytes of bf16-like weights in --tensors tensors (xfer_sim.h), and
+ * for each of --steps versions changes about --changed of the elements
+ * (scattered, a unit or two in the last place) and publishes the version
+ * through libskein on --path.  One line per version on stdout; exit 0 when
+ * all went out, 1 with the library's message when one did not. */
+#include "transfer/xfer_int.h"
+#include "transfer/xfer_sim_cli.h"
+
+int main(int argc, char **argv)
+{
+	sim_opts o;
+	xfer_sim_model s;
+	xfer_config c;
+	xfer_endpoint *ep = NULL;
+	xfer_err e = { 0 };
+	if (sim_parse(argc, argv, &o, "the trainer: publishes versions 1..S") != 0) return 2;
+	if (xfer_sim_model_init(&s, o.bytes, o.tensors, o.seed, o.changed, &e) != 0) goto err;
+	sim_config(&o, &c, XFER_SENDER);
+	if (xfer_open(&ep, &c, s.m, &e) != 0) goto err;
+	if (*xfer_endpoint_note(ep)) printf("trainer: %s\n", xfer_endpoint_note(ep));
+	for (int v = 1; v <= o.steps; v++) {
+		xfer_sim_model_advance(&s, (uint64_t)v);
+		if (o.crash_after == v) xfer_hooks.die_after_bucket = 1;
+		if (xfer_send(ep, (uint64_t)v, &e) != 0) goto err;
+		xfer_stats st = xfer_endpoint_stats(ep);
+		printf("trainer: published v%d on %s: %llu bytes moved in %.3f s\n", v, xfer_endpoint_path(ep),
+		       (unsigned long long)st.bytes_moved, st.seconds);
+		fflush(stdout);
+	}
+	xfer_close(&ep);
+	xfer_sim_model_free(&s);
+	return 0;
+err:
+	fprintf(stderr, "trainer: error: %s (%s)\n", e.msg, xfer_code_name(e.code));
+	xfer_close(&ep);
+	xfer_sim_model_free(&s);
+	return 1;
+}
