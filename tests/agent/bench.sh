@@ -65,7 +65,10 @@ watch_all_alive() { # LIST_FN I N OUTFILE
 }
 latest() { local m=0 f v; for f in "$@"; do [ -s "$f" ] || { echo -1; return; }; v=$(cat "$f"); [ "$v" -gt $m ] && m=$v; done; echo $m; }
 
-# one round: prints "converge_ms detect_ms"
+# one round: prints "converge_ms detect_ms" (-1 when it did not happen in 60 s).
+# The watchers run at nice 19: the agents under test get the CPU first, so
+# the polling (a CLI process per check) delays what it measures as little as
+# possible, for both systems alike.
 round() { # SYSTEM N
 	local sys=$1 n=$2 i t0 tk
 	local start=sk_start list=sk_list arg=""
@@ -75,25 +78,30 @@ round() { # SYSTEM N
 		serf-lan) start=serf_start list=serf_list ;;
 	esac
 	rm -f "$T_DIR"/w.*
+	local w=()
 	t0=$(now_ms)
 	for i in $(seq 1 "$n"); do $start "$i" $arg; done
-	for i in $(seq 1 "$n"); do watch_all_alive $list "$i" "$n" "$T_DIR/w.c$i" & done
-	wait $(jobs -p | grep -v -e "$(printf '%s\n' "${SPID[@]}")") 2>/dev/null
+	for i in $(seq 1 "$n"); do nice -n 19 bash -c "$(declare -f now_ms sk_list serf_list watch_all_alive rport); \
+		SKEINCTL='$SKEINCTL' SERF='$SERF' PORT_BASE=$PORT_BASE watch_all_alive $list $i $n '$T_DIR/w.c$i'" & w+=($!); done
+	wait "${w[@]}"
 	local conv; conv=$(latest $(for i in $(seq 1 "$n"); do echo "$T_DIR/w.c$i"; done))
 	[ "$conv" -ge 0 ] && conv=$((conv - t0))
 	sleep 2  # settle: let the first push-pulls and probes pass
-	for i in $(seq 1 $((n - 1))); do watch $list "$i" "n$n" failed "$T_DIR/w.d$i" & done
+	w=()
+	for i in $(seq 1 $((n - 1))); do nice -n 19 bash -c "$(declare -f now_ms sk_list serf_list watch rport); \
+		SKEINCTL='$SKEINCTL' SERF='$SERF' PORT_BASE=$PORT_BASE watch $list $i n$n failed '$T_DIR/w.d$i'" & w+=($!); done
 	sleep 0.3
 	tk=$(now_ms)
 	kill -9 "${SPID[$n]}"
-	wait $(jobs -p | grep -v -e "$(printf '%s\n' "${SPID[@]}")") 2>/dev/null
+	wait "${w[@]}"
 	local det; det=$(latest $(for i in $(seq 1 $((n - 1))); do echo "$T_DIR/w.d$i"; done))
 	[ "$det" -ge 0 ] && det=$((det - tk))
 	stop_all
 	echo "$conv $det"
 }
 
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : int((v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+# median of the valid (>= 0) values; "n/a" when there is none
+median() { awk '$1 >= 0' | sort -n | awk '{ v[NR] = $1 } END { if (!NR) print "n/a"; else print (NR % 2) ? v[(NR + 1) / 2] : int((v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 
 echo "## Membership: skein beside serf ($(serf version 2>/dev/null | head -1)), loopback, median of $ROUNDS rounds"
 echo
@@ -124,7 +132,7 @@ for n in $NS; do
 		cm=$(printf '%s\n' "${cs[@]}" | median); dm=$(printf '%s\n' "${ds[@]}" | median)
 		DET[$sys]=$dm
 		ratio=""
-		[ -n "${DET[serf-lan]:-}" ] && [ "${DET[serf-lan]}" -gt 0 ] && ratio=$(awk -v a="$dm" -v b="${DET[serf-lan]}" 'BEGIN { printf "%.2fx", a / b }')
+		[ -n "${DET[serf-lan]:-}" ] && [ "${DET[serf-lan]}" != n/a ] && [ "$dm" != n/a ] && ratio=$(awk -v a="$dm" -v b="${DET[serf-lan]}" 'BEGIN { printf "%.3fx", a / b }')
 		echo "| $n | $sys | $cm (${cs[*]}) | $dm (${ds[*]}) | $ratio |"
 	done
 	unset DET

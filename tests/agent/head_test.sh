@@ -98,4 +98,24 @@ check "n6 removed" wait_until 5 bash -c "! '$SKEINCTL' --rpc 127.0.0.1:$(rport 4
 out=$(ctl 4 voters add nosuch 2>&1); rc=$?
 check "voters add of an unknown agent: exit 1" expect_err $rc 1 "$out" "not an alive member"
 check "at most one head per term (logs, at the end)" one_head_per_term
+
+# --- automatic replacement: a fresh cluster whose head replaces a voter
+# failed for 2 s by the eligible spare (first the removal, then the addition)
+for i in 1 2 3 4 5 6; do [ -n "${PIDS[$i]:-}" ] && kill_agent $i 9; done
+R="--profile fast --head-eligible --bootstrap-expect 3 --voter-replace-after 2"
+for i in 11 12 13; do start_agent $i $R --join "127.0.0.1:$(gport 11)"; done
+wait_until 20 all_agree 11 12 13
+start_agent 14 --profile fast --head-eligible --voter-replace-after 2 --join "127.0.0.1:$(gport 11)"
+wait_until 10 bash -c "'$SKEINCTL' --rpc 127.0.0.1:$(rport 11) members | grep -q '^n14 .*alive'"
+RH=$(head_of 11); RHI=${RH#n}
+VICTIM=11; [ "$RHI" = 11 ] && VICTIM=12
+kill_agent $VICTIM 9
+voters_are() { # the head's voter list, sorted, equals the arguments
+	local got; got=$(ctl "$RHI" head 2>/dev/null | awk 'NR > 3 { print $1 }' | sort | tr '\n' ' ')
+	[ "$got" = "$* " ]
+}
+want=$(for i in 11 12 13 14; do [ $i != $VICTIM ] && echo "n$i"; done | sort | tr '\n' ' ')
+if wait_until 20 voters_are $want; then pass "the head replaced failed voter n$VICTIM by n14"; else
+	fail "automatic voter replacement" "voters: $(ctl "$RHI" head | awk 'NR > 3 { print $1 }' | tr '\n' ' ')"; fi
+check "a write commits with the new voter set" quiet ctl "$RHI" state put after-replace yes
 finish
