@@ -504,22 +504,9 @@ static void fwd_read(fwd *f)
 		int ev = 0;
 		size_t sz = sizeof ev;
 		if (zmq_getsockopt(f->sock, ZMQ_EVENTS, &ev, &sz) != 0 || !(ev & ZMQ_POLLIN)) return;
-		zmq_msg_t part;
 		uint8_t *data = NULL;
 		size_t dlen = 0;
-		int more = 1;
-		while (more) {
-			zmq_msg_init(&part);
-			if (zmq_msg_recv(&part, f->sock, ZMQ_DONTWAIT) < 0) { zmq_msg_close(&part); break; }
-			if (zmq_msg_size(&part) > 0) {
-				free(data);
-				dlen = zmq_msg_size(&part);
-				data = malloc(dlen);
-				if (data) memcpy(data, zmq_msg_data(&part), dlen);
-			}
-			more = zmq_msg_more(&part);
-			zmq_msg_close(&part);
-		}
+		agent_zmq_recv_payload(f->sock, ZMQ_DONTWAIT, &data, &dlen);
 		uint8_t *plain = NULL;
 		const uint8_t *msg = data;
 		size_t mlen = dlen;

@@ -19,6 +19,31 @@ static long long now_ms(void)
 	return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
+int agent_zmq_recv_payload(void *sock, int flags, uint8_t **data, size_t *len)
+{
+	zmq_msg_t part;
+	int more = 1, got = 0;
+	*data = NULL;
+	*len = 0;
+	while (more) {
+		zmq_msg_init(&part);
+		if (zmq_msg_recv(&part, sock, flags) < 0) {
+			zmq_msg_close(&part);
+			break;
+		}
+		got = 1;
+		if (zmq_msg_size(&part) > 0) {
+			free(*data);
+			*len = zmq_msg_size(&part);
+			*data = malloc(*len);
+			if (*data) memcpy(*data, zmq_msg_data(&part), *len);
+		}
+		more = zmq_msg_more(&part);
+		zmq_msg_close(&part);
+	}
+	return got ? 0 : -1;
+}
+
 static void parse_reply(agent_rpc *c, const agent_keyring *kr, const uint8_t *data, size_t n)
 {
 	uint8_t *plain = NULL;
@@ -119,23 +144,9 @@ int agent_rpc_run(agent_rpc *calls, int n, const agent_keyring *kr, int timeout_
 		if (zmq_poll(items, n, (long)left) < 0) break;
 		for (int i = 0; i < n; i++) {
 			if (!socks[i] || !(items[i].revents & ZMQ_POLLIN)) continue;
-			zmq_msg_t part;
-			zmq_msg_init(&part);
-			/* empty delimiter, then the response */
-			int more = 1;
 			uint8_t *data = NULL;
 			size_t dlen = 0;
-			while (more) {
-				if (zmq_msg_recv(&part, socks[i], 0) < 0) break;
-				if (zmq_msg_size(&part) > 0) {
-					free(data);
-					dlen = zmq_msg_size(&part);
-					data = malloc(dlen);
-					if (data) memcpy(data, zmq_msg_data(&part), dlen);
-				}
-				more = zmq_msg_more(&part);
-			}
-			zmq_msg_close(&part);
+			agent_zmq_recv_payload(socks[i], 0, &data, &dlen);
 			if (data) parse_reply(&calls[i], kr, data, dlen);
 			free(data);
 			if (calls[i].answered) answered++;

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "agent/agent_crypto.h"
 
@@ -31,5 +32,9 @@ typedef struct {
  * kr may be NULL (plaintext).  Returns how many got an answer. */
 int agent_rpc_run(agent_rpc *calls, int n, const agent_keyring *kr, int timeout_ms);
 void agent_rpc_free(agent_rpc *calls, int n);
+/* Reads one whole multipart message from a DEALER socket and keeps its last
+ * non-empty part (the payload after the empty delimiter) in a malloc'd
+ * *data.  -1 when nothing could be read (with ZMQ_DONTWAIT: nothing there). */
+int agent_zmq_recv_payload(void *sock, int flags, uint8_t **data, size_t *len);
 
 #endif

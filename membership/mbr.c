@@ -461,6 +461,15 @@ static void stale_accusation(mbr_t *m)
 	if (!m->self->bc_blob) queue_update(m, m->self, MBR_MSG_ALIVE, NULL);
 }
 
+/* A suspicion or a death notice about ourselves: refute it when it is about
+ * our current incarnation, re-send the refutation when it is older. */
+static void accused(mbr_t *m, uint64_t gen, uint32_t inc, uint64_t now)
+{
+	if (m->leaving) return;
+	if (vcmp(gen, inc, m->self->gen, m->self->inc) < 0) stale_accusation(m);
+	else refute(m, inc, now);
+}
+
 static void handle_alive(mbr_t *m, const char *name, const mbr_addr *addr, uint64_t gen,
 			 uint32_t inc, const uint8_t *meta, size_t meta_len, uint64_t now)
 {
@@ -537,12 +546,7 @@ static void handle_suspect(mbr_t *m, const char *name, uint64_t gen, uint32_t in
 			   const char *from, uint64_t now)
 {
 	if (strcmp(name, m->self->name) == 0) {
-		if (m->leaving) return;
-		if (vcmp(gen, inc, m->self->gen, m->self->inc) < 0) {
-			stale_accusation(m);
-			return;
-		}
-		refute(m, inc, now);
+		accused(m, gen, inc, now);
 		return;
 	}
 	mbr_member *mem = mbr_table_get(&m->table, name);
@@ -599,12 +603,7 @@ static void handle_dead(mbr_t *m, const char *name, uint64_t gen, uint32_t inc,
 			const char *from, uint64_t now)
 {
 	if (strcmp(name, m->self->name) == 0) {
-		if (m->leaving) return;
-		if (vcmp(gen, inc, m->self->gen, m->self->inc) < 0) {
-			stale_accusation(m);
-			return;
-		}
-		refute(m, inc, now);
+		accused(m, gen, inc, now);
 		return;
 	}
 	mbr_member *mem = mbr_table_get(&m->table, name);
