@@ -160,25 +160,44 @@ static void health_delta(mbr_t *m, int d)
 
 /* ---------------------------------------------------------------- outputs */
 
+/* The output and event queues: arrays with a moving head.  fifo_room makes
+ * space for one more element at the tail; fifo_popped frees an array that
+ * has just been drained, so a burst (a join brings one event per member)
+ * does not stay allocated per node (the simulator holds 10,000 nodes). */
+static bool fifo_room(void **v, size_t elem, size_t *head, size_t len, size_t *cap)
+{
+	if (*head + len < *cap) return true;
+	if (*head) {
+		memmove(*v, (char *)*v + *head * elem, len * elem);
+		*head = 0;
+	}
+	if (len < *cap) return true;
+	size_t ncap = *cap ? *cap * 2 : 16;
+	void *n = realloc(*v, ncap * elem);
+	if (!n) return false;
+	*v = n;
+	*cap = ncap;
+	return true;
+}
+
+static void fifo_popped(void **v, size_t *head, size_t len, size_t *cap)
+{
+	if (len) return;
+	*head = 0;
+	if (*cap > 64) {
+		free(*v);
+		*v = NULL;
+		*cap = 0;
+	}
+}
+
 static void push_out(mbr_t *m, const mbr_addr *to, bool stream, uint8_t *data, size_t len)
 {
-	if (m->out_len >= MBR_QUEUE_CAP) {
+	if (m->out_len >= MBR_QUEUE_CAP ||
+	    !fifo_room((void **)&m->outs, sizeof *m->outs, &m->out_head, m->out_len, &m->out_cap)) {
 		m->stats.queue_overflow++;
 		free(data);
 		return;
-	}
-	if (m->out_head + m->out_len == m->out_cap) {
-		if (m->out_head) {
-			memmove(m->outs, m->outs + m->out_head, m->out_len * sizeof *m->outs);
-			m->out_head = 0;
-		}
-		if (m->out_len == m->out_cap) {
-			size_t ncap = m->out_cap ? m->out_cap * 2 : 16;
-			mbr_out *n = realloc(m->outs, ncap * sizeof *n);
-			if (!n) { m->stats.queue_overflow++; free(data); return; }
-			m->outs = n;
-			m->out_cap = ncap;
-		}
 	}
 	mbr_out *o = &m->outs[m->out_head + m->out_len++];
 	o->to = *to;
@@ -194,33 +213,18 @@ int mbr_pop_out(mbr_t *m, mbr_out *out)
 {
 	if (!m->out_len) return 0;
 	*out = m->outs[m->out_head++];
-	if (--m->out_len == 0) {
-		m->out_head = 0;
-		if (m->out_cap > 64) {
-			free(m->outs);
-			m->outs = NULL;
-			m->out_cap = 0;
-		}
-	}
+	m->out_len--;
+	fifo_popped((void **)&m->outs, &m->out_head, m->out_len, &m->out_cap);
 	return 1;
 }
 
 static void emit(mbr_t *m, uint64_t now, mbr_event_type type, const mbr_member *mem,
 		 const char *reason)
 {
-	if (m->ev_len >= MBR_QUEUE_CAP) { m->stats.queue_overflow++; return; }
-	if (m->ev_head + m->ev_len == m->ev_cap) {
-		if (m->ev_head) {
-			memmove(m->evs, m->evs + m->ev_head, m->ev_len * sizeof *m->evs);
-			m->ev_head = 0;
-		}
-		if (m->ev_len == m->ev_cap) {
-			size_t ncap = m->ev_cap ? m->ev_cap * 2 : 16;
-			mbr_event *n = realloc(m->evs, ncap * sizeof *n);
-			if (!n) { m->stats.queue_overflow++; return; }
-			m->evs = n;
-			m->ev_cap = ncap;
-		}
+	if (m->ev_len >= MBR_QUEUE_CAP ||
+	    !fifo_room((void **)&m->evs, sizeof *m->evs, &m->ev_head, m->ev_len, &m->ev_cap)) {
+		m->stats.queue_overflow++;
+		return;
 	}
 	mbr_event *e = &m->evs[m->ev_head + m->ev_len++];
 	e->type = type;
@@ -237,17 +241,8 @@ int mbr_pop_event(mbr_t *m, mbr_event *ev)
 {
 	if (!m->ev_len) return 0;
 	*ev = m->evs[m->ev_head++];
-	if (--m->ev_len == 0) {
-		m->ev_head = 0;
-		/* A join brings one event per member in a burst; do not keep
-		 * that much memory per node after it is drained (the simulator
-		 * holds 10,000 nodes). */
-		if (m->ev_cap > 64) {
-			free(m->evs);
-			m->evs = NULL;
-			m->ev_cap = 0;
-		}
-	}
+	m->ev_len--;
+	fifo_popped((void **)&m->evs, &m->ev_head, m->ev_len, &m->ev_cap);
 	return 1;
 }
 
