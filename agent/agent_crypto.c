@@ -6,6 +6,7 @@
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int agent_key_decode(const char *b64, agent_key *k, char *err, size_t errlen)
@@ -156,6 +157,21 @@ int agent_seal_key(const agent_key *k, const char *aad, const uint8_t *in, size_
 out:
 	EVP_CIPHER_CTX_free(c);
 	return rc;
+}
+
+int agent_seal_replace(const agent_key *k, const char *aad, uint8_t **buf, size_t *len)
+{
+	uint8_t *s = malloc(*len + CRYPTO_OVERHEAD);
+	if (!s || agent_seal_key(k, aad, *buf, *len, s) < 0) {
+		free(s);
+		free(*buf);
+		*buf = NULL;
+		return -1;
+	}
+	free(*buf);
+	*buf = s;
+	*len += CRYPTO_OVERHEAD;
+	return 0;
 }
 
 static int open_with(const agent_key *k, const char *aad, const uint8_t *in, size_t n, uint8_t *out)

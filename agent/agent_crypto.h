@@ -61,6 +61,9 @@ int agent_seal(const agent_keyring *kr, const char *aad, const uint8_t *in, size
 /* The same with one given key (an answer goes back under the key its
  * request came with, even if the keyring changed in between). */
 int agent_seal_key(const agent_key *k, const char *aad, const uint8_t *in, size_t n, uint8_t *out);
+/* Replaces the malloc'd *buf (*len bytes) by a sealed, malloc'd copy.  On
+ * failure frees *buf, sets it to NULL and returns -1. */
+int agent_seal_replace(const agent_key *k, const char *aad, uint8_t **buf, size_t *len);
 /* Opens a sealed blob into out (n - CRYPTO_OVERHEAD bytes); returns the
  * index of the key that opened it, or -1 (forged, corrupt, or no key). */
 int agent_open(const agent_keyring *kr, const char *aad, const uint8_t *in, size_t n,

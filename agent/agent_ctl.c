@@ -411,17 +411,7 @@ void agent_ctl_send(agent *a, const agent_client *c, int code, const char *error
 	if (!buf) return;
 	skein__control__response__pack(&resp, buf);
 	size_t len = n;
-	if (c->sealed) {
-		uint8_t *s = malloc(n + CRYPTO_OVERHEAD);
-		if (!s || agent_seal_key(&c->key, AGENT_RPC_AAD_RESP, buf, n, s) < 0) {
-			free(s);
-			free(buf);
-			return;
-		}
-		free(buf);
-		buf = s;
-		len = n + CRYPTO_OVERHEAD;
-	}
+	if (c->sealed && agent_seal_replace(&c->key, AGENT_RPC_AAD_RESP, &buf, &len) < 0) return;
 	void *sock = c->sock ? c->sock : a->zrouter;
 	zmq_send(sock, c->id, c->idlen, ZMQ_SNDMORE | ZMQ_DONTWAIT);
 	zmq_send(sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);

@@ -221,16 +221,8 @@ static uint8_t *pack_request(agent *a, const Skein__Control__Request *q, size_t 
 	if (!buf) return NULL;
 	skein__control__request__pack(q, buf);
 	*len = n;
-	if (!a->kr.n) return buf;
-	uint8_t *s = malloc(n + CRYPTO_OVERHEAD);
-	if (!s || agent_seal(&a->kr, AGENT_RPC_AAD_REQ, buf, n, s) < 0) {
-		free(s);
-		free(buf);
-		return NULL;
-	}
-	free(buf);
-	*len = n + CRYPTO_OVERHEAD;
-	return s;
+	if (a->kr.n && agent_seal_replace(&a->kr.keys[0], AGENT_RPC_AAD_REQ, &buf, len) < 0) return NULL;
+	return buf;
 }
 
 static void raft_send(agent *a, const raft_out *o)

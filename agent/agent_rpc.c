@@ -104,17 +104,7 @@ int agent_rpc_run(agent_rpc *calls, int n, const agent_keyring *kr, int timeout_
 		if (!buf) continue;
 		skein__control__request__pack(&req, buf);
 		size_t slen = plen;
-		if (kr && kr->n) {
-			uint8_t *s = malloc(plen + CRYPTO_OVERHEAD);
-			if (!s || agent_seal(kr, AGENT_RPC_AAD_REQ, buf, plen, s) < 0) {
-				free(s);
-				free(buf);
-				continue;
-			}
-			free(buf);
-			buf = s;
-			slen = plen + CRYPTO_OVERHEAD;
-		}
+		if (kr && kr->n && agent_seal_replace(&kr->keys[0], AGENT_RPC_AAD_REQ, &buf, &slen) < 0) continue;
 		void *s = zmq_socket(ctx, ZMQ_DEALER);
 		int zero = 0;
 		zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);

@@ -465,6 +465,19 @@ static void accused(mbr_t *m, uint64_t gen, uint32_t inc, uint64_t now)
 	else refute(m, inc, now);
 }
 
+/* The member a suspicion or death notice is about; NULL when it is about
+ * us (handled here: refuted) or about a member we do not know (ignored,
+ * as memberlist does). */
+static mbr_member *accusation_target(mbr_t *m, const char *name, uint64_t gen, uint32_t inc,
+				     uint64_t now)
+{
+	if (strcmp(name, m->self->name) == 0) {
+		accused(m, gen, inc, now);
+		return NULL;
+	}
+	return mbr_table_get(&m->table, name);
+}
+
 static void handle_alive(mbr_t *m, const char *name, const mbr_addr *addr, uint64_t gen,
 			 uint32_t inc, const uint8_t *meta, size_t meta_len, uint64_t now)
 {
@@ -540,11 +553,7 @@ static uint64_t suspicion_deadline(const mbr_suspicion *s)
 static void handle_suspect(mbr_t *m, const char *name, uint64_t gen, uint32_t inc,
 			   const char *from, uint64_t now)
 {
-	if (strcmp(name, m->self->name) == 0) {
-		accused(m, gen, inc, now);
-		return;
-	}
-	mbr_member *mem = mbr_table_get(&m->table, name);
+	mbr_member *mem = accusation_target(m, name, gen, inc, now);
 	if (!mem) return;
 	if (vcmp(gen, inc, mem->gen, mem->inc) < 0) return;
 	if (mem->status == MBR_SUSPECT && gen == mem->gen && inc == mem->inc) {
@@ -597,11 +606,7 @@ static void handle_suspect(mbr_t *m, const char *name, uint64_t gen, uint32_t in
 static void handle_dead(mbr_t *m, const char *name, uint64_t gen, uint32_t inc,
 			const char *from, uint64_t now)
 {
-	if (strcmp(name, m->self->name) == 0) {
-		accused(m, gen, inc, now);
-		return;
-	}
-	mbr_member *mem = mbr_table_get(&m->table, name);
+	mbr_member *mem = accusation_target(m, name, gen, inc, now);
 	if (!mem) return;
 	int c = vcmp(gen, inc, mem->gen, mem->inc);
 	if (c < 0) return;
