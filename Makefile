@@ -57,6 +57,7 @@ include common/module.mk
 include proto/module.mk
 include membership/module.mk
 include raft/module.mk
+include jobs/module.mk
 include agent/module.mk
 -include transfer/module.mk
 # last: the test rules list every library above as prerequisites

@@ -7,6 +7,8 @@
  *   agent_crypto.c keyring and AES-GCM
  *   agent_opts.c   flags, environment, config file
  *   agent_gpu.c    counting GPUs at run time
+ *   agent_jobs.c   jobs: placement and orders (head), supervision (every agent)
+ *   agent_sup.c    the member processes of this node
  *
  * One libev loop runs everything.  The membership logic (membership/mbr.h)
  * gets time from CLOCK_MONOTONIC and packets from the sockets; after every
@@ -27,6 +29,7 @@
 
 typedef struct agent_conn agent_conn;
 typedef struct agent_head agent_head;
+typedef struct agent_jobs agent_jobs;
 
 /* Who asked a control request, so that the answer can be sent later (a
  * write answered once committed, a request forwarded to the head). */
@@ -93,7 +96,8 @@ typedef struct agent {
 	agent_counters cnt;
 	uint64_t started_ms;
 
-	agent_head *head;          /* NULL unless --head-eligible */
+	agent_head *head;          /* every agent forwards; voters (--head-eligible) also elect */
+	agent_jobs *jobs;
 	uint64_t fence_newest;     /* newest head term seen: older orders are refused */
 	bool in_head_update;       /* re-entrance guard of agent_pump -> head -> meta -> pump */
 } agent;
@@ -136,6 +140,32 @@ void agent_head_published(agent *a, const char **head, uint64_t *term);
 struct Skein__Control__Request;
 bool agent_head_dispatch(agent *a, const struct Skein__Control__Request *q, const agent_client *c,
 			 agent_reply *r);
+
+/* The head-side helpers agent_jobs.c uses. */
+struct job_state;
+bool agent_head_is_head(agent *a);
+const struct job_state *agent_head_jobs(agent *a);   /* NULL on a non-voter */
+uint64_t agent_head_applied(agent *a);
+uint64_t agent_head_term(agent *a);
+/* Proposes an entry (takes `data`).  With a client, the client is answered
+ * with `body` once it commits (or an error); without, *index says which
+ * entry to wait for.  -1 with r filled when refused. */
+int agent_head_propose(agent *a, const agent_client *c, agent_reply *r, uint8_t type, uint8_t *data, size_t len,
+		       const char *body, uint64_t *index);
+/* One-way control message to a member's control endpoint (sealed). */
+int agent_head_send(agent *a, const char *to, const struct Skein__Control__Request *q);
+/* Forwards a request to the head, or to a named agent; the answer is relayed. */
+void agent_head_forward(agent *a, const struct Skein__Control__Request *q, const agent_client *c, agent_reply *r);
+void agent_head_forward_node(agent *a, const struct Skein__Control__Request *q, const agent_client *c,
+			     agent_reply *r, const char *node);
+
+/* agent_jobs.c */
+int agent_jobs_open(agent *a, char *err, size_t errlen);
+void agent_jobs_close(agent *a);
+void agent_jobs_tick(agent *a);                 /* every 100 ms */
+void agent_jobs_state_changed(agent *a);        /* committed job entries were applied */
+void agent_jobs_members_changed(agent *a);      /* membership changed */
+bool agent_jobs_dispatch(agent *a, const struct Skein__Control__Request *q, const agent_client *c, agent_reply *r);
 
 /* agent_gpu.c: GPUs visible through NVML or the CUDA runtime, 0 without
  * them; `source` says which answered ("nvml", "cuda", "none: ..."). */

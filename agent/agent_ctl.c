@@ -379,12 +379,15 @@ static void dispatch(agent *a, const Skein__Control__Request *q, const agent_cli
 	const char *cmd = q->cmd;
 	if (c->remote && !(!strcmp(cmd, "raft") || !strcmp(cmd, "head") || !strcmp(cmd, "state") ||
 			   !strcmp(cmd, "voters") || !strcmp(cmd, "keyring") || !strcmp(cmd, "peers") ||
-			   !strcmp(cmd, "members") || !strcmp(cmd, "info") || !strcmp(cmd, "health"))) {
+			   !strcmp(cmd, "members") || !strcmp(cmd, "info") || !strcmp(cmd, "health") ||
+			   !strcmp(cmd, "job") || !strcmp(cmd, "placement") || !strcmp(cmd, "assign") ||
+			   !strcmp(cmd, "report") || !strcmp(cmd, "logs"))) {
 		fail(r, 1, "'%s' is only served on the local control endpoint (--rpc)", cmd);
 		return;
 	}
 	if (!fence_ok(a, q->term, r)) return;
 	if (agent_head_dispatch(a, q, c, r)) return;
+	if (agent_jobs_dispatch(a, q, c, r)) return;
 	if (!strcmp(cmd, "members")) cmd_members(a, q, r);
 	else if (!strcmp(cmd, "peers")) cmd_peers(a, r);
 	else if (!strcmp(cmd, "info")) cmd_info(a, q, r);

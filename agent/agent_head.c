@@ -31,9 +31,10 @@
 #include "proto/gossip.pb-c.h"
 #include "raft/raft.h"
 #include "raft/raft_kv.h"
+#include "jobs/job_state.h"
 
 enum {
-	PEERS_MAX = RAFT_VOTERS_MAX * 2,
+	PEERS_MAX = 8192,         /* voters, and every agent the head gives orders to */
 	PENDING_MAX = 4096,
 	FORWARDS_MAX = 256,
 };
@@ -50,7 +51,7 @@ typedef struct {
 	uint64_t index, term;
 	double deadline;
 	agent_client client;
-	bool is_voters;           /* a voter change: answer when its entry commits */
+	char body[160];           /* the answer once committed ("" = the index and term) */
 } pending;
 
 typedef struct fwd {
@@ -59,6 +60,7 @@ typedef struct fwd {
 	uint8_t *req;             /* the packed request, to send again to a new head */
 	size_t reqlen;
 	char target[RAFT_NAME_MAX + 1];
+	bool to_node;             /* sent to a named agent, not the head: never follows the head */
 	ev_io w;
 	ev_timer t;
 	agent_client client;
@@ -70,11 +72,12 @@ struct agent_head {
 	raft_storage *st;
 	bool file_storage;
 	raft_kv *kv;
+	job_state *jobs;
 	uint64_t applied;
 	ev_timer timer;
 	ev_timer periodic;
-	peer peers[PEERS_MAX];
-	int npeers;
+	peer *peers;
+	int npeers, peers_cap;
 	pending *pend;
 	size_t npend;
 	fwd *fwds;
@@ -193,7 +196,13 @@ static peer *peer_get(agent *a, const char *name)
 		h->peers[i] = h->peers[--h->npeers];
 		break;
 	}
-	if (h->npeers >= PEERS_MAX) return NULL;
+	if (h->npeers == h->peers_cap) {
+		int cap = h->peers_cap ? h->peers_cap * 2 : 16;
+		peer *np = cap <= PEERS_MAX ? realloc(h->peers, (size_t)cap * sizeof *np) : NULL;
+		if (!np) return NULL;
+		h->peers = np;
+		h->peers_cap = cap;
+	}
 	void *s = zmq_socket(a->zctx, ZMQ_DEALER);
 	if (!s) return NULL;
 	int zero = 0, one = 1, hwm = 256;
@@ -225,22 +234,31 @@ static uint8_t *pack_request(agent *a, const Skein__Control__Request *q, size_t 
 	return buf;
 }
 
-static void raft_send(agent *a, const raft_out *o)
+int agent_head_send(agent *a, const char *to, const Skein__Control__Request *q)
 {
 	agent_head *h = a->head;
-	peer *p = peer_get(a, o->to);
-	if (!p) { h->drop_send++; return; }
+	peer *p = peer_get(a, to);
+	if (!p) { h->drop_send++; return -1; }
+	size_t len;
+	uint8_t *buf = pack_request(a, q, &len);
+	if (!buf) { h->drop_send++; return -1; }
+	int rc = 0;
+	if (zmq_send(p->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+	    zmq_send(p->sock, buf, len, ZMQ_DONTWAIT) < 0) {
+		h->drop_send++;
+		rc = -1;
+	}
+	free(buf);
+	return rc;
+}
+
+static void raft_send(agent *a, const raft_out *o)
+{
 	Skein__Control__Request q = SKEIN__CONTROL__REQUEST__INIT;
 	q.cmd = "raft";
 	q.payload.data = o->data;
 	q.payload.len = o->len;
-	size_t len;
-	uint8_t *buf = pack_request(a, &q, &len);
-	if (!buf) { h->drop_send++; return; }
-	if (zmq_send(p->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-	    zmq_send(p->sock, buf, len, ZMQ_DONTWAIT) < 0)
-		h->drop_send++;
-	free(buf);
+	agent_head_send(a, o->to, &q);
 }
 
 /* ---------------------------------------------------------------- the pump */
@@ -280,37 +298,93 @@ static void raft_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	head_pump(a);
 }
 
+/* The snapshot of the whole state machine: "SKSM", u8 version 1, then the
+ * key-value map and the jobs, each as u64 length + its own snapshot.  A bare
+ * key-value snapshot (what earlier versions wrote) is still read. */
+static int state_serialize(agent_head *h, uint8_t **out, size_t *len)
+{
+	uint8_t *kv = NULL, *jb = NULL;
+	size_t kvl, jbl;
+	if (raft_kv_serialize(h->kv, &kv, &kvl) < 0 || job_state_serialize(h->jobs, &jb, &jbl) < 0) {
+		free(kv);
+		return -1;
+	}
+	*len = 5 + 8 + kvl + 8 + jbl;
+	uint8_t *b = malloc(*len);
+	if (b) {
+		memcpy(b, "SKSM\1", 5);
+		uint64_t l1 = kvl, l2 = jbl;
+		memcpy(b + 5, &l1, 8);
+		memcpy(b + 13, kv, kvl);
+		memcpy(b + 13 + kvl, &l2, 8);
+		memcpy(b + 21 + kvl, jb, jbl);
+	}
+	free(kv);
+	free(jb);
+	*out = b;
+	return b ? 0 : -1;
+}
+
+static int state_restore(agent_head *h, const uint8_t *d, size_t len, char *err, size_t errlen)
+{
+	if (len < 5 || memcmp(d, "SKSM\1", 5)) return raft_kv_restore(h->kv, d, len, err, errlen);
+	uint64_t l1, l2;
+	if (len < 13 || (memcpy(&l1, d + 5, 8), l1 > len - 13) || len - 13 - l1 < 8 ||
+	    (memcpy(&l2, d + 13 + l1, 8), l2 != len - 21 - l1)) {
+		snprintf(err, errlen, "state snapshot: bad lengths");
+		return -1;
+	}
+	/* jobs first: it checks everything before changing anything */
+	job_state *tmp = job_state_new();
+	if (!tmp || job_state_restore(tmp, d + 21 + l1, l2, err, errlen) < 0 ||
+	    raft_kv_restore(h->kv, d + 13, l1, err, errlen) < 0) {
+		job_state_free(&tmp);
+		return -1;
+	}
+	job_state_free(&h->jobs);
+	h->jobs = tmp;
+	return 0;
+}
+
 static void apply_all(agent *a)
 {
 	agent_head *h = a->head;
 	raft_apply ap;
+	bool jobs_changed = false;
 	while (raft_pop_apply(h->raft, &ap)) {
 		if (ap.kind == RAFT_APPLY_SNAPSHOT) {
 			char err[200];
-			if (raft_kv_restore(h->kv, ap.data, ap.len, err, sizeof err) < 0)
+			if (state_restore(h, ap.data, ap.len, err, sizeof err) < 0)
 				SK_ERROR("head", "snapshot restore failed: %s", err);
+			jobs_changed = true;
 		} else if (ap.type >= RAFT_ENTRY_USER) {
-			raft_kv_apply(h->kv, ap.type, ap.data, ap.len);
+			if (raft_kv_apply(h->kv, ap.type, ap.data, ap.len) == 1) {
+				if (job_state_apply(h->jobs, ap.type, ap.data, ap.len) < 0)
+					SK_WARN("head", "job entry %llu refused (type %u)", (unsigned long long)ap.index, ap.type);
+				jobs_changed = true;
+			}
 		}
 		h->applied = ap.index;
 		for (size_t i = 0; i < h->npend;) {
 			pending *p = &h->pend[i];
 			if (p->index > ap.index || (ap.kind == RAFT_APPLY_SNAPSHOT && p->index > ap.index)) { i++; continue; }
 			if (p->index == ap.index && p->term == ap.term && ap.kind == RAFT_APPLY_ENTRY) {
-				char body[96];
-				snprintf(body, sizeof body, "committed at index %llu, term %llu\n",
-					 (unsigned long long)ap.index, (unsigned long long)ap.term);
+				char body[160];
+				if (p->body[0]) snprintf(body, sizeof body, "%s", p->body);
+				else snprintf(body, sizeof body, "committed at index %llu, term %llu\n",
+					      (unsigned long long)ap.index, (unsigned long long)ap.term);
 				answer_pending(a, i, 0, NULL, body);
 			} else {
 				answer_pending(a, i, 1, "write lost: the head changed before it committed; retry", NULL);
 			}
 		}
 	}
+	if (jobs_changed) agent_jobs_state_changed(a);
 	if (raft_snapshot_wanted(h->raft)) {
 		uint8_t *data;
 		size_t len;
 		char err[200];
-		if (raft_kv_serialize(h->kv, &data, &len) == 0) {
+		if (state_serialize(h, &data, &len) == 0) {
 			if (raft_snapshot_take(h->raft, agent_now_ms(), h->applied, data, len, err, sizeof err) < 0)
 				SK_WARN("head", "snapshot not taken: %s", err);
 			free(data);
@@ -451,6 +525,7 @@ static void periodic_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	(void)loop; (void)revents;
 	agent_head *h = a->head;
 	fwd_follow_head(a);
+	agent_jobs_tick(a);
 	if (!h->raft) return;
 	double now = ev_now(a->loop);
 	for (size_t i = 0; i < h->npend;) {
@@ -562,6 +637,9 @@ static int fwd_send(fwd *f, const char *head, const char *rpc)
 	return 0;
 }
 
+static void forward_to(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r,
+		       const char *head, const char *rpc, bool to_node);
+
 /* Sends the request on to the head; the answer is relayed to the client. */
 static void forward(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
 {
@@ -577,6 +655,29 @@ static void forward(agent *a, const Skein__Control__Request *q, const agent_clie
 		agent_reply_fail(r, 1, "no head elected yet (term %llu): retry in a moment", (unsigned long long)term);
 		return;
 	}
+	forward_to(a, q, c, r, head, rpc, false);
+}
+
+void agent_head_forward(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+{
+	forward(a, q, c, r);
+}
+
+void agent_head_forward_node(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r,
+			     const char *node)
+{
+	char rpc[64];
+	rpc_of(a, node, rpc, sizeof rpc);
+	if (!rpc[0]) {
+		agent_reply_fail(r, 1, "no control endpoint known for %s", node);
+		return;
+	}
+	forward_to(a, q, c, r, node, rpc, true);
+}
+
+static void forward_to(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r,
+		       const char *head, const char *rpc, bool to_node)
+{
 	agent_head *h = a->head;
 	if (h->nfwds >= FORWARDS_MAX) {
 		agent_reply_fail(r, 1, "too many requests in flight to the head");
@@ -591,6 +692,7 @@ static void forward(agent *a, const Skein__Control__Request *q, const agent_clie
 		return;
 	}
 	f->a = a;
+	f->to_node = to_node;
 	f->client = *c;
 	ev_init(&f->w, fwd_io_cb);
 	f->w.data = f;
@@ -653,7 +755,7 @@ static void fwd_follow_head(agent *a)
 	if (self && !is_head(a)) return;
 	for (fwd *f = a->head->fwds, *next; f; f = next) {
 		next = f->next;
-		if (!strcmp(f->target, head)) continue;
+		if (f->to_node || !strcmp(f->target, head)) continue;
 		if (self) fwd_take_over(f);
 		else fwd_send(f, head, rpc);
 	}
@@ -664,6 +766,11 @@ static void fwd_follow_head(agent *a)
 static bool is_head(agent *a)
 {
 	return a->head->raft && raft_leader_ok(a->head->raft, agent_now_ms());
+}
+
+bool agent_head_is_head(agent *a)
+{
+	return a->head && is_head(a);
 }
 
 static void cmd_head(agent *a, const Skein__Control__Request *q, agent_reply *r)
@@ -706,27 +813,53 @@ static void cmd_head(agent *a, const Skein__Control__Request *q, agent_reply *r)
 	if (json) sk_buf_printf(&r->body, "]}\n");
 }
 
-static void propose(agent *a, const agent_client *c, agent_reply *r, uint8_t type, uint8_t *data, size_t len)
+int agent_head_propose(agent *a, const agent_client *c, agent_reply *r, uint8_t type, uint8_t *data, size_t len,
+		       const char *body, uint64_t *index_out)
 {
 	agent_head *h = a->head;
 	uint64_t index, term;
 	char err[300];
-	if (h->npend >= PENDING_MAX) { agent_reply_fail(r, 1, "too many writes in flight"); free(data); return; }
+	if (c && h->npend >= PENDING_MAX) { agent_reply_fail(r, 1, "too many writes in flight"); free(data); return -1; }
+	if (!h->pend) h->pend = calloc(PENDING_MAX, sizeof *h->pend);
+	if (!h->pend) { agent_reply_fail(r, 1, "out of memory"); free(data); return -1; }
 	if (raft_propose(h->raft, agent_now_ms(), type, data, len, &index, &term, err, sizeof err) < 0) {
 		agent_reply_fail(r, 1, "write refused: %s", err);
 		free(data);
-		return;
+		return -1;
 	}
 	free(data);
-	if (!h->pend) h->pend = calloc(PENDING_MAX, sizeof *h->pend);
-	if (!h->pend) { agent_reply_fail(r, 1, "out of memory"); return; }
-	pending *p = &h->pend[h->npend++];
-	p->index = index;
-	p->term = term;
-	p->deadline = ev_now(a->loop) + WRITE_TIMEOUT_S;
-	p->client = *c;
-	r->deferred = true;
+	if (index_out) *index_out = index;
+	if (c) {
+		pending *p = &h->pend[h->npend++];
+		p->index = index;
+		p->term = term;
+		p->deadline = ev_now(a->loop) + WRITE_TIMEOUT_S;
+		p->client = *c;
+		snprintf(p->body, sizeof p->body, "%s", body ? body : "");
+		r->deferred = true;
+	}
 	head_pump(a);
+	return 0;
+}
+
+static void propose(agent *a, const agent_client *c, agent_reply *r, uint8_t type, uint8_t *data, size_t len)
+{
+	agent_head_propose(a, c, r, type, data, len, NULL, NULL);
+}
+
+uint64_t agent_head_applied(agent *a)
+{
+	return a->head && a->head->raft ? a->head->applied : 0;
+}
+
+const job_state *agent_head_jobs(agent *a)
+{
+	return a->head ? a->head->jobs : NULL;
+}
+
+uint64_t agent_head_term(agent *a)
+{
+	return a->head && a->head->raft ? raft_term(a->head->raft) : 0;
 }
 
 static void cmd_state(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
@@ -890,6 +1023,8 @@ int agent_head_open(agent *a, char *err, size_t errlen)
 	}
 	if (!h->st) return -1;
 	h->kv = raft_kv_new();
+	h->jobs = job_state_new();
+	if (!h->jobs) { snprintf(err, errlen, "out of memory"); return -1; }
 	raft_self self = { .name = a->opts.name, .seed = a->generation * 0x9e3779b97f4a7c15ULL ^ 0xbeef };
 	h->raft = h->kv ? raft_new(&rc, &self, h->st, agent_now_ms(), err, errlen) : NULL;
 	if (!h->raft) return -1;
@@ -911,6 +1046,8 @@ void agent_head_close(agent *a)
 	for (int i = 0; i < h->npeers; i++) zmq_close(h->peers[i].sock);
 	raft_destroy(&h->raft);
 	raft_kv_destroy(&h->kv);
+	job_state_free(&h->jobs);
+	free(h->peers);
 	if (h->st && h->file_storage) raft_file_storage_free(&h->st);
 	else if (h->st) raft_mem_storage_free(&h->st);
 	free(h->pend);

@@ -239,6 +239,7 @@ void agent_pump(agent *a)
 	if (changed && a->head && !a->in_head_update) {
 		a->in_head_update = true;
 		agent_head_members_changed(a);
+		agent_jobs_members_changed(a);
 		a->in_head_update = false;
 	}
 	uint64_t now = agent_now_ms(), d = mbr_next_deadline(a->mbr);
@@ -476,6 +477,7 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 	if (agent_net_open(a, err, sizeof err) < 0) goto fatal;
 	if (agent_ctl_open(a, err, sizeof err) < 0) goto fatal;
 	if (agent_head_open(a, err, sizeof err) < 0) goto fatal;
+	if (agent_jobs_open(a, err, sizeof err) < 0) goto fatal;
 	if (agent_update_meta(a) < 0) goto fatal;
 
 	signal(SIGPIPE, SIG_IGN);
@@ -510,6 +512,7 @@ fatal:
 static void teardown(agent *a)
 {
 	if (a->loop) {
+		agent_jobs_close(a);
 		agent_head_close(a);
 		agent_ctl_close(a);
 		agent_net_close(a);

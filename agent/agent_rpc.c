@@ -99,6 +99,8 @@ int agent_rpc_run(agent_rpc *calls, int n, const agent_keyring *kr, int timeout_
 		req.n_args = (size_t)c->nargs;
 		req.format = (char *)(c->format ? c->format : "text");
 		req.local_only = c->local_only;
+		req.payload.data = (uint8_t *)c->payload;
+		req.payload.len = c->payload_len;
 		size_t plen = skein__control__request__get_packed_size(&req);
 		uint8_t *buf = malloc(plen + CRYPTO_OVERHEAD + 1);
 		if (!buf) continue;

@@ -21,6 +21,8 @@ typedef struct {
 	int nargs;
 	const char *format;        /* "text" | "json" */
 	bool local_only;
+	const uint8_t *payload;    /* optional bytes (a packed JobSpec for "job submit") */
+	size_t payload_len;
 	/* results */
 	int code;                  /* the agent's answer (0 ok, 1 error, 2 usage) */
 	char *body;                /* malloc'd; NULL when none */

@@ -13,6 +13,8 @@
 
 #include "agent/agent_crypto.h"
 #include "agent/agent_rpc.h"
+#include "jobs/job_spec.h"
+#include "proto/jobs.pb-c.h"
 
 static const char *g_rpc = "127.0.0.1:7373";
 static int g_timeout_ms = 5000;
@@ -46,6 +48,18 @@ static void usage(FILE *f)
 		"  state bench N          N sequential puts; prints the commit latency (p50, p99, max)\n"
 		"  voters add NAME | remove NAME\n"
 		"                         change the voter set, one voter at a time\n"
+		"  job submit FLAGS | --file job.yaml [FLAGS]\n"
+		"                         submit an RL job with Miles's flags (--actor-num-nodes,\n"
+		"                         --actor-num-gpus-per-node, --rollout-num-gpus,\n"
+		"                         --rollout-num-gpus-per-engine, --num-gpus-per-node, --colocate,\n"
+		"                         --update-weight-transfer-mode, --update-weight-buffer-size,\n"
+		"                         --update-weight-disk-dir) and --name, --trainer-cmd CMD,\n"
+		"                         --rollout-cmd CMD, --max-restarts N, --restart-backoff MIN:MAX,\n"
+		"                         --stop-grace D\n"
+		"  job list | status [JOB] | stop JOB [--format text|json]\n"
+		"  placement [JOB] [--format text|json]\n"
+		"                         every member: role, node, GPUs, pid, state, restarts\n"
+		"  logs MEMBER [--follow] a member's stdout and stderr, from the agent that runs it\n"
 		"  debug drop --in P --out P\n"
 		"                         drop that fraction of gossip datagrams (skeind --enable-debug)\n"
 		"  debug order TERM       send a no-op order as a head of TERM would (fencing test)\n\n"
@@ -83,11 +97,13 @@ static long long mono_us(void);
  * A head-only request that meets an election ("no head elected yet", "the
  * head stepped down") is retried until --timeout: operators and scripts see
  * a failover as a short delay, not an error. */
-static int call(const char *cmd, char **args, int nargs, const char *format)
+static int call_payload(const char *cmd, char **args, int nargs, const char *format, const uint8_t *payload,
+			size_t plen)
 {
 	agent_rpc c = { .endpoint = g_rpc, .cmd = cmd, .args = (const char *const *)args,
-			.nargs = nargs, .format = format };
-	bool head_only = !strcmp(cmd, "state") || !strcmp(cmd, "voters") || !strcmp(cmd, "head");
+			.nargs = nargs, .format = format, .payload = payload, .payload_len = plen };
+	bool head_only = !strcmp(cmd, "state") || !strcmp(cmd, "voters") || !strcmp(cmd, "head") ||
+			 !strcmp(cmd, "job") || !strcmp(cmd, "placement");
 	long long deadline = mono_us() + (long long)g_timeout_ms * 1000;
 	for (;;) {
 		long long left_ms = (deadline - mono_us()) / 1000;
@@ -111,6 +127,83 @@ static int call(const char *cmd, char **args, int nargs, const char *format)
 	}
 	agent_rpc_free(&c, 1);
 	return code;
+}
+
+static int call(const char *cmd, char **args, int nargs, const char *format)
+{
+	return call_payload(cmd, args, nargs, format, NULL, 0);
+}
+
+/* job submit: the flags are read here (the YAML file is on this machine),
+ * checked, and sent as a JobSpec; the head checks them again. */
+static int cmd_job_submit(char **args, int nargs, const char *format)
+{
+	static job_spec s;
+	char err[400];
+	job_spec_defaults(&s);
+	if (job_spec_parse_args(&s, nargs, args, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0)
+		return die(2, "job submit: %s", err);
+	Skein__Jobs__JobSpec pb = SKEIN__JOBS__JOB_SPEC__INIT;
+	job_spec_to_pb(&s, &pb);
+	size_t len = skein__jobs__job_spec__get_packed_size(&pb);
+	uint8_t *buf = malloc(len ? len : 1);
+	if (!buf) return die(1, "out of memory%s", "");
+	skein__jobs__job_spec__pack(&pb, buf);
+	char *sub[] = { "submit" };
+	int rc = call_payload("job", sub, 1, format, buf, len);
+	free(buf);
+	return rc;
+}
+
+/* logs MEMBER [--follow]: the agent running the member serves its log file
+ * in pieces ("NEXT SIZE NODE" then the bytes); --follow polls for more. */
+static int cmd_logs(char **args, int nargs)
+{
+	bool follow = false;
+	const char *id = NULL;
+	for (int i = 0; i < nargs; i++) {
+		if (!strcmp(args[i], "--follow") || !strcmp(args[i], "-f")) follow = true;
+		else if (!id) id = args[i];
+		else return die(2, "usage: skeinctl logs MEMBER [--follow]%s", "");
+	}
+	if (!id) return die(2, "usage: skeinctl logs MEMBER [--follow]  (MEMBER as in skeinctl placement: JOB/trainer-0)%s", "");
+	unsigned long long off = 0;
+	bool warned = false;
+	for (;;) {
+		char offs[32];
+		snprintf(offs, sizeof offs, "%llu", off);
+		const char *a3[] = { id, offs, "262144" };
+		agent_rpc c = { .endpoint = g_rpc, .cmd = "logs", .args = a3, .nargs = 3, .format = "text" };
+		agent_rpc_run(&c, 1, &g_kr, g_timeout_ms);
+		unsigned long long next = off, size = 0;
+		if (!c.answered || c.code) {
+			if (!follow) {
+				fprintf(stderr, "skeinctl: %s\n", c.error[0] ? c.error : "failed");
+				agent_rpc_free(&c, 1);
+				return 1;
+			}
+			if (!warned) fprintf(stderr, "skeinctl: %s (still following)\n", c.error);
+			warned = true;
+		} else if (c.body) {
+			char *nl = strchr(c.body, '\n');
+			if (!nl || sscanf(c.body, "%llu %llu", &next, &size) != 2) {
+				agent_rpc_free(&c, 1);
+				return die(1, "logs: unreadable answer%s", "");
+			}
+			fputs(nl + 1, stdout);
+			fflush(stdout);
+			warned = false;
+			if (size < off) next = 0; /* a new file (the member moved or was restarted elsewhere) */
+		}
+		agent_rpc_free(&c, 1);
+		bool more = next < size;
+		off = next;
+		if (!more && !follow) return 0;
+		if (!more) {
+			struct timespec ts = { 0, 300 * 1000000 };
+			nanosleep(&ts, NULL);
+		}
+	}
 }
 
 /* Takes --format out of args; returns -1 on a bad value. */
@@ -339,6 +432,12 @@ int main(int argc, char **argv)
 		return call(cmd, args, nargs, format);
 	if (!strcmp(cmd, "members") || !strcmp(cmd, "info") || !strcmp(cmd, "debug"))
 		return call(cmd, args, nargs, format);
+	if (!strcmp(cmd, "job")) {
+		if (nargs >= 1 && !strcmp(args[0], "submit")) return cmd_job_submit(args + 1, nargs - 1, format);
+		return call(cmd, args, nargs, format);
+	}
+	if (!strcmp(cmd, "placement")) return call(cmd, args, nargs, format);
+	if (!strcmp(cmd, "logs")) return cmd_logs(args, nargs);
 	if (!strcmp(cmd, "join")) {
 		if (nargs != 1) return die(2, "usage: skeinctl join HOST:PORT%s", "");
 		return call(cmd, args, nargs, format);

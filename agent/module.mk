@@ -1,22 +1,24 @@
 # agent/: skeind and skeinctl.
-AGENT_LIB_SRC := agent/agent_crypto.c agent/agent_rpc.c agent/agent_opts.c
-SKEIND_SRC := agent/agent_main.c agent/agent_net.c agent/agent_ctl.c agent/agent_gpu.c agent/agent_head.c
+AGENT_LIB_SRC := agent/agent_crypto.c agent/agent_rpc.c agent/agent_opts.c agent/agent_sup.c
+SKEIND_SRC := agent/agent_main.c agent/agent_net.c agent/agent_ctl.c agent/agent_gpu.c agent/agent_head.c agent/agent_jobs.c
 SKEINCTL_SRC := agent/ctl_main.c
 LIB_AGENT := $(O)/libskagent.a
 $(LIB_AGENT): $(AGENT_LIB_SRC:%.c=$(O)/%.o)
 	$(AR) rcs $@ $^
 LDLIBS += -lzmq -lssl -lcrypto -ldl
+# agent_sup.c (in libskagent.a) uses libev: unit tests that link the library need it too
+LDLIBS += -lev
 
-$(BIN)/skeind: $(SKEIND_SRC:%.c=$(O)/%.o) $(LIB_AGENT) $(LIB_RAFT) $(LIB_MEMBERSHIP) $(LIB_PROTO) $(LIB_COMMON)
+$(BIN)/skeind: $(SKEIND_SRC:%.c=$(O)/%.o) $(LIB_AGENT) $(LIB_JOBS) $(LIB_RAFT) $(LIB_MEMBERSHIP) $(LIB_PROTO) $(LIB_COMMON)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ -lev $(LDLIBS)
 
-$(BIN)/skeinctl: $(SKEINCTL_SRC:%.c=$(O)/%.o) $(LIB_AGENT) $(LIB_MEMBERSHIP) $(LIB_PROTO) $(LIB_COMMON)
+$(BIN)/skeinctl: $(SKEINCTL_SRC:%.c=$(O)/%.o) $(LIB_AGENT) $(LIB_JOBS) $(LIB_MEMBERSHIP) $(LIB_PROTO) $(LIB_COMMON)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ -lev $(LDLIBS)
 
 PROGRAMS += $(BIN)/skeind $(BIN)/skeinctl
 
 TEST_SCRIPTS += tests/agent/cluster_test.sh tests/agent/security_test.sh tests/agent/badinput_test.sh tests/agent/head_test.sh \
-	tests/agent/partition_test.sh tests/agent/head_partition_test.sh
+	tests/agent/partition_test.sh tests/agent/head_partition_test.sh tests/agent/jobs_test.sh
 BENCH_SCRIPTS += tests/agent/bench.sh tests/agent/head_bench.sh

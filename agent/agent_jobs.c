@@ -1,0 +1,1233 @@
+/* agent/agent_jobs: RL jobs on the cluster.
+ *
+ * The head decides, every agent executes:
+ *
+ *   skeinctl job submit --> head: JOB_ENTRY_SUBMIT committed (jobs/job_state)
+ *   head reconcile       --> placement (jobs/job_place) committed as JOB_ENTRY_UPDATE;
+ *                            so are restarts (a new trainer generation), node
+ *                            losses (units moved) and MASTER_PORT
+ *   head orders          --> "assign" to every agent, with the head's term
+ *                            (fenced: an agent refuses an older term): the
+ *                            full list of members that agent must run, derived
+ *                            from committed state only, sent on every change
+ *                            and every second (level-triggered: a lost order
+ *                            or a restarted agent heals by itself)
+ *   agent                --> agent_sup reconciles its processes; "report"
+ *                            (member states, a free port) back to the head
+ *                            after every order and on every exit
+ *
+ * Restarts: an engine restarts alone, on its agent, with backoff.  A trainer
+ * rank's death breaks its world: its agent stops the local siblings at once
+ * and reports; the head commits trainer generation g+1 and every agent with
+ * trainer ranks restarts them (after the backoff, computed the same way on
+ * every node from the generation).  A failed node's units move to free GPUs
+ * (or wait, pending, for capacity); a moved trainer unit restarts the group.
+ * Members never restart because the head changed: a new head sends the same
+ * orders (same generations), which agents treat as no change. */
+#include "agent/agent.h"
+
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/agent_sup.h"
+#include "common/sk_log.h"
+#include "jobs/job_place.h"
+#include "jobs/job_spec.h"
+#include "jobs/job_state.h"
+#include "proto/control.pb-c.h"
+#include "proto/gossip.pb-c.h"
+#include "proto/jobs.pb-c.h"
+
+static const double ORDER_INTERVAL_S = 1.0;
+static const double INFLIGHT_TIMEOUT_S = 5.0;
+enum { LOG_READ_MAX = 256 << 10 };
+
+typedef struct {
+	char node[MBR_NAME_MAX + 1];
+	Skein__Jobs__Report *rep;
+} node_report;
+
+typedef struct {
+	char job[JOB_NAME_MAX + 1];
+	uint64_t index;
+	double since;
+} inflight;
+
+struct agent_jobs {
+	sup *sup;
+	char log_dir[600], state_file[600];
+	ev_timer kick;            /* reconcile and send orders soon, outside the Raft pump */
+	/* head side */
+	node_report *reports;
+	size_t nreports;
+	inflight *infl;
+	size_t ninfl;
+	double last_orders;
+	bool dirty;
+	uint64_t next_seq;        /* names of jobs submitted but not yet applied */
+	/* agent side */
+	char head[MBR_NAME_MAX + 1];
+};
+
+/* A job's layout as plain C, for computing the next one. */
+typedef struct {
+	uint32_t n, neng;
+	char (*node)[MBR_NAME_MAX + 1];
+	uint32_t *gpu;
+	uint64_t trainer_gen;
+	char master_addr[64];
+	uint32_t master_port;
+	uint32_t *engine_gen, *engine_restarts;
+} lay;
+
+static void kick(agent *a)
+{
+	agent_jobs *J = a->jobs;
+	if (!J || ev_is_active(&J->kick)) return;
+	ev_timer_set(&J->kick, 0.0, 0.0);
+	ev_timer_start(a->loop, &J->kick);
+}
+
+/* ---------------------------------------------------------------- layouts */
+
+static void lay_free(lay *L)
+{
+	free(L->node);
+	free(L->gpu);
+	free(L->engine_gen);
+	free(L->engine_restarts);
+	memset(L, 0, sizeof *L);
+}
+
+static int lay_init(lay *L, uint32_t n, uint32_t neng)
+{
+	memset(L, 0, sizeof *L);
+	L->n = n;
+	L->neng = neng;
+	L->node = calloc(n ? n : 1, sizeof *L->node);
+	L->gpu = calloc(n ? n : 1, sizeof *L->gpu);
+	L->engine_gen = calloc(neng ? neng : 1, sizeof *L->engine_gen);
+	L->engine_restarts = calloc(neng ? neng : 1, sizeof *L->engine_restarts);
+	if (!L->node || !L->gpu || !L->engine_gen || !L->engine_restarts) {
+		lay_free(L);
+		return -1;
+	}
+	return 0;
+}
+
+static int lay_from_job(lay *L, const Skein__Jobs__Job *j, const job_spec *s)
+{
+	if (lay_init(L, job_spec_slots(s), job_spec_engines(s)) < 0) return -1;
+	const Skein__Jobs__Layout *pl = j->layout;
+	if (!pl) return 0;
+	for (uint32_t i = 0; i < L->n && i < pl->n_slots; i++) {
+		snprintf(L->node[i], sizeof L->node[i], "%s", pl->slots[i]->node);
+		L->gpu[i] = pl->slots[i]->gpu;
+	}
+	L->trainer_gen = pl->trainer_gen;
+	snprintf(L->master_addr, sizeof L->master_addr, "%s", pl->master_addr);
+	L->master_port = pl->master_port;
+	for (uint32_t i = 0; i < L->neng; i++) {
+		L->engine_gen[i] = i < pl->n_engine_gen ? pl->engine_gen[i] : 0;
+		L->engine_restarts[i] = i < pl->n_engine_restarts ? pl->engine_restarts[i] : 0;
+	}
+	return 0;
+}
+
+static bool placed(const Skein__Jobs__Job *j)
+{
+	return j->layout && j->layout->n_slots > 0;
+}
+
+/* Packs a Job equal to `old` but with this state, reason and layout. */
+static int pack_job(const Skein__Jobs__Job *old, const char *state, const char *reason, const lay *L,
+		    uint8_t **out, size_t *len)
+{
+	Skein__Jobs__Job j = *old;
+	Skein__Jobs__Layout pl = SKEIN__JOBS__LAYOUT__INIT;
+	Skein__Jobs__Slot *slots = NULL, **ptrs = NULL;
+	j.state = (char *)state;
+	j.reason = (char *)(reason ? reason : "");
+	if (L) {
+		slots = calloc(L->n ? L->n : 1, sizeof *slots);
+		ptrs = calloc(L->n ? L->n : 1, sizeof *ptrs);
+		if (!slots || !ptrs) {
+			free(slots);
+			free(ptrs);
+			return -1;
+		}
+		for (uint32_t i = 0; i < L->n; i++) {
+			skein__jobs__slot__init(&slots[i]);
+			slots[i].node = L->node[i];
+			slots[i].gpu = L->gpu[i];
+			ptrs[i] = &slots[i];
+		}
+		pl.n_slots = L->n;
+		pl.slots = ptrs;
+		pl.trainer_gen = L->trainer_gen;
+		pl.master_addr = (char *)L->master_addr;
+		pl.master_port = L->master_port;
+		pl.n_engine_gen = L->neng;
+		pl.engine_gen = L->engine_gen;
+		pl.n_engine_restarts = L->neng;
+		pl.engine_restarts = L->engine_restarts;
+		j.layout = &pl;
+	}
+	int rc = job_state_encode(&j, out, len);
+	free(slots);
+	free(ptrs);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- the cluster as placement sees it */
+
+static Skein__Gossip__NodeMeta *meta_of(const mbr_member_info *mi)
+{
+	return mi->meta_len ? skein__gossip__node_meta__unpack(NULL, mi->meta_len, mi->meta) : NULL;
+}
+
+static void ip_str(const mbr_addr *ad, char *out, size_t cap)
+{
+	if (!inet_ntop(ad->len == 4 ? AF_INET : AF_INET6, ad->ip, out, (socklen_t)cap)) snprintf(out, cap, "?");
+}
+
+/* Every member with GPUs: alive (or suspected: a suspicion does not move
+ * anything) or not. */
+static size_t cluster_nodes(agent *a, place_node **out)
+{
+	size_t n = mbr_members(a->mbr, NULL, 0);
+	mbr_member_info *mi = calloc(n ? n : 1, sizeof *mi);
+	place_node *nodes = calloc(n ? n : 1, sizeof *nodes);
+	size_t k = 0;
+	if (!mi || !nodes) goto done;
+	n = mbr_members(a->mbr, mi, n);
+	for (size_t i = 0; i < n; i++) {
+		uint32_t gpus;
+		if (i == 0 || !strcmp(mi[i].name, a->opts.name)) {
+			gpus = (uint32_t)a->gpus;
+		} else {
+			Skein__Gossip__NodeMeta *m = meta_of(&mi[i]);
+			gpus = m ? m->gpus : 0;
+			if (m) skein__gossip__node_meta__free_unpacked(m, NULL);
+		}
+		if (!gpus) continue;
+		place_node *p = &nodes[k++];
+		snprintf(p->name, sizeof p->name, "%s", mi[i].name);
+		memcpy(p->ip, mi[i].addr.ip, mi[i].addr.len);
+		p->iplen = mi[i].addr.len;
+		p->gpus = gpus > JOB_GPUS_PER_NODE_MAX ? JOB_GPUS_PER_NODE_MAX : gpus;
+		p->alive = mi[i].status == MBR_ALIVE || mi[i].status == MBR_SUSPECT;
+	}
+done:
+	free(mi);
+	*out = nodes;
+	return k;
+}
+
+static int node_index(const place_node *nodes, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(nodes[i].name, name)) return (int)i;
+	return -1;
+}
+
+static bool job_active(const Skein__Jobs__Job *j)
+{
+	return !strcmp(j->state, "pending") || !strcmp(j->state, "running");
+}
+
+/* GPUs held by every active job but `skip`. */
+static void mark_busy(const job_state *js, const Skein__Jobs__Job *skip, place_node *nodes, size_t n)
+{
+	for (size_t i = 0; i < job_state_count(js); i++) {
+		const Skein__Jobs__Job *j = job_state_at(js, i);
+		if (j == skip || !job_active(j) || !placed(j)) continue;
+		for (size_t s = 0; s < j->layout->n_slots; s++) {
+			int ni = node_index(nodes, n, j->layout->slots[s]->node);
+			if (ni >= 0 && j->layout->slots[s]->gpu < 64) nodes[ni].busy |= 1ULL << j->layout->slots[s]->gpu;
+		}
+	}
+}
+
+/* ---------------------------------------------------------------- head: reports */
+
+static const Skein__Jobs__Report *report_of(agent *a, const char *node)
+{
+	agent_jobs *J = a->jobs;
+	for (size_t i = 0; i < J->nreports; i++)
+		if (!strcmp(J->reports[i].node, node)) return J->reports[i].rep;
+	return NULL;
+}
+
+/* The state of member `id` as its node last reported it (NULL if none). */
+static const Skein__Jobs__MemberStatus *status_of(agent *a, const char *node, const char *id)
+{
+	const Skein__Jobs__Report *r = report_of(a, node);
+	for (size_t i = 0; r && i < r->n_members; i++)
+		if (!strcmp(r->members[i]->id, id)) return r->members[i];
+	return NULL;
+}
+
+/* ---------------------------------------------------------------- head: reconcile */
+
+static bool inflight_busy(agent *a, const char *job)
+{
+	agent_jobs *J = a->jobs;
+	uint64_t applied = agent_head_applied(a);
+	double now = ev_now(a->loop);
+	for (size_t i = 0; i < J->ninfl;) {
+		if (applied >= J->infl[i].index || now - J->infl[i].since > INFLIGHT_TIMEOUT_S) {
+			J->infl[i] = J->infl[--J->ninfl];
+			continue;
+		}
+		if (!strcmp(J->infl[i].job, job)) return true;
+		i++;
+	}
+	return false;
+}
+
+static void propose_update(agent *a, const Skein__Jobs__Job *old, const char *state, const char *reason,
+			   const lay *L, const char *why)
+{
+	agent_jobs *J = a->jobs;
+	uint8_t *data;
+	size_t len;
+	if (pack_job(old, state, reason, L, &data, &len) < 0) return;
+	agent_reply r = { 0 };
+	sk_buf_init(&r.body);
+	uint64_t index;
+	if (agent_head_propose(a, NULL, &r, JOB_ENTRY_UPDATE, data, len, NULL, &index) == 0) {
+		inflight *p = realloc(J->infl, (J->ninfl + 1) * sizeof *p);
+		if (p) {
+			J->infl = p;
+			snprintf(p[J->ninfl].job, sizeof p[J->ninfl].job, "%s", old->spec->name);
+			p[J->ninfl].index = index;
+			p[J->ninfl].since = ev_now(a->loop);
+			J->ninfl++;
+		}
+		SK_INFO("jobs", "job %s: %s", old->spec->name, why);
+	} else {
+		SK_WARN("jobs", "job %s: update not proposed: %s", old->spec->name, r.error);
+	}
+	sk_buf_free(&r.body);
+}
+
+/* A port free on this node now (for MASTER_PORT), 0 when none. */
+static uint32_t free_port(agent *a)
+{
+	int fd = socket(a->adv.len == 4 ? AF_INET : AF_INET6, SOCK_STREAM, 0);
+	if (fd < 0) return 0;
+	struct sockaddr_storage ss = { 0 };
+	socklen_t sl;
+	if (a->adv.len == 4) {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+		s4->sin_family = AF_INET;
+		memcpy(&s4->sin_addr, a->adv.ip, 4);
+		sl = sizeof *s4;
+	} else {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+		s6->sin6_family = AF_INET6;
+		memcpy(&s6->sin6_addr, a->adv.ip, 16);
+		sl = sizeof *s6;
+	}
+	uint32_t port = 0;
+	if (bind(fd, (struct sockaddr *)&ss, sl) == 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+		port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+						     : ((struct sockaddr_in6 *)&ss)->sin6_port);
+	close(fd);
+	return port;
+}
+
+static uint32_t node_free_port(agent *a, const char *node)
+{
+	if (!strcmp(node, a->opts.name)) return free_port(a);
+	const Skein__Jobs__Report *r = report_of(a, node);
+	return r ? r->free_port : 0;
+}
+
+static bool trainer_all_placed(const lay *L, uint32_t ranks)
+{
+	for (uint32_t r = 0; r < ranks; r++)
+		if (!L->node[r][0]) return false;
+	return true;
+}
+
+static void master_of(agent *a, lay *L, const place_node *nodes, size_t n)
+{
+	int ni = node_index(nodes, n, L->node[0]);
+	char addr[64] = "";
+	if (L->node[0][0] && ni >= 0) {
+		mbr_member_info mi;
+		if (!strcmp(L->node[0], a->opts.name)) ip_str(&a->adv, addr, sizeof addr);
+		else if (mbr_lookup(a->mbr, L->node[0], &mi) == 0) ip_str(&mi.addr, addr, sizeof addr);
+	}
+	if (strcmp(addr, L->master_addr)) {
+		snprintf(L->master_addr, sizeof L->master_addr, "%s", addr);
+		L->master_port = 0;
+	}
+}
+
+/* Fills a place_layout from node names (unknown names: unplaced). */
+static int to_place(const lay *L, const place_node *nodes, size_t n, place_layout *pl)
+{
+	pl->nslots = L->n;
+	pl->slots = calloc(L->n ? L->n : 1, sizeof *pl->slots);
+	if (!pl->slots) return -1;
+	for (uint32_t i = 0; i < L->n; i++) {
+		pl->slots[i].node = L->node[i][0] ? node_index(nodes, n, L->node[i]) : -1;
+		pl->slots[i].gpu = L->gpu[i];
+	}
+	return 0;
+}
+
+/* Copies a place_layout back; returns a bitmask of what changed:
+ * 1 = a trainer slot, 2 = an engine slot. */
+static int from_place(const job_spec *s, lay *L, const place_layout *pl, const place_node *nodes, bool *eng_changed)
+{
+	uint32_t A = job_spec_trainer_ranks(s), tp = s->rollout_num_gpus_per_engine;
+	uint32_t off = s->colocate ? 0 : A;
+	int changed = 0;
+	for (uint32_t i = 0; i < L->n; i++) {
+		char name[MBR_NAME_MAX + 1] = "";
+		if (pl->slots[i].node >= 0) snprintf(name, sizeof name, "%s", nodes[pl->slots[i].node].name);
+		if (!strcmp(name, L->node[i]) && (!name[0] || pl->slots[i].gpu == L->gpu[i])) continue;
+		snprintf(L->node[i], sizeof L->node[i], "%s", name);
+		L->gpu[i] = pl->slots[i].gpu;
+		if (i < A) changed |= 1;
+		if (i >= off && tp && (i - off) / tp < L->neng) {
+			eng_changed[(i - off) / tp] = true;
+			changed |= 2;
+		}
+	}
+	return changed;
+}
+
+static void member_id(char *out, size_t cap, const char *job, bool trainer, uint32_t k)
+{
+	snprintf(out, cap, "%s/%s-%u", job, trainer ? "trainer" : "engine", k);
+}
+
+/* Units on failed nodes move; pending ones are retried. */
+static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place_node *nodes, size_t n)
+{
+	lay L;
+	if (lay_from_job(&L, j, s) < 0) return;
+	place_layout pl = { 0 };
+	place_result res = { 0 };
+	bool *eng = calloc(L.neng ? L.neng : 1, sizeof *eng);
+	if (!eng || to_place(&L, nodes, n, &pl) < 0) goto out;
+	bool fresh = !placed(j);
+	bool need = fresh;
+	for (uint32_t i = 0; i < pl.nslots; i++)
+		if (pl.slots[i].node < 0 || !nodes[pl.slots[i].node].alive) need = true;
+	if (!need) goto port;
+	int rc = fresh ? place_fresh(s, nodes, n, &pl, &res) : place_repair(s, nodes, n, &pl, &res);
+	if (rc < 0) goto out;
+	/* restarts an engine had where it was, for its SKEIN_RESTART_COUNT on the new node */
+	uint32_t off = s->colocate ? 0 : job_spec_trainer_ranks(s), tp = s->rollout_num_gpus_per_engine;
+	for (uint32_t e = 0; !fresh && e < L.neng; e++) {
+		char id[SUP_ID_MAX];
+		member_id(id, sizeof id, s->name, false, e);
+		const Skein__Jobs__MemberStatus *st = L.node[off + e * tp][0] ? status_of(a, L.node[off + e * tp], id) : NULL;
+		if (st && st->gen == L.engine_gen[e] && st->restarts > L.engine_restarts[e]) L.engine_restarts[e] = st->restarts;
+	}
+	int changed = from_place(s, &L, &pl, nodes, eng);
+	if (fresh && rc == 1) {
+		if (strcmp(j->reason, res.reason))
+			propose_update(a, j, "pending", res.reason, NULL, res.reason);
+		goto out;
+	}
+	if (!changed && !strcmp(j->reason, res.reason)) goto port;
+	char why[400];
+	if (fresh) {
+		L.trainer_gen = 1;
+		for (uint32_t e = 0; e < L.neng; e++) L.engine_gen[e] = 1;
+		snprintf(why, sizeof why, "placed on %u GPU slots", L.n);
+	} else {
+		snprintf(why, sizeof why, "re-placed after node loss%s%s", changed & 1 ? " (trainer group restarts)" : "",
+			 res.reason[0] ? "; still pending: " : "");
+		if (res.reason[0]) strncat(why, res.reason, sizeof why - strlen(why) - 1);
+		if (changed & 1) L.trainer_gen++;
+		for (uint32_t e = 0; e < L.neng; e++) {
+			if (!eng[e]) continue;
+			L.engine_gen[e]++;
+			L.engine_restarts[e]++;
+		}
+	}
+	master_of(a, &L, nodes, n);
+	if (!L.master_port && L.node[0][0]) L.master_port = node_free_port(a, L.node[0]);
+	propose_update(a, j, "running", res.reason, &L, why);
+	goto out;
+port:
+	/* the trainer waits for MASTER_PORT until rank 0's node has reported one */
+	if (placed(j) && !L.master_port && L.node[0][0]) {
+		master_of(a, &L, nodes, n);
+		L.master_port = node_free_port(a, L.node[0]);
+		if (L.master_port) propose_update(a, j, j->state, j->reason, &L, "MASTER_PORT chosen");
+	}
+out:
+	free(pl.slots);
+	free(eng);
+	lay_free(&L);
+}
+
+/* Trainer exits reported for the current generation: restart the group, or
+ * fail it when the policy is spent, or complete the job when every rank
+ * exited 0. */
+static void reconcile_trainer(agent *a, const Skein__Jobs__Job *j, const job_spec *s)
+{
+	lay L;
+	if (lay_from_job(&L, j, s) < 0) return;
+	uint32_t A = job_spec_trainer_ranks(s), done = 0;
+	const Skein__Jobs__MemberStatus *dead = NULL;
+	if (!trainer_all_placed(&L, A) || !L.master_port) goto out;
+	for (uint32_t r = 0; r < A; r++) {
+		char id[SUP_ID_MAX];
+		member_id(id, sizeof id, s->name, true, r);
+		const Skein__Jobs__MemberStatus *st = status_of(a, L.node[r], id);
+		if (!st || st->gen != L.trainer_gen) continue;
+		if (!strcmp(st->state, "failed") && !dead) dead = st;
+		if (!strcmp(st->state, "stopped") && st->last_exit == 0 && st->pid == 0) done++;
+	}
+	char why[300];
+	if (dead) {
+		uint64_t restarts = L.trainer_gen - 1;
+		if (s->max_restarts >= 0 && restarts >= (uint64_t)s->max_restarts) {
+			snprintf(why, sizeof why, "the trainer group restarted %llu times (--max-restarts %d); last: %s %s",
+				 (unsigned long long)restarts, s->max_restarts, dead->id, dead->reason);
+			propose_update(a, j, "failed", why, &L, why);
+		} else {
+			L.trainer_gen++;
+			snprintf(why, sizeof why, "%s: %s; restarting the trainer group (generation %llu)", dead->id,
+				 dead->reason, (unsigned long long)L.trainer_gen);
+			propose_update(a, j, "running", "", &L, why);
+		}
+	} else if (done == A) {
+		propose_update(a, j, "completed", "every trainer rank exited 0", &L, "completed");
+	}
+out:
+	lay_free(&L);
+}
+
+static void reconcile(agent *a)
+{
+	const job_state *js = agent_head_jobs(a);
+	if (!js || !agent_head_is_head(a)) return;
+	place_node *nodes;
+	size_t n = cluster_nodes(a, &nodes);
+	if (!nodes) return;
+	for (size_t i = 0; i < job_state_count(js); i++) {
+		const Skein__Jobs__Job *j = job_state_at(js, i);
+		job_spec s;
+		char err[256];
+		if (!job_active(j) || inflight_busy(a, j->spec->name)) continue;
+		if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0) continue;
+		for (size_t k = 0; k < n; k++) nodes[k].busy = 0;
+		mark_busy(js, j, nodes, n);
+		reconcile_layout(a, j, &s, nodes, n);
+		if (!inflight_busy(a, j->spec->name) && placed(j)) reconcile_trainer(a, j, &s);
+	}
+	free(nodes);
+}
+
+/* ---------------------------------------------------------------- head: orders */
+
+typedef struct {
+	Skein__Jobs__MemberOrder o;
+	char id[SUP_ID_MAX];
+	uint32_t gpus[JOB_GPUS_PER_NODE_MAX];
+	char envbuf[24][160];
+	char *env[24];
+} order_buf;
+
+static void env_add(order_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void env_add(order_buf *b, const char *fmt, ...)
+{
+	if (b->o.n_env >= sizeof b->env / sizeof b->env[0]) return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(b->envbuf[b->o.n_env], sizeof b->envbuf[0], fmt, ap);
+	va_end(ap);
+	b->env[b->o.n_env] = b->envbuf[b->o.n_env];
+	b->o.n_env++;
+}
+
+static uint32_t backoff_ms(const job_spec *s, uint64_t restarts)
+{
+	if (!restarts) return 0;
+	uint64_t d = s->backoff_min_ms;
+	for (uint64_t k = 1; k < restarts && d < s->backoff_max_ms; k++) d *= 2;
+	return (uint32_t)(d > s->backoff_max_ms ? s->backoff_max_ms : d);
+}
+
+static void gpu_list(char *out, size_t cap, const uint32_t *g, uint32_t n)
+{
+	size_t off = 0;
+	out[0] = 0;
+	for (uint32_t i = 0; i < n && off < cap; i++)
+		off += (size_t)snprintf(out + off, cap - off, "%s%u", i ? "," : "", g[i]);
+}
+
+/* The orders of one member (trainer rank or engine k) of job j; false when
+ * it does not run now (not placed, or its trainer is incomplete). */
+static bool build_order(const Skein__Jobs__Job *j, const job_spec *s, const lay *L, bool trainer, uint32_t k,
+			order_buf *b, char *node, size_t nodecap)
+{
+	uint32_t A = job_spec_trainer_ranks(s), E = job_spec_engines(s), tp = s->rollout_num_gpus_per_engine;
+	uint32_t off = s->colocate ? 0 : A, ng;
+	skein__jobs__member_order__init(&b->o);
+	if (trainer) {
+		if (!trainer_all_placed(L, A)) return false;
+		snprintf(node, nodecap, "%s", L->node[k]);
+		b->gpus[0] = L->gpu[k];
+		ng = 1;
+	} else {
+		uint32_t first = off + k * tp;
+		if (!L->node[first][0]) return false;
+		snprintf(node, nodecap, "%s", L->node[first]);
+		for (ng = 0; ng < tp; ng++) b->gpus[ng] = L->gpu[first + ng];
+	}
+	member_id(b->id, sizeof b->id, s->name, trainer, k);
+	b->o.id = b->id;
+	b->o.job = j->spec->name; /* the committed record outlives the order; `s` may not */
+	b->o.role = trainer ? "trainer" : "rollout";
+	b->o.rank = trainer ? (int32_t)k : -1;
+	b->o.engine = trainer ? -1 : (int32_t)k;
+	b->o.gpus = b->gpus;
+	b->o.n_gpus = ng;
+	b->o.cmd = (char *)(trainer ? j->spec->trainer_cmd : j->spec->rollout_cmd);
+	b->o.env = b->env;
+	b->o.gen = trainer ? L->trainer_gen : L->engine_gen[k];
+	b->o.restart_base = trainer ? (uint32_t)(L->trainer_gen - 1) : L->engine_restarts[k];
+	b->o.local_restart = !trainer;
+	b->o.max_restarts = s->max_restarts;
+	b->o.backoff_min_ms = s->backoff_min_ms;
+	b->o.backoff_max_ms = s->backoff_max_ms;
+	b->o.start_delay_ms = trainer ? backoff_ms(s, L->trainer_gen - 1) : 0;
+	b->o.hold = L->master_port == 0;
+	b->o.stop_grace_ms = s->stop_grace_ms;
+	char gl[JOB_GPUS_PER_NODE_MAX * 4];
+	gpu_list(gl, sizeof gl, b->gpus, ng);
+	uint32_t local_rank = 0;
+	if (trainer) {
+		for (uint32_t r = 0; r < k; r++)
+			if (!strcmp(L->node[r], L->node[k])) local_rank++;
+	}
+	env_add(b, "RANK=%u", k);
+	env_add(b, "WORLD_SIZE=%u", trainer ? A : E);
+	env_add(b, "LOCAL_RANK=%u", local_rank);
+	env_add(b, "MASTER_ADDR=%s", L->master_addr);
+	env_add(b, "MASTER_PORT=%u", L->master_port);
+	env_add(b, "CUDA_VISIBLE_DEVICES=%s", gl);
+	env_add(b, "SKEIN_JOB=%s", s->name);
+	env_add(b, "SKEIN_ROLE=%s", trainer ? "trainer" : "rollout");
+	env_add(b, "SKEIN_ENGINE_ID=%d", trainer ? -1 : (int)k);
+	env_add(b, "SKEIN_BASE_GPU_ID=%u", b->gpus[0]);
+	env_add(b, "SKEIN_TP_SIZE=%u", trainer ? 1 : tp);
+	env_add(b, "SKEIN_MEMBER=%s", b->id);
+	env_add(b, "SKEIN_GENERATION=%llu", (unsigned long long)b->o.gen);
+	env_add(b, "SKEIN_NUM_ENGINES=%u", E);
+	env_add(b, "SKEIN_TRAINER_RANKS=%u", A);
+	env_add(b, "SKEIN_TRANSFER_MODE=%s", s->transfer_mode);
+	env_add(b, "SKEIN_BUFFER_SIZE=%llu", (unsigned long long)s->buffer_size);
+	if (s->disk_dir[0]) env_add(b, "SKEIN_DISK_DIR=%s", s->disk_dir);
+	return true;
+}
+
+static void assign_local(agent *a, const Skein__Jobs__Assignment *as);
+
+/* Sends every agent its orders (the members placed on it). */
+static void send_orders(agent *a)
+{
+	agent_jobs *J = a->jobs;
+	const job_state *js = agent_head_jobs(a);
+	if (!js || !agent_head_is_head(a)) return;
+	J->last_orders = ev_now(a->loop);
+	J->dirty = false;
+	size_t nm = mbr_members(a->mbr, NULL, 0);
+	mbr_member_info *mi = calloc(nm ? nm : 1, sizeof *mi);
+	if (!mi) return;
+	nm = mbr_members(a->mbr, mi, nm);
+	/* every member of every active job, once */
+	size_t cap = 0, cnt = 0;
+	for (size_t i = 0; i < job_state_count(js); i++) {
+		const Skein__Jobs__Job *j = job_state_at(js, i);
+		if (!strcmp(j->state, "running") && placed(j)) cap += j->layout->n_slots * 2;
+	}
+	order_buf *ob = calloc(cap ? cap : 1, sizeof *ob);
+	char (*where)[MBR_NAME_MAX + 1] = calloc(cap ? cap : 1, sizeof *where);
+	if (!ob || !where) goto out;
+	for (size_t i = 0; i < job_state_count(js); i++) {
+		const Skein__Jobs__Job *j = job_state_at(js, i);
+		job_spec s;
+		char err[256];
+		lay L;
+		if (strcmp(j->state, "running") || !placed(j)) continue;
+		if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0 ||
+		    lay_from_job(&L, j, &s) < 0)
+			continue;
+		uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s);
+		for (uint32_t k = 0; k < A + E && cnt < cap; k++)
+			if (build_order(j, &s, &L, k < A, k < A ? k : k - A, &ob[cnt], where[cnt], sizeof where[cnt])) cnt++;
+		/* the spec's strings live in the committed record, which outlives this call */
+		lay_free(&L);
+	}
+	Skein__Jobs__MemberOrder **list = calloc(cnt ? cnt : 1, sizeof *list);
+	if (!list) goto out;
+	for (size_t i = 0; i < nm; i++) {
+		if (i > 0 && mi[i].status != MBR_ALIVE && mi[i].status != MBR_SUSPECT) continue;
+		const char *node = i == 0 ? a->opts.name : mi[i].name;
+		size_t k = 0;
+		for (size_t m = 0; m < cnt; m++)
+			if (!strcmp(where[m], node)) list[k++] = &ob[m].o;
+		Skein__Jobs__Assignment as = SKEIN__JOBS__ASSIGNMENT__INIT;
+		as.members = list;
+		as.n_members = k;
+		as.head = a->opts.name;
+		if (i == 0) {
+			assign_local(a, &as);
+			continue;
+		}
+		size_t len = skein__jobs__assignment__get_packed_size(&as);
+		uint8_t *buf = malloc(len ? len : 1);
+		if (!buf) continue;
+		skein__jobs__assignment__pack(&as, buf);
+		Skein__Control__Request q = SKEIN__CONTROL__REQUEST__INIT;
+		q.cmd = "assign";
+		q.term = agent_head_term(a);
+		q.payload.data = buf;
+		q.payload.len = len;
+		agent_head_send(a, node, &q);
+		free(buf);
+	}
+	free(list);
+out:
+	/* the order strings pointed into the job records: nothing else to free */
+	free(ob);
+	free(where);
+	free(mi);
+}
+
+/* ---------------------------------------------------------------- agent: orders and reports */
+
+static void handle_report(agent *a, const char *node, const uint8_t *data, size_t len);
+
+static void send_report(agent *a)
+{
+	agent_jobs *J = a->jobs;
+	char head[MBR_NAME_MAX + 1];
+	uint64_t term;
+	agent_head_known(a, head, sizeof head, &term, NULL, 0);
+	if (!head[0]) snprintf(head, sizeof head, "%s", J->head);
+	if (!head[0]) return;
+	size_t n = sup_list(J->sup, NULL, 0);
+	sup_status *st = calloc(n ? n : 1, sizeof *st);
+	Skein__Jobs__MemberStatus *ms = calloc(n ? n : 1, sizeof *ms);
+	Skein__Jobs__MemberStatus **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+	if (!st || !ms || !ptrs) goto out;
+	n = sup_list(J->sup, st, n);
+	for (size_t i = 0; i < n; i++) {
+		skein__jobs__member_status__init(&ms[i]);
+		ms[i].id = st[i].id;
+		ms[i].job = st[i].job;
+		ms[i].gen = st[i].gen;
+		ms[i].pid = st[i].pid;
+		ms[i].state = (char *)sup_state_str(st[i].state);
+		ms[i].restarts = st[i].restarts;
+		ms[i].last_exit = st[i].last_exit;
+		ms[i].reason = st[i].reason;
+		ptrs[i] = &ms[i];
+	}
+	Skein__Jobs__Report rep = SKEIN__JOBS__REPORT__INIT;
+	rep.node = a->opts.name;
+	rep.members = ptrs;
+	rep.n_members = n;
+	rep.free_port = free_port(a);
+	size_t len = skein__jobs__report__get_packed_size(&rep);
+	uint8_t *buf = malloc(len ? len : 1);
+	if (!buf) goto out;
+	skein__jobs__report__pack(&rep, buf);
+	if (!strcmp(head, a->opts.name)) {
+		handle_report(a, a->opts.name, buf, len);
+	} else {
+		Skein__Control__Request q = SKEIN__CONTROL__REQUEST__INIT;
+		q.cmd = "report";
+		q.payload.data = buf;
+		q.payload.len = len;
+		agent_head_send(a, head, &q);
+	}
+	free(buf);
+out:
+	free(st);
+	free(ms);
+	free(ptrs);
+}
+
+static void assign_local(agent *a, const Skein__Jobs__Assignment *as)
+{
+	agent_jobs *J = a->jobs;
+	snprintf(J->head, sizeof J->head, "%s", as->head);
+	size_t n = as->n_members;
+	sup_spec *sp = calloc(n ? n : 1, sizeof *sp);
+	char rpc_env[100];
+	snprintf(rpc_env, sizeof rpc_env, "SKEIN_RPC=%s", a->rpc_bound);
+	if (!sp) return;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		const Skein__Jobs__MemberOrder *o = as->members[i];
+		sup_spec *p = &sp[k];
+		if (strlen(o->id) >= sizeof p->id || strlen(o->job) >= sizeof p->job) continue;
+		snprintf(p->id, sizeof p->id, "%s", o->id);
+		snprintf(p->job, sizeof p->job, "%s", o->job);
+		p->cmd = o->cmd;
+		for (size_t e = 0; e < o->n_env && p->nenv < SUP_ENV_MAX - 1; e++) p->env[p->nenv++] = o->env[e];
+		p->env[p->nenv++] = rpc_env;
+		p->gen = o->gen;
+		p->restart_base = o->restart_base;
+		p->local_restart = o->local_restart;
+		p->max_restarts = o->max_restarts;
+		p->backoff_min_ms = o->backoff_min_ms;
+		p->backoff_max_ms = o->backoff_max_ms;
+		p->start_delay_ms = o->start_delay_ms;
+		p->stop_grace_ms = o->stop_grace_ms;
+		p->hold = o->hold;
+		k++;
+	}
+	sup_set(J->sup, sp, k);
+	free(sp);
+	send_report(a);
+}
+
+static const char SIBLING_WHY[] = "stopped by the agent: a trainer rank of this job died";
+
+static void sup_event(void *ud, const sup_status *st)
+{
+	agent *a = ud;
+	/* a trainer rank died: its world is broken, stop the local siblings now */
+	const char *slash = strchr(st->id, '/');
+	if (st->state == SUP_FAILED && slash && !strncmp(slash + 1, "trainer-", 8) &&
+	    strncmp(st->reason, SIBLING_WHY, sizeof SIBLING_WHY - 1)) {
+		char prefix[SUP_ID_MAX];
+		snprintf(prefix, sizeof prefix, "%.*strainer-", (int)(slash - st->id + 1), st->id);
+		sup_stop_prefix(a->jobs->sup, prefix, SIBLING_WHY);
+	}
+	SK_INFO("jobs", "member %s %s (pid %d, restarts %u%s%s)", st->id, sup_state_str(st->state), (int)st->pid,
+		st->restarts, st->reason[0] ? ": " : "", st->reason);
+	send_report(a);
+}
+
+static void handle_report(agent *a, const char *node, const uint8_t *data, size_t len)
+{
+	agent_jobs *J = a->jobs;
+	Skein__Jobs__Report *r = skein__jobs__report__unpack(NULL, len, data);
+	if (!r) { a->cnt.ctl_rejected++; return; }
+	if (!node) node = r->node;
+	size_t i;
+	for (i = 0; i < J->nreports; i++)
+		if (!strcmp(J->reports[i].node, node)) break;
+	if (i == J->nreports) {
+		node_report *p = realloc(J->reports, (J->nreports + 1) * sizeof *p);
+		if (!p || strlen(node) > MBR_NAME_MAX) {
+			if (p) J->reports = p;
+			skein__jobs__report__free_unpacked(r, NULL);
+			return;
+		}
+		J->reports = p;
+		snprintf(p[i].node, sizeof p[i].node, "%s", node);
+		p[i].rep = NULL;
+		J->nreports++;
+	}
+	if (J->reports[i].rep) skein__jobs__report__free_unpacked(J->reports[i].rep, NULL);
+	J->reports[i].rep = r;
+	kick(a);
+}
+
+/* ---------------------------------------------------------------- commands */
+
+static const Skein__Jobs__Job *find_job(const job_state *js, const char *name)
+{
+	return js ? job_state_get(js, name) : NULL;
+}
+
+static void cmd_submit(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+{
+	const job_state *js = agent_head_jobs(a);
+	agent_jobs *J = a->jobs;
+	Skein__Jobs__JobSpec *pb = skein__jobs__job_spec__unpack(NULL, q->payload.len, q->payload.data);
+	job_spec s;
+	char err[300];
+	if (!pb) { agent_reply_fail(r, 2, "job submit: the job description could not be read"); return; }
+	int rc = job_spec_from_pb(&s, pb, err, sizeof err);
+	skein__jobs__job_spec__free_unpacked(pb, NULL);
+	if (rc < 0 || job_spec_validate(&s, err, sizeof err) < 0) { agent_reply_fail(r, 2, "%s", err); return; }
+	uint64_t seq = job_state_next_seq(js);
+	if (J->next_seq > seq) seq = J->next_seq;
+	if (!s.name[0]) snprintf(s.name, sizeof s.name, "job-%llu", (unsigned long long)seq);
+	if (find_job(js, s.name)) { agent_reply_fail(r, 1, "job %s exists already (job stop, then submit again under another name)", s.name); return; }
+	J->next_seq = seq + 1;
+	Skein__Jobs__JobSpec spb = SKEIN__JOBS__JOB_SPEC__INIT;
+	job_spec_to_pb(&s, &spb);
+	Skein__Jobs__Job j = SKEIN__JOBS__JOB__INIT;
+	j.spec = &spb;
+	j.state = "pending";
+	j.reason = "";
+	j.seq = seq;
+	j.submitted_ms = (uint64_t)time(NULL) * 1000;
+	uint8_t *data;
+	size_t len;
+	if (job_state_encode(&j, &data, &len) < 0) { agent_reply_fail(r, 1, "out of memory"); return; }
+	char body[160];
+	snprintf(body, sizeof body, "job %s submitted\n", s.name);
+	agent_head_propose(a, c, r, JOB_ENTRY_SUBMIT, data, len, body, NULL);
+}
+
+/* A member as `placement` and `job status` show it. */
+typedef struct {
+	char id[SUP_ID_MAX], node[MBR_NAME_MAX + 1], state[16], reason[128];
+	bool trainer;
+	uint32_t k, ngpus, gpus[JOB_GPUS_PER_NODE_MAX], restarts;
+	int pid;
+} member_view;
+
+static void view_member(agent *a, const Skein__Jobs__Job *j, const job_spec *s, const lay *L, bool trainer,
+			uint32_t k, member_view *v)
+{
+	order_buf *b = calloc(1, sizeof *b);
+	memset(v, 0, sizeof *v);
+	v->trainer = trainer;
+	v->k = k;
+	member_id(v->id, sizeof v->id, s->name, trainer, k);
+	snprintf(v->state, sizeof v->state, "pending");
+	if (!b) return;
+	if (!strcmp(j->state, "running") && build_order(j, s, L, trainer, k, b, v->node, sizeof v->node)) {
+		v->ngpus = (uint32_t)b->o.n_gpus;
+		memcpy(v->gpus, b->gpus, v->ngpus * sizeof *v->gpus);
+		const Skein__Jobs__MemberStatus *st = status_of(a, v->node, v->id);
+		if (b->o.hold) snprintf(v->reason, sizeof v->reason, "waiting for MASTER_PORT");
+		else if (!st) snprintf(v->state, sizeof v->state, "starting");
+		else if (st->gen != b->o.gen) snprintf(v->state, sizeof v->state, "restarting");
+		else {
+			snprintf(v->state, sizeof v->state, "%s", st->state);
+			snprintf(v->reason, sizeof v->reason, "%s", st->reason);
+			v->pid = st->pid;
+			v->restarts = st->restarts;
+		}
+		if (!st || st->gen != b->o.gen) v->restarts = b->o.restart_base;
+	} else if (strcmp(j->state, "running") && strcmp(j->state, "pending")) {
+		snprintf(v->state, sizeof v->state, "%s", !strcmp(j->state, "failed") ? "failed" : "stopped");
+	} else {
+		snprintf(v->reason, sizeof v->reason, "%s", j->reason);
+	}
+	free(b);
+}
+
+static void print_members(agent *a, const Skein__Jobs__Job *j, sk_buf *o, bool json, bool *first)
+{
+	job_spec s;
+	char err[256];
+	lay L;
+	if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0 ||
+	    lay_from_job(&L, j, &s) < 0)
+		return;
+	uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s);
+	for (uint32_t m = 0; m < A + E; m++) {
+		member_view v;
+		bool tr = m < A;
+		view_member(a, j, &s, &L, tr, tr ? m : m - A, &v);
+		char gl[JOB_GPUS_PER_NODE_MAX * 4];
+		gpu_list(gl, sizeof gl, v.gpus, v.ngpus);
+		if (json) {
+			sk_buf_printf(o, "%s{\"member\":", *first ? "" : ",");
+			*first = false;
+			sk_buf_json_str(o, v.id);
+			sk_buf_printf(o, ",\"job\":");
+			sk_buf_json_str(o, s.name);
+			sk_buf_printf(o, ",\"role\":\"%s\",\"rank\":%d,\"engine\":%d,\"node\":", tr ? "trainer" : "rollout",
+				      tr ? (int)v.k : -1, tr ? -1 : (int)v.k);
+			if (v.node[0]) sk_buf_json_str(o, v.node);
+			else sk_buf_printf(o, "null");
+			sk_buf_printf(o, ",\"gpus\":[%s],\"pid\":%d,\"state\":\"%s\",\"restarts\":%u,\"reason\":", gl, v.pid,
+				      v.state, v.restarts);
+			sk_buf_json_str(o, v.reason);
+			sk_buf_printf(o, "}");
+		} else {
+			sk_buf_printf(o, "%-28s %-8s %-16s %-10s %-8d %-10s %-8u %s\n", v.id, tr ? "trainer" : "rollout",
+				      v.node[0] ? v.node : "-", gl[0] ? gl : "-", v.pid, v.state, v.restarts, v.reason);
+		}
+	}
+	lay_free(&L);
+}
+
+static const char MEMBER_HDR[] = "%-28s %-8s %-16s %-10s %-8s %-10s %-8s %s\n";
+
+static void cmd_placement(agent *a, const Skein__Control__Request *q, agent_reply *r)
+{
+	const job_state *js = agent_head_jobs(a);
+	bool json = !strcmp(q->format, "json"), first = true;
+	const char *only = q->n_args ? q->args[0] : NULL;
+	if (only && !find_job(js, only)) { agent_reply_fail(r, 1, "no such job: %s", only); return; }
+	if (json) sk_buf_printf(&r->body, "{\"members\":[");
+	else sk_buf_printf(&r->body, MEMBER_HDR, "MEMBER", "ROLE", "NODE", "GPUS", "PID", "STATE", "RESTARTS", "REASON");
+	for (size_t i = 0; i < job_state_count(js); i++) {
+		const Skein__Jobs__Job *j = job_state_at(js, i);
+		if (only ? strcmp(j->spec->name, only) != 0 : !job_active(j)) continue;
+		print_members(a, j, &r->body, json, &first);
+	}
+	if (json) sk_buf_printf(&r->body, "]}\n");
+}
+
+static void job_line(const Skein__Jobs__Job *j, sk_buf *o, bool json)
+{
+	const Skein__Jobs__JobSpec *s = j->spec;
+	uint32_t A = s->actor_num_nodes * s->actor_num_gpus_per_node;
+	uint32_t R = s->colocate ? A : s->rollout_num_gpus;
+	uint32_t E = s->rollout_num_gpus_per_engine ? R / s->rollout_num_gpus_per_engine : 0;
+	unsigned long long gen = j->layout ? (unsigned long long)j->layout->trainer_gen : 0;
+	if (json) {
+		sk_buf_printf(o, "{\"name\":");
+		sk_buf_json_str(o, s->name);
+		sk_buf_printf(o, ",\"state\":\"%s\",\"reason\":", j->state);
+		sk_buf_json_str(o, j->reason);
+		sk_buf_printf(o, ",\"trainer_ranks\":%u,\"engines\":%u,\"gpus_per_engine\":%u,\"colocate\":%s,"
+			      "\"transfer_mode\":", A, E, s->rollout_num_gpus_per_engine, s->colocate ? "true" : "false");
+		sk_buf_json_str(o, s->transfer_mode);
+		sk_buf_printf(o, ",\"trainer_generation\":%llu,\"master\":", gen);
+		char m[96] = "";
+		if (j->layout && j->layout->master_port)
+			snprintf(m, sizeof m, "%s:%u", j->layout->master_addr, j->layout->master_port);
+		sk_buf_json_str(o, m);
+		sk_buf_printf(o, ",\"seq\":%llu}", (unsigned long long)j->seq);
+	} else {
+		sk_buf_printf(o, "%-20s %-10s %-8u %-8u %-11llu %s\n", s->name, j->state, A, E, gen, j->reason);
+	}
+}
+
+static void cmd_job(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+{
+	const char *op = q->n_args ? q->args[0] : "";
+	const job_state *js = agent_head_jobs(a);
+	bool json = !strcmp(q->format, "json");
+	if (!strcmp(op, "submit") && q->n_args == 1) {
+		cmd_submit(a, q, c, r);
+	} else if (!strcmp(op, "list") && q->n_args == 1) {
+		if (json) sk_buf_printf(&r->body, "{\"jobs\":[");
+		else sk_buf_printf(&r->body, "%-20s %-10s %-8s %-8s %-11s %s\n", "JOB", "STATE", "TRAINER", "ENGINES",
+				   "GENERATION", "REASON");
+		for (size_t i = 0; i < job_state_count(js); i++) {
+			if (json && i) sk_buf_add(&r->body, ",", 1);
+			job_line(job_state_at(js, i), &r->body, json);
+		}
+		if (json) sk_buf_printf(&r->body, "]}\n");
+	} else if (!strcmp(op, "status") && q->n_args <= 2) {
+		size_t n = job_state_count(js);
+		const Skein__Jobs__Job *j = q->n_args == 2 ? find_job(js, q->args[1]) : n ? job_state_at(js, n - 1) : NULL;
+		if (!j) { agent_reply_fail(r, 1, q->n_args == 2 ? "no such job: %s" : "no jobs%s", q->n_args == 2 ? q->args[1] : ""); return; }
+		bool first = true;
+		if (json) {
+			sk_buf_printf(&r->body, "{\"job\":");
+			job_line(j, &r->body, true);
+			sk_buf_printf(&r->body, ",\"members\":[");
+			print_members(a, j, &r->body, true, &first);
+			sk_buf_printf(&r->body, "]}\n");
+		} else {
+			sk_buf_printf(&r->body, "job:        %s\nstate:      %s\n", j->spec->name, j->state);
+			if (j->reason[0]) sk_buf_printf(&r->body, "reason:     %s\n", j->reason);
+			if (j->layout && j->layout->master_port)
+				sk_buf_printf(&r->body, "master:     %s:%u\n", j->layout->master_addr, j->layout->master_port);
+			sk_buf_printf(&r->body, "generation: %llu (trainer group)\n\n",
+				      j->layout ? (unsigned long long)j->layout->trainer_gen : 0ULL);
+			sk_buf_printf(&r->body, MEMBER_HDR, "MEMBER", "ROLE", "NODE", "GPUS", "PID", "STATE", "RESTARTS", "REASON");
+			print_members(a, j, &r->body, false, &first);
+		}
+	} else if (!strcmp(op, "stop") && q->n_args == 2) {
+		const Skein__Jobs__Job *j = find_job(js, q->args[1]);
+		if (!j) { agent_reply_fail(r, 1, "no such job: %s", q->args[1]); return; }
+		if (!job_active(j)) { sk_buf_printf(&r->body, "job %s is %s already\n", j->spec->name, j->state); return; }
+		uint8_t *data;
+		size_t len;
+		if (pack_job(j, "stopped", "stopped by the operator", NULL, &data, &len) < 0) {
+			agent_reply_fail(r, 1, "out of memory");
+			return;
+		}
+		char body[160];
+		snprintf(body, sizeof body, "job %s stopped (members get SIGTERM, then SIGKILL after %u ms)\n",
+			 j->spec->name, j->spec->stop_grace_ms);
+		agent_head_propose(a, c, r, JOB_ENTRY_UPDATE, data, len, body, NULL);
+	} else {
+		agent_reply_fail(r, 2, "usage: skeinctl job submit FLAGS | list | status [JOB] | stop JOB");
+	}
+}
+
+/* logs MEMBER OFFSET MAX: served by the agent running the member; any other
+ * agent passes it to the head, which knows where the member runs. */
+static void cmd_logs(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+{
+	if (q->n_args != 3) { agent_reply_fail(r, 2, "usage: skeinctl logs MEMBER [--follow]"); return; }
+	const char *id = q->args[0];
+	char *end;
+	unsigned long long off = strtoull(q->args[1], &end, 10);
+	unsigned long mx = *end ? 0 : strtoul(q->args[2], &end, 10);
+	if (*end || !mx) { agent_reply_fail(r, 2, "logs: bad offset or size"); return; }
+	if (mx > LOG_READ_MAX) mx = LOG_READ_MAX;
+	sup_status st;
+	if (sup_get(a->jobs->sup, id, &st) == 0) {
+		sk_buf data;
+		sk_buf_init(&data);
+		uint64_t next, size;
+		if (sup_log_read(a->jobs->sup, id, off, mx, &data, &next, &size) < 0) {
+			agent_reply_fail(r, 1, "no log for %s on %s", id, a->opts.name);
+		} else {
+			for (size_t i = 0; i < data.len; i++)
+				if (!data.p[i]) data.p[i] = '?'; /* the answer is a string */
+			sk_buf_printf(&r->body, "%llu %llu %s\n", (unsigned long long)next, (unsigned long long)size,
+				      a->opts.name);
+			sk_buf_add(&r->body, data.p, data.len);
+		}
+		sk_buf_free(&data);
+		return;
+	}
+	if (agent_head_is_head(a)) {
+		const char *slash = strchr(id, '/');
+		char job[JOB_NAME_MAX + 1];
+		snprintf(job, sizeof job, "%.*s", slash ? (int)(slash - id) : 0, id);
+		const Skein__Jobs__Job *j = slash ? find_job(agent_head_jobs(a), job) : NULL;
+		member_view v = { 0 };
+		job_spec s;
+		char err[256];
+		lay L;
+		if (j && job_spec_from_pb(&s, j->spec, err, sizeof err) == 0 && job_spec_validate(&s, err, sizeof err) == 0 &&
+		    lay_from_job(&L, j, &s) == 0) {
+			uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s);
+			for (uint32_t m = 0; m < A + E; m++) {
+				char mid[SUP_ID_MAX];
+				member_id(mid, sizeof mid, s.name, m < A, m < A ? m : m - A);
+				if (!strcmp(mid, id)) view_member(a, j, &s, &L, m < A, m < A ? m : m - A, &v);
+			}
+			lay_free(&L);
+		}
+		if (!v.node[0] || !strcmp(v.node, a->opts.name))
+			agent_reply_fail(r, 1, "no such member running: %s (see skeinctl placement)", id);
+		else
+			agent_head_forward_node(a, q, c, r, v.node);
+		return;
+	}
+	if (q->forwarded) { agent_reply_fail(r, 1, "%s does not run on %s", id, a->opts.name); return; }
+	agent_head_forward(a, q, c, r);
+}
+
+bool agent_jobs_dispatch(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+{
+	const char *cmd = q->cmd;
+	if (!strcmp(cmd, "assign")) {
+		/* one-way, from the head (the term was checked by the fence) */
+		r->deferred = true;
+		Skein__Jobs__Assignment *as = skein__jobs__assignment__unpack(NULL, q->payload.len, q->payload.data);
+		if (!as) { a->cnt.ctl_rejected++; return true; }
+		assign_local(a, as);
+		skein__jobs__assignment__free_unpacked(as, NULL);
+		return true;
+	}
+	if (!strcmp(cmd, "report")) {
+		r->deferred = true;
+		if (agent_head_is_head(a)) handle_report(a, NULL, q->payload.data, q->payload.len);
+		return true;
+	}
+	if (!strcmp(cmd, "logs")) { cmd_logs(a, q, c, r); return true; }
+	if (strcmp(cmd, "job") && strcmp(cmd, "placement")) return false;
+	if (!agent_head_is_head(a)) {
+		agent_head_forward(a, q, c, r);
+		return true;
+	}
+	if (!strcmp(cmd, "job")) cmd_job(a, q, c, r);
+	else cmd_placement(a, q, r);
+	return true;
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+static void kick_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	agent *a = t->data;
+	(void)loop; (void)revents;
+	if (!agent_head_is_head(a)) return;
+	reconcile(a);
+	if (a->jobs->dirty) send_orders(a);
+}
+
+void agent_jobs_tick(agent *a)
+{
+	agent_jobs *J = a->jobs;
+	if (!J || !agent_head_is_head(a)) return;
+	reconcile(a);
+	if (J->dirty || ev_now(a->loop) - J->last_orders >= ORDER_INTERVAL_S) send_orders(a);
+}
+
+void agent_jobs_state_changed(agent *a)
+{
+	if (!a->jobs) return;
+	a->jobs->dirty = true;
+	kick(a);
+}
+
+void agent_jobs_members_changed(agent *a)
+{
+	kick(a);
+}
+
+static int mkdir_p(const char *path)
+{
+	char tmp[600];
+	snprintf(tmp, sizeof tmp, "%s", path);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/') continue;
+		*p = 0;
+		mkdir(tmp, 0755);
+		*p = '/';
+	}
+	return mkdir(tmp, 0755) == 0 || access(tmp, W_OK) == 0 ? 0 : -1;
+}
+
+int agent_jobs_open(agent *a, char *err, size_t errlen)
+{
+	agent_jobs *J = calloc(1, sizeof *J);
+	if (!J) { snprintf(err, errlen, "out of memory"); return -1; }
+	a->jobs = J;
+	if (a->opts.data_dir[0]) {
+		snprintf(J->log_dir, sizeof J->log_dir, "%s/logs", a->opts.data_dir);
+		snprintf(J->state_file, sizeof J->state_file, "%s/members", a->opts.data_dir);
+	} else {
+		const char *tmp = getenv("TMPDIR");
+		snprintf(J->log_dir, sizeof J->log_dir, "%s/skeind-%s/logs", tmp && *tmp ? tmp : "/tmp", a->opts.name);
+	}
+	if (mkdir_p(J->log_dir) < 0) {
+		snprintf(err, errlen, "cannot create the member log folder %s: %m", J->log_dir);
+		return -1;
+	}
+	J->sup = sup_new(a->loop, J->log_dir, J->state_file[0] ? J->state_file : NULL, sup_event, a, err, errlen);
+	if (!J->sup) return -1;
+	ev_init(&J->kick, kick_cb);
+	J->kick.data = a;
+	return 0;
+}
+
+void agent_jobs_close(agent *a)
+{
+	agent_jobs *J = a->jobs;
+	if (!J) return;
+	ev_timer_stop(a->loop, &J->kick);
+	/* the longest grace a job may ask for is bounded by the spec (60 s) */
+	sup_free(&J->sup, 30.0);
+	for (size_t i = 0; i < J->nreports; i++) skein__jobs__report__free_unpacked(J->reports[i].rep, NULL);
+	free(J->reports);
+	free(J->infl);
+	free(J);
+	a->jobs = NULL;
+}

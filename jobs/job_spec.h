@@ -1,0 +1,81 @@
+/* jobs/job_spec: an RL job as Miles's users write it.
+ *
+ * The flag names and defaults are Miles's (REFERENCE.md section 3):
+ *   --actor-num-nodes 1, --actor-num-gpus-per-node 8, --rollout-num-gpus 0,
+ *   --rollout-num-gpus-per-engine 1, --num-gpus-per-node 8, --colocate,
+ *   --update-weight-transfer-mode broadcast, --update-weight-buffer-size 512MiB,
+ *   --update-weight-disk-dir;
+ * and skein's: --name, --trainer-cmd, --rollout-cmd, --max-restarts 10,
+ * --restart-backoff MIN:MAX (1s:30s), --stop-grace 5s.
+ * A YAML file (--file job.yaml, libyaml) holds the same keys without the
+ * leading dashes (`actor-num-nodes: 2`; underscores accepted too); flags
+ * given after --file override it.
+ *
+ * Parsing happens in skeinctl (the file is on the operator's machine); the
+ * head decodes and validates again, since the bytes came off the network. */
+#ifndef JOB_SPEC_H
+#define JOB_SPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+	JOB_NAME_MAX = 63,       /* [A-Za-z0-9_.-], starts with a letter or digit */
+	JOB_CMD_MAX = 4096,
+	JOB_DIR_MAX = 512,
+	JOB_GPUS_PER_NODE_MAX = 64,
+	JOB_NODES_MAX = 4096,
+};
+
+typedef struct {
+	char name[JOB_NAME_MAX + 1];      /* "" = the head names it job-<seq> */
+	uint32_t actor_num_nodes;
+	uint32_t actor_num_gpus_per_node;
+	uint32_t rollout_num_gpus;
+	uint32_t rollout_num_gpus_per_engine;
+	uint32_t num_gpus_per_node;
+	bool colocate;
+	char transfer_mode[32];           /* broadcast broadcast_packed p2p disk-delta colocated */
+	uint64_t buffer_size;             /* bytes */
+	char disk_dir[JOB_DIR_MAX];
+	char trainer_cmd[JOB_CMD_MAX];
+	char rollout_cmd[JOB_CMD_MAX];
+	int32_t max_restarts;             /* 0: never restart */
+	uint32_t backoff_min_ms, backoff_max_ms;
+	uint32_t stop_grace_ms;
+} job_spec;
+
+void job_spec_defaults(job_spec *s);
+
+/* Reads flags (argv[0] is the first flag, not a program name), in any order,
+ * `--flag value` or `--flag=value`; --file PATH loads YAML at that point.
+ * Sizes take K/M/G/KiB/MiB/GiB suffixes; durations ms/s/m (bare = seconds).
+ * -1 and one line naming the flag on unknown flags, missing or bad values. */
+int job_spec_parse_args(job_spec *s, int argc, char **argv, char *err, size_t errlen);
+int job_spec_parse_yaml(job_spec *s, const char *path, char *err, size_t errlen);
+
+/* The rules, each error naming the flag (--rollout-num-gpus: 6 is not a
+ * multiple of --rollout-num-gpus-per-engine 4; --update-weight-transfer-mode
+ * broadcast_packed cannot be used with --colocate; disk-delta needs
+ * --update-weight-disk-dir; an engine wider than a node; a trainer without
+ * --trainer-cmd; ...).  With --colocate the rollout GPU count is forced to
+ * the actor's (as Miles does) before the checks. */
+int job_spec_validate(job_spec *s, char *err, size_t errlen);
+
+/* Member counts of a valid spec. */
+uint32_t job_spec_trainer_ranks(const job_spec *s);  /* actor nodes x GPUs per node */
+uint32_t job_spec_engines(const job_spec *s);        /* rollout GPUs / GPUs per engine */
+uint32_t job_spec_slots(const job_spec *s);          /* split: A + R; colocated: max(A, R) */
+
+/* protobuf (proto/jobs.proto JobSpec); decode does not validate. */
+struct Skein__Jobs__JobSpec;
+void job_spec_to_pb(const job_spec *s, struct Skein__Jobs__JobSpec *pb);  /* pointers into s */
+int job_spec_from_pb(job_spec *s, const struct Skein__Jobs__JobSpec *pb, char *err, size_t errlen);
+
+/* "train", "1s", "512MiB" parsers shared with other flag readers. */
+int job_parse_size(const char *v, uint64_t *out);
+int job_parse_duration_ms(const char *v, uint32_t *out);
+bool job_name_ok(const char *name);
+
+#endif

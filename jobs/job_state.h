@@ -1,0 +1,53 @@
+/* jobs/job_state: the jobs part of the replicated cluster state.
+ *
+ * A map of job name -> Job record (proto/jobs.proto: the spec, its state,
+ * its placement layout), changed only by committed log entries, so every
+ * voter holds the same records and a new head continues from them:
+ *   JOB_ENTRY_SUBMIT (32)  a packed Job; refused when the name exists or the
+ *                          spec is invalid
+ *   JOB_ENTRY_UPDATE (33)  a packed Job replacing the record of that name
+ *                          (the head computes placement and restarts and
+ *                          commits the result); refused when absent
+ *   JOB_ENTRY_DELETE (34)  a job name
+ * Refusals are deterministic (same bytes, same code on every replica) and
+ * counted.  Records are kept in submission order (seq). */
+#ifndef JOB_STATE_H
+#define JOB_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/jobs.pb-c.h"
+
+enum {
+	JOB_ENTRY_SUBMIT = 32,
+	JOB_ENTRY_UPDATE = 33,
+	JOB_ENTRY_DELETE = 34,
+	JOB_STATE_JOBS_MAX = 4096,
+};
+
+typedef struct job_state job_state;
+
+job_state *job_state_new(void);
+void job_state_free(job_state **js);
+
+/* 0 applied, 1 not a job entry (ignored), -1 refused (counted). */
+int job_state_apply(job_state *js, uint8_t type, const uint8_t *data, size_t len);
+uint64_t job_state_refused(const job_state *js);
+
+size_t job_state_count(const job_state *js);
+/* In submission order; valid until the next apply or restore. */
+const Skein__Jobs__Job *job_state_at(const job_state *js, size_t i);
+const Skein__Jobs__Job *job_state_get(const job_state *js, const char *name);
+/* The seq the next submission takes (1 + the highest seen). */
+uint64_t job_state_next_seq(const job_state *js);
+
+/* Entry payloads (malloc'd in *out). */
+int job_state_encode(const Skein__Jobs__Job *j, uint8_t **out, size_t *len);
+
+/* Snapshot: "SKJB", u8 version 1, u32 count, per job u32 length + packed Job. */
+int job_state_serialize(const job_state *js, uint8_t **out, size_t *len);
+/* On error the state is unchanged. */
+int job_state_restore(job_state *js, const uint8_t *data, size_t len, char *err, size_t errlen);
+
+#endif
