@@ -20,5 +20,6 @@ $(BIN)/skeinctl: $(SKEINCTL_SRC:%.c=$(O)/%.o) $(LIB_AGENT) $(LIB_JOBS) $(LIB_MEM
 PROGRAMS += $(BIN)/skeind $(BIN)/skeinctl
 
 TEST_SCRIPTS += tests/agent/cluster_test.sh tests/agent/security_test.sh tests/agent/badinput_test.sh tests/agent/head_test.sh \
-	tests/agent/partition_test.sh tests/agent/head_partition_test.sh tests/agent/jobs_test.sh
-BENCH_SCRIPTS += tests/agent/bench.sh tests/agent/head_bench.sh
+	tests/agent/partition_test.sh tests/agent/head_partition_test.sh tests/agent/jobs_test.sh \
+	tests/agent/jobs_partition_test.sh tests/agent/jobs_chaos_test.sh
+BENCH_SCRIPTS += tests/agent/bench.sh tests/agent/head_bench.sh tests/agent/jobs_bench.sh

@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # make demo: a local skein cluster doing the real work end to end.
-#  1. five skeind agents on 127.0.0.1 (fast profile, 8 declared GPUs each)
-#     join through the first one; skeinctl members shows them;
-#  2. one is SIGKILLed: the others detect it (time printed);
-#  3. it is restarted with the same name and data dir: alive again;
-#  4. nodes 1-3 are head-eligible: a head is elected, a write goes through
-#     it, the head is SIGKILLed, a new head is elected with the write intact;
-#  5. the simulator runs the same membership code on 100 nodes and kills 3.
-# Everything it started is stopped at the end, and on Ctrl-C.
+#  1. six skeind agents on loopback addresses (fast profile): node1-3 are the
+#     head-eligible control plane (no GPUs), node4-6 declare 8 GPUs each, at
+#     127.0.0.4-6 (so node4 has the lowest address, as node A of REFERENCE.md);
+#  2. a head is elected; skeinctl members and head show the cluster;
+#  3. the worked example of REFERENCE.md, split: trainer 1x8, 8 rollout GPUs,
+#     2 per engine.  Placement puts trainer ranks 0-7 on node4 and engines
+#     0-3 on node5's GPU pairs; trainer rank 0 publishes a new version of the
+#     weights every 500 ms through libskein (disk-delta) and every engine
+#     verifies each version bit for bit (tools/demo_member.sh);
+#  4. node5 is SIGKILLed with its engines: the survivors detect it, the head
+#     places the engines on node6's free GPUs, they catch up and verify again;
+#  5. the head is SIGKILLed: a new head is elected, no member restarts;
+#  6. the simulator runs the same membership code on 100 nodes and kills 3.
+# Everything it started is stopped at the end, and on Ctrl-C (DEMO_KEEP=1
+# keeps the agents' logs and data folders).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${SKEIN_BIN:-$ROOT/bin}
@@ -16,70 +23,96 @@ BASE=${DEMO_PORT_BASE:-27900}
 declare -A PIDS=()
 
 cleanup() {
-	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+	for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
 	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-	rm -rf "$DIR"
+	if [ -n "${DEMO_KEEP:-}" ]; then echo "logs kept in $DIR"; else rm -rf "$DIR"; fi
 }
 trap cleanup EXIT
 trap 'echo; echo "interrupted: stopping the agents"; exit 130' INT TERM
 
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
-ctl() { "$BIN/skeinctl" --rpc "127.0.0.1:$((BASE + 50 + $1))" --timeout 2000 "${@:2}"; }
+ctl() { "$BIN/skeinctl" --rpc "127.0.0.1:$((BASE + 50 + $1))" --timeout 3000 "${@:2}"; }
 start() {
 	mkdir -p "$DIR/n$1"
-	"$BIN/skeind" --name "node$1" --bind "127.0.0.1:$((BASE + $1))" --rpc "127.0.0.1:$((BASE + 50 + $1))" \
-		--data-dir "$DIR/n$1" --profile fast --gpus 8 --tag "rack=r$(( ($1 + 1) / 2 ))" \
+	local gpus=0; [ "$1" -ge 4 ] && gpus=8
+	SKEIN_DEMO_BIN=$BIN "$BIN/skeind" --name "node$1" --bind "127.0.0.$1:$((BASE + $1))" \
+		--rpc "127.0.0.1:$((BASE + 50 + $1))" --data-dir "$DIR/n$1" --profile fast --gpus $gpus \
 		$( [ "$1" -le 3 ] && echo --head-eligible --bootstrap-expect 3 ) \
 		--join "127.0.0.1:$((BASE + 1))" >>"$DIR/n$1.log" 2>&1 &
 	PIDS[$1]=$!
 }
-alive_in() { ctl "$1" members 2>/dev/null | awk 'NR > 1 && $3 == "alive"' | wc -l; }
-status_of() { ctl "$1" members 2>/dev/null | awk -v w="node$2" '$1 == w { print $3 }'; }
 wait_for() { # SECS cmd...
 	local end=$(( $(now_ms) + $1 * 1000 )); shift
 	until "$@"; do [ "$(now_ms)" -ge $end ] && return 1; sleep 0.05; done
 }
-all_see_alive() { for i in "$@"; do [ "$(alive_in "$i")" -ge 5 ] || return 1; done; }
+alive_in() { ctl "$1" members 2>/dev/null | awk 'NR > 1 && $3 == "alive"' | wc -l; }
+all_see_alive() { for i in "$@"; do [ "$(alive_in "$i")" -ge 6 ] || return 1; done; }
+status_of() { ctl "$1" members 2>/dev/null | awk -v w="node$2" '$1 == w { print $3 }'; }
 all_see() { local who=$1 st=$2 i; shift 2; for i in "$@"; do [ "$(status_of "$i" "$who")" = "$st" ] || return 1; done; }
+head_of() { ctl "$1" head 2>/dev/null | awk '$1 == "head:" { print $2 }'; }
+has_head() { local h; h=$(head_of 4); [ -n "$h" ] && [ "$h" != "(none)" ]; }
+running() { [ "$(ctl 4 placement demo 2>/dev/null | awk '$6 == "running"' | wc -l)" = "$1" ]; }
+node_of() { ctl 4 placement demo 2>/dev/null | awk -v m="$1" '$1 == m { print $3 }'; }
+verified() { ctl 4 logs "$1" 2>/dev/null | grep -c 'verified bit for bit'; }
+pids() { ctl 4 placement demo --format json 2>/dev/null | grep -o '"pid":[0-9]*' | tr '\n' ' '; }
 
-echo "== 1. five agents join the cluster"
+echo "== 1. six agents join: node1-3 the control plane, node4-6 with 8 GPUs each"
 t0=$(now_ms)
-for i in 1 2 3 4 5; do start "$i"; done
-wait_for 15 all_see_alive 1 2 3 4 5 || { echo "the cluster did not form; logs:"; tail -n 5 "$DIR"/*.log; exit 1; }
+for i in 1 2 3 4 5 6; do start "$i"; done
+wait_for 15 all_see_alive 1 2 3 4 5 6 || { echo "the cluster did not form; logs:"; tail -n 5 "$DIR"/*.log; exit 1; }
 echo "converged in $(( $(now_ms) - t0 )) ms"
 ctl 1 members
 echo
-echo "== 2. SIGKILL node5"
-kill -9 "${PIDS[5]}"; wait "${PIDS[5]}" 2>/dev/null; unset 'PIDS[5]'
-t0=$(now_ms)
-wait_for 15 all_see 5 failed 1 2 3 4 || { echo "not detected in 15 s"; exit 1; }
-echo "every survivor lists node5 failed after $(( $(now_ms) - t0 )) ms"
-ctl 1 members
-echo
-echo "== 3. restart node5 (same name, same data dir: a new generation)"
-start 5
-t0=$(now_ms)
-wait_for 15 all_see 5 alive 1 2 3 4 || { echo "node5 did not come back"; exit 1; }
-echo "node5 alive again everywhere after $(( $(now_ms) - t0 )) ms (generation $(cat "$DIR/n5/generation"))"
-ctl 1 members --format json
-echo
-echo "== 4. the head: elected among node1-3, replicated state, failover"
-head_of() { ctl "$1" head 2>/dev/null | awk '$1 == "head:" { print $2 }'; }
-has_head() { local h; h=$(head_of 4); [ -n "$h" ] && [ "$h" != "(none)" ]; }
+echo "== 2. the head, elected among node1-3"
 wait_for 15 has_head || { echo "no head elected"; exit 1; }
 ctl 4 head
-ctl 4 state put job/demo "split layout, 16 GPUs"
+echo
+echo "== 3. the worked example, split layout: trainer 1x8 GPUs, 4 engines of 2 GPUs"
+mkdir -p "$DIR/weights"
+ctl 6 job submit --name demo --actor-num-nodes 1 --actor-num-gpus-per-node 8 --rollout-num-gpus 8 \
+	--rollout-num-gpus-per-engine 2 --num-gpus-per-node 8 --update-weight-transfer-mode disk-delta \
+	--update-weight-disk-dir "$DIR/weights" --restart-backoff 200ms:5s --stop-grace 2s \
+	--trainer-cmd "$ROOT/tools/demo_member.sh" --rollout-cmd "$ROOT/tools/demo_member.sh"
+t0=$(now_ms)
+wait_for 20 running 12 || { echo "the members did not start"; ctl 4 job status demo; exit 1; }
+echo "12 members running $(( $(now_ms) - t0 )) ms after submit"
+ctl 4 placement demo
+enough() { [ "$(verified demo/engine-3)" -ge 3 ]; }
+wait_for 30 enough || { echo "engine 3 did not verify 3 versions"; ctl 4 logs demo/engine-3 | tail; exit 1; }
+echo
+echo "skeinctl logs demo/engine-3 (it runs on $(node_of demo/engine-3)):"
+ctl 4 logs demo/engine-3 | tail -n 4
+echo
+echo "== 4. SIGKILL node5 and its engines"
+kill -9 "${PIDS[5]}"; wait "${PIDS[5]}" 2>/dev/null; unset 'PIDS[5]'
+t0=$(now_ms)
+wait_for 15 all_see 5 failed 1 2 3 4 6 || { echo "not detected in 15 s"; exit 1; }
+echo "every survivor lists node5 failed after $(( $(now_ms) - t0 )) ms"
+moved() { [ "$(node_of demo/engine-3)" = node6 ] && running 12; }
+wait_for 15 moved || { echo "the engines did not move"; ctl 4 placement demo; exit 1; }
+echo "engines 0-3 running on node6 $(( $(now_ms) - t0 )) ms after the kill"
+ctl 4 placement demo
+before=$(verified demo/engine-3)
+caught_up() { [ "$(verified demo/engine-3)" -ge $((before + 3)) ]; }
+wait_for 30 caught_up || { echo "the moved engine did not verify new versions"; ctl 4 logs demo/engine-3 | tail; exit 1; }
+echo
+echo "skeinctl logs demo/engine-3 (now on node6; it caught up from the newest full version):"
+ctl 4 logs demo/engine-3 | tail -n 4
+echo
+echo "== 5. SIGKILL the head: a new head, and no member restarts"
+P0=$(pids)
 H=$(head_of 4); HI=${H#node}
-echo "SIGKILL the head $H"
 kill -9 "${PIDS[$HI]}"; wait "${PIDS[$HI]}" 2>/dev/null; unset "PIDS[$HI]"
 t0=$(now_ms)
 new_head() { local h; h=$(head_of 4); [ -n "$h" ] && [ "$h" != "(none)" ] && [ "$h" != "$H" ]; }
 wait_for 15 new_head || { echo "no new head"; exit 1; }
-ctl 4 state put after/failover yes >/dev/null
-echo "new head $(head_of 4) took a write $(( $(now_ms) - t0 )) ms after the kill; the state is intact:"
-ctl 4 state list
+echo "new head $(head_of 4) $(( $(now_ms) - t0 )) ms after killing $H"
+sleep 2
+if [ "$(pids)" = "$P0" ]; then echo "all 12 members kept their processes (same pids)"; else echo "pids changed:"; echo "$P0"; pids; fi
+ctl 4 job list
 echo
-echo "== 5. the same membership code in the simulator: 100 nodes, 3 killed"
+echo "== 6. the same membership code in the simulator: 100 nodes, 3 killed"
 "$BIN/skein-sim" --nodes 100 --seed 1 --profile fast --duration 6 --kill 3 --text-every 0.5 --format text | sed -n "1,/^nodes:/p" | sed "$ d"
 echo
+ctl 4 job stop demo
 echo "demo done: stopping the agents"

@@ -26,6 +26,8 @@
 #include "transfer/xfer_int.h"
 
 #include <dirent.h>
+#include <stdbool.h>
+#include <unistd.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -765,13 +767,18 @@ static int record_receiver(xfer_endpoint *ep, xfer_err *err)
 	return xfer_write_file_atomic(rdir, rid, txt, (size_t)n, err);
 }
 
-static int disk_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err)
+/* One attempt; *vanished says the failure came from the sender's gc
+ * deleting the oldest version of our plan while we read it (a receiver
+ * catching up races the publication of a newer full version). */
+static int disk_receive_once(xfer_endpoint *ep, int wait_ms, uint64_t *version, bool *vanished, xfer_err *err)
 {
 	disk_state *s = ep->impl;
 	const char *dir = ep->cfg.disk.dir;
 	uint64_t latest = 0;
 	disk_index *plan = NULL;
 	size_t np = 0;
+	bool clean = true; /* the buffers hold what they held before (or nothing yet) */
+	*vanished = false;
 	double deadline = xfer_now() + (wait_ms < 0 ? 1e12 : wait_ms / 1e3);
 	for (;;) {
 		if (xfer_check_aborted(ep, err) != 0) return -1;
@@ -806,6 +813,7 @@ static int disk_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_
 		if (x->base == s->have && x->chain == s->have_chain && s->have) break;
 		v = x->base;
 	}
+	if (xfer_hooks.disk_after_plan) xfer_hooks.disk_after_plan(xfer_hooks.disk_after_plan_arg);
 	/* Apply oldest first, with the journals when there is a version to keep. */
 	int use_journal = s->have && ep->cfg.keep_previous;
 	for (int i = 0; i < s->threads; i++)
@@ -822,6 +830,7 @@ static int disk_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_
 		xfer_err tmp;
 		for (int i = 0; use_journal && i < s->threads; i++)
 			if (xfer_journal_undo(s->j[i], &tmp) != 0) undone = 0;
+		clean = !(use_journal ? !undone : s->have != 0);
 		if (use_journal && !undone)
 			xfer_err_prefix(err, "AND THE UNDO FAILED (%s), the receiver's buffers are damaged", tmp.msg);
 		else if (!use_journal && s->have)
@@ -838,9 +847,25 @@ static int disk_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_
 	free(plan);
 	return 0;
 err:
+	if (np && clean) {
+		char vd[4096];
+		vdir(vd, sizeof vd, dir, plan[np - 1].version);
+		*vanished = access(vd, F_OK) != 0;
+	}
 	for (size_t i = 0; i < np; i++) index_free(&plan[i]);
 	free(plan);
 	return -1;
+}
+
+static int disk_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err)
+{
+	for (int attempt = 0;; attempt++) {
+		bool vanished;
+		int rc = disk_receive_once(ep, wait_ms, version, &vanished, err);
+		if (rc == 0 || !vanished || attempt >= 3) return rc;
+		/* the buffers are as before (journal) or hold nothing yet: plan again
+		 * from the newest full version */
+	}
 }
 
 const xfer_path_ops xfer_disk_ops = {

@@ -175,6 +175,8 @@ typedef struct {
 	long long corrupt_at;    /* sender: flip one byte at this stream offset (+1) */
 	int stop_after_bucket;   /* receiver: raise SIGSTOP after this bucket (+1) */
 	int die_after_bucket;    /* sender: _exit after this bucket (+1) */
+	void (*disk_after_plan)(void *arg); /* receiver: between planning a chain and applying it */
+	void *disk_after_plan_arg;
 } xfer_test_hooks;
 extern xfer_test_hooks xfer_hooks;
 

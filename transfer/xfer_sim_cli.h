@@ -15,7 +15,7 @@ typedef struct {
 	uint64_t bytes, bucket;
 	size_t tensors;
 	double changed;
-	int steps, port, streams, timeout_ms, full_every, zstd, wait_ms, crash_after, keep_previous;
+	int steps, port, streams, timeout_ms, full_every, zstd, wait_ms, crash_after, keep_previous, interval_ms;
 	xfer_encoding encoding;
 	uint64_t seed;
 } sim_opts;
@@ -37,7 +37,8 @@ static void sim_usage(FILE *f, const char *prog, const char *role)
 		"  --keep-previous 0|1  engine: undo journal on failure (default 1)\n"
 		"  --receiver-id ID   engine, disk-delta: its name under DIR/receivers/\n"
 		"  --wait-ms T        engine: how long to wait for each version (default 60000)\n"
-		"  --crash-after V    trainer: exit(3) in the middle of publishing version V (tests)\n",
+		"  --crash-after V    trainer: exit(3) in the middle of publishing version V (tests)\n"
+		"  --interval-ms T    trainer: pause between versions, like a training step (default 0)\n",
 		prog, role);
 }
 
@@ -49,7 +50,7 @@ static int sim_parse(int argc, char **argv, sim_opts *o, const char *role)
 		{ "port", 1, 0, 'p' }, { "port-file", 1, 0, 'P' }, { "streams", 1, 0, 'n' }, { "bucket", 1, 0, 'B' },
 		{ "timeout-ms", 1, 0, 't' }, { "full-every", 1, 0, 'f' }, { "encoding", 1, 0, 'e' },
 		{ "zstd", 1, 0, 'z' }, { "receiver-id", 1, 0, 'r' }, { "wait-ms", 1, 0, 'w' },
-		{ "crash-after", 1, 0, 'x' }, { "keep-previous", 1, 0, 'K' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "crash-after", 1, 0, 'x' }, { "keep-previous", 1, 0, 'K' }, { "interval-ms", 1, 0, 'i' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	memset(o, 0, sizeof *o);
 	o->path = "disk-delta";
@@ -90,11 +91,12 @@ static int sim_parse(int argc, char **argv, sim_opts *o, const char *role)
 		case 'w': o->wait_ms = atoi(optarg); break;
 		case 'x': o->crash_after = atoi(optarg); break;
 		case 'K': o->keep_previous = atoi(optarg); break;
+		case 'i': o->interval_ms = atoi(optarg); break;
 		case 'h': sim_usage(stdout, argv[0], role); exit(0);
 		default: goto bad;
 		}
 	}
-	if (!o->bytes || o->steps < 1 || o->changed < 0 || o->changed > 1) goto bad;
+	if (!o->bytes || o->steps < 1 || o->changed < 0 || o->changed > 1 || o->interval_ms < 0) goto bad;
 	return 0;
 bad:
 	sim_usage(stderr, argv[0], role);

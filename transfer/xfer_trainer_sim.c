@@ -8,6 +8,8 @@
 #include "transfer/xfer_int.h"
 #include "transfer/xfer_sim_cli.h"
 
+#include <time.h>
+
 int main(int argc, char **argv)
 {
 	sim_opts o;
@@ -21,6 +23,10 @@ int main(int argc, char **argv)
 	if (xfer_open(&ep, &c, s.m, &e) != 0) goto err;
 	if (*xfer_endpoint_note(ep)) printf("trainer: %s\n", xfer_endpoint_note(ep));
 	for (int v = 1; v <= o.steps; v++) {
+		if (v > 1 && o.interval_ms > 0) {
+			struct timespec ts = { o.interval_ms / 1000, (long)(o.interval_ms % 1000) * 1000000L };
+			nanosleep(&ts, NULL);
+		}
 		xfer_sim_model_advance(&s, (uint64_t)v);
 		if (o.crash_after == v) xfer_hooks.die_after_bucket = 1;
 		if (xfer_send(ep, (uint64_t)v, &e) != 0) goto err;

@@ -1,6 +1,7 @@
 /* tests/unit/xfer_disk_test.c: the disk-delta path end to end in one
  * process: a sender and receivers on one temporary folder. */
 #include "tests/unit/xfer_testlib.h"
+#include "transfer/xfer_int.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -176,6 +177,60 @@ T_TEST(xfer_disk_bad_inputs)
 
 /* A receiver that joins late catches up through the chain (from the version
  * it holds) or from the newest full version; gc keeps what is needed. */
+/* The sender publishes a new full version and its gc deletes the chain a
+ * late receiver has just planned: the receiver plans again from the new
+ * full version instead of failing. */
+static rig *race_rig;
+static int race_calls;
+static void race_publish(void *arg)
+{
+	rig *g = race_rig;
+	(void)arg;
+	if (race_calls++) return;
+	tm_step(&g->tr, &g->r, 0.02);
+	T_XOK(xfer_send(g->snd, 8, err_));
+	T_XOK(xfer_receive(g->rcv, 0, NULL, err_));
+	tm_step(&g->tr, &g->r, 0.02);
+	T_XOK(xfer_send(g->snd, 9, err_)); /* full; gc deletes v5..v8 */
+}
+
+T_TEST(xfer_disk_catch_up_survives_gc_race)
+{
+	rig g;
+	rig_open(&g, 1, 1, 4, 4096); /* full at v1, v5, v9 */
+	for (uint64_t v = 1; v <= 7; v++) {
+		if (v > 1) tm_step(&g.tr, &g.r, 0.02);
+		T_XOK(xfer_send(g.snd, v, err_));
+		T_XOK(xfer_receive(g.rcv, 0, NULL, err_));
+	}
+	tmodel late;
+	tm_make(&late, &g.r, 3000, 0);
+	xfer_config c;
+	xfer_config_init(&c);
+	c.disk.dir = g.dir;
+	c.role = XFER_RECEIVER;
+	c.disk.receiver_id = "engine-late";
+	xfer_endpoint *lr;
+	T_XOK(xfer_open(&lr, &c, late.m, err_));
+	race_rig = &g;
+	race_calls = 0;
+	xfer_hooks.disk_after_plan = race_publish;
+	xfer_err e = { 0 };
+	int rc = xfer_receive(lr, 0, NULL, &e);
+	xfer_hooks.disk_after_plan = NULL;
+	if (rc != 0) T_FAIL("catch-up across the gc: %s", e.msg);
+	char path[600];
+	snprintf(path, sizeof path, "%s/weight_v000005", g.dir);
+	T_CHECK(access(path, F_OK) != 0); /* the planned chain really went */
+	xfer_stats st = xfer_endpoint_stats(lr);
+	T_EQ(st.version, 9);
+	T_EQ(st.full_loaded, 1);
+	T_CHECK(tm_equal(&g.tr, &late));
+	xfer_close(&lr);
+	tm_free(&late);
+	rig_close(&g);
+}
+
 T_TEST(xfer_disk_late_receiver_catches_up)
 {
 	rig g;
