@@ -144,6 +144,7 @@ bool agent_head_dispatch(agent *a, const struct Skein__Control__Request *q, cons
 /* The head-side helpers agent_jobs.c uses. */
 struct job_state;
 bool agent_head_is_head(agent *a);
+bool agent_head_ready(agent *a);                      /* head, and caught up with its own term */
 const struct job_state *agent_head_jobs(agent *a);   /* NULL on a non-voter */
 uint64_t agent_head_applied(agent *a);
 uint64_t agent_head_term(agent *a);

@@ -73,7 +73,7 @@ struct agent_head {
 	bool file_storage;
 	raft_kv *kv;
 	job_state *jobs;
-	uint64_t applied;
+	uint64_t applied, applied_term;  /* index and term of the last applied entry */
 	ev_timer timer;
 	ev_timer periodic;
 	peer *peers;
@@ -352,23 +352,34 @@ static void apply_all(agent *a)
 	raft_apply ap;
 	bool jobs_changed = false;
 	while (raft_pop_apply(h->raft, &ap)) {
+		int rc = 0;
 		if (ap.kind == RAFT_APPLY_SNAPSHOT) {
 			char err[200];
-			if (state_restore(h, ap.data, ap.len, err, sizeof err) < 0)
-				SK_ERROR("head", "snapshot restore failed: %s", err);
+			if (state_restore(h, ap.data, ap.len, err, sizeof err) < 0) {
+				/* going on would answer from a state that differs from the others' */
+				SK_ERROR("head", "snapshot restore failed: %s; exiting so a restart recovers", err);
+				ev_break(a->loop, EVBREAK_ALL);
+				return;
+			}
 			jobs_changed = true;
 		} else if (ap.type >= RAFT_ENTRY_USER) {
-			if (raft_kv_apply(h->kv, ap.type, ap.data, ap.len) == 1) {
-				if (job_state_apply(h->jobs, ap.type, ap.data, ap.len) < 0)
-					SK_WARN("head", "job entry %llu refused (type %u)", (unsigned long long)ap.index, ap.type);
+			rc = raft_kv_apply(h->kv, ap.type, ap.data, ap.len);
+			if (rc == 1) {
+				rc = job_state_apply(h->jobs, ap.type, ap.data, ap.len);
+				if (rc < 0) SK_DEBUG("head", "job entry %llu refused (type %u)", (unsigned long long)ap.index, ap.type);
 				jobs_changed = true;
 			}
 		}
 		h->applied = ap.index;
+		h->applied_term = ap.term;
 		for (size_t i = 0; i < h->npend;) {
 			pending *p = &h->pend[i];
 			if (p->index > ap.index || (ap.kind == RAFT_APPLY_SNAPSHOT && p->index > ap.index)) { i++; continue; }
-			if (p->index == ap.index && p->term == ap.term && ap.kind == RAFT_APPLY_ENTRY) {
+			if (p->index == ap.index && p->term == ap.term && ap.kind == RAFT_APPLY_ENTRY && rc < 0) {
+				/* committed, but the state machine refused it (the same way everywhere) */
+				answer_pending(a, i, 1, "the change was refused: the state changed meanwhile (or the entry "
+						       "was invalid); retry", NULL);
+			} else if (p->index == ap.index && p->term == ap.term && ap.kind == RAFT_APPLY_ENTRY) {
 				char body[160];
 				if (p->body[0]) snprintf(body, sizeof body, "%s", p->body);
 				else snprintf(body, sizeof body, "committed at index %llu, term %llu\n",
@@ -736,7 +747,8 @@ static void fwd_take_over(fwd *f)
 	agent_client c = f->client;
 	f->client.idlen = 0;
 	fwd_free(f);
-	if (!agent_head_dispatch(a, q, &c, &r)) agent_reply_fail(&r, 2, "unknown command");
+	if (!agent_head_dispatch(a, q, &c, &r) && !agent_jobs_dispatch(a, q, &c, &r))
+		agent_reply_fail(&r, 2, "unknown command");
 	if (!r.deferred) agent_ctl_send(a, &c, r.code, r.error, sk_buf_str(&r.body));
 	sk_buf_free(&r.body);
 	skein__control__request__free_unpacked(q, NULL);
@@ -771,6 +783,13 @@ static bool is_head(agent *a)
 bool agent_head_is_head(agent *a)
 {
 	return a->head && is_head(a);
+}
+
+/* The head has applied an entry of its own term (its first, a no-op, at
+ * least): its state holds everything committed before it took over. */
+bool agent_head_ready(agent *a)
+{
+	return agent_head_is_head(a) && a->head->applied_term == raft_term(a->head->raft);
 }
 
 static void cmd_head(agent *a, const Skein__Control__Request *q, agent_reply *r)

@@ -47,6 +47,7 @@
 #include "proto/jobs.pb-c.h"
 
 static const double ORDER_INTERVAL_S = 1.0;
+static const double RECONCILE_INTERVAL_S = 0.5;
 static const double INFLIGHT_TIMEOUT_S = 5.0;
 enum { LOG_READ_MAX = 256 << 10 };
 
@@ -75,6 +76,8 @@ struct agent_jobs {
 	uint64_t next_seq;        /* names of jobs submitted but not yet applied */
 	/* agent side */
 	char head[MBR_NAME_MAX + 1];
+	bool closing;             /* sup_free runs the loop: no more orders or reports */
+	double last_reconcile;
 };
 
 /* A job's layout as plain C, for computing the next one. */
@@ -83,6 +86,7 @@ typedef struct {
 	char (*node)[MBR_NAME_MAX + 1];
 	uint32_t *gpu;
 	uint64_t trainer_gen;
+	uint32_t trainer_failures;
 	char master_addr[64];
 	uint32_t master_port;
 	uint32_t *engine_gen, *engine_restarts;
@@ -133,6 +137,7 @@ static int lay_from_job(lay *L, const Skein__Jobs__Job *j, const job_spec *s)
 		L->gpu[i] = pl->slots[i]->gpu;
 	}
 	L->trainer_gen = pl->trainer_gen;
+	L->trainer_failures = pl->trainer_failures;
 	snprintf(L->master_addr, sizeof L->master_addr, "%s", pl->master_addr);
 	L->master_port = pl->master_port;
 	for (uint32_t i = 0; i < L->neng; i++) {
@@ -153,6 +158,7 @@ static int pack_job(const Skein__Jobs__Job *old, const char *state, const char *
 {
 	Skein__Jobs__Job j = *old;
 	Skein__Jobs__Layout pl = SKEIN__JOBS__LAYOUT__INIT;
+	j.version = old->version + 1; /* compare-and-set against the record we read */
 	Skein__Jobs__Slot *slots = NULL, **ptrs = NULL;
 	j.state = (char *)state;
 	j.reason = (char *)(reason ? reason : "");
@@ -179,6 +185,7 @@ static int pack_job(const Skein__Jobs__Job *old, const char *state, const char *
 		pl.engine_gen = L->engine_gen;
 		pl.n_engine_restarts = L->neng;
 		pl.engine_restarts = L->engine_restarts;
+		pl.trainer_failures = L->trainer_failures;
 		j.layout = &pl;
 	}
 	int rc = job_state_encode(&j, out, len);
@@ -276,6 +283,21 @@ static const Skein__Jobs__MemberStatus *status_of(agent *a, const char *node, co
 	return NULL;
 }
 
+/* Reports of nodes that are gone (failed, left, forgotten) are dropped. */
+static void prune_reports(agent *a)
+{
+	agent_jobs *J = a->jobs;
+	for (size_t i = 0; i < J->nreports;) {
+		mbr_member_info mi;
+		bool keep = !strcmp(J->reports[i].node, a->opts.name) ||
+			    (mbr_lookup(a->mbr, J->reports[i].node, &mi) == 0 &&
+			     (mi.status == MBR_ALIVE || mi.status == MBR_SUSPECT));
+		if (keep) { i++; continue; }
+		skein__jobs__report__free_unpacked(J->reports[i].rep, NULL);
+		J->reports[i] = J->reports[--J->nreports];
+	}
+}
+
 /* ---------------------------------------------------------------- head: reconcile */
 
 static bool inflight_busy(agent *a, const char *job)
@@ -294,28 +316,36 @@ static bool inflight_busy(agent *a, const char *job)
 	return false;
 }
 
+static void inflight_add(agent *a, const char *job, uint64_t index)
+{
+	agent_jobs *J = a->jobs;
+	if (agent_head_applied(a) >= index) return; /* committed already (one voter) */
+	inflight *p = realloc(J->infl, (J->ninfl + 1) * sizeof *p);
+	if (!p) return;
+	J->infl = p;
+	snprintf(p[J->ninfl].job, sizeof p[J->ninfl].job, "%s", job);
+	p[J->ninfl].index = index;
+	p[J->ninfl].since = ev_now(a->loop);
+	J->ninfl++;
+}
+
 static void propose_update(agent *a, const Skein__Jobs__Job *old, const char *state, const char *reason,
 			   const lay *L, const char *why)
 {
-	agent_jobs *J = a->jobs;
 	uint8_t *data;
 	size_t len;
+	/* with one voter the entry commits inside the propose and `old` is freed */
+	char name[JOB_NAME_MAX + 1];
+	snprintf(name, sizeof name, "%s", old->spec->name);
 	if (pack_job(old, state, reason, L, &data, &len) < 0) return;
 	agent_reply r = { 0 };
 	sk_buf_init(&r.body);
 	uint64_t index;
 	if (agent_head_propose(a, NULL, &r, JOB_ENTRY_UPDATE, data, len, NULL, &index) == 0) {
-		inflight *p = realloc(J->infl, (J->ninfl + 1) * sizeof *p);
-		if (p) {
-			J->infl = p;
-			snprintf(p[J->ninfl].job, sizeof p[J->ninfl].job, "%s", old->spec->name);
-			p[J->ninfl].index = index;
-			p[J->ninfl].since = ev_now(a->loop);
-			J->ninfl++;
-		}
-		SK_INFO("jobs", "job %s: %s", old->spec->name, why);
+		inflight_add(a, name, index);
+		SK_INFO("jobs", "job %s: %s", name, why);
 	} else {
-		SK_WARN("jobs", "job %s: update not proposed: %s", old->spec->name, r.error);
+		SK_WARN("jobs", "job %s: update not proposed: %s", name, r.error);
 	}
 	sk_buf_free(&r.body);
 }
@@ -325,18 +355,15 @@ static uint32_t free_port(agent *a)
 {
 	int fd = socket(a->adv.len == 4 ? AF_INET : AF_INET6, SOCK_STREAM, 0);
 	if (fd < 0) return 0;
+	/* the wildcard address: what rank 0 will bind (the advertised one may be a NAT's) */
 	struct sockaddr_storage ss = { 0 };
 	socklen_t sl;
 	if (a->adv.len == 4) {
-		struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
-		s4->sin_family = AF_INET;
-		memcpy(&s4->sin_addr, a->adv.ip, 4);
-		sl = sizeof *s4;
+		((struct sockaddr_in *)&ss)->sin_family = AF_INET;
+		sl = sizeof(struct sockaddr_in);
 	} else {
-		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
-		s6->sin6_family = AF_INET6;
-		memcpy(&s6->sin6_addr, a->adv.ip, 16);
-		sl = sizeof *s6;
+		((struct sockaddr_in6 *)&ss)->sin6_family = AF_INET6;
+		sl = sizeof(struct sockaddr_in6);
 	}
 	uint32_t port = 0;
 	if (bind(fd, (struct sockaddr *)&ss, sl) == 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
@@ -346,11 +373,26 @@ static uint32_t free_port(agent *a)
 	return port;
 }
 
-static uint32_t node_free_port(agent *a, const char *node)
+/* A port to offer as MASTER_PORT on `node`: this agent's own, or the one the
+ * node last reported, unless an active job already took it (two jobs placed
+ * before the node's next report); 0 = wait for the next report. */
+static uint32_t node_free_port(agent *a, const char *node, uint32_t old)
 {
-	if (!strcmp(node, a->opts.name)) return free_port(a);
-	const Skein__Jobs__Report *r = report_of(a, node);
-	return r ? r->free_port : 0;
+	uint32_t port;
+	if (!strcmp(node, a->opts.name)) {
+		port = free_port(a);
+	} else {
+		const Skein__Jobs__Report *r = report_of(a, node);
+		port = r && r->free_port < 65536 ? r->free_port : 0;
+	}
+	const job_state *js = agent_head_jobs(a);
+	for (size_t i = 0; port && js && i < job_state_count(js); i++) {
+		const Skein__Jobs__Job *j = job_state_at(js, i);
+		if (j->layout && j->layout->master_port == port && j->layout->n_slots && !strcmp(j->layout->slots[0]->node, node) &&
+		    (!strcmp(j->state, "running") || !strcmp(j->state, "pending")))
+			port = 0;
+	}
+	return port == old ? 0 : port;
 }
 
 static bool trainer_all_placed(const lay *L, uint32_t ranks)
@@ -455,7 +497,9 @@ static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec
 		snprintf(why, sizeof why, "re-placed after node loss%s%s", changed & 1 ? " (trainer group restarts)" : "",
 			 res.reason[0] ? "; still pending: " : "");
 		if (res.reason[0]) strncat(why, res.reason, sizeof why - strlen(why) - 1);
-		if (changed & 1) L.trainer_gen++;
+		/* one new generation per move, once every rank has a place again
+		 * (while a unit is pending no rank runs, so nothing restarts) */
+		if ((changed & 1) && trainer_all_placed(&L, job_spec_trainer_ranks(s))) L.trainer_gen++;
 		for (uint32_t e = 0; e < L.neng; e++) {
 			if (!eng[e]) continue;
 			L.engine_gen[e]++;
@@ -463,14 +507,14 @@ static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec
 		}
 	}
 	master_of(a, &L, nodes, n);
-	if (!L.master_port && L.node[0][0]) L.master_port = node_free_port(a, L.node[0]);
+	if (!L.master_port && L.node[0][0]) L.master_port = node_free_port(a, L.node[0], 0);
 	propose_update(a, j, "running", res.reason, &L, why);
 	goto out;
 port:
 	/* the trainer waits for MASTER_PORT until rank 0's node has reported one */
 	if (placed(j) && !L.master_port && L.node[0][0]) {
 		master_of(a, &L, nodes, n);
-		L.master_port = node_free_port(a, L.node[0]);
+		L.master_port = node_free_port(a, L.node[0], 0);
 		if (L.master_port) propose_update(a, j, j->state, j->reason, &L, "MASTER_PORT chosen");
 	}
 out:
@@ -494,18 +538,23 @@ static void reconcile_trainer(agent *a, const Skein__Jobs__Job *j, const job_spe
 		member_id(id, sizeof id, s->name, true, r);
 		const Skein__Jobs__MemberStatus *st = status_of(a, L.node[r], id);
 		if (!st || st->gen != L.trainer_gen) continue;
-		if (!strcmp(st->state, "failed") && !dead) dead = st;
+		/* name the rank that died, not a sibling its agent stopped */
+		if (!strcmp(st->state, "failed") && (!dead || !strncmp(dead->reason, "stopped by the agent", 20))) dead = st;
 		if (!strcmp(st->state, "stopped") && st->last_exit == 0 && st->pid == 0) done++;
 	}
 	char why[300];
 	if (dead) {
-		uint64_t restarts = L.trainer_gen - 1;
-		if (s->max_restarts >= 0 && restarts >= (uint64_t)s->max_restarts) {
-			snprintf(why, sizeof why, "the trainer group restarted %llu times (--max-restarts %d); last: %s %s",
-				 (unsigned long long)restarts, s->max_restarts, dead->id, dead->reason);
+		if (s->max_restarts >= 0 && L.trainer_failures >= (uint32_t)s->max_restarts) {
+			snprintf(why, sizeof why, "the trainer group restarted %u times (--max-restarts %d); last: %s %s",
+				 L.trainer_failures, s->max_restarts, dead->id, dead->reason);
 			propose_update(a, j, "failed", why, &L, why);
 		} else {
 			L.trainer_gen++;
+			L.trainer_failures++;
+			/* a fresh MASTER_PORT when rank 0's node offers one: ranks of the old
+			 * generation still around (a cut-off node) cannot join the new world */
+			uint32_t p = node_free_port(a, L.node[0], L.master_port);
+			if (p) L.master_port = p;
 			snprintf(why, sizeof why, "%s: %s; restarting the trainer group (generation %llu)", dead->id,
 				 dead->reason, (unsigned long long)L.trainer_gen);
 			propose_update(a, j, "running", "", &L, why);
@@ -520,22 +569,30 @@ out:
 static void reconcile(agent *a)
 {
 	const job_state *js = agent_head_jobs(a);
-	if (!js || !agent_head_is_head(a)) return;
+	if (!js || !agent_head_ready(a) || a->jobs->closing) return;
+	a->jobs->last_reconcile = ev_now(a->loop);
 	place_node *nodes;
 	size_t n = cluster_nodes(a, &nodes);
 	if (!nodes) return;
-	for (size_t i = 0; i < job_state_count(js); i++) {
-		const Skein__Jobs__Job *j = job_state_at(js, i);
+	/* by name: a proposal may commit at once (one voter) and replace records */
+	size_t cnt = job_state_count(js);
+	char (*names)[JOB_NAME_MAX + 1] = calloc(cnt ? cnt : 1, sizeof *names);
+	for (size_t i = 0; names && i < cnt; i++) snprintf(names[i], sizeof names[i], "%s", job_state_at(js, i)->spec->name);
+	for (size_t i = 0; names && i < cnt; i++) {
+		const Skein__Jobs__Job *j = job_state_get(js, names[i]);
 		job_spec s;
 		char err[256];
-		if (!job_active(j) || inflight_busy(a, j->spec->name)) continue;
+		if (!j || !job_active(j) || inflight_busy(a, names[i])) continue;
 		if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0) continue;
 		for (size_t k = 0; k < n; k++) nodes[k].busy = 0;
 		mark_busy(js, j, nodes, n);
 		reconcile_layout(a, j, &s, nodes, n);
-		if (!inflight_busy(a, j->spec->name) && placed(j)) reconcile_trainer(a, j, &s);
+		j = job_state_get(js, names[i]);
+		if (j && job_active(j) && !inflight_busy(a, names[i]) && placed(j)) reconcile_trainer(a, j, &s);
 	}
+	free(names);
 	free(nodes);
+	prune_reports(a);
 }
 
 /* ---------------------------------------------------------------- head: orders */
@@ -543,26 +600,34 @@ static void reconcile(agent *a)
 typedef struct {
 	Skein__Jobs__MemberOrder o;
 	char id[SUP_ID_MAX];
+	char node[MBR_NAME_MAX + 1];
 	uint32_t gpus[JOB_GPUS_PER_NODE_MAX];
-	char envbuf[24][160];
+	char arena[JOB_DIR_MAX + 1024];   /* every KEY=VALUE, back to back: sized for the longest */
+	size_t used;
 	char *env[24];
 } order_buf;
 
 static void env_add(order_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void env_add(order_buf *b, const char *fmt, ...)
 {
-	if (b->o.n_env >= sizeof b->env / sizeof b->env[0]) return;
+	if (b->o.n_env >= sizeof b->env / sizeof b->env[0] || b->used >= sizeof b->arena) return;
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(b->envbuf[b->o.n_env], sizeof b->envbuf[0], fmt, ap);
+	int n = vsnprintf(b->arena + b->used, sizeof b->arena - b->used, fmt, ap);
 	va_end(ap);
-	b->env[b->o.n_env] = b->envbuf[b->o.n_env];
-	b->o.n_env++;
+	if (n < 0 || (size_t)n >= sizeof b->arena - b->used) {
+		/* never a cut value (a wrong folder that exists): the variable is left out */
+		SK_ERROR("jobs", "%s: environment too long, a variable left out", b->id);
+		b->arena[b->used] = 0;
+		return;
+	}
+	b->env[b->o.n_env++] = b->arena + b->used;
+	b->used += (size_t)n + 1;
 }
 
 static uint32_t backoff_ms(const job_spec *s, uint64_t restarts)
 {
-	if (!restarts) return 0;
+	if (!restarts || !s->backoff_min_ms) return 0;
 	uint64_t d = s->backoff_min_ms;
 	for (uint64_t k = 1; k < restarts && d < s->backoff_max_ms; k++) d *= 2;
 	return (uint32_t)(d > s->backoff_max_ms ? s->backoff_max_ms : d);
@@ -616,11 +681,8 @@ static bool build_order(const Skein__Jobs__Job *j, const job_spec *s, const lay 
 	b->o.stop_grace_ms = s->stop_grace_ms;
 	char gl[JOB_GPUS_PER_NODE_MAX * 4];
 	gpu_list(gl, sizeof gl, b->gpus, ng);
-	uint32_t local_rank = 0;
-	if (trainer) {
-		for (uint32_t r = 0; r < k; r++)
-			if (!strcmp(L->node[r], L->node[k])) local_rank++;
-	}
+	/* a trainer unit (actor-num-gpus-per-node ranks) sits on one node */
+	uint32_t local_rank = trainer ? k % s->actor_num_gpus_per_node : 0;
 	env_add(b, "RANK=%u", k);
 	env_add(b, "WORLD_SIZE=%u", trainer ? A : E);
 	env_add(b, "LOCAL_RANK=%u", local_rank);
@@ -644,27 +706,33 @@ static bool build_order(const Skein__Jobs__Job *j, const job_spec *s, const lay 
 
 static void assign_local(agent *a, const Skein__Jobs__Assignment *as);
 
-/* Sends every agent its orders (the members placed on it). */
+static int order_cmp(const void *x, const void *y)
+{
+	const order_buf *a = *(order_buf *const *)x, *b = *(order_buf *const *)y;
+	return strcmp(a->node, b->node);
+}
+
+/* Sends every alive agent its orders (the members placed on it, maybe
+ * none): O(members log members + nodes log members). */
 static void send_orders(agent *a)
 {
 	agent_jobs *J = a->jobs;
 	const job_state *js = agent_head_jobs(a);
-	if (!js || !agent_head_is_head(a)) return;
+	if (!js || !agent_head_ready(a) || J->closing) return;
 	J->last_orders = ev_now(a->loop);
 	J->dirty = false;
-	size_t nm = mbr_members(a->mbr, NULL, 0);
-	mbr_member_info *mi = calloc(nm ? nm : 1, sizeof *mi);
-	if (!mi) return;
-	nm = mbr_members(a->mbr, mi, nm);
-	/* every member of every active job, once */
 	size_t cap = 0, cnt = 0;
 	for (size_t i = 0; i < job_state_count(js); i++) {
 		const Skein__Jobs__Job *j = job_state_at(js, i);
 		if (!strcmp(j->state, "running") && placed(j)) cap += j->layout->n_slots * 2;
 	}
+	size_t nm = mbr_members(a->mbr, NULL, 0);
+	mbr_member_info *mi = calloc(nm ? nm : 1, sizeof *mi);
 	order_buf *ob = calloc(cap ? cap : 1, sizeof *ob);
-	char (*where)[MBR_NAME_MAX + 1] = calloc(cap ? cap : 1, sizeof *where);
-	if (!ob || !where) goto out;
+	order_buf **sorted = calloc(cap ? cap : 1, sizeof *sorted);
+	Skein__Jobs__MemberOrder **list = calloc(cap ? cap : 1, sizeof *list);
+	if (!mi || !ob || !sorted || !list) goto out;
+	nm = mbr_members(a->mbr, mi, nm);
 	for (size_t i = 0; i < job_state_count(js); i++) {
 		const Skein__Jobs__Job *j = job_state_at(js, i);
 		job_spec s;
@@ -676,18 +744,24 @@ static void send_orders(agent *a)
 			continue;
 		uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s);
 		for (uint32_t k = 0; k < A + E && cnt < cap; k++)
-			if (build_order(j, &s, &L, k < A, k < A ? k : k - A, &ob[cnt], where[cnt], sizeof where[cnt])) cnt++;
-		/* the spec's strings live in the committed record, which outlives this call */
-		lay_free(&L);
+			if (build_order(j, &s, &L, k < A, k < A ? k : k - A, &ob[cnt], ob[cnt].node, sizeof ob[cnt].node)) {
+				sorted[cnt] = &ob[cnt];
+				cnt++;
+			}
+		lay_free(&L); /* the orders point into the committed record, not into L or s */
 	}
-	Skein__Jobs__MemberOrder **list = calloc(cnt ? cnt : 1, sizeof *list);
-	if (!list) goto out;
+	qsort(sorted, cnt, sizeof *sorted, order_cmp);
 	for (size_t i = 0; i < nm; i++) {
 		if (i > 0 && mi[i].status != MBR_ALIVE && mi[i].status != MBR_SUSPECT) continue;
 		const char *node = i == 0 ? a->opts.name : mi[i].name;
-		size_t k = 0;
-		for (size_t m = 0; m < cnt; m++)
-			if (!strcmp(where[m], node)) list[k++] = &ob[m].o;
+		/* the first order for this node, by binary search */
+		size_t lo = 0, hi = cnt, k = 0;
+		while (lo < hi) {
+			size_t mid = (lo + hi) / 2;
+			if (strcmp(sorted[mid]->node, node) < 0) lo = mid + 1;
+			else hi = mid;
+		}
+		for (; lo < cnt && !strcmp(sorted[lo]->node, node); lo++) list[k++] = &sorted[lo]->o;
 		Skein__Jobs__Assignment as = SKEIN__JOBS__ASSIGNMENT__INIT;
 		as.members = list;
 		as.n_members = k;
@@ -708,11 +782,10 @@ static void send_orders(agent *a)
 		agent_head_send(a, node, &q);
 		free(buf);
 	}
-	free(list);
 out:
-	/* the order strings pointed into the job records: nothing else to free */
+	free(list);
+	free(sorted);
 	free(ob);
-	free(where);
 	free(mi);
 }
 
@@ -723,6 +796,7 @@ static void handle_report(agent *a, const char *node, const uint8_t *data, size_
 static void send_report(agent *a)
 {
 	agent_jobs *J = a->jobs;
+	if (J->closing) return;
 	char head[MBR_NAME_MAX + 1];
 	uint64_t term;
 	agent_head_known(a, head, sizeof head, &term, NULL, 0);
@@ -774,6 +848,7 @@ out:
 static void assign_local(agent *a, const Skein__Jobs__Assignment *as)
 {
 	agent_jobs *J = a->jobs;
+	if (J->closing) return;
 	snprintf(J->head, sizeof J->head, "%s", as->head);
 	size_t n = as->n_members;
 	sup_spec *sp = calloc(n ? n : 1, sizeof *sp);
@@ -847,7 +922,18 @@ static void handle_report(agent *a, const char *node, const uint8_t *data, size_
 	}
 	if (J->reports[i].rep) skein__jobs__report__free_unpacked(J->reports[i].rep, NULL);
 	J->reports[i].rep = r;
-	kick(a);
+	/* act now on what needs the head (a trainer rank exited, a port came);
+	 * the rest waits for the periodic round */
+	bool act = false;
+	for (size_t k = 0; k < r->n_members && !act; k++)
+		act = strstr(r->members[k]->id, "/trainer-") &&
+		      (!strcmp(r->members[k]->state, "failed") || !strcmp(r->members[k]->state, "stopped"));
+	const job_state *js = agent_head_jobs(a);
+	for (size_t k = 0; js && k < job_state_count(js) && !act; k++) {
+		const Skein__Jobs__Job *j = job_state_at(js, k);
+		act = !strcmp(j->state, "running") && placed(j) && !j->layout->master_port;
+	}
+	if (act) kick(a);
 }
 
 /* ---------------------------------------------------------------- commands */
@@ -1057,10 +1143,12 @@ static void cmd_job(agent *a, const Skein__Control__Request *q, const agent_clie
 			agent_reply_fail(r, 1, "out of memory");
 			return;
 		}
-		char body[160];
+		char body[160], name[JOB_NAME_MAX + 1];
 		snprintf(body, sizeof body, "job %s stopped (members get SIGTERM, then SIGKILL after %u ms)\n",
 			 j->spec->name, j->spec->stop_grace_ms);
-		agent_head_propose(a, c, r, JOB_ENTRY_UPDATE, data, len, body, NULL);
+		snprintf(name, sizeof name, "%s", j->spec->name);
+		uint64_t index;
+		if (agent_head_propose(a, c, r, JOB_ENTRY_UPDATE, data, len, body, &index) == 0) inflight_add(a, name, index);
 	} else {
 		agent_reply_fail(r, 2, "usage: skeinctl job submit FLAGS | list | status [JOB] | stop JOB");
 	}
@@ -1129,6 +1217,7 @@ bool agent_jobs_dispatch(agent *a, const Skein__Control__Request *q, const agent
 	if (!strcmp(cmd, "assign")) {
 		/* one-way, from the head (the term was checked by the fence) */
 		r->deferred = true;
+		if (!q->term || a->jobs->closing) { a->cnt.ctl_rejected++; return true; }
 		Skein__Jobs__Assignment *as = skein__jobs__assignment__unpack(NULL, q->payload.len, q->payload.data);
 		if (!as) { a->cnt.ctl_rejected++; return true; }
 		assign_local(a, as);
@@ -1140,10 +1229,18 @@ bool agent_jobs_dispatch(agent *a, const Skein__Control__Request *q, const agent
 		if (agent_head_is_head(a)) handle_report(a, NULL, q->payload.data, q->payload.len);
 		return true;
 	}
-	if (!strcmp(cmd, "logs")) { cmd_logs(a, q, c, r); return true; }
+	if (!strcmp(cmd, "logs")) {
+		if (a->jobs->closing) agent_reply_fail(r, 1, "the agent is stopping");
+		else cmd_logs(a, q, c, r);
+		return true;
+	}
 	if (strcmp(cmd, "job") && strcmp(cmd, "placement")) return false;
 	if (!agent_head_is_head(a)) {
 		agent_head_forward(a, q, c, r);
+		return true;
+	}
+	if (!agent_head_ready(a)) {
+		agent_reply_fail(r, 1, "the head is catching up with the log of its new term: retry");
 		return true;
 	}
 	if (!strcmp(cmd, "job")) cmd_job(a, q, c, r);
@@ -1157,17 +1254,20 @@ static void kick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	agent *a = t->data;
 	(void)loop; (void)revents;
-	if (!agent_head_is_head(a)) return;
+	if (!agent_head_ready(a) || a->jobs->closing) return;
 	reconcile(a);
 	if (a->jobs->dirty) send_orders(a);
 }
 
+/* Every 100 ms: events kick the head at once; this is the safety net
+ * (a lost kick, pending jobs waiting for capacity) and the order round. */
 void agent_jobs_tick(agent *a)
 {
 	agent_jobs *J = a->jobs;
-	if (!J || !agent_head_is_head(a)) return;
-	reconcile(a);
-	if (J->dirty || ev_now(a->loop) - J->last_orders >= ORDER_INTERVAL_S) send_orders(a);
+	if (!J || J->closing || !agent_head_ready(a)) return;
+	double now = ev_now(a->loop);
+	if (now - J->last_reconcile >= RECONCILE_INTERVAL_S) reconcile(a);
+	if (J->dirty || now - J->last_orders >= ORDER_INTERVAL_S) send_orders(a);
 }
 
 void agent_jobs_state_changed(agent *a)
@@ -1223,7 +1323,7 @@ void agent_jobs_close(agent *a)
 	agent_jobs *J = a->jobs;
 	if (!J) return;
 	ev_timer_stop(a->loop, &J->kick);
-	/* the longest grace a job may ask for is bounded by the spec (60 s) */
+	J->closing = true; /* sup_free runs the loop: ticks, orders and reports must not touch it */
 	sup_free(&J->sup, 30.0);
 	for (size_t i = 0; i < J->nreports; i++) skein__jobs__report__free_unpacked(J->reports[i].rep, NULL);
 	free(J->reports);

@@ -835,6 +835,13 @@ void sup_set(sup *s, const sup_spec *specs, size_t n)
 			continue;
 		}
 		m->seen = true;
+		if (sp->gen < m->spec.gen) {
+			/* an order older than what runs (a head that had not caught up):
+			 * never go back a generation */
+			SK_WARN("sup", "%s: order for gen %llu ignored, gen %llu is newer", id, (unsigned long long)sp->gen,
+				(unsigned long long)m->spec.gen);
+			continue;
+		}
 		if (sp->gen == m->spec.gen) {
 			if (m->stopping && m->then == SUP_THEN_FORGET) {
 				/* removed, then ordered again: the TERM is sent, start it anew once gone */

@@ -92,7 +92,8 @@ int job_state_apply(job_state *js, uint8_t type, const uint8_t *data, size_t len
 	if (type == JOB_ENTRY_DELETE) {
 		char name[JOB_NAME_MAX + 1];
 		long i;
-		if (len == 0 || len > JOB_NAME_MAX) goto refuse;
+		/* a name holds no NUL: "a\0x" must not delete "a" */
+		if (len == 0 || len > JOB_NAME_MAX || memchr(data, 0, len)) goto refuse;
 		memcpy(name, data, len);
 		name[len] = 0;
 		if ((i = find(js, name)) < 0) goto refuse;
@@ -111,7 +112,9 @@ int job_state_apply(job_state *js, uint8_t type, const uint8_t *data, size_t len
 		}
 		return 0;
 	}
-	if (i < 0 || j->seq != js->jobs[i]->seq) {
+	/* compare-and-set: the head builds an update on the record it saw; a
+	 * second update built on the same record (a stop racing a restart) loses */
+	if (i < 0 || j->seq != js->jobs[i]->seq || j->version != js->jobs[i]->version + 1) {
 		skein__jobs__job__free_unpacked(j, NULL);
 		goto refuse;
 	}

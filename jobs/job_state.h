@@ -7,7 +7,8 @@
  *                          spec is invalid
  *   JOB_ENTRY_UPDATE (33)  a packed Job replacing the record of that name
  *                          (the head computes placement and restarts and
- *                          commits the result); refused when absent
+ *                          commits the result); refused when absent, or
+ *                          when its version is not the record's + 1
  *   JOB_ENTRY_DELETE (34)  a job name
  * Refusals are deterministic (same bytes, same code on every replica) and
  * counted.  Records are kept in submission order (seq). */

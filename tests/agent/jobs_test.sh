@@ -22,7 +22,7 @@ M='echo "start $SKEIN_MEMBER pid=$$ gen=$SKEIN_GENERATION restarts=$SKEIN_RESTAR
 head_of() { ctl "$1" head 2>/dev/null | awk '$1 == "head:" { print $2 }'; }
 has_head() { local h; h=$(head_of "$1"); [ -n "$h" ] && [ "$h" != "(none)" ]; }
 # placement as "member node gpus pid state restarts" lines
-pl() { ctl "${2:-4}" placement ${1:-} --format json 2>/dev/null | tr '{' '\n' | grep '"member"' |
+pl() { ctl "${2:-4}" placement ${1:-} --format json 2>/dev/null | tr '{' '\n' | grep '"member"' | sed 's/"gpus":\[\]/"gpus":[-]/' |
 	sed -E 's/.*"member":"([^"]*)".*"node":"?([^",]*)"?,"gpus":\[([^]]*)\],"pid":([0-9-]*),"state":"([a-z]*)","restarts":([0-9]*).*/\1 \2 \3 \4 \5 \6/'; }
 running_count() { pl "$1" | awk '$5 == "running" && $4 > 0' | wc -l; }
 all_running() { [ "$(running_count "$1")" = "$2" ]; }
@@ -128,6 +128,35 @@ if wait_until 20 moved; then pass "engines 2 and 3 running on n6 ($(( $(now_ms) 
 check "moved engine: GPUs 0,1 of n6, SKEIN_RESTART_COUNT went up" \
 	bash -c "[ '$(field rl rl/engine-2 3)' = 0,1 ] && grep '^start rl/engine-2 ' '$EV' | tail -1 | grep -q 'restarts=1'"
 check "trainer untouched by the engine node's loss" [ "$(starts rl/trainer-0)" = 2 ]
+
+# --- no capacity left: the engines of a lost node wait, pending, until a node joins
+for m in rl/engine-2 rl/engine-3; do P0[$m]=$(pid_of rl $m); done
+kill_agent 6 9
+kill -9 "${P0[rl/engine-2]}" "${P0[rl/engine-3]}" 2>/dev/null
+eng_pending() { [ "$(field rl rl/engine-2 5)" = pending ] && [ "$(field rl rl/engine-3 5)" = pending ] &&
+	ctl 4 job status rl | grep -q '^reason: .*GPU'; }
+check "engines of a lost node pending while no GPUs are free, reason in job status" wait_until 15 eng_pending
+start_agent 7 --profile fast --gpus 8 --join "127.0.0.1:$(gport 4)"
+on_n7() { [ "$(field rl rl/engine-2 2)" = n7 ] && [ "$(field rl rl/engine-3 2)" = n7 ] && all_running rl 8; }
+check "a new node joins: the pending engines run on it" wait_until 15 on_n7
+out=$(timeout 1.5 "$SKEINCTL" --rpc "127.0.0.1:$(rport 4)" logs rl/engine-3 --follow 2>&1); rc=$?
+check "logs --follow prints the log and keeps following" bash -c "[ $rc = 124 ] && echo '$out' | grep -q 'hello from rl/engine-3'"
+
+# --- YAML: the same keys in a file, flags after --file override it
+cat > "$T_DIR/job.yaml" <<EOF
+name: from-yaml
+actor-num-nodes: 1
+actor_num_gpus_per_node: 2
+rollout-num-gpus: 0
+trainer-cmd: exec sleep 100000
+EOF
+out=$(ctl 4 job submit --file "$T_DIR/job.yaml" --name yaml2 2>&1)
+yaml_ok() { ctl 4 job status yaml2 2>/dev/null | grep -q '^state: *running' && [ "$(running_count yaml2)" = 2 ]; }
+check "a job from a YAML file (name overridden by a flag) runs its 2 ranks" wait_until 10 yaml_ok
+printf 'actor-num-nodes: [1, 2]\n' > "$T_DIR/bad.yaml"
+out=$(ctl 4 job submit --file "$T_DIR/bad.yaml" --trainer-cmd true 2>&1); rc=$?
+check "a bad YAML file: exit 2, the key and line named" expect_err $rc 2 "$out" "actor-num-nodes"
+ctl 4 job stop yaml2 >/dev/null 2>&1
 
 # --- stop: every process group ends
 pids=$(pl rl | awk '{ print $4 }')

@@ -73,6 +73,9 @@ static int apply_job(job_state *js, uint8_t type, const job_spec *s, const char 
 	uint8_t *p;
 	size_t len;
 	job_build(&b, s, state, seq, nslots);
+	/* an update is built on the record it replaces (version + 1) */
+	const Skein__Jobs__Job *cur = job_state_get(js, s->name);
+	if (type == JOB_ENTRY_UPDATE && cur) b.job.version = cur->version + 1;
 	T_EQ(job_state_encode(&b.job, &p, &len), 0);
 	int rc = job_state_apply(js, type, p, len);
 	free(p);
@@ -265,6 +268,7 @@ T_TEST(update_replaces)
 	buf.layout.engine_gen = gens;
 	buf.layout.n_engine_restarts = 4;
 	buf.layout.engine_restarts = restarts;
+	buf.job.version = job_state_get(js, s.name)->version + 1;
 	uint8_t *p;
 	size_t len;
 	T_EQ(job_state_encode(&buf.job, &p, &len), 0);
@@ -318,13 +322,16 @@ T_TEST(delete_job)
 	T_EQ(del(js, "b"), -1);
 	T_EQ(job_state_apply(js, JOB_ENTRY_DELETE, NULL, 0), -1);
 	T_EQ(del(js, "a."), -1);
+	T_EQ(job_state_apply(js, JOB_ENTRY_DELETE, (const uint8_t *)"a\0x", 3), -1);  /* not a name */
+	T_EQ(job_state_apply(js, JOB_ENTRY_DELETE, (const uint8_t *)"a\0", 2), -1);
+	T_CHECK(job_state_get(js, "a") != NULL);
 	T_EQ(job_state_apply(js, JOB_ENTRY_DELETE, (const uint8_t *)"ab", 1), 0);  /* length counts, not NUL */
 	T_CHECK(job_state_get(js, "a") == NULL);
 	char lng[JOB_NAME_MAX + 2];
 	memset(lng, 'x', sizeof lng - 1);
 	lng[sizeof lng - 1] = 0;
 	T_EQ(del(js, lng), -1);
-	T_EQ(job_state_refused(js), 4);
+	T_EQ(job_state_refused(js), 6);
 	T_EQ(job_state_count(js), 1);
 	/* the name may be submitted again after its delete */
 	T_EQ(submit(js, "b", job_state_next_seq(js)), 0);
@@ -548,6 +555,7 @@ static job_state *sample_state(void)
 	b.layout.n_engine_gen = 4;
 	b.layout.master_port = 41000;
 	b.job.reason = (char *)"trainer restarted";
+	b.job.version = job_state_get(js, "beta")->version + 1;
 	uint8_t *p;
 	size_t len;
 	T_EQ(job_state_encode(&b.job, &p, &len), 0);
@@ -851,5 +859,31 @@ T_TEST_TIMEOUT(fuzz_apply, 120)
 	       (unsigned long long)t_seed());
 	T_CHECK(applied > 0 && refused > 0 && ignored > 0);
 	job_state_free(&copy);
+	job_state_free(&js);
+}
+
+/* Two updates built on the same record (a stop racing a restart): the
+ * first wins, the second is refused and the record is the first's. */
+T_TEST(update_on_a_stale_version_refused)
+{
+	job_state *js = job_state_new();
+	T_EQ(submit(js, "a", 1), 0);
+	job_spec s;
+	good_spec(&s, "a");
+	job_buf b1, b2;
+	job_build(&b1, &s, "stopped", 1, 0);
+	job_build(&b2, &s, "running", 1, 0);
+	b1.job.version = b2.job.version = job_state_get(js, "a")->version + 1;
+	uint8_t *p1, *p2;
+	size_t l1, l2;
+	T_EQ(job_state_encode(&b1.job, &p1, &l1), 0);
+	T_EQ(job_state_encode(&b2.job, &p2, &l2), 0);
+	T_EQ(job_state_apply(js, JOB_ENTRY_UPDATE, p1, l1), 0);
+	T_EQ(job_state_apply(js, JOB_ENTRY_UPDATE, p2, l2), -1);
+	T_STREQ(job_state_get(js, "a")->state, "stopped");
+	T_EQ(job_state_get(js, "a")->version, 1);
+	T_EQ(job_state_refused(js), 1);
+	free(p1);
+	free(p2);
 	job_state_free(&js);
 }
