@@ -29,6 +29,7 @@ static bool reserve(sk_buf *b, size_t extra)
 
 void sk_buf_add(sk_buf *b, const void *data, size_t n)
 {
+	if (!n) return; /* data may be NULL then (an empty buffer's) */
 	if (!reserve(b, n)) return;
 	memcpy(b->p + b->len, data, n);
 	b->len += n;

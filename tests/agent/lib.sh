@@ -99,6 +99,10 @@ pass() { T_PASS=$((T_PASS + 1)); echo "ok   $1"; }
 fail() { T_FAIL=$((T_FAIL + 1)); echo "FAIL $1${2:+: $2}"; }
 
 finish() {
+	# a sanitizer report in any agent's log (BUILD=asan) fails the file
+	local san
+	san=$(grep -l -E 'runtime error:|ERROR: AddressSanitizer|ERROR: LeakSanitizer' "$T_DIR"/*.log "$T_DIR"/*/*.log 2>/dev/null | head -3)
+	[ -n "$san" ] && fail "sanitizer report in $(echo $san | tr '\n' ' ')"
 	echo "# $T_PASS passed, $T_FAIL failed"
 	[ "$T_FAIL" = 0 ]
 	exit $?
