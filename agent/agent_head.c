@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "agent/agent_rpc.h"
@@ -436,6 +438,9 @@ static void head_pump(agent *a)
 			SK_INFO("head", "voters: %s", list);
 			break;
 		}
+		case RAFT_EV_CANDIDATE:
+			SK_INFO("head", "standing for election (term %llu)", (unsigned long long)ev.term);
+			break;
 		case RAFT_EV_FAILED:
 			SK_ERROR("head", "consensus storage failed: %s; exiting so a restart recovers", ev.reason);
 			ev_break(a->loop, EVBREAK_ALL);
@@ -1044,7 +1049,15 @@ int agent_head_open(agent *a, char *err, size_t errlen)
 	h->kv = raft_kv_new();
 	h->jobs = job_state_new();
 	if (!h->jobs) { snprintf(err, errlen, "out of memory"); return -1; }
-	raft_self self = { .name = a->opts.name, .seed = a->generation * 0x9e3779b97f4a7c15ULL ^ 0xbeef };
+	/* Each voter its own timeouts: a seed from the generation alone was the
+	 * same on every fresh voter (generation 1), so all of them stood for
+	 * election in the same millisecond, round after round (split votes for
+	 * seconds).  Name, pid, clock and the kernel's randomness differ. */
+	uint64_t seed = 0;
+	if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed) seed = 0;
+	for (const char *p = a->opts.name; *p; p++) seed = (seed ^ (uint8_t)*p) * 0x100000001b3ULL;
+	seed ^= a->generation * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() << 32 ^ agent_now_ms();
+	raft_self self = { .name = a->opts.name, .seed = seed };
 	h->raft = h->kv ? raft_new(&rc, &self, h->st, agent_now_ms(), err, errlen) : NULL;
 	if (!h->raft) return -1;
 	ev_init(&h->timer, raft_timer_cb);

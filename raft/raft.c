@@ -636,6 +636,7 @@ static void start_election(raft_t *r, uint64_t now)
 	if (save_hard(r) != 0) return;
 	r->stats.elections++;
 	r->elect_start = now;
+	push_event(r, RAFT_EV_CANDIDATE, NULL);
 	ask_votes(r, now, RAFT_CANDIDATE);
 }
 

@@ -211,6 +211,7 @@ typedef enum {
 	RAFT_EV_STEPDOWN,         /* we stopped leading (reason says why) */
 	RAFT_EV_VOTERS,           /* the voter set changed (latest, maybe uncommitted) */
 	RAFT_EV_FAILED,           /* storage failed: stop the node, restart it */
+	RAFT_EV_CANDIDATE,        /* we stand for election in `term` (reason: how many pre-votes) */
 } raft_event_type;
 const char *raft_event_str(raft_event_type t);
 typedef struct {
