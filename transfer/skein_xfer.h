@@ -21,9 +21,11 @@
  * larger than a bucket travels alone.  Every tensor carries the xxh3-128 of its
  * new bytes, checked on arrival.  Any failure (checksum, short read, timeout,
  * vanished peer) ends the transfer with an error on both sides.  With
- * cfg.keep_previous (the default) a host receiver journals the bytes it
+ * cfg.keep_previous (the default) a receiver journals the bytes it
  * overwrites and puts them back on failure, so its previous version stays
- * intact; xfer_endpoint_stats says how much memory that took.
+ * intact: host memory on disk-delta and p2p-tcp, CUDA memory on p2p-tcp too
+ * (not yet on NCCL); xfer_endpoint_stats says how much memory and time that
+ * took.
  *
  * Every call returns 0 or -1 and fills an xfer_err.  Nothing here needs CUDA,
  * NCCL or rdma-core to build or run: those paths say why they are unavailable. */
@@ -184,6 +186,10 @@ typedef struct {
 	double data_seconds;     /* of which moving the bytes alone (no checksums) */
 	uint64_t staging_peak;   /* largest staging memory held at once (bytes) */
 	uint64_t journal_bytes;  /* undo journal of the last version (bytes) */
+	double journal_seconds;  /* p2p-tcp receiver: of seconds, journaling (the
+				    slowest stream; CUDA: reading old bytes back) */
+	double undo_seconds;     /* p2p-tcp receiver: putting the previous version
+				    back after the last version failed */
 	uint64_t versions_applied; /* disk-delta receiver: versions applied last time */
 	int full_loaded;         /* disk-delta receiver: caught up from a full version */
 } xfer_stats;

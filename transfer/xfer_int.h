@@ -87,8 +87,9 @@ int xfer_write_file_atomic(const char *dir, const char *name, const void *p, siz
 int xfer_rmtree(const char *path);
 
 /* ---- undo journal (xfer_journal.c) ----
- * Records the bytes a receiver is about to overwrite, in runs of differing
- * 8-byte words, in memory up to 33 MiB and beyond that in an unlinked
+ * Records the bytes a receiver is about to overwrite, host or CUDA device
+ * memory, in runs of differing 8-byte words, in memory up to 33 MiB (plus a
+ * 4 MiB pinned piece for device memory) and beyond that in an unlinked
  * temporary file; xfer_journal_undo writes them back newest first.  Not
  * thread-safe: one journal per thread. */
 typedef struct xfer_journal xfer_journal;
@@ -96,6 +97,12 @@ xfer_journal *xfer_journal_new(const char *dir, xfer_err *err);
 void xfer_journal_free(xfer_journal **j);
 /* Copies src over dst (n bytes), journaling dst's old bytes where they differ. */
 int xfer_journal_copy(xfer_journal *j, void *dst, const void *src, size_t n, xfer_err *err);
+/* Copies src (host) over dst (CUDA device memory), journaling dst's old
+ * bytes where they differ: they are read back from the device in 4 MiB
+ * pieces, and pieces that do not change are not written.  Without j, a plain
+ * copy to the device.  Needs CUDA (or xfer_hooks.device_copy) only here and
+ * in the undo of what it recorded. */
+int xfer_journal_copy_device(xfer_journal *j, void *dst, const void *src, size_t n, xfer_err *err);
 /* Journals the bytes of dst[0..n) that are about to change, without copying. */
 int xfer_journal_save(xfer_journal *j, const void *dst, size_t n, xfer_err *err);
 /* Journals a delta payload that undoes a change (see xfer_delta_apply). */
@@ -104,6 +111,9 @@ int xfer_journal_blob(xfer_journal *j, xfer_encoding enc, size_t esz, void *dst,
 int xfer_journal_undo(xfer_journal *j, xfer_err *err);
 void xfer_journal_reset(xfer_journal *j);
 uint64_t xfer_journal_bytes(const xfer_journal *j);
+/* Seconds spent in the copy calls since the last reset, less the writes to
+ * the device (host: the whole journaled copy). */
+double xfer_journal_seconds(const xfer_journal *j);
 
 /* ---- delta codec (xfer_delta.c), pure: no I/O ---- */
 typedef struct {
@@ -177,6 +187,9 @@ typedef struct {
 	int die_after_bucket;    /* sender: _exit after this bucket (+1) */
 	void (*disk_after_plan)(void *arg); /* receiver: between planning a chain and applying it */
 	void *disk_after_plan_arg;
+	/* journal: its device copies (kind XFER_CUDA_D2H or XFER_CUDA_H2D) go
+	 * here instead of CUDA, so host memory can stand in for a device */
+	int (*device_copy)(void *dst, const void *src, size_t n, int kind, xfer_err *err);
 } xfer_test_hooks;
 extern xfer_test_hooks xfer_hooks;
 

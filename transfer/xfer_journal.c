@@ -2,20 +2,33 @@
  *
  * Before a receiver overwrites its buffers it records what was there, so that
  * a failure later in the same update (a checksum, a vanished peer) puts the
- * previous version back exactly.  Three kinds of record:
+ * previous version back exactly.  Four kinds of record:
  *   RUN     address, length, the old bytes (xfer_journal_save)
  *   SPARSE  a base address, then for each run of changed 8-byte words: the
  *           gap since the previous run and the run's length (LEB128), and the
  *           old bytes; an update that changes 1% of bf16 elements costs about
  *           11 bytes per changed word instead of a 28-byte header each
+ *   SPARSE_CUDA  the same for CUDA device memory (xfer_journal_copy_device):
+ *           the old bytes are read back from the device in 4 MiB pieces into
+ *           a pinned buffer of the journal's and compared there with the new
+ *           bytes, so only what changes is kept (not the whole stripe: a 1%
+ *           update journals about 1% however large the model); a piece that
+ *           does not change is not written to the device either.  Undo reads
+ *           each record's span back in windows of 4 MiB, puts the old runs in
+ *           and writes the window to the device again.
  *   BLOB    a delta payload whose application undoes a delta (XOR undoes
  *           itself; an overwrite is undone by the same positions, old values)
  * Records go to a 1 MiB buffer; full buffers are kept as chunks in memory
  * up to 32 MiB (a 1% update of 2 GiB of bf16 needs about 14 MiB), and beyond
  * that written to an unlinked temporary file (O_TMPFILE), so memory stays
- * under 34 MiB whatever the update size.  Undo walks chunks and records newest first (each record ends
- * with its own size), so the oldest saved bytes win when a place changed
- * twice (a catch-up through several versions). */
+ * under 34 MiB whatever the update size (38 MiB with the pinned piece of a
+ * device journal).  Undo walks chunks and records newest first (each record
+ * ends with its own size), so the oldest saved bytes win when a place changed
+ * twice (a catch-up through several versions), host and device records alike.
+ * Device copies go through the CUDA runtime, looked up (dlopen) only when a
+ * device record is made or undone, so host-only users never load it; tests
+ * can route them through xfer_hooks.device_copy instead, with host memory
+ * standing in for the device. */
 #include "transfer/xfer_int.h"
 
 #include <errno.h>
@@ -31,7 +44,9 @@ enum {
 	REC_RUN = 1,
 	REC_BLOB = 2,
 	REC_SPARSE = 3,
+	REC_SPARSE_CUDA = 4,
 	SPARSE_MAX = JOURNAL_CHUNK - 4096, /* payload of one SPARSE record */
+	DEV_PIECE = 4 << 20,         /* device bytes read back (and undone) at a time */
 };
 
 typedef struct {
@@ -61,7 +76,13 @@ struct xfer_journal {
 	/* the SPARSE record being built */
 	unsigned char *sp;
 	size_t splen;
-	const unsigned char *spbase, *spend; /* its base; the end of its last run */
+	uint64_t spbase, spend; /* its base; the end of its last run (addresses) */
+	uint8_t sptype;         /* REC_SPARSE or REC_SPARSE_CUDA */
+	/* device journals: a piece of device memory on the host (pinned when
+	 * CUDA gives it), and the seconds spent journaling */
+	unsigned char *scr;
+	int scr_pinned;
+	double seconds;
 };
 
 xfer_journal *xfer_journal_new(const char *dir, xfer_err *err)
@@ -85,6 +106,12 @@ void xfer_journal_free(xfer_journal **jp)
 	if (j->fd >= 0) close(j->fd);
 	free(j->buf);
 	free(j->sp);
+	if (j->scr_pinned) {
+		const xfer_cuda_api *cu = xfer_cuda(NULL, 0);
+		if (cu) cu->FreeHost(j->scr);
+	} else {
+		free(j->scr);
+	}
 	free(j->chunks);
 	for (int i = 0; i < MEM_CHUNKS; i++) free(j->pool[i]);
 	free(j);
@@ -94,8 +121,9 @@ void xfer_journal_free(xfer_journal **jp)
 void xfer_journal_reset(xfer_journal *j)
 {
 	j->splen = 0;
-	j->spbase = j->spend = NULL;
+	j->spbase = j->spend = 0;
 	j->len = 0;
+	j->seconds = 0;
 	j->nchunks = 0;
 	j->nmem = 0;
 	j->fend = 0;
@@ -104,6 +132,7 @@ void xfer_journal_reset(xfer_journal *j)
 }
 
 uint64_t xfer_journal_bytes(const xfer_journal *j) { return j ? j->total : 0; }
+double xfer_journal_seconds(const xfer_journal *j) { return j ? j->seconds : 0; }
 
 static int open_file(xfer_journal *j, xfer_err *err)
 {
@@ -198,9 +227,9 @@ static int add_run(xfer_journal *j, const unsigned char *addr, size_t n, xfer_er
 static int sparse_flush(xfer_journal *j, xfer_err *err)
 {
 	if (!j->splen) return 0;
-	rec_head h = { .type = REC_SPARSE, .plen = (uint32_t)j->splen, .addr = (uint64_t)(uintptr_t)j->spbase };
+	rec_head h = { .type = j->sptype, .plen = (uint32_t)j->splen, .addr = j->spbase };
 	j->splen = 0;
-	j->spbase = j->spend = NULL;
+	j->spbase = j->spend = 0;
 	return add_rec(j, &h, j->sp, h.plen, NULL, 0, err);
 }
 
@@ -211,56 +240,154 @@ static inline unsigned char *put_varint(unsigned char *q, uint64_t v)
 	return q;
 }
 
-/* Adds the old bytes of [addr, addr+n) to the SPARSE record being built. */
-static int sparse_add(xfer_journal *j, const unsigned char *addr, size_t n, xfer_err *err)
+/* Adds the old bytes of [addr, addr+n), read from old, to the SPARSE record
+ * of the given type being built (addr is where they go back: a host or a
+ * device address). */
+static int sparse_add(xfer_journal *j, uint8_t type, uint64_t addr, const unsigned char *old, size_t n,
+		      xfer_err *err)
 {
 	while (n) {
 		size_t k = n > SPARSE_MAX / 2 ? SPARSE_MAX / 2 : n;
-		if (j->splen + k + 20 > SPARSE_MAX || (j->spend && addr < j->spend))
+		if (j->splen && (j->splen + k + 20 > SPARSE_MAX || addr < j->spend || type != j->sptype))
 			if (sparse_flush(j, err) != 0) return -1;
-		if (!j->spbase) j->spbase = j->spend = addr;
-		unsigned char *q = put_varint(j->sp + j->splen, (uint64_t)(addr - j->spend));
+		if (!j->splen) {
+			j->spbase = j->spend = addr;
+			j->sptype = type;
+		}
+		unsigned char *q = put_varint(j->sp + j->splen, addr - j->spend);
 		q = put_varint(q, k);
-		memcpy(q, addr, k);
+		memcpy(q, old, k);
 		j->splen = (size_t)(q + k - j->sp);
 		j->spend = addr + k;
 		addr += k;
+		old += k;
 		n -= k;
 	}
 	return 0;
+}
+
+/* One run of a SPARSE record at p: its gap and length; returns where its old
+ * bytes are, or NULL when the record is damaged. */
+static const unsigned char *sparse_run(const unsigned char *p, const unsigned char *end, uint64_t *gap,
+				       uint64_t *n)
+{
+	uint64_t v[2] = { 0, 0 };
+	for (int f = 0; f < 2; f++)
+		for (int sh = 0;; sh += 7) {
+			if (p >= end || sh > 63) return NULL;
+			unsigned char c = *p++;
+			v[f] |= (uint64_t)(c & 0x7f) << sh;
+			if (!(c & 0x80)) break;
+		}
+	if (v[1] > (uint64_t)(end - p)) return NULL;
+	*gap = v[0];
+	*n = v[1];
+	return p;
 }
 
 static int undo_sparse(const unsigned char *p, size_t len, unsigned char *base, xfer_err *err)
 {
 	const unsigned char *end = p + len;
 	while (p < end) {
-		uint64_t v[2] = { 0, 0 };
-		for (int f = 0; f < 2; f++)
-			for (int sh = 0;; sh += 7) {
-				if (p >= end || sh > 63) return xfer_fail(err, XFER_EFORMAT, "journal: damaged sparse record");
-				unsigned char c = *p++;
-				v[f] |= (uint64_t)(c & 0x7f) << sh;
-				if (!(c & 0x80)) break;
-			}
-		if (v[1] > (uint64_t)(end - p)) return xfer_fail(err, XFER_EFORMAT, "journal: damaged sparse record");
-		base += v[0];
-		memcpy(base, p, v[1]);
-		base += v[1];
-		p += v[1];
+		uint64_t gap, n;
+		if (!(p = sparse_run(p, end, &gap, &n)))
+			return xfer_fail(err, XFER_EFORMAT, "journal: damaged sparse record");
+		base += gap;
+		memcpy(base, p, n);
+		base += n;
+		p += n;
 	}
 	return 0;
 }
 
-/* Finds runs of differing 8-byte words between dst and src; journals dst's
- * bytes there and, when copy, writes src over them.  Blocks of 64 equal bytes
- * are skipped with one comparison, so an update that changes 1% costs about
- * one read of both buffers. */
-/* Closes the run [start, end): journal dst's bytes there, then copy src in. */
-static inline int close_run(xfer_journal *j, unsigned char *dst, const unsigned char *src, size_t start,
-			    size_t end, int copy, xfer_err *err)
+/* ---- device memory ---- */
+
+/* A copy between the host and CUDA device memory (kind XFER_CUDA_D2H or
+ * XFER_CUDA_H2D); tests may stand in for the device. */
+static int dev_copy(void *dst, const void *src, size_t n, int kind, xfer_err *err)
 {
-	if (sparse_add(j, dst + start, end - start, err) != 0) return -1;
-	if (copy) memcpy(dst + start, src + start, end - start);
+	if (xfer_hooks.device_copy) return xfer_hooks.device_copy(dst, src, n, kind, err);
+	char why[256];
+	const xfer_cuda_api *cu = xfer_cuda(why, sizeof why);
+	if (!cu) return xfer_fail(err, XFER_EUNAVAIL, "journal: device memory but %s", why);
+	return xfer_cuda_check(cu, cu->Memcpy(dst, src, n, kind),
+			       kind == XFER_CUDA_D2H ? "journal: copy from the device" : "journal: copy to the device",
+			       err);
+}
+
+/* The journal's host piece of device memory, made on first use: pinned (the
+ * copies run at full speed) unless tests stand in for the device. */
+static int get_scratch(xfer_journal *j, xfer_err *err)
+{
+	if (j->scr) return 0;
+	if (!xfer_hooks.device_copy) {
+		char why[256];
+		const xfer_cuda_api *cu = xfer_cuda(why, sizeof why);
+		if (!cu) return xfer_fail(err, XFER_EUNAVAIL, "journal: device memory but %s", why);
+		void *p = NULL;
+		if (cu->MallocHost(&p, DEV_PIECE) == 0 && p) {
+			j->scr = p;
+			j->scr_pinned = 1;
+			return 0;
+		}
+	}
+	if (!(j->scr = malloc(DEV_PIECE))) return xfer_fail(err, XFER_ENOMEM, "journal: out of memory");
+	return 0;
+}
+
+/* Puts a SPARSE_CUDA record back: the span of its runs is read from the
+ * device a window at a time, the old runs copied in, the window written
+ * back.  Runs ascend within a record, so each window is read and written
+ * once.  The whole record is checked before the device is touched. */
+static int undo_sparse_device(xfer_journal *j, const unsigned char *p, size_t len, uint64_t base, xfer_err *err)
+{
+	const unsigned char *end = p + len, *q = p;
+	uint64_t a = base, gap, n;
+	while (q < end) {
+		if (!(q = sparse_run(q, end, &gap, &n)))
+			return xfer_fail(err, XFER_EFORMAT, "journal: damaged sparse record");
+		a += gap + n;
+		q += n;
+	}
+	uint64_t span_end = a, wlo = 0, wlen = 0;
+	if (get_scratch(j, err) != 0) return -1;
+	for (a = base, q = p; q < end;) {
+		q = sparse_run(q, end, &gap, &n);
+		a += gap;
+		while (n) {
+			if (!wlen || a < wlo || a >= wlo + wlen) {
+				if (wlen && dev_copy((void *)(uintptr_t)wlo, j->scr, wlen, XFER_CUDA_H2D, err) != 0) return -1;
+				wlo = a;
+				wlen = span_end - a < DEV_PIECE ? span_end - a : DEV_PIECE;
+				if (dev_copy(j->scr, (const void *)(uintptr_t)wlo, wlen, XFER_CUDA_D2H, err) != 0) return -1;
+			}
+			uint64_t k = wlo + wlen - a < n ? wlo + wlen - a : n;
+			memcpy(j->scr + (a - wlo), q, k);
+			a += k;
+			q += k;
+			n -= k;
+		}
+	}
+	if (wlen && dev_copy((void *)(uintptr_t)wlo, j->scr, wlen, XFER_CUDA_H2D, err) != 0) return -1;
+	return 0;
+}
+
+/* The place diff() works on: the old bytes dst (on the host), the address
+ * they go back to (dst itself, or the device memory they were read from),
+ * the record type, and whether src is copied over dst. */
+typedef struct {
+	unsigned char *dst;
+	uint64_t addr;
+	uint8_t type;
+	int copy;
+} diff_to;
+
+/* Closes the run [start, end): journal dst's bytes there, then copy src in. */
+static inline int close_run(xfer_journal *j, const diff_to *to, const unsigned char *src, size_t start,
+			    size_t end, xfer_err *err)
+{
+	if (sparse_add(j, to->type, to->addr + start, to->dst + start, end - start, err) != 0) return -1;
+	if (to->copy) memcpy(to->dst + start, src + start, end - start);
 	return 0;
 }
 
@@ -271,9 +398,13 @@ static inline uint64_t ld8(const unsigned char *p)
 	return x;
 }
 
-static int diff(xfer_journal *j, unsigned char *dst, const unsigned char *src, size_t n, int copy,
-		xfer_err *err)
+/* Finds runs of differing 8-byte words between to->dst and src; journals
+ * dst's bytes there and, when to->copy, writes src over them.  Blocks of 64
+ * equal bytes are skipped with one comparison, so an update that changes 1%
+ * costs about one read of both buffers. */
+static int diff(xfer_journal *j, const diff_to *to, const unsigned char *src, size_t n, xfer_err *err)
 {
+	unsigned char *dst = to->dst;
 	size_t i = 0, run = 0; /* run: start of the current differing run + 1 */
 	for (; i + 64 <= n; i += 64) {
 		/* a mask of the 8-byte words that differ, without a branch per word */
@@ -281,7 +412,7 @@ static int diff(xfer_journal *j, unsigned char *dst, const unsigned char *src, s
 		for (unsigned w = 0; w < 8; w++) m |= (unsigned)(ld8(dst + i + 8 * w) != ld8(src + i + 8 * w)) << w;
 		if (m == 0xff && run) continue;
 		if (m == 0) {
-			if (run && close_run(j, dst, src, run - 1, i, copy, err) != 0) return -1;
+			if (run && close_run(j, to, src, run - 1, i, err) != 0) return -1;
 			run = 0;
 			continue;
 		}
@@ -289,20 +420,46 @@ static int diff(xfer_journal *j, unsigned char *dst, const unsigned char *src, s
 			if (m >> w & 1) {
 				if (!run) run = i + 8 * w + 1;
 			} else if (run) {
-				if (close_run(j, dst, src, run - 1, i + 8 * w, copy, err) != 0) return -1;
+				if (close_run(j, to, src, run - 1, i + 8 * w, err) != 0) return -1;
 				run = 0;
 			}
 		}
 	}
 	if (i < n && memcmp(dst + i, src + i, n - i) != 0 && !run) run = i + 1;
-	if (run && close_run(j, dst, src, run - 1, n, copy, err) != 0) return -1;
+	if (run && close_run(j, to, src, run - 1, n, err) != 0) return -1;
 	return sparse_flush(j, err);
 }
 
 int xfer_journal_copy(xfer_journal *j, void *dst, const void *src, size_t n, xfer_err *err)
 {
 	if (!j) { memcpy(dst, src, n); return 0; }
-	return diff(j, dst, src, n, 1, err);
+	double t0 = xfer_now();
+	diff_to to = { dst, (uint64_t)(uintptr_t)dst, REC_SPARSE, 1 };
+	int rc = diff(j, &to, src, n, err);
+	j->seconds += xfer_now() - t0;
+	return rc;
+}
+
+int xfer_journal_copy_device(xfer_journal *j, void *dst, const void *src, size_t n, xfer_err *err)
+{
+	if (!j) return dev_copy(dst, src, n, XFER_CUDA_H2D, err);
+	if (get_scratch(j, err) != 0) return -1;
+	double t0 = xfer_now(), writing = 0;
+	for (size_t o = 0; o < n; o += DEV_PIECE) {
+		size_t k = n - o < DEV_PIECE ? n - o : DEV_PIECE;
+		unsigned char *d = (unsigned char *)dst + o;
+		const unsigned char *s = (const unsigned char *)src + o;
+		if (dev_copy(j->scr, d, k, XFER_CUDA_D2H, err) != 0) return -1;
+		uint64_t before = j->total;
+		diff_to to = { j->scr, (uint64_t)(uintptr_t)d, REC_SPARSE_CUDA, 0 };
+		if (diff(j, &to, s, k, err) != 0) return -1;
+		if (j->total == before) continue; /* the same bytes: nothing to write */
+		double t1 = xfer_now();
+		if (dev_copy(d, s, k, XFER_CUDA_H2D, err) != 0) return -1;
+		writing += xfer_now() - t1;
+	}
+	j->seconds += xfer_now() - t0 - writing;
+	return 0;
 }
 
 int xfer_journal_save(xfer_journal *j, const void *dst, size_t n, xfer_err *err)
@@ -321,7 +478,7 @@ int xfer_journal_blob(xfer_journal *j, xfer_encoding enc, size_t esz, void *dst,
 }
 
 /* Undoes the records of one chunk, newest first. */
-static int undo_chunk(const unsigned char *p, size_t len, xfer_err *err)
+static int undo_chunk(xfer_journal *j, const unsigned char *p, size_t len, xfer_err *err)
 {
 	size_t end = len;
 	while (end) {
@@ -339,6 +496,10 @@ static int undo_chunk(const unsigned char *p, size_t len, xfer_err *err)
 			memcpy(addr, r + sizeof h, h.plen);
 		} else if (h.type == REC_SPARSE) {
 			if (undo_sparse(r + sizeof h, h.plen, addr, err) != 0) return -1;
+		} else if (h.type == REC_SPARSE_CUDA) {
+			if (undo_sparse_device(j, r + sizeof h, h.plen, h.addr, err) != 0) return -1;
+		} else if (h.type != REC_BLOB) {
+			return xfer_fail(err, XFER_EFORMAT, "journal: damaged record (type %u)", h.type);
 		} else if (xfer_delta_apply((xfer_encoding)h.enc, h.esz, addr, h.n, r + sizeof h, h.plen,
 					    NULL, err) != 0) {
 			xfer_err_prefix(err, "journal undo");
@@ -352,11 +513,15 @@ static int undo_chunk(const unsigned char *p, size_t len, xfer_err *err)
 int xfer_journal_undo(xfer_journal *j, xfer_err *err)
 {
 	if (!j) return 0;
-	int rc = undo_chunk(j->buf, j->len, err);
+	int rc = 0;
+	if (j->splen) /* a record left open by a failed copy: the newest of all */
+		rc = j->sptype == REC_SPARSE_CUDA ? undo_sparse_device(j, j->sp, j->splen, j->spbase, err)
+						   : undo_sparse(j->sp, j->splen, (unsigned char *)(uintptr_t)j->spbase, err);
+	if (rc == 0) rc = undo_chunk(j, j->buf, j->len, err);
 	unsigned char *tmp = NULL;
 	for (size_t c = j->nchunks; rc == 0 && c-- > 0;) {
 		if (j->chunks[c].mem) {
-			rc = undo_chunk(j->chunks[c].mem, j->chunks[c].len, err);
+			rc = undo_chunk(j, j->chunks[c].mem, j->chunks[c].len, err);
 			continue;
 		}
 		free(tmp);
@@ -367,7 +532,7 @@ int xfer_journal_undo(xfer_journal *j, xfer_err *err)
 			rc = xfer_fail_errno(err, XFER_EIO, "journal: read back");
 			break;
 		}
-		rc = undo_chunk(tmp, j->chunks[c].len, err);
+		rc = undo_chunk(j, tmp, j->chunks[c].len, err);
 	}
 	free(tmp);
 	xfer_journal_reset(j);

@@ -145,6 +145,8 @@ int xfer_send(xfer_endpoint *ep, uint64_t version, xfer_err *err)
 	double t0 = xfer_now();
 	ep->stats.bytes_moved = 0;
 	ep->stats.journal_bytes = 0;
+	ep->stats.journal_seconds = 0;
+	ep->stats.undo_seconds = 0;
 	ep->stats.data_seconds = 0;
 	if (ep->ops->send(ep, version, err) != 0) {
 		xfer_err_prefix(err, "%s send v%llu", ep->ops->name, (unsigned long long)version);
@@ -165,6 +167,8 @@ int xfer_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *er
 	uint64_t v = 0;
 	ep->stats.bytes_moved = 0;
 	ep->stats.journal_bytes = 0;
+	ep->stats.journal_seconds = 0;
+	ep->stats.undo_seconds = 0;
 	ep->stats.versions_applied = 0;
 	ep->stats.full_loaded = 0;
 	ep->stats.data_seconds = 0;

@@ -19,15 +19,21 @@
  *     (bucket k+1 arrives while bucket k is hashed); each stream copies its
  *     stripe into place, journaling the bytes it overwrites (once the
  *     receiver holds a version), so a failure puts the previous version
- *     back; peak extra memory: two buckets plus the journals (xfer_journal.c:
- *     up to 33 MiB each in memory, then a temporary file).
+ *     back, in host and CUDA memory alike; peak extra memory: two buckets
+ *     plus the journals (xfer_journal.c: up to 33 MiB each in memory, then a
+ *     temporary file; 4 MiB more, pinned, for a stream that writes CUDA
+ *     memory).
  *   direct (keep_previous = 0): stripes are received straight into the
  *     registered buffers with recvmsg over the tensors' iovecs; zero copies,
  *     zero extra memory, but a failure leaves the buffers partly updated.
  * Either way every tensor is hashed as it is committed and compared with the
  * sender's checksum at the end of the version; any mismatch fails it.
- * CUDA memory on either side is staged through pinned host buffers (no
- * device-side journal: a failure in a later bucket leaves earlier ones). */
+ * CUDA memory on either side is staged through pinned host buffers.  A CUDA
+ * receiver journals on the host too (xfer_journal_copy_device): each stream
+ * reads the old bytes of its stripe back from the device, keeps the words
+ * that change and then writes the stripe, so keep_previous costs one
+ * device-to-host read of every byte per version plus the journal of what
+ * changed; a failure in a later bucket writes the earlier ones back. */
 #include "transfer/xfer_sock.h"
 
 #include <pthread.h>
@@ -608,8 +614,8 @@ err:
 }
 
 /* A stream's own stripe [a, b) of chunk k, from the staging slot into the
- * registered buffers: journaled (host; once the receiver holds a version)
- * or copied to the device.  Streams place their stripes in parallel. */
+ * registered buffers (host or device), journaled once the receiver holds a
+ * version.  Streams place their stripes in parallel. */
 static int place_stripe(xfer_endpoint *ep, tcp_state *s, size_t k, uint64_t a, uint64_t b, int idx, xfer_err *err)
 {
 	const xfer_manifest *m = ep->m;
@@ -621,7 +627,9 @@ static int place_stripe(xfer_endpoint *ep, tcp_state *s, size_t k, uint64_t a, u
 		char *dst = (char *)m->t[t].ptr + (a - ep->offsets[t]);
 		const unsigned char *src = s->slot[k % 2] + (a - s->chunks[k].off);
 		if (m->t[t].mem == XFER_MEM_CUDA) {
-			if (xfer_cuda_copy(cu, dst, XFER_MEM_CUDA, src, XFER_MEM_HOST, hi - a, err) != 0) return -1;
+			if (j ? xfer_journal_copy_device(j, dst, src, hi - a, err)
+			      : xfer_cuda_copy(cu, dst, XFER_MEM_CUDA, src, XFER_MEM_HOST, hi - a, err))
+				return -1;
 		} else if (xfer_journal_copy(j, dst, src, hi - a, err) != 0) {
 			return -1;
 		}
@@ -731,7 +739,7 @@ static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 		goto err;
 	}
 	if (begin_version(s, h.version, err) != 0) goto err;
-	for (int i = 0; !s->direct && !s->any_cuda && ep->cfg.keep_previous && i < s->nstreams; i++) {
+	for (int i = 0; !s->direct && ep->cfg.keep_previous && i < s->nstreams; i++) {
 		if (!s->j[i] && !(s->j[i] = xfer_journal_new(ep->cfg.journal_dir, err))) goto err;
 		xfer_journal_reset(s->j[i]);
 	}
@@ -783,18 +791,25 @@ static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 join:
 	for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
 	ep->stats.journal_bytes = 0;
-	for (int i = 0; i < MAX_STREAMS; i++) ep->stats.journal_bytes += xfer_journal_bytes(s->j[i]);
+	ep->stats.journal_seconds = 0;
+	for (int i = 0; i < MAX_STREAMS; i++) {
+		ep->stats.journal_bytes += xfer_journal_bytes(s->j[i]);
+		double js = xfer_journal_seconds(s->j[i]);
+		if (js > ep->stats.journal_seconds) ep->stats.journal_seconds = js;
+	}
 	if (s->failed) {
 		*err = s->ferr;
 		if (s->j[0]) {
+			/* host and device buffers alike: the previous version back */
 			xfer_err u;
 			int undone = 1;
+			double u0 = xfer_now();
 			for (int i = 0; i < MAX_STREAMS; i++)
 				if (s->j[i] && xfer_journal_undo(s->j[i], &u) != 0) undone = 0;
+			ep->stats.undo_seconds = xfer_now() - u0;
 			if (!undone) xfer_err_prefix(err, "AND THE UNDO FAILED (%s)", u.msg);
 		} else {
-			xfer_err_prefix(err, "%s", s->any_cuda ? "(CUDA buffers may be partly updated)"
-							       : "(keep_previous off: buffers partly updated)");
+			xfer_err_prefix(err, "(keep_previous off: buffers partly updated)");
 		}
 		xfer_sock_send_status(s->ctl, err, to < 1000 ? to : 1000, NULL);
 		goto err;

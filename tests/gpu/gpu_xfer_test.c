@@ -6,9 +6,21 @@
  *   gpu_xfer_test nccl         NCCL world of one: broadcast and
  *                              broadcast_packed leave the buffers as they were;
  *                              a rank that never joins: watchdog + abort
- *   gpu_xfer_test tcp BYTES    p2p-tcp from device memory to device memory
+ *   gpu_xfer_test tcp BYTES [KEEP]
+ *                              p2p-tcp from device memory to device memory
  *                              (staged through pinned host buffers) beside a
- *                              plain socket send of the same bytes
+ *                              plain socket send of the same bytes; the
+ *                              receiver's keep_previous is KEEP (default 1:
+ *                              version 2 is journaled on the device's behalf)
+ *   gpu_xfer_test tcp-undo BYTES
+ *                              p2p-tcp into device memory with the undo
+ *                              journal: versions that fail in a later bucket
+ *                              (a byte corrupted on the wire; the sender
+ *                              killed mid-transfer) leave the receiver's
+ *                              device buffers holding the previous version
+ *                              bit for bit, and the next version still lands;
+ *                              the journal's bytes and seconds beside the
+ *                              transfer time, for a 1% and a 100% change
  *
  * Processes fork before any CUDA call.  Bit-exactness is checked by each side
  * hashing its own device buffers with this file's own code (copy to host,
@@ -19,6 +31,7 @@
 #define _GNU_SOURCE
 #endif
 #include "transfer/skein_xfer.h"
+#include "transfer/xfer_int.h" /* xfer_hooks: a corrupt byte, a sender that dies */
 
 #include <arpa/inet.h>
 #include <cuda_runtime.h>
@@ -180,12 +193,14 @@ static int wr(int fd, const void *p, size_t n)
 	return 0;
 }
 
-static xfer_endpoint *open_or_die(const char *path, xfer_role role, const xfer_manifest *m, int port, uint64_t bucket)
+static xfer_endpoint *open_or_die(const char *path, xfer_role role, const xfer_manifest *m, int port, uint64_t bucket,
+				  int keep)
 {
 	xfer_config c;
 	xfer_config_init(&c);
 	c.path = path;
 	c.role = role;
+	c.keep_previous = keep;
 	c.p2p.port = port;
 	c.timeout_ms = 60000;
 	if (bucket) c.bucket_bytes = bucket;
@@ -211,7 +226,7 @@ static int mode_ipc(uint64_t total, int versions)
 		gmodel g;
 		CU(cudaSetDevice(0));
 		gm_make(&g, total, per);
-		xfer_endpoint *ep = open_or_die("colocated", XFER_RECEIVER, g.m, 0, 0);
+		xfer_endpoint *ep = open_or_die("colocated", XFER_RECEIVER, g.m, 0, 0, 1);
 		int port = xfer_endpoint_port(ep);
 		wr(c2p[1], &port, sizeof port);
 		XXH128_hash_t *hs = calloc(g.n, sizeof *hs);
@@ -238,7 +253,7 @@ static int mode_ipc(uint64_t total, int versions)
 	CU(cudaSetDevice(0));
 	gm_make(&g, total, per);
 	gm_fill(&g, 7);
-	xfer_endpoint *ep = open_or_die("colocated", XFER_SENDER, g.m, port, 0);
+	xfer_endpoint *ep = open_or_die("colocated", XFER_SENDER, g.m, port, 0, 1);
 	XXH128_hash_t *mine = calloc(g.n, sizeof *mine), *theirs = calloc(g.n, sizeof *theirs);
 	double copy_s[16] = { 0 }, whole_s[16] = { 0 };
 	int all_exact = 1;
@@ -371,7 +386,7 @@ static int plain_listen(int *port)
 	return fd;
 }
 
-static int mode_tcp(uint64_t total)
+static int mode_tcp(uint64_t total, int keep)
 {
 	int p2c[2], c2p[2];
 	if (pipe(p2c) || pipe(c2p)) return 1;
@@ -382,7 +397,7 @@ static int mode_tcp(uint64_t total)
 		gmodel g;
 		CU(cudaSetDevice(0));
 		gm_make(&g, total, 8);
-		xfer_endpoint *ep = open_or_die("p2p-tcp", XFER_RECEIVER, g.m, 0, 64 << 20);
+		xfer_endpoint *ep = open_or_die("p2p-tcp", XFER_RECEIVER, g.m, 0, 64 << 20, keep);
 		int port = xfer_endpoint_port(ep);
 		wr(c2p[1], &port, sizeof port);
 		wr(c2p[1], &pport, sizeof pport);
@@ -392,8 +407,10 @@ static int mode_tcp(uint64_t total)
 			uint64_t got;
 			int ok = xfer_receive(ep, 120000, &got, &e) == 0;
 			if (!ok) printf("  receiver: %s\n", e.msg);
+			xfer_stats st = xfer_endpoint_stats(ep);
 			gm_hash(&g, hs);
 			wr(c2p[1], &ok, sizeof ok);
+			wr(c2p[1], &st, sizeof st);
 			wr(c2p[1], hs, g.n * sizeof *hs);
 		}
 		/* plain socket baseline: receive `total` bytes into host memory */
@@ -420,10 +437,11 @@ static int mode_tcp(uint64_t total)
 	gmodel g;
 	gm_make(&g, total, 8);
 	gm_fill(&g, 3);
-	xfer_endpoint *ep = open_or_die("p2p-tcp", XFER_SENDER, g.m, port, 64 << 20);
+	xfer_endpoint *ep = open_or_die("p2p-tcp", XFER_SENDER, g.m, port, 64 << 20, 1);
 	XXH128_hash_t *mine = calloc(g.n, sizeof *mine), *theirs = calloc(g.n, sizeof *theirs);
 	int exact = 1;
 	double sec = 0;
+	xfer_stats rst = { 0 };
 	for (int v = 1; v <= 2; v++) {
 		if (v > 1) gm_step(&g, 0.01, v);
 		xfer_err e;
@@ -432,10 +450,13 @@ static int mode_tcp(uint64_t total)
 		sec = xfer_endpoint_stats(ep).seconds;
 		gm_hash(&g, mine);
 		int rok;
-		if (rd(c2p[0], &rok, sizeof rok) || rd(c2p[0], theirs, g.n * sizeof *theirs)) return 1;
+		if (rd(c2p[0], &rok, sizeof rok) || rd(c2p[0], &rst, sizeof rst) || rd(c2p[0], theirs, g.n * sizeof *theirs))
+			return 1;
 		exact &= ok && rok && memcmp(mine, theirs, g.n * sizeof *mine) == 0;
 	}
-	CHECK(exact, "p2p-tcp device to device through pinned host buffers: bit-exact");
+	CHECK(exact, "p2p-tcp device to device through pinned host buffers (keep_previous %d): bit-exact", keep);
+	CHECK(keep ? rst.journal_bytes > 0 : rst.journal_bytes == 0, "p2p-tcp device receiver, keep_previous %d: "
+	      "journal %llu bytes for a 1%% update", keep, (unsigned long long)rst.journal_bytes);
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)pport),
 				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -453,8 +474,10 @@ static int mode_tcp(uint64_t total)
 	recv(fd, &ack, 1, 0);
 	double plain = now() - t0;
 	close(fd);
-	printf("RESULT mode=p2p-tcp-device bytes=%llu seconds=%.3f gbps=%.2f plain_socket_s=%.3f plain_gbps=%.2f ratio=%.3f\n",
-	       (unsigned long long)total, sec, total / 1e9 / sec, plain, total / 1e9 / plain, plain / sec);
+	printf("RESULT mode=p2p-tcp-device keep_previous=%d bytes=%llu seconds=%.3f gbps=%.2f plain_socket_s=%.3f "
+	       "plain_gbps=%.2f ratio=%.3f receiver_s=%.3f journal_bytes=%llu journal_s=%.3f\n",
+	       keep, (unsigned long long)total, sec, total / 1e9 / sec, plain, total / 1e9 / plain, plain / sec,
+	       rst.seconds, (unsigned long long)rst.journal_bytes, rst.journal_seconds);
 	xfer_close(&ep);
 	gm_free(&g);
 	int st;
@@ -463,17 +486,185 @@ static int mode_tcp(uint64_t total)
 	return 0;
 }
 
+/* ---- p2p-tcp into device memory: failed versions are undone ---- */
+
+/* What the receiver says after each attempt, followed by its hashes. */
+typedef struct {
+	int ok, code;
+	double wall; /* the receive call, timed by the receiver */
+	xfer_stats st;
+	char msg[512];
+} rreport;
+
+static void undo_receiver(int wfd, uint64_t total, int attempts)
+{
+	gmodel g;
+	CU(cudaSetDevice(0));
+	gm_make(&g, total, 8);
+	xfer_endpoint *ep = open_or_die("p2p-tcp", XFER_RECEIVER, g.m, 0, 64 << 20, 1);
+	int port = xfer_endpoint_port(ep);
+	wr(wfd, &port, sizeof port);
+	XXH128_hash_t *hs = calloc(g.n, sizeof *hs);
+	for (int a = 0; a < attempts; a++) {
+		rreport r = { 0 };
+		xfer_err e = { 0 };
+		uint64_t got;
+		double t0 = now();
+		r.ok = xfer_receive(ep, 120000, &got, &e) == 0;
+		r.wall = now() - t0;
+		r.code = e.code;
+		r.st = xfer_endpoint_stats(ep);
+		snprintf(r.msg, sizeof r.msg, "%s", r.ok ? "" : e.msg);
+		gm_hash(&g, hs);
+		wr(wfd, &r, sizeof r);
+		wr(wfd, hs, g.n * sizeof *hs);
+	}
+	free(hs);
+	xfer_close(&ep);
+	gm_free(&g);
+}
+
+static int mode_tcp_undo(uint64_t total)
+{
+	enum { ATTEMPTS = 6 };
+	/* about 3/8 of the 64 MiB buckets (12 of 32 for 2 GiB) */
+	int die_after = (int)(total / (64 << 20) * 3 / 8) > 1 ? (int)(total / (64 << 20) * 3 / 8) : 1;
+	int c2p[2], go[2];
+	if (pipe(c2p) || pipe(go)) return 1;
+	fflush(stdout);
+	pid_t rpid = fork();
+	if (rpid == 0) {
+		close(c2p[0]);
+		close(go[0]);
+		close(go[1]);
+		undo_receiver(c2p[1], total, ATTEMPTS);
+		fflush(stdout);
+		_exit(0);
+	}
+	close(c2p[1]);
+	int port;
+	if (rd(c2p[0], &port, sizeof port)) return 1;
+	/* A second sender, forked before this process touches CUDA: on "go" it
+	 * sends version 5 with other bytes and dies after bucket die_after. */
+	fflush(stdout);
+	pid_t dpid = fork();
+	if (dpid == 0) {
+		char c;
+		close(go[1]);
+		if (rd(go[0], &c, 1)) _exit(0);
+		gmodel d;
+		CU(cudaSetDevice(0));
+		gm_make(&d, total, 8);
+		gm_fill(&d, 99);
+		xfer_endpoint *dep = open_or_die("p2p-tcp", XFER_SENDER, d.m, port, 64 << 20, 1);
+		xfer_hooks.die_after_bucket = die_after;
+		xfer_err e;
+		xfer_send(dep, 5, &e);
+		printf("FAIL the dying sender lived on: %s\n", e.msg);
+		fflush(stdout);
+		_exit(1);
+	}
+	close(go[0]);
+	CU(cudaSetDevice(0));
+	gmodel g;
+	gm_make(&g, total, 8);
+	uint64_t bytes = xfer_manifest_bytes(g.m);
+	xfer_endpoint *ep = open_or_die("p2p-tcp", XFER_SENDER, g.m, port, 64 << 20, 1);
+	size_t hb = g.n * sizeof(XXH128_hash_t);
+	XXH128_hash_t *mine = calloc(g.n, sizeof *mine), *theirs = calloc(g.n, sizeof *theirs),
+		      *held = calloc(g.n, sizeof *held);
+	rreport r[ATTEMPTS + 1];
+	int sent[ATTEMPTS + 1];
+	xfer_err se[ATTEMPTS + 1];
+	memset(se, 0, sizeof se);
+	double send_s[ATTEMPTS + 1] = { 0 };
+	int restored[ATTEMPTS + 1] = { 0 };
+	for (int v = 1; v <= ATTEMPTS; v++) {
+		if (v == 1) gm_fill(&g, 3);
+		else if (v == 2 || v == 6) gm_step(&g, 0.01, v); /* about 1% */
+		else if (v == 3 || v == 4) gm_fill(&g, (uint64_t)v + 2); /* every byte */
+		if (v == 4) xfer_hooks.corrupt_at = 1 + (long long)(bytes - 100); /* in the last bucket */
+		if (v == 5) {
+			sent[v] = 0; /* the other sender's turn */
+			if (wr(go[1], "g", 1)) return 1;
+		} else {
+			double t0 = now();
+			sent[v] = xfer_send(ep, (uint64_t)v, &se[v]) == 0;
+			send_s[v] = now() - t0;
+			xfer_hooks.corrupt_at = 0;
+			if (!sent[v]) printf("  sender v%d: %s\n", v, se[v].msg);
+		}
+		if (rd(c2p[0], &r[v], sizeof r[v]) || rd(c2p[0], theirs, hb)) return 1;
+		if (!r[v].ok) printf("  receiver v%d: %s\n", v, r[v].msg);
+		printf("  v%d: send %.3f s, receive %.3f s, journal %llu bytes %.3f s, undo %.3f s\n", v, send_s[v],
+		       r[v].wall, (unsigned long long)r[v].st.journal_bytes, r[v].st.journal_seconds,
+		       r[v].st.undo_seconds);
+		fflush(stdout);
+		if (v == 4 || v == 5) {
+			restored[v] = !r[v].ok && memcmp(held, theirs, hb) == 0;
+			CHECK(restored[v],
+			      "p2p-tcp into device memory, v%d fails (%s): the receiver's device buffers hold v3 bit for "
+			      "bit (undo %.3f s)", v, v == 4 ? "a byte corrupted in the last bucket" : "sender killed mid-transfer",
+			      r[v].st.undo_seconds);
+			continue;
+		}
+		gm_hash(&g, mine);
+		CHECK(sent[v] && r[v].ok && memcmp(mine, theirs, hb) == 0, "p2p-tcp into device memory, v%d bit-exact", v);
+		if (v == 3) memcpy(held, mine, hb);
+	}
+	CHECK(r[1].st.journal_bytes == 0, "v1: nothing held, nothing journaled");
+	CHECK(r[2].st.journal_bytes > 0 && r[2].st.journal_bytes < bytes / 20,
+	      "v2 (1%% changed): journal %llu bytes, under 5%% of %llu", (unsigned long long)r[2].st.journal_bytes,
+	      (unsigned long long)bytes);
+	CHECK(r[3].st.journal_bytes >= bytes, "v3 (every byte changed): journal %llu bytes >= %llu",
+	      (unsigned long long)r[3].st.journal_bytes, (unsigned long long)bytes);
+	CHECK(r[4].code == XFER_ECHECKSUM && strstr(se[4].msg, "checksum mismatch"),
+	      "v4: checksum mismatch on both sides (receiver: %s)", xfer_code_name((xfer_code)r[4].code));
+	CHECK(r[5].code == XFER_EPEER && strstr(r[5].msg, "sender"), "v5: the receiver saw the sender vanish (%s)",
+	      xfer_code_name((xfer_code)r[5].code));
+	int st;
+	waitpid(dpid, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 3, "v5: the second sender died after bucket %d (exit 3 from the hook)",
+	      die_after);
+	/* transfer_s: the sender's xfer_send, which returns once the receiver has
+	 * placed, checked (and, failing, undone) everything; the receiver's own
+	 * wall time also counts its wait for the sender. */
+	static const char *const what[ATTEMPTS + 1] = { "", "first", "1pct", "all", "all,corrupt-last-bucket",
+							"all,sender-killed-mid-transfer", "all-vs-held" };
+	for (int v = 1; v <= ATTEMPTS; v++)
+		if (v == 4 || v == 5)
+			printf("RESULT mode=p2p-tcp-device-undo version=%d change=%s transfer_s=%.3f receive_s=%.3f "
+			       "journal_bytes=%llu journal_s=%.3f undo_s=%.3f restored=%d\n",
+			       v, what[v], send_s[v], r[v].wall, (unsigned long long)r[v].st.journal_bytes,
+			       r[v].st.journal_seconds, r[v].st.undo_seconds, restored[v]);
+		else
+			printf("RESULT mode=p2p-tcp-device-journal version=%d change=%s bytes=%llu transfer_s=%.3f gbps=%.2f "
+			       "journal_bytes=%llu journal_s=%.3f journal_share=%.3f\n",
+			       v, what[v], (unsigned long long)bytes, send_s[v], bytes / 1e9 / send_s[v],
+			       (unsigned long long)r[v].st.journal_bytes, r[v].st.journal_seconds,
+			       r[v].st.journal_seconds / send_s[v]);
+	xfer_close(&ep);
+	gm_free(&g);
+	free(mine);
+	free(theirs);
+	free(held);
+	waitpid(rpid, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "p2p-tcp undo receiver exited cleanly");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: %s ipc BYTES | nccl | tcp BYTES\n", argv[0]);
+		fprintf(stderr, "usage: %s ipc BYTES | nccl | tcp BYTES [KEEP] | tcp-undo BYTES\n", argv[0]);
 		return 2;
 	}
 	uint64_t bytes = argc > 2 ? strtoull(argv[2], NULL, 0) : (1ull << 30);
 	int rc = 1;
 	if (!strcmp(argv[1], "ipc")) rc = mode_ipc(bytes, 4);
 	else if (!strcmp(argv[1], "nccl")) rc = mode_nccl();
-	else if (!strcmp(argv[1], "tcp")) rc = mode_tcp(bytes);
+	else if (!strcmp(argv[1], "tcp")) rc = mode_tcp(bytes, argc > 3 ? atoi(argv[3]) : 1);
+	else if (!strcmp(argv[1], "tcp-undo")) rc = mode_tcp_undo(bytes);
 	printf("# %d passed, %d failed\n", g_pass, g_fail + (rc ? 1 : 0));
 	return g_fail || rc ? 1 : 0;
 }

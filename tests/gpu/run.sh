@@ -8,7 +8,13 @@
 #   2. NCCL world of one: broadcast and broadcast_packed leave the buffers as
 #      they were; a world of two whose rank 1 never joins: watchdog + abort;
 #   3. p2p-tcp from device memory to device memory (pinned host staging),
-#      TCP_BYTES (default 2 GiB), beside a plain socket send of the same bytes.
+#      TCP_BYTES (default 2 GiB), beside a plain socket send of the same bytes,
+#      with the receiver's undo journal (tcp) and without it (tcp-nojournal);
+#   4. tcp-undo: p2p-tcp into device memory with the journal, TCP_BYTES: a
+#      version with a byte corrupted in its last bucket and one whose sender
+#      is killed mid-transfer leave the receiver's device buffers holding the
+#      previous version bit for bit; the journal's bytes and seconds beside
+#      the transfer time for a 1% and a 100% change.
 # Then (SKEIN_GPU_CPU_BENCH=1, the default) the CPU benchmarks of
 # tests/transfer/bench.sh on that machine's cores and disk (SKEIN_BENCH_DISK
 # default 4G there, SKEIN_BENCH_P2P 2G).  Prints the results last; full logs
@@ -20,6 +26,7 @@
 #   cp /usr/include/{xxhash,xxh3,zstd,zstd_errors}.h .gpu-deps/include/
 #   cp /usr/lib/x86_64-linux-gnu/lib{xxhash,zstd}.a .gpu-deps/lib/
 # and name .gpu-deps in the device call's carry list.
+# SKEIN_GPU_CASES picks the cases (default "nccl ipc tcp tcp-nojournal tcp-undo").
 # Usage: tests/gpu/run.sh [IPC_BYTES] [TCP_BYTES]
 set -u
 cd "$(dirname "$0")/../.."
@@ -77,9 +84,16 @@ run() {
 		fail=$((fail + 1))
 	fi
 }
-run nccl nccl
-run ipc ipc "$IPC_BYTES"
-run tcp tcp "$TCP_BYTES"
+for c in ${SKEIN_GPU_CASES:-nccl ipc tcp tcp-nojournal tcp-undo}; do
+	case $c in
+	nccl) run nccl nccl ;;
+	ipc) run ipc ipc "$IPC_BYTES" ;;
+	tcp) run tcp tcp "$TCP_BYTES" 1 ;;
+	tcp-nojournal) run tcp-nojournal tcp "$TCP_BYTES" 0 ;;
+	tcp-undo) run tcp-undo tcp-undo "$TCP_BYTES" ;;
+	*) echo "unknown case $c"; fail=$((fail + 1)) ;;
+	esac
+done
 
 if [ "${SKEIN_GPU_CPU_BENCH:-1}" = 1 ]; then
 	echo "== CPU benchmarks on this machine ($(nproc) cores)"

@@ -1,5 +1,8 @@
 /* tests/unit/xfer_core_test.c: libskein's manifest, buckets, checksum, delta
- * codec, undo journal and path table, without any I/O between processes. */
+ * codec, undo journal and path table, without any I/O between processes.
+ * The journal's device records are checked with host memory standing in for
+ * the device (xfer_hooks.device_copy), which also checks that every device
+ * byte is reached through that copy and nothing else. */
 #include "tests/unit/xfer_testlib.h"
 #include "transfer/xfer_int.h"
 
@@ -202,6 +205,129 @@ T_TEST(xfer_journal_undo_restores)
 	free(orig);
 	free(src);
 	free(shadow);
+}
+
+/* A fake device: host memory that the journal may only reach through
+ * xfer_hooks.device_copy; counts the copies and can fail the n-th write. */
+static struct {
+	unsigned char *lo, *hi;
+	int d2h, h2d, fail_at_h2d;
+	uint64_t d2h_bytes, h2d_bytes;
+} g_dev;
+
+static int in_dev(const void *p, size_t n)
+{
+	return (const unsigned char *)p >= g_dev.lo && (const unsigned char *)p + n <= g_dev.hi;
+}
+
+static int fake_device_copy(void *dst, const void *src, size_t n, int kind, xfer_err *err)
+{
+	if (kind == XFER_CUDA_D2H && in_dev(src, n) && !in_dev(dst, 1)) {
+		g_dev.d2h++;
+		g_dev.d2h_bytes += n;
+	} else if (kind == XFER_CUDA_H2D && in_dev(dst, n) && !in_dev(src, 1)) {
+		if (g_dev.fail_at_h2d && ++g_dev.h2d == g_dev.fail_at_h2d)
+			return xfer_fail(err, XFER_EIO, "fake device: write %d fails", g_dev.h2d);
+		if (!g_dev.fail_at_h2d) g_dev.h2d++;
+		g_dev.h2d_bytes += n;
+	} else {
+		return xfer_fail(err, XFER_EINVAL, "fake device: kind %d from %p to %p outside the device", kind, src,
+				 dst);
+	}
+	memcpy(dst, src, n);
+	return 0;
+}
+
+/* Device records mixed with host records: undo puts both back, newest
+ * first (a place changed twice gets its oldest bytes), through a journal
+ * that spills to its file; unchanged pieces are neither journaled nor
+ * written; a failed device write is undone too. */
+T_TEST(xfer_journal_device_records_undo)
+{
+	sk_rng r;
+	sk_rng_seed(&r, t_seed());
+	size_t n = (40 << 20) + 4099, hn = (1 << 20) + 5; /* 40 MiB of records: past the 32 in memory */
+	unsigned char *dev = malloc(n), *orig = malloc(n), *src = malloc(n);
+	unsigned char *h = malloc(hn), *horig = malloc(hn), *hsrc = malloc(hn);
+	tm_fill(&r, dev, n);
+	tm_fill(&r, h, hn);
+	memcpy(orig, dev, n);
+	memcpy(horig, h, hn);
+	memset(&g_dev, 0, sizeof g_dev);
+	g_dev.lo = dev;
+	g_dev.hi = dev + n;
+	xfer_hooks.device_copy = fake_device_copy;
+	xfer_journal *j;
+	xfer_err e;
+	T_CHECK((j = xfer_journal_new(NULL, &e)) != NULL);
+
+	/* without a journal: a plain write */
+	memcpy(src, dev, 4096);
+	src[7] ^= 1;
+	T_XOK(xfer_journal_copy_device(NULL, dev, src, 4096, err_));
+	T_EQ(g_dev.d2h, 0);
+	T_EQ(g_dev.h2d, 1);
+	T_CHECK(dev[7] == src[7]);
+	dev[7] = orig[7];
+
+	/* 1: scattered changes, in two stripes, with a host copy between them */
+	memcpy(src, dev, n);
+	for (size_t i = 0; i < n / 100; i++) src[sk_rng_below(&r, n)] ^= (unsigned char)(1 + sk_rng_below(&r, 255));
+	T_XOK(xfer_journal_copy_device(j, dev, src, n / 2, err_));
+	memcpy(hsrc, h, hn);
+	for (size_t i = 0; i < hn / 50; i++) hsrc[sk_rng_below(&r, hn)] ^= 0x21;
+	T_XOK(xfer_journal_copy(j, h, hsrc, hn, err_));
+	T_XOK(xfer_journal_copy_device(j, dev + n / 2, src + n / 2, n - n / 2, err_));
+	T_CHECK(memcmp(dev, src, n) == 0);
+	T_CHECK(memcmp(h, hsrc, hn) == 0);
+	T_EQ(g_dev.d2h_bytes, n);
+	uint64_t small = xfer_journal_bytes(j);
+	T_CHECK(small > 0 && small < n / 4); /* about 8 bytes a changed byte, not the whole */
+
+	/* 2: the same places again, and nothing else: the oldest bytes must win */
+	for (size_t i = 0; i < n; i++)
+		if (src[i] != orig[i]) src[i] ^= 0x80;
+	T_XOK(xfer_journal_copy_device(j, dev, src, n, err_));
+	T_CHECK(memcmp(dev, src, n) == 0);
+
+	/* 3: nothing changes in the first 8 MiB: no journal, no write there */
+	int h2d = g_dev.h2d;
+	uint64_t before = xfer_journal_bytes(j);
+	T_XOK(xfer_journal_copy_device(j, dev, src, 8 << 20, err_));
+	T_EQ(g_dev.h2d, h2d);
+	T_EQ(xfer_journal_bytes(j), before);
+
+	/* 4: everything changes: the journal spills to its file */
+	tm_fill(&r, src, n);
+	T_XOK(xfer_journal_copy_device(j, dev, src, n, err_));
+	T_CHECK(memcmp(dev, src, n) == 0);
+	T_CHECK(xfer_journal_bytes(j) > n);
+	T_CHECK(xfer_journal_seconds(j) > 0);
+
+	T_XOK(xfer_journal_undo(j, err_));
+	T_CHECK(memcmp(dev, orig, n) == 0);
+	T_CHECK(memcmp(h, horig, hn) == 0);
+	T_EQ(xfer_journal_bytes(j), 0);
+
+	/* 5: a device write fails mid-stripe; undo puts back what was written */
+	tm_fill(&r, src, n);
+	g_dev.h2d = 0;
+	g_dev.fail_at_h2d = 3;
+	T_EQ(xfer_journal_copy_device(j, dev, src, n, &e), -1);
+	T_CHECK(strstr(e.msg, "write 3 fails"));
+	T_CHECK(memcmp(dev, orig, n) != 0);
+	g_dev.fail_at_h2d = 0;
+	T_XOK(xfer_journal_undo(j, err_));
+	T_CHECK(memcmp(dev, orig, n) == 0);
+
+	xfer_hooks.device_copy = NULL;
+	xfer_journal_free(&j);
+	free(dev);
+	free(orig);
+	free(src);
+	free(h);
+	free(horig);
+	free(hsrc);
 }
 
 T_TEST(xfer_paths_say_why_unavailable)
