@@ -14,6 +14,10 @@
  *                      send of the same bytes into the same buffers between
  *                      the same processes, just before (after one warm-up
  *                      send, as version 1 warms the transfer up).
+ *                      Also the peak extra memory of each side (VmHWM minus
+ *                      the resident size once its weights, and the
+ *                      receiver's reference copy, were in place) beside
+ *                      two buckets, the target.
  *   --mode checksum    xxh3-128 over --bytes against memcpy of the same bytes.
  *
  * ratio = baseline_seconds / seconds: above 1 the figure beats its baseline.
@@ -51,6 +55,8 @@ typedef struct {
 	double seconds, baseline_seconds;
 	double encode_gbps, apply_gbps, memcpy_gbps;
 	double send_seconds, receive_seconds; /* disk-delta: the two halves */
+	int64_t sender_extra, receiver_extra; /* p2p-tcp: peak bytes beyond the weights, -1 unknown */
+	uint64_t bucket;
 	int exact;
 	const char *note;
 } result;
@@ -236,11 +242,24 @@ static void bench_disk(const opts *o, result *r)
 
 /* ---- p2p-tcp ---- */
 
-static int child_p2p(const opts *o, xfer_endpoint *ep, xfer_sim_model *mine, int plain_lfd, int ready_fd)
+/* A field of /proc/self/status in bytes ("VmRSS", "VmHWM"), -1 when unreadable. */
+static int64_t proc_status_bytes(const char *key)
 {
-	xfer_sim_model ref;
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long long kb = -1;
+	size_t kl = strlen(key);
+	while (f && fgets(line, sizeof line, f))
+		if (!strncmp(line, key, kl) && line[kl] == ':') kb = atoll(line + kl + 1);
+	if (f) fclose(f);
+	return kb < 0 ? -1 : kb * 1024;
+}
+
+static int child_p2p(const opts *o, xfer_endpoint *ep, xfer_sim_model *mine, xfer_sim_model *ref_, int64_t base,
+		     int plain_lfd, int ready_fd)
+{
+	xfer_sim_model ref = *ref_;
 	xfer_err e;
-	if (xfer_sim_model_init(&ref, o->bytes, o->tensors, 11, o->changed, &e) != 0) return 2;
 	char go = 1; /* the parent starts its clock only once we are ready */
 	if (write(ready_fd, &go, 1) != 1) return 2;
 	/* plain socket baseline first, into the same buffers, so that nothing the
@@ -265,6 +284,9 @@ static int child_p2p(const opts *o, xfer_endpoint *ep, xfer_sim_model *mine, int
 		if (xfer_sim_model_diff(&ref, mine) >= 0) return 3;
 		if (i == 0 && write(ready_fd, &go, 1) != 1) return 2; /* v1 checked: the parent may go on */
 	}
+	int64_t hwm = proc_status_bytes("VmHWM");
+	int64_t extra = hwm < 0 || base < 0 ? -1 : hwm - base;
+	if (write(ready_fd, &extra, sizeof extra) != sizeof extra) return 2;
 	xfer_sim_model_free(&ref);
 	return 0;
 }
@@ -292,12 +314,16 @@ static void bench_p2p(const opts *o, result *r)
 	if (pid == 0) {
 		close(pfd[0]);
 		xfer_sim_model_free(&tr);
-		if (xfer_sim_model_init(&rc, o->bytes, o->tensors, 11, o->changed, &e) != 0) _exit(2);
+		xfer_sim_model ref;
+		if (xfer_sim_model_init(&rc, o->bytes, o->tensors, 11, o->changed, &e) != 0 ||
+		    xfer_sim_model_init(&ref, o->bytes, o->tensors, 11, o->changed, &e) != 0)
+			_exit(2);
 		xfer_sim_model_poison(&rc);
+		int64_t base = proc_status_bytes("VmRSS"); /* weights and the reference copy in place */
 		if (xfer_open(&ep, &c, rc.m, &e) != 0) _exit(2);
 		int port = xfer_endpoint_port(ep);
 		if (write(pfd[1], &port, sizeof port) != sizeof port) _exit(2);
-		_exit(child_p2p(o, ep, &rc, plain, pfd[1]));
+		_exit(child_p2p(o, ep, &rc, &ref, base, plain, pfd[1]));
 	}
 	close(pfd[1]);
 	close(plain);
@@ -319,6 +345,9 @@ static void bench_p2p(const opts *o, result *r)
 	r->baseline_seconds = xfer_now() - t0;
 	r->baseline_bytes = o->bytes;
 	close(fd);
+	/* the sender's weights are in place (and were sent once): what the
+	 * transfer adds from here is its own */
+	int64_t sbase = proc_status_bytes("VmRSS");
 	c.role = XFER_SENDER;
 	c.p2p.port = port;
 	if (xfer_open(&ep, &c, tr.m, &e) != 0) die("open sender", &e);
@@ -329,6 +358,12 @@ static void bench_p2p(const opts *o, result *r)
 	if (xfer_send(ep, 2, &e) != 0) die("version 2", &e);
 	r->seconds = xfer_now() - t0;
 	r->bytes_moved = xfer_endpoint_stats(ep).bytes_moved;
+	int64_t shwm = proc_status_bytes("VmHWM");
+	r->sender_extra = shwm < 0 || sbase < 0 ? -1 : shwm - sbase;
+	r->bucket = ep->cfg.bucket_bytes;
+	int64_t rextra = -1;
+	if (xfer_read_all(pfd[0], &rextra, sizeof rextra, &e) != 0) rextra = -1;
+	r->receiver_extra = rextra;
 	close(pfd[0]);
 	int st;
 	waitpid(pid, &st, 0);
@@ -367,7 +402,7 @@ int main(int argc, char **argv)
 	if (!o.mode || !o.bytes || o.changed < 0 || o.changed > 1 ||
 	    (strcmp(o.format, "text") && strcmp(o.format, "json")))
 		goto bad;
-	result r = { .exact = 1 };
+	result r = { .exact = 1, .sender_extra = -1, .receiver_extra = -1 };
 	if (!strcmp(o.mode, "checksum")) bench_checksum(&o, &r);
 	else if (!strcmp(o.mode, "disk-delta")) bench_disk(&o, &r);
 	else if (!strcmp(o.mode, "p2p-tcp")) bench_p2p(&o, &r);
@@ -377,12 +412,14 @@ int main(int argc, char **argv)
 		printf("{\"mode\": \"%s\", \"bytes\": %llu, \"changed\": %g, \"bytes_moved\": %llu, \"seconds\": %.6f, "
 		       "\"baseline_bytes\": %llu, \"baseline_seconds\": %.6f, \"ratio\": %.4f, \"exact\": %s, "
 		       "\"gbps\": %.3f, \"baseline_gbps\": %.3f, \"bytes_fraction\": %.6f, \"encode_gbps\": %.3f, "
-		       "\"apply_gbps\": %.3f, \"memcpy_gbps\": %.3f, \"send_seconds\": %.6f, \"receive_seconds\": %.6f}\n",
+		       "\"apply_gbps\": %.3f, \"memcpy_gbps\": %.3f, \"send_seconds\": %.6f, \"receive_seconds\": %.6f, "
+		       "\"sender_extra_bytes\": %lld, \"receiver_extra_bytes\": %lld, \"two_buckets_bytes\": %llu}\n",
 		       o.mode, (unsigned long long)o.bytes, o.changed, (unsigned long long)r.bytes_moved, r.seconds,
 		       (unsigned long long)r.baseline_bytes, r.baseline_seconds, ratio, r.exact ? "true" : "false",
 		       gbps(r.bytes_moved, r.seconds), gbps(r.baseline_bytes, r.baseline_seconds),
 		       o.bytes ? (double)r.bytes_moved / (double)o.bytes : 0, r.encode_gbps, r.apply_gbps, r.memcpy_gbps,
-		       r.send_seconds, r.receive_seconds);
+		       r.send_seconds, r.receive_seconds, (long long)r.sender_extra, (long long)r.receiver_extra,
+		       (unsigned long long)(2 * r.bucket));
 	} else {
 		printf("%s: %llu bytes moved in %.3f s (%.2f GB/s); baseline %llu bytes in %.3f s (%.2f GB/s); "
 		       "ratio %.2f; %s\n",
@@ -392,6 +429,9 @@ int main(int argc, char **argv)
 		if (r.encode_gbps > 0)
 			printf("  one core: encode %.2f GB/s, apply %.2f GB/s, memcpy %.2f GB/s\n", r.encode_gbps,
 			       r.apply_gbps, r.memcpy_gbps);
+		if (r.bucket)
+			printf("  peak extra memory: sender %.1f MiB, receiver %.1f MiB; two buckets %.1f MiB\n",
+			       r.sender_extra / 1048576.0, r.receiver_extra / 1048576.0, 2.0 * r.bucket / 1048576.0);
 	}
 	return r.exact ? 0 : 1;
 bad:
