@@ -78,6 +78,9 @@ struct agent_jobs {
 	char head[MBR_NAME_MAX + 1];
 	bool closing;             /* sup_free runs the loop: no more orders or reports */
 	double last_reconcile;
+	double fence_after_s;     /* --member-fence-after; 0 = never */
+	double last_order;        /* ev_now of the last order applied */
+	bool fenced;              /* members stopped for want of orders */
 };
 
 /* A job's layout as plain C, for computing the next one. */
@@ -849,6 +852,9 @@ static void assign_local(agent *a, const Skein__Jobs__Assignment *as)
 {
 	agent_jobs *J = a->jobs;
 	if (J->closing) return;
+	J->last_order = ev_now(a->loop);
+	if (J->fenced) SK_INFO("jobs", "orders from head %s again: members follow them", as->head);
+	J->fenced = false;
 	snprintf(J->head, sizeof J->head, "%s", as->head);
 	size_t n = as->n_members;
 	sup_spec *sp = calloc(n ? n : 1, sizeof *sp);
@@ -1261,9 +1267,26 @@ static void kick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 
 /* Every 100 ms: events kick the head at once; this is the safety net
  * (a lost kick, pending jobs waiting for capacity) and the order round. */
+/* --member-fence-after: a node that hears no head for that long stops its
+ * members (the majority may have placed them elsewhere: better none than
+ * two of a trainer rank); the next order starts them again. */
+static void fence_check(agent *a)
+{
+	agent_jobs *J = a->jobs;
+	if (J->fence_after_s <= 0 || J->fenced || ev_now(a->loop) - J->last_order < J->fence_after_s) return;
+	size_t n = sup_list(J->sup, NULL, 0);
+	if (!n) return;
+	SK_WARN("jobs", "no order from a head for %.1f s (--member-fence-after): stopping %zu members",
+		ev_now(a->loop) - J->last_order, n);
+	sup_set(J->sup, NULL, 0);
+	J->fenced = true;
+	send_report(a);
+}
+
 void agent_jobs_tick(agent *a)
 {
 	agent_jobs *J = a->jobs;
+	if (J && !J->closing) fence_check(a);
 	if (!J || J->closing || !agent_head_ready(a)) return;
 	double now = ev_now(a->loop);
 	if (now - J->last_reconcile >= RECONCILE_INTERVAL_S) reconcile(a);
@@ -1315,6 +1338,14 @@ int agent_jobs_open(agent *a, char *err, size_t errlen)
 	if (!J->sup) return -1;
 	ev_init(&J->kick, kick_cb);
 	J->kick.data = a;
+	char *end;
+	J->fence_after_s = strtod(a->opts.member_fence_after, &end);
+	if (*end || end == a->opts.member_fence_after || J->fence_after_s < 0 || J->fence_after_s > 86400) {
+		snprintf(err, errlen, "--member-fence-after: expected seconds (0 to 86400), got '%s'",
+			 a->opts.member_fence_after);
+		return -1;
+	}
+	J->last_order = ev_now(a->loop);
 	return 0;
 }
 

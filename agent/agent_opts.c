@@ -44,6 +44,9 @@ static const opt table[] = {
 	  "elect no head until N head-eligible agents are visible, then fix them as the voters (like Consul)"),
 	S("voter-replace-after", voter_replace_after, "SECONDS",
 	  "the head replaces a voter failed this long by an eligible alive agent (0 = never, the default)"),
+	S("member-fence-after", member_fence_after, "SECONDS",
+	  "stop this node's members when no head has given it orders for this long (a node cut off while the "
+	  "others place its members elsewhere); 0 = never, the default"),
 	L("set", set, "KEY=VALUE", "override one gossip parameter (skeind --set probe_interval_ms=500); repeatable"),
 };
 #undef S
@@ -62,6 +65,7 @@ void agent_opts_defaults(agent_opts *o)
 	snprintf(o->log_format, sizeof o->log_format, "text");
 	snprintf(o->bootstrap_expect, sizeof o->bootstrap_expect, "0");
 	snprintf(o->voter_replace_after, sizeof o->voter_replace_after, "0");
+	snprintf(o->member_fence_after, sizeof o->member_fence_after, "0");
 }
 
 static void list_clear(char **v, int *n)

@@ -4,13 +4,17 @@
 # job.  The head's host is cut from all others: the minority (the old head
 # alone) changes nothing -- no member restarts, the job's committed state is
 # unchanged -- while the majority elects a new head that keeps the job as it
-# is.  After the heal: one head, and still no member restarted.
+# is.  After the heal: one head, and still no member restarted.  Then the GPU
+# host h5 (started with --member-fence-after 3) is cut off: its agent stops its
+# members for want of orders while the majority marks them pending (no free
+# GPUs elsewhere); after the heal they run again, one process each.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/netns.sh"
 
 netns_hosts 5
 for i in 1 2 3; do hstart $i --profile fast --head-eligible --bootstrap-expect 3 --gpus 0 --join 10.231.0.1:7946; done
-for i in 4 5; do hstart $i --profile fast --gpus 8 --join 10.231.0.1:7946; done
+hstart 4 --profile fast --gpus 8 --join 10.231.0.1:7946
+hstart 5 --profile fast --gpus 8 --member-fence-after 3 --join 10.231.0.1:7946
 
 EV=$T_DIR/events
 touch "$EV"
@@ -47,4 +51,26 @@ check "healed: one head everywhere" wait_until 30 agree 1 2 3 4 5
 check "job still running (asked at the old head's host)" wait_until 10 running "$HI" 8
 t=$(( $(now_ms) + 2000 )); wait_until 10 bash -c "[ \$(( \$(date +%s%N) / 1000000 )) -ge $t ]"
 check "no member restarted after the heal" bash -c "[ \$(wc -l < '$EV') = $lines ] && [ '$(pids 4)' = '$P0' ]"
+
+# --- a GPU host cut off, with --member-fence-after 3
+pid_of() { hctl 4 placement --format json 2>/dev/null | tr '{' '\n' | grep "\"member\":\"$1\"" | grep -o '"pid":[0-9]*' | cut -d: -f2; }
+state_of() { hctl 4 placement --format json 2>/dev/null | tr '{' '\n' | grep "\"member\":\"$1\"" | grep -o '"state":"[a-z]*"' | cut -d'"' -f4; }
+E2=$(pid_of rl/engine-2); E3=$(pid_of rl/engine-3)
+net_cut "5" "1 2 3 4"
+t0=$(now_ms)
+gone() { ! kill -0 "$E2" 2>/dev/null && ! kill -0 "$E3" 2>/dev/null; }
+if wait_until 10 gone; then pass "h5, cut off, stopped its members after $(( $(now_ms) - t0 )) ms without orders"; else
+	fail "h5 fenced its members"; fi
+pend() { [ "$(state_of rl/engine-2)" = pending ] && [ "$(state_of rl/engine-3)" = pending ]; }
+check "the majority lists engines 2 and 3 pending (no free GPUs elsewhere)" wait_until 15 pend
+net_heal "5" "1 2 3 4"
+once_each() { # every member: exactly one live process among those that logged a start
+	running 4 8 || return 1
+	local m p n
+	for m in rl/trainer-0 rl/trainer-1 rl/trainer-2 rl/trainer-3 rl/engine-0 rl/engine-1 rl/engine-2 rl/engine-3; do
+		n=0; for p in $(awk -v m="$m" '$1 == "start" && $2 == m { print $3 }' "$EV"); do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done
+		[ $n = 1 ] || return 1
+	done
+}
+check "after the heal engines 2 and 3 run again; every member in exactly one process" wait_until 30 once_each
 finish
