@@ -251,53 +251,118 @@ void agent_pump(agent *a)
 
 /* ---- joining ---- */
 
-static int join_once(agent *a)
+/* Seeds given by name resolve in the background (glibc's getaddrinfo_a):
+ * a slow or dead DNS server must not stall the event loop, which also runs
+ * the gossip and the supervisor.  Numeric addresses need no lookup. */
+typedef struct {
+	struct gaicb cb;
+	struct addrinfo hints;
+	char host[OPTS_STR], port[16];
+	bool active;
+} join_dns;
+static join_dns g_dns[OPTS_LIST_MAX];
+
+/* Splits "host:port" or "[v6]:port"; -1 when malformed. */
+static int split_seed(const char *seed, char *host, size_t hcap, char *port, size_t pcap)
+{
+	char buf[OPTS_STR], *h = buf, *p;
+	snprintf(buf, sizeof buf, "%s", seed);
+	if (h[0] == '[') {
+		char *close_br = strchr(h, ']');
+		if (!close_br || close_br[1] != ':') return -1;
+		*close_br = 0;
+		p = close_br + 2;
+		h++;
+	} else {
+		p = strrchr(h, ':');
+		if (!p) return -1;
+		*p++ = 0;
+	}
+	snprintf(host, hcap, "%s", h);
+	snprintf(port, pcap, "%s", p);
+	return 0;
+}
+
+static int join_addrs(agent *a, const struct addrinfo *res)
 {
 	int sent = 0;
-	for (int i = 0; i < a->opts.njoin; i++) {
-		char host[OPTS_STR], *port;
-		snprintf(host, sizeof host, "%s", a->opts.join[i]);
-		char *h = host;
-		if (h[0] == '[') {
-			char *close_br = strchr(h, ']');
-			if (!close_br || close_br[1] != ':') continue;
-			*close_br = 0;
-			port = close_br + 2;
-			h++;
+	/* A name may stand for many agents (a headless Service): join all. */
+	for (const struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+		mbr_addr seed = { 0 };
+		if (ai->ai_family == AF_INET) {
+			struct sockaddr_in *sa = (struct sockaddr_in *)ai->ai_addr;
+			seed.len = 4;
+			memcpy(seed.ip, &sa->sin_addr, 4);
+			seed.port = ntohs(sa->sin_port);
+		} else if (ai->ai_family == AF_INET6) {
+			struct sockaddr_in6 *sa = (struct sockaddr_in6 *)ai->ai_addr;
+			seed.len = 16;
+			memcpy(seed.ip, &sa->sin6_addr, 16);
+			seed.port = ntohs(sa->sin6_port);
 		} else {
-			port = strrchr(h, ':');
-			if (!port) continue;
-			*port++ = 0;
-		}
-		struct addrinfo hints = { .ai_socktype = SOCK_DGRAM, .ai_flags = AI_NUMERICSERV }, *res;
-		if (getaddrinfo(h, port, &hints, &res) != 0) {
-			SK_DEBUG("agent", "join: cannot resolve %s yet", a->opts.join[i]);
 			continue;
 		}
-		/* A name may stand for many agents (a headless Service): join all. */
-		for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-			mbr_addr seed = { 0 };
-			if (ai->ai_family == AF_INET) {
-				struct sockaddr_in *s = (struct sockaddr_in *)ai->ai_addr;
-				seed.len = 4;
-				memcpy(seed.ip, &s->sin_addr, 4);
-				seed.port = ntohs(s->sin_port);
-			} else if (ai->ai_family == AF_INET6) {
-				struct sockaddr_in6 *s = (struct sockaddr_in6 *)ai->ai_addr;
-				seed.len = 16;
-				memcpy(seed.ip, &s->sin6_addr, 16);
-				seed.port = ntohs(s->sin6_port);
-			} else {
-				continue;
-			}
-			if (mbr_addr_eq(&seed, &a->adv)) continue;
-			mbr_join(a->mbr, agent_now_ms(), &seed);
-			sent++;
+		if (mbr_addr_eq(&seed, &a->adv)) continue;
+		mbr_join(a->mbr, agent_now_ms(), &seed);
+		sent++;
+	}
+	return sent;
+}
+
+/* One round: numeric seeds now, named ones once their lookup is done
+ * (started here when none runs).  *pending counts lookups still running. */
+static int join_once(agent *a, int *pending)
+{
+	int sent = 0;
+	*pending = 0;
+	for (int i = 0; i < a->opts.njoin && i < OPTS_LIST_MAX; i++) {
+		join_dns *d = &g_dns[i];
+		char host[OPTS_STR], port[16];
+		if (split_seed(a->opts.join[i], host, sizeof host, port, sizeof port) < 0) continue;
+		struct addrinfo hints = { .ai_socktype = SOCK_DGRAM, .ai_flags = AI_NUMERICSERV | AI_NUMERICHOST }, *res;
+		if (getaddrinfo(host, port, &hints, &res) == 0) {
+			sent += join_addrs(a, res);
+			freeaddrinfo(res);
+			continue;
 		}
-		freeaddrinfo(res);
+		if (d->active) {
+			int rc = gai_error(&d->cb);
+			if (rc == EAI_INPROGRESS) { (*pending)++; continue; }
+			d->active = false;
+			if (rc == 0) sent += join_addrs(a, d->cb.ar_result);
+			else SK_DEBUG("agent", "join: cannot resolve %s yet: %s", a->opts.join[i], gai_strerror(rc));
+			if (d->cb.ar_result) freeaddrinfo(d->cb.ar_result);
+			d->cb.ar_result = NULL;
+			continue; /* a failed name is asked again next round, after the backoff */
+		}
+		/* start (or restart) the lookup; its answer is used on a later round */
+		snprintf(d->host, sizeof d->host, "%s", host);
+		snprintf(d->port, sizeof d->port, "%s", port);
+		memset(&d->cb, 0, sizeof d->cb);
+		d->hints = (struct addrinfo){ .ai_socktype = SOCK_DGRAM, .ai_flags = AI_NUMERICSERV };
+		d->cb.ar_name = d->host;
+		d->cb.ar_service = d->port;
+		d->cb.ar_request = &d->hints;
+		struct gaicb *list[1] = { &d->cb };
+		if (getaddrinfo_a(GAI_NOWAIT, list, 1, NULL) == 0) {
+			d->active = true;
+			(*pending)++;
+		}
 	}
 	agent_pump(a);
 	return sent;
+}
+
+static void join_dns_cancel(void)
+{
+	for (int i = 0; i < OPTS_LIST_MAX; i++) {
+		if (!g_dns[i].active) continue;
+		/* a lookup still running keeps its memory: it ends with the process */
+		if (gai_cancel(&g_dns[i].cb) == EAI_CANCELED || gai_error(&g_dns[i].cb) != EAI_INPROGRESS) {
+			if (g_dns[i].cb.ar_result) freeaddrinfo(g_dns[i].cb.ar_result);
+			g_dns[i].active = false;
+		}
+	}
 }
 
 static void join_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
@@ -308,9 +373,15 @@ static void join_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 		SK_INFO("agent", "joined: %zu members known", mbr_member_count(a->mbr));
 		return;
 	}
-	join_once(a);
-	a->join_backoff = a->join_backoff * 2 > JOIN_BACKOFF_MAX_S ? JOIN_BACKOFF_MAX_S : a->join_backoff * 2;
-	ev_timer_set(t, a->join_backoff, 0);
+	int pending;
+	join_once(a, &pending);
+	if (pending) {
+		/* a name being looked up: come back soon for its answer */
+		ev_timer_set(t, 0.05, 0);
+	} else {
+		a->join_backoff = a->join_backoff * 2 > JOIN_BACKOFF_MAX_S ? JOIN_BACKOFF_MAX_S : a->join_backoff * 2;
+		ev_timer_set(t, a->join_backoff, 0);
+	}
 	ev_timer_start(loop, t);
 }
 
@@ -517,6 +588,7 @@ static void teardown(agent *a)
 		agent_ctl_close(a);
 		agent_net_close(a);
 	}
+	join_dns_cancel();
 	mbr_destroy(&a->mbr);
 	agent_opts_free(&a->opts);
 }

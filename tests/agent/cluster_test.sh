@@ -68,4 +68,13 @@ check "members JSON has the contract's keys" bash -c "echo '$json' | grep -q '\"
 	echo '$json' | grep -q '\"generation\":' && echo '$json' | grep -q '\"incarnation\":' && echo '$json' | grep -q '\"gpus\":8'"
 check "--status filter" bash -c "[ \$('$SKEINCTL' --rpc 127.0.0.1:$(rport 1) members --status left | tail -n +2 | wc -l) = 2 ]"
 check "--tag filter with no match prints the header only" bash -c "[ \$('$SKEINCTL' --rpc 127.0.0.1:$(rport 1) members --tag zone=x | wc -l) = 1 ]"
+
+# --- seeds by name: looked up in the background (getaddrinfo_a), so a name that
+# does not resolve neither blocks the agent nor stops its other seeds
+start_agent 41 --profile fast
+start_agent 42 --profile fast --join "localhost:$(gport 41)"
+start_agent 43 --profile fast --join "no-such-host.invalid:$(gport 41)" --join "127.0.0.1:$(gport 41)"
+check "join through a name (localhost)" wait_until 10 all_alive 41 42
+check "an unresolvable seed beside a numeric one: joined" wait_until 10 all_alive 41 42 43
+check "the agent answers while its lookup fails" quiet ctl 43 info
 finish
