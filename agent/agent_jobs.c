@@ -62,6 +62,12 @@ typedef struct {
 	double since;
 } inflight;
 
+typedef struct {
+	char id[SUP_ID_MAX + 24];
+	uint64_t gen;
+	int32_t pid;
+} rank_seen;
+
 struct agent_jobs {
 	sup *sup;
 	char log_dir[600], state_file[600];
@@ -71,6 +77,8 @@ struct agent_jobs {
 	size_t nreports;
 	inflight *infl;
 	size_t ninfl;
+	rank_seen *seen;          /* the process each trainer rank last ran in */
+	size_t nseen;
 	double last_orders;
 	bool dirty;
 	uint64_t next_seq;        /* names of jobs submitted but not yet applied */
@@ -81,6 +89,7 @@ struct agent_jobs {
 	double fence_after_s;     /* --member-fence-after; 0 = never */
 	double last_order;        /* ev_now of the last order applied */
 	bool fenced;              /* members stopped for want of orders */
+	int fence_ticks;
 };
 
 /* A job's layout as plain C, for computing the next one. */
@@ -98,7 +107,7 @@ typedef struct {
 static void kick(agent *a)
 {
 	agent_jobs *J = a->jobs;
-	if (!J || ev_is_active(&J->kick)) return;
+	if (!J || J->closing || ev_is_active(&J->kick)) return;
 	ev_timer_set(&J->kick, 0.0, 0.0);
 	ev_timer_start(a->loop, &J->kick);
 }
@@ -303,7 +312,12 @@ static void prune_reports(agent *a)
 
 /* ---------------------------------------------------------------- head: reconcile */
 
-static bool inflight_busy(agent *a, const char *job)
+/* True while an update of any job is proposed and not applied: placement
+ * and ports are computed from committed state, so the next job waits for
+ * the previous one's GPUs and port to be in it (one commit, a few ms; the
+ * commit kicks the next round).  Otherwise two jobs placed in one round
+ * would both see the same GPUs free, and get the same MASTER_PORT. */
+static bool inflight_any(agent *a)
 {
 	agent_jobs *J = a->jobs;
 	uint64_t applied = agent_head_applied(a);
@@ -313,10 +327,9 @@ static bool inflight_busy(agent *a, const char *job)
 			J->infl[i] = J->infl[--J->ninfl];
 			continue;
 		}
-		if (!strcmp(J->infl[i].job, job)) return true;
 		i++;
 	}
-	return false;
+	return J->ninfl > 0;
 }
 
 static void inflight_add(agent *a, const char *job, uint64_t index)
@@ -353,27 +366,37 @@ static void propose_update(agent *a, const Skein__Jobs__Job *old, const char *st
 	sk_buf_free(&r.body);
 }
 
-/* A port free on this node now (for MASTER_PORT), 0 when none. */
+/* A port free on this node now (for MASTER_PORT), 0 when none.  Drawn from
+ * 20000-32767, below Linux's ephemeral range (32768+), where an outgoing
+ * connection of any process could take it before rank 0 binds it; bound on
+ * the wildcard address, as rank 0 will (the advertised one may be a NAT's). */
 static uint32_t free_port(agent *a)
 {
-	int fd = socket(a->adv.len == 4 ? AF_INET : AF_INET6, SOCK_STREAM, 0);
-	if (fd < 0) return 0;
-	/* the wildcard address: what rank 0 will bind (the advertised one may be a NAT's) */
-	struct sockaddr_storage ss = { 0 };
-	socklen_t sl;
-	if (a->adv.len == 4) {
-		((struct sockaddr_in *)&ss)->sin_family = AF_INET;
-		sl = sizeof(struct sockaddr_in);
-	} else {
-		((struct sockaddr_in6 *)&ss)->sin6_family = AF_INET6;
-		sl = sizeof(struct sockaddr_in6);
+	enum { LO = 20000, HI = 32768, TRIES = 32 };
+	int fam = a->adv.len == 4 ? AF_INET : AF_INET6;
+	for (int k = 0; k <= TRIES; k++) {
+		int fd = socket(fam, SOCK_STREAM, 0);
+		if (fd < 0) return 0;
+		uint16_t want = k < TRIES ? (uint16_t)(LO + sk_rng_below(&a->rng, HI - LO)) : 0; /* last: any */
+		struct sockaddr_storage ss = { 0 };
+		socklen_t sl;
+		if (fam == AF_INET) {
+			((struct sockaddr_in *)&ss)->sin_family = AF_INET;
+			((struct sockaddr_in *)&ss)->sin_port = htons(want);
+			sl = sizeof(struct sockaddr_in);
+		} else {
+			((struct sockaddr_in6 *)&ss)->sin6_family = AF_INET6;
+			((struct sockaddr_in6 *)&ss)->sin6_port = htons(want);
+			sl = sizeof(struct sockaddr_in6);
+		}
+		uint32_t port = 0;
+		if (bind(fd, (struct sockaddr *)&ss, sl) == 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+			port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+							     : ((struct sockaddr_in6 *)&ss)->sin6_port);
+		close(fd);
+		if (port) return port;
 	}
-	uint32_t port = 0;
-	if (bind(fd, (struct sockaddr *)&ss, sl) == 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
-		port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
-						     : ((struct sockaddr_in6 *)&ss)->sin6_port);
-	close(fd);
-	return port;
+	return 0;
 }
 
 /* A port to offer as MASTER_PORT on `node`: this agent's own, or the one the
@@ -418,6 +441,16 @@ static void master_of(agent *a, lay *L, const place_node *nodes, size_t n)
 		snprintf(L->master_addr, sizeof L->master_addr, "%s", addr);
 		L->master_port = 0;
 	}
+}
+
+/* A new trainer generation gets a new MASTER_PORT when rank 0's node offers
+ * one: ranks of the old generation still around (a cut-off node) cannot
+ * join the new world.  Keeps the old one otherwise. */
+static void fresh_port(agent *a, lay *L)
+{
+	if (!L->node[0][0] || !L->master_port) return;
+	uint32_t p = node_free_port(a, L->node[0], L->master_port);
+	if (p) L->master_port = p;
 }
 
 /* Fills a place_layout from node names (unknown names: unplaced). */
@@ -502,9 +535,13 @@ static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec
 		if (res.reason[0]) strncat(why, res.reason, sizeof why - strlen(why) - 1);
 		/* one new generation per move, once every rank has a place again
 		 * (while a unit is pending no rank runs, so nothing restarts) */
-		if ((changed & 1) && trainer_all_placed(&L, job_spec_trainer_ranks(s))) L.trainer_gen++;
+		if ((changed & 1) && trainer_all_placed(&L, job_spec_trainer_ranks(s))) {
+			L.trainer_gen++;
+			fresh_port(a, &L);
+		}
 		for (uint32_t e = 0; e < L.neng; e++) {
-			if (!eng[e]) continue;
+			/* once per move: when it has a place again (not when it loses one) */
+			if (!eng[e] || !L.node[off + e * tp][0]) continue;
 			L.engine_gen[e]++;
 			L.engine_restarts[e]++;
 		}
@@ -526,6 +563,31 @@ out:
 	lay_free(&L);
 }
 
+static rank_seen *seen_get(agent *a, const char *id)
+{
+	agent_jobs *J = a->jobs;
+	for (size_t i = 0; i < J->nseen; i++)
+		if (!strcmp(J->seen[i].id, id)) return &J->seen[i];
+	rank_seen *p = realloc(J->seen, (J->nseen + 1) * sizeof *p);
+	if (!p) return NULL;
+	J->seen = p;
+	p = &J->seen[J->nseen++];
+	snprintf(p->id, sizeof p->id, "%s", id);
+	p->gen = 0;
+	p->pid = 0;
+	return p;
+}
+
+/* What only a head in office may hold: dropped when it is not one. */
+static void forget_head_caches(agent *a)
+{
+	agent_jobs *J = a->jobs;
+	for (size_t i = 0; i < J->nreports; i++) skein__jobs__report__free_unpacked(J->reports[i].rep, NULL);
+	J->nreports = 0;
+	J->nseen = 0;
+	J->ninfl = 0;
+}
+
 /* Trainer exits reported for the current generation: restart the group, or
  * fail it when the policy is spent, or complete the job when every rank
  * exited 0. */
@@ -534,19 +596,36 @@ static void reconcile_trainer(agent *a, const Skein__Jobs__Job *j, const job_spe
 	lay L;
 	if (lay_from_job(&L, j, s) < 0) return;
 	uint32_t A = job_spec_trainer_ranks(s), done = 0;
-	const Skein__Jobs__MemberStatus *dead = NULL;
+	const Skein__Jobs__MemberStatus *dead = NULL, *reborn = NULL;
 	if (!trainer_all_placed(&L, A) || !L.master_port) goto out;
 	for (uint32_t r = 0; r < A; r++) {
 		char id[SUP_ID_MAX];
 		member_id(id, sizeof id, s->name, true, r);
 		const Skein__Jobs__MemberStatus *st = status_of(a, L.node[r], id);
 		if (!st || st->gen != L.trainer_gen) continue;
+		/* a rank in a new process of the same generation (its agent restarted,
+		 * or fenced it and got orders again): the others' world is broken */
+		char key[SUP_ID_MAX + 24];
+		snprintf(key, sizeof key, "%s#%llu", id, (unsigned long long)j->seq); /* a resubmitted name starts afresh */
+		rank_seen *rs = seen_get(a, key);
+		if (rs && st->pid > 0) {
+			if (rs->gen == st->gen && rs->pid > 0 && rs->pid != st->pid && !reborn) reborn = st;
+			rs->gen = st->gen;
+			rs->pid = st->pid;
+		}
 		/* name the rank that died, not a sibling its agent stopped */
 		if (!strcmp(st->state, "failed") && (!dead || !strncmp(dead->reason, "stopped by the agent", 20))) dead = st;
 		if (!strcmp(st->state, "stopped") && st->last_exit == 0 && st->pid == 0) done++;
 	}
 	char why[300];
-	if (dead) {
+	if (!dead && reborn) {
+		L.trainer_gen++;
+		fresh_port(a, &L);
+		snprintf(why, sizeof why, "%s runs in a new process of the same generation (its agent restarted or "
+			 "fenced it); restarting the trainer group (generation %llu)", reborn->id,
+			 (unsigned long long)L.trainer_gen);
+		propose_update(a, j, "running", "", &L, why);
+	} else if (dead) {
 		if (s->max_restarts >= 0 && L.trainer_failures >= (uint32_t)s->max_restarts) {
 			snprintf(why, sizeof why, "the trainer group restarted %u times (--max-restarts %d); last: %s %s",
 				 L.trainer_failures, s->max_restarts, dead->id, dead->reason);
@@ -554,10 +633,7 @@ static void reconcile_trainer(agent *a, const Skein__Jobs__Job *j, const job_spe
 		} else {
 			L.trainer_gen++;
 			L.trainer_failures++;
-			/* a fresh MASTER_PORT when rank 0's node offers one: ranks of the old
-			 * generation still around (a cut-off node) cannot join the new world */
-			uint32_t p = node_free_port(a, L.node[0], L.master_port);
-			if (p) L.master_port = p;
+			fresh_port(a, &L);
 			snprintf(why, sizeof why, "%s: %s; restarting the trainer group (generation %llu)", dead->id,
 				 dead->reason, (unsigned long long)L.trainer_gen);
 			propose_update(a, j, "running", "", &L, why);
@@ -585,13 +661,13 @@ static void reconcile(agent *a)
 		const Skein__Jobs__Job *j = job_state_get(js, names[i]);
 		job_spec s;
 		char err[256];
-		if (!j || !job_active(j) || inflight_busy(a, names[i])) continue;
+		if (!j || !job_active(j) || inflight_any(a)) continue;
 		if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0) continue;
 		for (size_t k = 0; k < n; k++) nodes[k].busy = 0;
 		mark_busy(js, j, nodes, n);
 		reconcile_layout(a, j, &s, nodes, n);
 		j = job_state_get(js, names[i]);
-		if (j && job_active(j) && !inflight_busy(a, names[i]) && placed(j)) reconcile_trainer(a, j, &s);
+		if (j && job_active(j) && !inflight_any(a) && placed(j)) reconcile_trainer(a, j, &s);
 	}
 	free(names);
 	free(nodes);
@@ -679,8 +755,10 @@ static bool build_order(const Skein__Jobs__Job *j, const job_spec *s, const lay 
 	b->o.max_restarts = s->max_restarts;
 	b->o.backoff_min_ms = s->backoff_min_ms;
 	b->o.backoff_max_ms = s->backoff_max_ms;
-	b->o.start_delay_ms = trainer ? backoff_ms(s, L->trainer_gen - 1) : 0;
-	b->o.hold = L->master_port == 0;
+	b->o.start_delay_ms = trainer ? backoff_ms(s, L->trainer_failures) : 0;
+	/* only the trainer's world needs the port; engines must not wait on it
+	 * (a trainer unit pending would hold every engine) */
+	b->o.hold = trainer && L->master_port == 0;
 	b->o.stop_grace_ms = s->stop_grace_ms;
 	char gl[JOB_GPUS_PER_NODE_MAX * 4];
 	gpu_list(gl, sizeof gl, b->gpus, ng);
@@ -689,8 +767,10 @@ static bool build_order(const Skein__Jobs__Job *j, const job_spec *s, const lay 
 	env_add(b, "RANK=%u", k);
 	env_add(b, "WORLD_SIZE=%u", trainer ? A : E);
 	env_add(b, "LOCAL_RANK=%u", local_rank);
-	env_add(b, "MASTER_ADDR=%s", L->master_addr);
-	env_add(b, "MASTER_PORT=%u", L->master_port);
+	if (L->master_port) { /* an engine may start before the trainer's port is known */
+		env_add(b, "MASTER_ADDR=%s", L->master_addr);
+		env_add(b, "MASTER_PORT=%u", L->master_port);
+	}
 	env_add(b, "CUDA_VISIBLE_DEVICES=%s", gl);
 	env_add(b, "SKEIN_JOB=%s", s->name);
 	env_add(b, "SKEIN_ROLE=%s", trainer ? "trainer" : "rollout");
@@ -894,7 +974,9 @@ static void sup_event(void *ud, const sup_status *st)
 	agent *a = ud;
 	/* a trainer rank died: its world is broken, stop the local siblings now */
 	const char *slash = strchr(st->id, '/');
-	if (st->state == SUP_FAILED && slash && !strncmp(slash + 1, "trainer-", 8) &&
+	sup_status now;
+	bool current = sup_get(a->jobs->sup, st->id, &now) == 0 && now.gen == st->gen; /* not a late event */
+	if (current && st->state == SUP_FAILED && slash && !strncmp(slash + 1, "trainer-", 8) &&
 	    strncmp(st->reason, SIBLING_WHY, sizeof SIBLING_WHY - 1)) {
 		char prefix[SUP_ID_MAX];
 		snprintf(prefix, sizeof prefix, "%.*strainer-", (int)(slash - st->id + 1), st->id);
@@ -931,13 +1013,17 @@ static void handle_report(agent *a, const char *node, const uint8_t *data, size_
 	/* act now on what needs the head (a trainer rank exited, a port came);
 	 * the rest waits for the periodic round */
 	bool act = false;
-	for (size_t k = 0; k < r->n_members && !act; k++)
-		act = strstr(r->members[k]->id, "/trainer-") &&
-		      (!strcmp(r->members[k]->state, "failed") || !strcmp(r->members[k]->state, "stopped"));
 	const job_state *js = agent_head_jobs(a);
+	for (size_t k = 0; js && k < r->n_members && !act; k++) {
+		const Skein__Jobs__MemberStatus *m = r->members[k];
+		if (!strstr(m->id, "/trainer-") || (strcmp(m->state, "failed") && strcmp(m->state, "stopped"))) continue;
+		const Skein__Jobs__Job *j = job_state_get(js, m->job);
+		act = j && placed(j) && m->gen == j->layout->trainer_gen; /* of the current generation */
+	}
 	for (size_t k = 0; js && k < job_state_count(js) && !act; k++) {
 		const Skein__Jobs__Job *j = job_state_at(js, k);
-		act = !strcmp(j->state, "running") && placed(j) && !j->layout->master_port;
+		act = !strcmp(j->state, "running") && placed(j) && !j->layout->master_port &&
+		      !strcmp(j->layout->slots[0]->node, node); /* rank 0's node: its port came */
 	}
 	if (act) kick(a);
 }
@@ -963,7 +1049,16 @@ static void cmd_submit(agent *a, const Skein__Control__Request *q, const agent_c
 	uint64_t seq = job_state_next_seq(js);
 	if (J->next_seq > seq) seq = J->next_seq;
 	if (!s.name[0]) snprintf(s.name, sizeof s.name, "job-%llu", (unsigned long long)seq);
-	if (find_job(js, s.name)) { agent_reply_fail(r, 1, "job %s exists already (job stop, then submit again under another name)", s.name); return; }
+	if (find_job(js, s.name)) {
+		agent_reply_fail(r, 1, "job %s exists already (skeinctl job stop %s, job delete %s, then submit again)",
+				 s.name, s.name, s.name);
+		return;
+	}
+	if (job_state_count(js) >= JOB_STATE_JOBS_MAX) {
+		agent_reply_fail(r, 1, "the cluster holds %d jobs, the most it keeps: skeinctl job delete finished ones",
+				 JOB_STATE_JOBS_MAX);
+		return;
+	}
 	J->next_seq = seq + 1;
 	Skein__Jobs__JobSpec spb = SKEIN__JOBS__JOB_SPEC__INIT;
 	job_spec_to_pb(&s, &spb);
@@ -1155,13 +1250,71 @@ static void cmd_job(agent *a, const Skein__Control__Request *q, const agent_clie
 		snprintf(name, sizeof name, "%s", j->spec->name);
 		uint64_t index;
 		if (agent_head_propose(a, c, r, JOB_ENTRY_UPDATE, data, len, body, &index) == 0) inflight_add(a, name, index);
+	} else if (!strcmp(op, "delete") && q->n_args == 2) {
+		const Skein__Jobs__Job *j = find_job(js, q->args[1]);
+		if (!j) { agent_reply_fail(r, 1, "no such job: %s", q->args[1]); return; }
+		if (job_active(j)) {
+			agent_reply_fail(r, 1, "job %s is %s: stop it first (skeinctl job stop %s)", j->spec->name, j->state,
+					 j->spec->name);
+			return;
+		}
+		size_t len = strlen(j->spec->name);
+		uint8_t *data = malloc(len);
+		if (!data) { agent_reply_fail(r, 1, "out of memory"); return; }
+		memcpy(data, j->spec->name, len);
+		char body[160];
+		snprintf(body, sizeof body, "job %s deleted\n", j->spec->name);
+		agent_head_propose(a, c, r, JOB_ENTRY_DELETE, data, len, body, NULL);
 	} else {
-		agent_reply_fail(r, 2, "usage: skeinctl job submit FLAGS | list | status [JOB] | stop JOB");
+		agent_reply_fail(r, 2, "usage: skeinctl job submit FLAGS | list | status [JOB] | stop JOB | delete JOB");
 	}
 }
 
-/* logs MEMBER OFFSET MAX: served by the agent running the member; any other
- * agent passes it to the head, which knows where the member runs. */
+/* Serves a piece of a member's log file from this node; false when it has none. */
+static bool serve_log(agent *a, const char *id, unsigned long long off, unsigned long mx, agent_reply *r)
+{
+	sk_buf data;
+	sk_buf_init(&data);
+	uint64_t next, size;
+	bool ok = sup_log_read(a->jobs->sup, id, off, mx, &data, &next, &size) == 0;
+	if (ok) {
+		for (size_t i = 0; i < data.len; i++)
+			if (!data.p[i]) data.p[i] = '?'; /* the answer is a string */
+		sk_buf_printf(&r->body, "%llu %llu %s\n", (unsigned long long)next, (unsigned long long)size, a->opts.name);
+		sk_buf_add(&r->body, data.p, data.len);
+	}
+	sk_buf_free(&data);
+	return ok;
+}
+
+/* The node a member is (or was last) placed on, from the committed layout
+ * whatever the job's state; "" when unknown. */
+static void member_node(agent *a, const char *id, char *node, size_t cap)
+{
+	node[0] = 0;
+	const char *slash = strchr(id, '/');
+	char job[JOB_NAME_MAX + 1];
+	if (!slash || slash - id > JOB_NAME_MAX) return;
+	snprintf(job, sizeof job, "%.*s", (int)(slash - id), id);
+	const Skein__Jobs__Job *j = find_job(agent_head_jobs(a), job);
+	job_spec s;
+	char err[256];
+	lay L;
+	if (!j || job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0 ||
+	    lay_from_job(&L, j, &s) < 0)
+		return;
+	uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s), off = s.colocate ? 0 : A;
+	for (uint32_t m = 0; m < A + E; m++) {
+		char mid[SUP_ID_MAX];
+		member_id(mid, sizeof mid, s.name, m < A, m < A ? m : m - A);
+		uint32_t slot = m < A ? m : off + (m - A) * s.rollout_num_gpus_per_engine;
+		if (!strcmp(mid, id) && slot < L.n) snprintf(node, cap, "%s", L.node[slot]);
+	}
+	lay_free(&L);
+}
+
+/* logs MEMBER OFFSET MAX: served by the agent that runs (or ran) the member;
+ * any other agent passes it to the head, which knows where it is placed. */
 static void cmd_logs(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
 {
 	if (q->n_args != 3) { agent_reply_fail(r, 2, "usage: skeinctl logs MEMBER [--follow]"); return; }
@@ -1172,48 +1325,23 @@ static void cmd_logs(agent *a, const Skein__Control__Request *q, const agent_cli
 	if (*end || !mx) { agent_reply_fail(r, 2, "logs: bad offset or size"); return; }
 	if (mx > LOG_READ_MAX) mx = LOG_READ_MAX;
 	sup_status st;
-	if (sup_get(a->jobs->sup, id, &st) == 0) {
-		sk_buf data;
-		sk_buf_init(&data);
-		uint64_t next, size;
-		if (sup_log_read(a->jobs->sup, id, off, mx, &data, &next, &size) < 0) {
-			agent_reply_fail(r, 1, "no log for %s on %s", id, a->opts.name);
-		} else {
-			for (size_t i = 0; i < data.len; i++)
-				if (!data.p[i]) data.p[i] = '?'; /* the answer is a string */
-			sk_buf_printf(&r->body, "%llu %llu %s\n", (unsigned long long)next, (unsigned long long)size,
-				      a->opts.name);
-			sk_buf_add(&r->body, data.p, data.len);
-		}
-		sk_buf_free(&data);
-		return;
-	}
+	if (sup_get(a->jobs->sup, id, &st) == 0 && serve_log(a, id, off, mx, r)) return;
 	if (agent_head_is_head(a)) {
-		const char *slash = strchr(id, '/');
-		char job[JOB_NAME_MAX + 1];
-		snprintf(job, sizeof job, "%.*s", slash ? (int)(slash - id) : 0, id);
-		const Skein__Jobs__Job *j = slash ? find_job(agent_head_jobs(a), job) : NULL;
-		member_view v = { 0 };
-		job_spec s;
-		char err[256];
-		lay L;
-		if (j && job_spec_from_pb(&s, j->spec, err, sizeof err) == 0 && job_spec_validate(&s, err, sizeof err) == 0 &&
-		    lay_from_job(&L, j, &s) == 0) {
-			uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s);
-			for (uint32_t m = 0; m < A + E; m++) {
-				char mid[SUP_ID_MAX];
-				member_id(mid, sizeof mid, s.name, m < A, m < A ? m : m - A);
-				if (!strcmp(mid, id)) view_member(a, j, &s, &L, m < A, m < A ? m : m - A, &v);
-			}
-			lay_free(&L);
+		char node[MBR_NAME_MAX + 1];
+		member_node(a, id, node, sizeof node);
+		if (node[0] && strcmp(node, a->opts.name)) {
+			agent_head_forward_node(a, q, c, r, node);
+			return;
 		}
-		if (!v.node[0] || !strcmp(v.node, a->opts.name))
-			agent_reply_fail(r, 1, "no such member running: %s (see skeinctl placement)", id);
-		else
-			agent_head_forward_node(a, q, c, r, v.node);
+		if (!serve_log(a, id, off, mx, r))
+			agent_reply_fail(r, 1, "no such member, or no log of it: %s (see skeinctl placement)", id);
 		return;
 	}
-	if (q->forwarded) { agent_reply_fail(r, 1, "%s does not run on %s", id, a->opts.name); return; }
+	/* sent here by the head: this node ran it (a finished job's log) */
+	if (q->forwarded) {
+		if (!serve_log(a, id, off, mx, r)) agent_reply_fail(r, 1, "no log of %s on %s", id, a->opts.name);
+		return;
+	}
 	agent_head_forward(a, q, c, r);
 }
 
@@ -1273,7 +1401,10 @@ static void kick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 static void fence_check(agent *a)
 {
 	agent_jobs *J = a->jobs;
-	if (J->fence_after_s <= 0 || J->fenced || ev_now(a->loop) - J->last_order < J->fence_after_s) return;
+	if (J->fence_after_s <= 0 || J->fenced || agent_head_ready(a)) { J->fence_ticks = 0; return; }
+	if (ev_now(a->loop) - J->last_order < J->fence_after_s) { J->fence_ticks = 0; return; }
+	/* seen on two ticks: after a stall, orders already queued are read between them */
+	if (++J->fence_ticks < 2) return;
 	size_t n = sup_list(J->sup, NULL, 0);
 	if (!n) return;
 	SK_WARN("jobs", "no order from a head for %.1f s (--member-fence-after): stopping %zu members",
@@ -1286,11 +1417,16 @@ static void fence_check(agent *a)
 void agent_jobs_tick(agent *a)
 {
 	agent_jobs *J = a->jobs;
-	if (J && !J->closing) fence_check(a);
-	if (!J || J->closing || !agent_head_ready(a)) return;
+	if (!J || J->closing) return;
+	if (!agent_head_ready(a)) {
+		if (J->nreports || J->nseen || J->ninfl) forget_head_caches(a);
+		fence_check(a);
+		return;
+	}
 	double now = ev_now(a->loop);
 	if (now - J->last_reconcile >= RECONCILE_INTERVAL_S) reconcile(a);
 	if (J->dirty || now - J->last_orders >= ORDER_INTERVAL_S) send_orders(a);
+	fence_check(a);
 }
 
 void agent_jobs_state_changed(agent *a)
@@ -1356,9 +1492,11 @@ void agent_jobs_close(agent *a)
 	ev_timer_stop(a->loop, &J->kick);
 	J->closing = true; /* sup_free runs the loop: ticks, orders and reports must not touch it */
 	sup_free(&J->sup, 30.0);
+	ev_timer_stop(a->loop, &J->kick);
 	for (size_t i = 0; i < J->nreports; i++) skein__jobs__report__free_unpacked(J->reports[i].rep, NULL);
 	free(J->reports);
 	free(J->infl);
+	free(J->seen);
 	free(J);
 	a->jobs = NULL;
 }

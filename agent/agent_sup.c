@@ -850,8 +850,10 @@ void sup_set(sup *s, const sup_spec *specs, size_t n)
 			}
 			/* not started yet in this generation (held, or waiting for its delay): take
 			 * the newest command and environment, e.g. the MASTER_PORT a hold waited for */
-			if (!m->bad && !m->st.pid && !m->stopping &&
-			    (m->st.state == SUP_PENDING || m->st.state == SUP_STARTING) && !sup_spec_same(&m->spec, sp)) {
+			bool unstarted = (!m->st.pid && !m->stopping &&
+					  (m->st.state == SUP_PENDING || m->st.state == SUP_STARTING)) ||
+					 (m->stopping && m->then == SUP_THEN_START); /* its old process is still going */
+			if (!m->bad && unstarted && !sup_spec_same(&m->spec, sp)) {
 				sup_spec fresh;
 				bool was_hold = m->spec.hold;
 				if (sup_spec_copy(&fresh, sp) == 0) {

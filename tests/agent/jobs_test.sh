@@ -61,7 +61,7 @@ check "trainer rank env: RANK WORLD_SIZE LOCAL_RANK CUDA_VISIBLE_DEVICES MASTER 
 	bash -c "echo '$s' | grep -q 'rank=2 world=4 local=2 cuda=2 master=127.0.0.1:[1-9][0-9]* role=trainer engine=-1 base=2 tp=1 rpc=127.0.0.1:$(rport 4)'"
 s=$(last_start rl/engine-3)
 check "engine env: engine id, GPUs, base GPU, TP size, restart count 0" \
-	bash -c "echo '$s' | grep -q 'gen=1 restarts=0 rank=3 world=4 local=0 cuda=2,3 master=127.0.0.1:[1-9][0-9]* role=rollout engine=3 base=2 tp=2'"
+	bash -c "echo '$s' | grep -q 'gen=1 restarts=0 rank=3 world=4 local=0 cuda=2,3 master=[0-9.:]* role=rollout engine=3 base=2 tp=2'"
 json=$(ctl 5 placement --format json)
 check "placement JSON shape" bash -c "echo '$json' | grep -q '^{\"members\":\[{\"member\":\"rl/trainer-0\",\"job\":\"rl\",\"role\":\"trainer\",\"rank\":0,\"engine\":-1,\"node\":\"n4\",\"gpus\":\[0\],\"pid\":[0-9]*,\"state\":\"running\",\"restarts\":0'"
 check "job list shows rl running" bash -c "'$SKEINCTL' --rpc 127.0.0.1:$(rport 2) job list | grep -q '^rl  *running'"
@@ -165,4 +165,11 @@ check "job stop answers" bash -c "echo '$out' | grep -q 'job rl stopped'"
 gone() { for p in $pids; do kill -0 "$p" 2>/dev/null && return 1; done; return 0; }
 check "every member process ended after stop" wait_until 10 gone
 check "job list: rl stopped" bash -c "'$SKEINCTL' --rpc 127.0.0.1:$(rport 4) job list | grep -q '^rl  *stopped'"
+check "logs of a stopped job's member, from the node that ran it" bash -c "'$SKEINCTL' --rpc 127.0.0.1:$(rport 2) logs rl/trainer-1 | grep -q 'hello from rl/trainer-1'"
+out=$(ctl 4 job delete big 2>&1)
+check "job delete of a stopped job" bash -c "echo '$out' | grep -q 'job big deleted' && ! '$SKEINCTL' --rpc 127.0.0.1:$(rport 4) job list | grep -q '^big '"
+ctl 4 job submit --name live --actor-num-nodes 1 --actor-num-gpus-per-node 1 --trainer-cmd 'exec sleep 100000' >/dev/null 2>&1
+out=$(ctl 4 job delete live 2>&1); rc=$?
+check "job delete of a running job refused: stop it first" expect_err $rc 1 "$out" "stop it first"
+ctl 4 job stop live >/dev/null 2>&1
 finish
