@@ -89,6 +89,7 @@ struct agent_jobs {
 	double fence_after_s;     /* --member-fence-after; 0 = never */
 	double last_order;        /* ev_now of the last order applied */
 	bool fenced;              /* members stopped for want of orders */
+	int quick_rounds;         /* order rounds 100 ms apart after a dropped send */
 	int fence_ticks;
 };
 
@@ -804,6 +805,7 @@ static void send_orders(agent *a)
 	if (!js || !agent_head_ready(a) || J->closing) return;
 	J->last_orders = ev_now(a->loop);
 	J->dirty = false;
+	bool dropped = false;
 	size_t cap = 0, cnt = 0;
 	for (size_t i = 0; i < job_state_count(js); i++) {
 		const Skein__Jobs__Job *j = job_state_at(js, i);
@@ -862,9 +864,12 @@ static void send_orders(agent *a)
 		q.term = agent_head_term(a);
 		q.payload.data = buf;
 		q.payload.len = len;
-		agent_head_send(a, node, &q);
+		/* dropped when the connection is not up yet (a new head's first order
+		 * to each node): the next round comes in 100 ms, not a second */
+		if (agent_head_send(a, node, &q) < 0) dropped = true;
 		free(buf);
 	}
+	J->quick_rounds = dropped && J->quick_rounds < 5 ? J->quick_rounds + 1 : 0;
 out:
 	free(list);
 	free(sorted);
@@ -1425,7 +1430,7 @@ void agent_jobs_tick(agent *a)
 	}
 	double now = ev_now(a->loop);
 	if (now - J->last_reconcile >= RECONCILE_INTERVAL_S) reconcile(a);
-	if (J->dirty || now - J->last_orders >= ORDER_INTERVAL_S) send_orders(a);
+	if (J->dirty || now - J->last_orders >= (J->quick_rounds ? 0.1 : ORDER_INTERVAL_S)) send_orders(a);
 	fence_check(a);
 }
 

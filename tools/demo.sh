@@ -107,7 +107,8 @@ t0=$(now_ms)
 new_head() { local h; h=$(head_of 4); [ -n "$h" ] && [ "$h" != "(none)" ] && [ "$h" != "$H" ]; }
 wait_for 15 new_head || { echo "no new head"; exit 1; }
 echo "new head $(head_of 4) $(( $(now_ms) - t0 )) ms after killing $H"
-sleep 2
+# the new head learns each member's process from its node's next report
+wait_for 10 running 12
 if [ "$(pids)" = "$P0" ]; then echo "all 12 members kept their processes (same pids)"; else echo "pids changed:"; echo "$P0"; pids; fi
 ctl 4 job list
 echo
