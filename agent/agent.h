@@ -8,6 +8,7 @@
  *   agent_opts.c   flags, environment, config file
  *   agent_gpu.c    counting GPUs at run time
  *   agent_jobs.c   jobs: placement and orders (head), supervision (every agent)
+ *   agent_jobs_cmd.c  skeinctl's job, placement and logs commands
  *   agent_sup.c    the member processes of this node
  *
  * One libev loop runs everything.  The membership logic (membership/mbr.h)

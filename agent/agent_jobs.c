@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/agent_jobs_int.h"
 #include "agent/agent_sup.h"
 #include "common/sk_log.h"
 #include "jobs/job_place.h"
@@ -49,61 +50,7 @@
 static const double ORDER_INTERVAL_S = 1.0;
 static const double RECONCILE_INTERVAL_S = 0.5;
 static const double INFLIGHT_TIMEOUT_S = 5.0;
-enum { LOG_READ_MAX = 256 << 10 };
 
-typedef struct {
-	char node[MBR_NAME_MAX + 1];
-	Skein__Jobs__Report *rep;
-} node_report;
-
-typedef struct {
-	char job[JOB_NAME_MAX + 1];
-	uint64_t index;
-	double since;
-} inflight;
-
-typedef struct {
-	char id[SUP_ID_MAX + 24];
-	uint64_t gen;
-	int32_t pid;
-} rank_seen;
-
-struct agent_jobs {
-	sup *sup;
-	char log_dir[600], state_file[600];
-	ev_timer kick;            /* reconcile and send orders soon, outside the Raft pump */
-	/* head side */
-	node_report *reports;
-	size_t nreports;
-	inflight *infl;
-	size_t ninfl;
-	rank_seen *seen;          /* the process each trainer rank last ran in */
-	size_t nseen;
-	double last_orders;
-	bool dirty;
-	uint64_t next_seq;        /* names of jobs submitted but not yet applied */
-	/* agent side */
-	char head[MBR_NAME_MAX + 1];
-	bool closing;             /* sup_free runs the loop: no more orders or reports */
-	double last_reconcile;
-	double fence_after_s;     /* --member-fence-after; 0 = never */
-	double last_order;        /* ev_now of the last order applied */
-	bool fenced;              /* members stopped for want of orders */
-	int quick_rounds;         /* order rounds 100 ms apart after a dropped send */
-	int fence_ticks;
-};
-
-/* A job's layout as plain C, for computing the next one. */
-typedef struct {
-	uint32_t n, neng;
-	char (*node)[MBR_NAME_MAX + 1];
-	uint32_t *gpu;
-	uint64_t trainer_gen;
-	uint32_t trainer_failures;
-	char master_addr[64];
-	uint32_t master_port;
-	uint32_t *engine_gen, *engine_restarts;
-} lay;
 
 static void kick(agent *a)
 {
@@ -115,7 +62,7 @@ static void kick(agent *a)
 
 /* ---------------------------------------------------------------- layouts */
 
-static void lay_free(lay *L)
+void aj_lay_free(lay *L)
 {
 	free(L->node);
 	free(L->gpu);
@@ -134,13 +81,13 @@ static int lay_init(lay *L, uint32_t n, uint32_t neng)
 	L->engine_gen = calloc(neng ? neng : 1, sizeof *L->engine_gen);
 	L->engine_restarts = calloc(neng ? neng : 1, sizeof *L->engine_restarts);
 	if (!L->node || !L->gpu || !L->engine_gen || !L->engine_restarts) {
-		lay_free(L);
+		aj_lay_free(L);
 		return -1;
 	}
 	return 0;
 }
 
-static int lay_from_job(lay *L, const Skein__Jobs__Job *j, const job_spec *s)
+int aj_lay_from_job(lay *L, const Skein__Jobs__Job *j, const job_spec *s)
 {
 	if (lay_init(L, job_spec_slots(s), job_spec_engines(s)) < 0) return -1;
 	const Skein__Jobs__Layout *pl = j->layout;
@@ -160,13 +107,13 @@ static int lay_from_job(lay *L, const Skein__Jobs__Job *j, const job_spec *s)
 	return 0;
 }
 
-static bool placed(const Skein__Jobs__Job *j)
+bool aj_placed(const Skein__Jobs__Job *j)
 {
 	return j->layout && j->layout->n_slots > 0;
 }
 
 /* Packs a Job equal to `old` but with this state, reason and layout. */
-static int pack_job(const Skein__Jobs__Job *old, const char *state, const char *reason, const lay *L,
+int aj_pack_job(const Skein__Jobs__Job *old, const char *state, const char *reason, const lay *L,
 		    uint8_t **out, size_t *len)
 {
 	Skein__Jobs__Job j = *old;
@@ -259,7 +206,7 @@ static int node_index(const place_node *nodes, size_t n, const char *name)
 	return -1;
 }
 
-static bool job_active(const Skein__Jobs__Job *j)
+bool aj_job_active(const Skein__Jobs__Job *j)
 {
 	return !strcmp(j->state, "pending") || !strcmp(j->state, "running");
 }
@@ -269,7 +216,7 @@ static void mark_busy(const job_state *js, const Skein__Jobs__Job *skip, place_n
 {
 	for (size_t i = 0; i < job_state_count(js); i++) {
 		const Skein__Jobs__Job *j = job_state_at(js, i);
-		if (j == skip || !job_active(j) || !placed(j)) continue;
+		if (j == skip || !aj_job_active(j) || !aj_placed(j)) continue;
 		for (size_t s = 0; s < j->layout->n_slots; s++) {
 			int ni = node_index(nodes, n, j->layout->slots[s]->node);
 			if (ni >= 0 && j->layout->slots[s]->gpu < 64) nodes[ni].busy |= 1ULL << j->layout->slots[s]->gpu;
@@ -288,7 +235,7 @@ static const Skein__Jobs__Report *report_of(agent *a, const char *node)
 }
 
 /* The state of member `id` as its node last reported it (NULL if none). */
-static const Skein__Jobs__MemberStatus *status_of(agent *a, const char *node, const char *id)
+const Skein__Jobs__MemberStatus *aj_status_of(agent *a, const char *node, const char *id)
 {
 	const Skein__Jobs__Report *r = report_of(a, node);
 	for (size_t i = 0; r && i < r->n_members; i++)
@@ -333,7 +280,7 @@ static bool inflight_any(agent *a)
 	return J->ninfl > 0;
 }
 
-static void inflight_add(agent *a, const char *job, uint64_t index)
+void aj_inflight_add(agent *a, const char *job, uint64_t index)
 {
 	agent_jobs *J = a->jobs;
 	if (agent_head_applied(a) >= index) return; /* committed already (one voter) */
@@ -354,12 +301,12 @@ static void propose_update(agent *a, const Skein__Jobs__Job *old, const char *st
 	/* with one voter the entry commits inside the propose and `old` is freed */
 	char name[JOB_NAME_MAX + 1];
 	snprintf(name, sizeof name, "%s", old->spec->name);
-	if (pack_job(old, state, reason, L, &data, &len) < 0) return;
+	if (aj_pack_job(old, state, reason, L, &data, &len) < 0) return;
 	agent_reply r = { 0 };
 	sk_buf_init(&r.body);
 	uint64_t index;
 	if (agent_head_propose(a, NULL, &r, JOB_ENTRY_UPDATE, data, len, NULL, &index) == 0) {
-		inflight_add(a, name, index);
+		aj_inflight_add(a, name, index);
 		SK_INFO("jobs", "job %s: %s", name, why);
 	} else {
 		SK_WARN("jobs", "job %s: update not proposed: %s", name, r.error);
@@ -489,7 +436,7 @@ static int from_place(const job_spec *s, lay *L, const place_layout *pl, const p
 	return changed;
 }
 
-static void member_id(char *out, size_t cap, const char *job, bool trainer, uint32_t k)
+void aj_member_id(char *out, size_t cap, const char *job, bool trainer, uint32_t k)
 {
 	snprintf(out, cap, "%s/%s-%u", job, trainer ? "trainer" : "engine", k);
 }
@@ -498,12 +445,12 @@ static void member_id(char *out, size_t cap, const char *job, bool trainer, uint
 static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place_node *nodes, size_t n)
 {
 	lay L;
-	if (lay_from_job(&L, j, s) < 0) return;
+	if (aj_lay_from_job(&L, j, s) < 0) return;
 	place_layout pl = { 0 };
 	place_result res = { 0 };
 	bool *eng = calloc(L.neng ? L.neng : 1, sizeof *eng);
 	if (!eng || to_place(&L, nodes, n, &pl) < 0) goto out;
-	bool fresh = !placed(j);
+	bool fresh = !aj_placed(j);
 	bool need = fresh;
 	for (uint32_t i = 0; i < pl.nslots; i++)
 		if (pl.slots[i].node < 0 || !nodes[pl.slots[i].node].alive) need = true;
@@ -514,8 +461,8 @@ static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec
 	uint32_t off = s->colocate ? 0 : job_spec_trainer_ranks(s), tp = s->rollout_num_gpus_per_engine;
 	for (uint32_t e = 0; !fresh && e < L.neng; e++) {
 		char id[SUP_ID_MAX];
-		member_id(id, sizeof id, s->name, false, e);
-		const Skein__Jobs__MemberStatus *st = L.node[off + e * tp][0] ? status_of(a, L.node[off + e * tp], id) : NULL;
+		aj_member_id(id, sizeof id, s->name, false, e);
+		const Skein__Jobs__MemberStatus *st = L.node[off + e * tp][0] ? aj_status_of(a, L.node[off + e * tp], id) : NULL;
 		if (st && st->gen == L.engine_gen[e] && st->restarts > L.engine_restarts[e]) L.engine_restarts[e] = st->restarts;
 	}
 	int changed = from_place(s, &L, &pl, nodes, eng);
@@ -553,7 +500,7 @@ static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec
 	goto out;
 port:
 	/* the trainer waits for MASTER_PORT until rank 0's node has reported one */
-	if (placed(j) && !L.master_port && L.node[0][0]) {
+	if (aj_placed(j) && !L.master_port && L.node[0][0]) {
 		master_of(a, &L, nodes, n);
 		L.master_port = node_free_port(a, L.node[0], 0);
 		if (L.master_port) propose_update(a, j, j->state, j->reason, &L, "MASTER_PORT chosen");
@@ -561,7 +508,7 @@ port:
 out:
 	free(pl.slots);
 	free(eng);
-	lay_free(&L);
+	aj_lay_free(&L);
 }
 
 static rank_seen *seen_get(agent *a, const char *id)
@@ -595,14 +542,14 @@ static void forget_head_caches(agent *a)
 static void reconcile_trainer(agent *a, const Skein__Jobs__Job *j, const job_spec *s)
 {
 	lay L;
-	if (lay_from_job(&L, j, s) < 0) return;
+	if (aj_lay_from_job(&L, j, s) < 0) return;
 	uint32_t A = job_spec_trainer_ranks(s), done = 0;
 	const Skein__Jobs__MemberStatus *dead = NULL, *reborn = NULL;
 	if (!trainer_all_placed(&L, A) || !L.master_port) goto out;
 	for (uint32_t r = 0; r < A; r++) {
 		char id[SUP_ID_MAX];
-		member_id(id, sizeof id, s->name, true, r);
-		const Skein__Jobs__MemberStatus *st = status_of(a, L.node[r], id);
+		aj_member_id(id, sizeof id, s->name, true, r);
+		const Skein__Jobs__MemberStatus *st = aj_status_of(a, L.node[r], id);
 		if (!st || st->gen != L.trainer_gen) continue;
 		/* a rank in a new process of the same generation (its agent restarted,
 		 * or fenced it and got orders again): the others' world is broken */
@@ -643,7 +590,7 @@ static void reconcile_trainer(agent *a, const Skein__Jobs__Job *j, const job_spe
 		propose_update(a, j, "completed", "every trainer rank exited 0", &L, "completed");
 	}
 out:
-	lay_free(&L);
+	aj_lay_free(&L);
 }
 
 static void reconcile(agent *a)
@@ -662,13 +609,13 @@ static void reconcile(agent *a)
 		const Skein__Jobs__Job *j = job_state_get(js, names[i]);
 		job_spec s;
 		char err[256];
-		if (!j || !job_active(j) || inflight_any(a)) continue;
+		if (!j || !aj_job_active(j) || inflight_any(a)) continue;
 		if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0) continue;
 		for (size_t k = 0; k < n; k++) nodes[k].busy = 0;
 		mark_busy(js, j, nodes, n);
 		reconcile_layout(a, j, &s, nodes, n);
 		j = job_state_get(js, names[i]);
-		if (j && job_active(j) && !inflight_any(a) && placed(j)) reconcile_trainer(a, j, &s);
+		if (j && aj_job_active(j) && !inflight_any(a) && aj_placed(j)) reconcile_trainer(a, j, &s);
 	}
 	free(names);
 	free(nodes);
@@ -677,15 +624,6 @@ static void reconcile(agent *a)
 
 /* ---------------------------------------------------------------- head: orders */
 
-typedef struct {
-	Skein__Jobs__MemberOrder o;
-	char id[SUP_ID_MAX];
-	char node[MBR_NAME_MAX + 1];
-	uint32_t gpus[JOB_GPUS_PER_NODE_MAX];
-	char arena[JOB_DIR_MAX + 1024];   /* every KEY=VALUE, back to back: sized for the longest */
-	size_t used;
-	char *env[24];
-} order_buf;
 
 static void env_add(order_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void env_add(order_buf *b, const char *fmt, ...)
@@ -713,7 +651,7 @@ static uint32_t backoff_ms(const job_spec *s, uint64_t restarts)
 	return (uint32_t)(d > s->backoff_max_ms ? s->backoff_max_ms : d);
 }
 
-static void gpu_list(char *out, size_t cap, const uint32_t *g, uint32_t n)
+void aj_gpu_list(char *out, size_t cap, const uint32_t *g, uint32_t n)
 {
 	size_t off = 0;
 	out[0] = 0;
@@ -723,7 +661,7 @@ static void gpu_list(char *out, size_t cap, const uint32_t *g, uint32_t n)
 
 /* The orders of one member (trainer rank or engine k) of job j; false when
  * it does not run now (not placed, or its trainer is incomplete). */
-static bool build_order(const Skein__Jobs__Job *j, const job_spec *s, const lay *L, bool trainer, uint32_t k,
+bool aj_build_order(const Skein__Jobs__Job *j, const job_spec *s, const lay *L, bool trainer, uint32_t k,
 			order_buf *b, char *node, size_t nodecap)
 {
 	uint32_t A = job_spec_trainer_ranks(s), E = job_spec_engines(s), tp = s->rollout_num_gpus_per_engine;
@@ -740,7 +678,7 @@ static bool build_order(const Skein__Jobs__Job *j, const job_spec *s, const lay 
 		snprintf(node, nodecap, "%s", L->node[first]);
 		for (ng = 0; ng < tp; ng++) b->gpus[ng] = L->gpu[first + ng];
 	}
-	member_id(b->id, sizeof b->id, s->name, trainer, k);
+	aj_member_id(b->id, sizeof b->id, s->name, trainer, k);
 	b->o.id = b->id;
 	b->o.job = j->spec->name; /* the committed record outlives the order; `s` may not */
 	b->o.role = trainer ? "trainer" : "rollout";
@@ -762,7 +700,7 @@ static bool build_order(const Skein__Jobs__Job *j, const job_spec *s, const lay 
 	b->o.hold = trainer && L->master_port == 0;
 	b->o.stop_grace_ms = s->stop_grace_ms;
 	char gl[JOB_GPUS_PER_NODE_MAX * 4];
-	gpu_list(gl, sizeof gl, b->gpus, ng);
+	aj_gpu_list(gl, sizeof gl, b->gpus, ng);
 	/* a trainer unit (actor-num-gpus-per-node ranks) sits on one node */
 	uint32_t local_rank = trainer ? k % s->actor_num_gpus_per_node : 0;
 	env_add(b, "RANK=%u", k);
@@ -809,7 +747,7 @@ static void send_orders(agent *a)
 	size_t cap = 0, cnt = 0;
 	for (size_t i = 0; i < job_state_count(js); i++) {
 		const Skein__Jobs__Job *j = job_state_at(js, i);
-		if (!strcmp(j->state, "running") && placed(j)) cap += j->layout->n_slots * 2;
+		if (!strcmp(j->state, "running") && aj_placed(j)) cap += j->layout->n_slots * 2;
 	}
 	size_t nm = mbr_members(a->mbr, NULL, 0);
 	mbr_member_info *mi = calloc(nm ? nm : 1, sizeof *mi);
@@ -823,17 +761,17 @@ static void send_orders(agent *a)
 		job_spec s;
 		char err[256];
 		lay L;
-		if (strcmp(j->state, "running") || !placed(j)) continue;
+		if (strcmp(j->state, "running") || !aj_placed(j)) continue;
 		if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0 ||
-		    lay_from_job(&L, j, &s) < 0)
+		    aj_lay_from_job(&L, j, &s) < 0)
 			continue;
 		uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s);
 		for (uint32_t k = 0; k < A + E && cnt < cap; k++)
-			if (build_order(j, &s, &L, k < A, k < A ? k : k - A, &ob[cnt], ob[cnt].node, sizeof ob[cnt].node)) {
+			if (aj_build_order(j, &s, &L, k < A, k < A ? k : k - A, &ob[cnt], ob[cnt].node, sizeof ob[cnt].node)) {
 				sorted[cnt] = &ob[cnt];
 				cnt++;
 			}
-		lay_free(&L); /* the orders point into the committed record, not into L or s */
+		aj_lay_free(&L); /* the orders point into the committed record, not into L or s */
 	}
 	qsort(sorted, cnt, sizeof *sorted, order_cmp);
 	for (size_t i = 0; i < nm; i++) {
@@ -1023,331 +961,14 @@ static void handle_report(agent *a, const char *node, const uint8_t *data, size_
 		const Skein__Jobs__MemberStatus *m = r->members[k];
 		if (!strstr(m->id, "/trainer-") || (strcmp(m->state, "failed") && strcmp(m->state, "stopped"))) continue;
 		const Skein__Jobs__Job *j = job_state_get(js, m->job);
-		act = j && placed(j) && m->gen == j->layout->trainer_gen; /* of the current generation */
+		act = j && aj_placed(j) && m->gen == j->layout->trainer_gen; /* of the current generation */
 	}
 	for (size_t k = 0; js && k < job_state_count(js) && !act; k++) {
 		const Skein__Jobs__Job *j = job_state_at(js, k);
-		act = !strcmp(j->state, "running") && placed(j) && !j->layout->master_port &&
+		act = !strcmp(j->state, "running") && aj_placed(j) && !j->layout->master_port &&
 		      !strcmp(j->layout->slots[0]->node, node); /* rank 0's node: its port came */
 	}
 	if (act) kick(a);
-}
-
-/* ---------------------------------------------------------------- commands */
-
-static const Skein__Jobs__Job *find_job(const job_state *js, const char *name)
-{
-	return js ? job_state_get(js, name) : NULL;
-}
-
-static void cmd_submit(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
-{
-	const job_state *js = agent_head_jobs(a);
-	agent_jobs *J = a->jobs;
-	Skein__Jobs__JobSpec *pb = skein__jobs__job_spec__unpack(NULL, q->payload.len, q->payload.data);
-	job_spec s;
-	char err[300];
-	if (!pb) { agent_reply_fail(r, 2, "job submit: the job description could not be read"); return; }
-	int rc = job_spec_from_pb(&s, pb, err, sizeof err);
-	skein__jobs__job_spec__free_unpacked(pb, NULL);
-	if (rc < 0 || job_spec_validate(&s, err, sizeof err) < 0) { agent_reply_fail(r, 2, "%s", err); return; }
-	uint64_t seq = job_state_next_seq(js);
-	if (J->next_seq > seq) seq = J->next_seq;
-	if (!s.name[0]) snprintf(s.name, sizeof s.name, "job-%llu", (unsigned long long)seq);
-	if (find_job(js, s.name)) {
-		agent_reply_fail(r, 1, "job %s exists already (skeinctl job stop %s, job delete %s, then submit again)",
-				 s.name, s.name, s.name);
-		return;
-	}
-	if (job_state_count(js) >= JOB_STATE_JOBS_MAX) {
-		agent_reply_fail(r, 1, "the cluster holds %d jobs, the most it keeps: skeinctl job delete finished ones",
-				 JOB_STATE_JOBS_MAX);
-		return;
-	}
-	J->next_seq = seq + 1;
-	Skein__Jobs__JobSpec spb = SKEIN__JOBS__JOB_SPEC__INIT;
-	job_spec_to_pb(&s, &spb);
-	Skein__Jobs__Job j = SKEIN__JOBS__JOB__INIT;
-	j.spec = &spb;
-	j.state = "pending";
-	j.reason = "";
-	j.seq = seq;
-	j.submitted_ms = (uint64_t)time(NULL) * 1000;
-	uint8_t *data;
-	size_t len;
-	if (job_state_encode(&j, &data, &len) < 0) { agent_reply_fail(r, 1, "out of memory"); return; }
-	char body[160];
-	snprintf(body, sizeof body, "job %s submitted\n", s.name);
-	agent_head_propose(a, c, r, JOB_ENTRY_SUBMIT, data, len, body, NULL);
-}
-
-/* A member as `placement` and `job status` show it. */
-typedef struct {
-	char id[SUP_ID_MAX], node[MBR_NAME_MAX + 1], state[16], reason[128];
-	bool trainer;
-	uint32_t k, ngpus, gpus[JOB_GPUS_PER_NODE_MAX], restarts;
-	int pid;
-} member_view;
-
-static void view_member(agent *a, const Skein__Jobs__Job *j, const job_spec *s, const lay *L, bool trainer,
-			uint32_t k, member_view *v)
-{
-	order_buf *b = calloc(1, sizeof *b);
-	memset(v, 0, sizeof *v);
-	v->trainer = trainer;
-	v->k = k;
-	member_id(v->id, sizeof v->id, s->name, trainer, k);
-	snprintf(v->state, sizeof v->state, "pending");
-	if (!b) return;
-	if (!strcmp(j->state, "running") && build_order(j, s, L, trainer, k, b, v->node, sizeof v->node)) {
-		v->ngpus = (uint32_t)b->o.n_gpus;
-		memcpy(v->gpus, b->gpus, v->ngpus * sizeof *v->gpus);
-		const Skein__Jobs__MemberStatus *st = status_of(a, v->node, v->id);
-		if (b->o.hold) snprintf(v->reason, sizeof v->reason, "waiting for MASTER_PORT");
-		else if (!st) snprintf(v->state, sizeof v->state, "starting");
-		else if (st->gen != b->o.gen) snprintf(v->state, sizeof v->state, "restarting");
-		else {
-			snprintf(v->state, sizeof v->state, "%s", st->state);
-			snprintf(v->reason, sizeof v->reason, "%s", st->reason);
-			v->pid = st->pid;
-			v->restarts = st->restarts;
-		}
-		if (!st || st->gen != b->o.gen) v->restarts = b->o.restart_base;
-	} else if (strcmp(j->state, "running") && strcmp(j->state, "pending")) {
-		snprintf(v->state, sizeof v->state, "%s", !strcmp(j->state, "failed") ? "failed" : "stopped");
-	} else {
-		snprintf(v->reason, sizeof v->reason, "%s", j->reason);
-	}
-	free(b);
-}
-
-static void print_members(agent *a, const Skein__Jobs__Job *j, sk_buf *o, bool json, bool *first)
-{
-	job_spec s;
-	char err[256];
-	lay L;
-	if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0 ||
-	    lay_from_job(&L, j, &s) < 0)
-		return;
-	uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s);
-	for (uint32_t m = 0; m < A + E; m++) {
-		member_view v;
-		bool tr = m < A;
-		view_member(a, j, &s, &L, tr, tr ? m : m - A, &v);
-		char gl[JOB_GPUS_PER_NODE_MAX * 4];
-		gpu_list(gl, sizeof gl, v.gpus, v.ngpus);
-		if (json) {
-			sk_buf_printf(o, "%s{\"member\":", *first ? "" : ",");
-			*first = false;
-			sk_buf_json_str(o, v.id);
-			sk_buf_printf(o, ",\"job\":");
-			sk_buf_json_str(o, s.name);
-			sk_buf_printf(o, ",\"role\":\"%s\",\"rank\":%d,\"engine\":%d,\"node\":", tr ? "trainer" : "rollout",
-				      tr ? (int)v.k : -1, tr ? -1 : (int)v.k);
-			if (v.node[0]) sk_buf_json_str(o, v.node);
-			else sk_buf_printf(o, "null");
-			sk_buf_printf(o, ",\"gpus\":[%s],\"pid\":%d,\"state\":\"%s\",\"restarts\":%u,\"reason\":", gl, v.pid,
-				      v.state, v.restarts);
-			sk_buf_json_str(o, v.reason);
-			sk_buf_printf(o, "}");
-		} else {
-			sk_buf_printf(o, "%-28s %-8s %-16s %-10s %-8d %-10s %-8u %s\n", v.id, tr ? "trainer" : "rollout",
-				      v.node[0] ? v.node : "-", gl[0] ? gl : "-", v.pid, v.state, v.restarts, v.reason);
-		}
-	}
-	lay_free(&L);
-}
-
-static const char MEMBER_HDR[] = "%-28s %-8s %-16s %-10s %-8s %-10s %-8s %s\n";
-
-static void cmd_placement(agent *a, const Skein__Control__Request *q, agent_reply *r)
-{
-	const job_state *js = agent_head_jobs(a);
-	bool json = !strcmp(q->format, "json"), first = true;
-	const char *only = q->n_args ? q->args[0] : NULL;
-	if (only && !find_job(js, only)) { agent_reply_fail(r, 1, "no such job: %s", only); return; }
-	if (json) sk_buf_printf(&r->body, "{\"members\":[");
-	else sk_buf_printf(&r->body, MEMBER_HDR, "MEMBER", "ROLE", "NODE", "GPUS", "PID", "STATE", "RESTARTS", "REASON");
-	for (size_t i = 0; i < job_state_count(js); i++) {
-		const Skein__Jobs__Job *j = job_state_at(js, i);
-		if (only ? strcmp(j->spec->name, only) != 0 : !job_active(j)) continue;
-		print_members(a, j, &r->body, json, &first);
-	}
-	if (json) sk_buf_printf(&r->body, "]}\n");
-}
-
-static void job_line(const Skein__Jobs__Job *j, sk_buf *o, bool json)
-{
-	const Skein__Jobs__JobSpec *s = j->spec;
-	uint32_t A = s->actor_num_nodes * s->actor_num_gpus_per_node;
-	uint32_t R = s->colocate ? A : s->rollout_num_gpus;
-	uint32_t E = s->rollout_num_gpus_per_engine ? R / s->rollout_num_gpus_per_engine : 0;
-	unsigned long long gen = j->layout ? (unsigned long long)j->layout->trainer_gen : 0;
-	if (json) {
-		sk_buf_printf(o, "{\"name\":");
-		sk_buf_json_str(o, s->name);
-		sk_buf_printf(o, ",\"state\":\"%s\",\"reason\":", j->state);
-		sk_buf_json_str(o, j->reason);
-		sk_buf_printf(o, ",\"trainer_ranks\":%u,\"engines\":%u,\"gpus_per_engine\":%u,\"colocate\":%s,"
-			      "\"transfer_mode\":", A, E, s->rollout_num_gpus_per_engine, s->colocate ? "true" : "false");
-		sk_buf_json_str(o, s->transfer_mode);
-		sk_buf_printf(o, ",\"trainer_generation\":%llu,\"master\":", gen);
-		char m[96] = "";
-		if (j->layout && j->layout->master_port)
-			snprintf(m, sizeof m, "%s:%u", j->layout->master_addr, j->layout->master_port);
-		sk_buf_json_str(o, m);
-		sk_buf_printf(o, ",\"seq\":%llu}", (unsigned long long)j->seq);
-	} else {
-		sk_buf_printf(o, "%-20s %-10s %-8u %-8u %-11llu %s\n", s->name, j->state, A, E, gen, j->reason);
-	}
-}
-
-static void cmd_job(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
-{
-	const char *op = q->n_args ? q->args[0] : "";
-	const job_state *js = agent_head_jobs(a);
-	bool json = !strcmp(q->format, "json");
-	if (!strcmp(op, "submit") && q->n_args == 1) {
-		cmd_submit(a, q, c, r);
-	} else if (!strcmp(op, "list") && q->n_args == 1) {
-		if (json) sk_buf_printf(&r->body, "{\"jobs\":[");
-		else sk_buf_printf(&r->body, "%-20s %-10s %-8s %-8s %-11s %s\n", "JOB", "STATE", "TRAINER", "ENGINES",
-				   "GENERATION", "REASON");
-		for (size_t i = 0; i < job_state_count(js); i++) {
-			if (json && i) sk_buf_add(&r->body, ",", 1);
-			job_line(job_state_at(js, i), &r->body, json);
-		}
-		if (json) sk_buf_printf(&r->body, "]}\n");
-	} else if (!strcmp(op, "status") && q->n_args <= 2) {
-		size_t n = job_state_count(js);
-		const Skein__Jobs__Job *j = q->n_args == 2 ? find_job(js, q->args[1]) : n ? job_state_at(js, n - 1) : NULL;
-		if (!j) { agent_reply_fail(r, 1, q->n_args == 2 ? "no such job: %s" : "no jobs%s", q->n_args == 2 ? q->args[1] : ""); return; }
-		bool first = true;
-		if (json) {
-			sk_buf_printf(&r->body, "{\"job\":");
-			job_line(j, &r->body, true);
-			sk_buf_printf(&r->body, ",\"members\":[");
-			print_members(a, j, &r->body, true, &first);
-			sk_buf_printf(&r->body, "]}\n");
-		} else {
-			sk_buf_printf(&r->body, "job:        %s\nstate:      %s\n", j->spec->name, j->state);
-			if (j->reason[0]) sk_buf_printf(&r->body, "reason:     %s\n", j->reason);
-			if (j->layout && j->layout->master_port)
-				sk_buf_printf(&r->body, "master:     %s:%u\n", j->layout->master_addr, j->layout->master_port);
-			sk_buf_printf(&r->body, "generation: %llu (trainer group)\n\n",
-				      j->layout ? (unsigned long long)j->layout->trainer_gen : 0ULL);
-			sk_buf_printf(&r->body, MEMBER_HDR, "MEMBER", "ROLE", "NODE", "GPUS", "PID", "STATE", "RESTARTS", "REASON");
-			print_members(a, j, &r->body, false, &first);
-		}
-	} else if (!strcmp(op, "stop") && q->n_args == 2) {
-		const Skein__Jobs__Job *j = find_job(js, q->args[1]);
-		if (!j) { agent_reply_fail(r, 1, "no such job: %s", q->args[1]); return; }
-		if (!job_active(j)) { sk_buf_printf(&r->body, "job %s is %s already\n", j->spec->name, j->state); return; }
-		uint8_t *data;
-		size_t len;
-		if (pack_job(j, "stopped", "stopped by the operator", NULL, &data, &len) < 0) {
-			agent_reply_fail(r, 1, "out of memory");
-			return;
-		}
-		char body[160], name[JOB_NAME_MAX + 1];
-		snprintf(body, sizeof body, "job %s stopped (members get SIGTERM, then SIGKILL after %u ms)\n",
-			 j->spec->name, j->spec->stop_grace_ms);
-		snprintf(name, sizeof name, "%s", j->spec->name);
-		uint64_t index;
-		if (agent_head_propose(a, c, r, JOB_ENTRY_UPDATE, data, len, body, &index) == 0) inflight_add(a, name, index);
-	} else if (!strcmp(op, "delete") && q->n_args == 2) {
-		const Skein__Jobs__Job *j = find_job(js, q->args[1]);
-		if (!j) { agent_reply_fail(r, 1, "no such job: %s", q->args[1]); return; }
-		if (job_active(j)) {
-			agent_reply_fail(r, 1, "job %s is %s: stop it first (skeinctl job stop %s)", j->spec->name, j->state,
-					 j->spec->name);
-			return;
-		}
-		size_t len = strlen(j->spec->name);
-		uint8_t *data = malloc(len);
-		if (!data) { agent_reply_fail(r, 1, "out of memory"); return; }
-		memcpy(data, j->spec->name, len);
-		char body[160];
-		snprintf(body, sizeof body, "job %s deleted\n", j->spec->name);
-		agent_head_propose(a, c, r, JOB_ENTRY_DELETE, data, len, body, NULL);
-	} else {
-		agent_reply_fail(r, 2, "usage: skeinctl job submit FLAGS | list | status [JOB] | stop JOB | delete JOB");
-	}
-}
-
-/* Serves a piece of a member's log file from this node; false when it has none. */
-static bool serve_log(agent *a, const char *id, unsigned long long off, unsigned long mx, agent_reply *r)
-{
-	sk_buf data;
-	sk_buf_init(&data);
-	uint64_t next, size;
-	bool ok = sup_log_read(a->jobs->sup, id, off, mx, &data, &next, &size) == 0;
-	if (ok) {
-		for (size_t i = 0; i < data.len; i++)
-			if (!data.p[i]) data.p[i] = '?'; /* the answer is a string */
-		sk_buf_printf(&r->body, "%llu %llu %s\n", (unsigned long long)next, (unsigned long long)size, a->opts.name);
-		sk_buf_add(&r->body, data.p, data.len);
-	}
-	sk_buf_free(&data);
-	return ok;
-}
-
-/* The node a member is (or was last) placed on, from the committed layout
- * whatever the job's state; "" when unknown. */
-static void member_node(agent *a, const char *id, char *node, size_t cap)
-{
-	node[0] = 0;
-	const char *slash = strchr(id, '/');
-	char job[JOB_NAME_MAX + 1];
-	if (!slash || slash - id > JOB_NAME_MAX) return;
-	snprintf(job, sizeof job, "%.*s", (int)(slash - id), id);
-	const Skein__Jobs__Job *j = find_job(agent_head_jobs(a), job);
-	job_spec s;
-	char err[256];
-	lay L;
-	if (!j || job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0 ||
-	    lay_from_job(&L, j, &s) < 0)
-		return;
-	uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s), off = s.colocate ? 0 : A;
-	for (uint32_t m = 0; m < A + E; m++) {
-		char mid[SUP_ID_MAX];
-		member_id(mid, sizeof mid, s.name, m < A, m < A ? m : m - A);
-		uint32_t slot = m < A ? m : off + (m - A) * s.rollout_num_gpus_per_engine;
-		if (!strcmp(mid, id) && slot < L.n) snprintf(node, cap, "%s", L.node[slot]);
-	}
-	lay_free(&L);
-}
-
-/* logs MEMBER OFFSET MAX: served by the agent that runs (or ran) the member;
- * any other agent passes it to the head, which knows where it is placed. */
-static void cmd_logs(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
-{
-	if (q->n_args != 3) { agent_reply_fail(r, 2, "usage: skeinctl logs MEMBER [--follow]"); return; }
-	const char *id = q->args[0];
-	char *end;
-	unsigned long long off = strtoull(q->args[1], &end, 10);
-	unsigned long mx = *end ? 0 : strtoul(q->args[2], &end, 10);
-	if (*end || !mx) { agent_reply_fail(r, 2, "logs: bad offset or size"); return; }
-	if (mx > LOG_READ_MAX) mx = LOG_READ_MAX;
-	sup_status st;
-	if (sup_get(a->jobs->sup, id, &st) == 0 && serve_log(a, id, off, mx, r)) return;
-	if (agent_head_is_head(a)) {
-		char node[MBR_NAME_MAX + 1];
-		member_node(a, id, node, sizeof node);
-		if (node[0] && strcmp(node, a->opts.name)) {
-			agent_head_forward_node(a, q, c, r, node);
-			return;
-		}
-		if (!serve_log(a, id, off, mx, r))
-			agent_reply_fail(r, 1, "no such member, or no log of it: %s (see skeinctl placement)", id);
-		return;
-	}
-	/* sent here by the head: this node ran it (a finished job's log) */
-	if (q->forwarded) {
-		if (!serve_log(a, id, off, mx, r)) agent_reply_fail(r, 1, "no log of %s on %s", id, a->opts.name);
-		return;
-	}
-	agent_head_forward(a, q, c, r);
 }
 
 bool agent_jobs_dispatch(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
@@ -1370,7 +991,7 @@ bool agent_jobs_dispatch(agent *a, const Skein__Control__Request *q, const agent
 	}
 	if (!strcmp(cmd, "logs")) {
 		if (a->jobs->closing) agent_reply_fail(r, 1, "the agent is stopping");
-		else cmd_logs(a, q, c, r);
+		else aj_cmd_logs(a, q, c, r);
 		return true;
 	}
 	if (strcmp(cmd, "job") && strcmp(cmd, "placement")) return false;
@@ -1382,8 +1003,8 @@ bool agent_jobs_dispatch(agent *a, const Skein__Control__Request *q, const agent
 		agent_reply_fail(r, 1, "the head is catching up with the log of its new term: retry");
 		return true;
 	}
-	if (!strcmp(cmd, "job")) cmd_job(a, q, c, r);
-	else cmd_placement(a, q, r);
+	if (!strcmp(cmd, "job")) aj_cmd_job(a, q, c, r);
+	else aj_cmd_placement(a, q, r);
 	return true;
 }
 

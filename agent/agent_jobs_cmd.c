@@ -1,0 +1,329 @@
+/* agent/agent_jobs_cmd: skeinctl's job commands, answered by the head from
+ * the committed jobs and its agents' latest reports (agent_jobs.c keeps
+ * both): job submit|list|status|stop|delete, placement, and logs (served by
+ * the agent that runs or ran the member, reached through the head). */
+#include "agent/agent_jobs_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { LOG_READ_MAX = 256 << 10 };
+
+
+static const Skein__Jobs__Job *find_job(const job_state *js, const char *name)
+{
+	return js ? job_state_get(js, name) : NULL;
+}
+
+static void cmd_submit(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+{
+	const job_state *js = agent_head_jobs(a);
+	agent_jobs *J = a->jobs;
+	Skein__Jobs__JobSpec *pb = skein__jobs__job_spec__unpack(NULL, q->payload.len, q->payload.data);
+	job_spec s;
+	char err[300];
+	if (!pb) { agent_reply_fail(r, 2, "job submit: the job description could not be read"); return; }
+	int rc = job_spec_from_pb(&s, pb, err, sizeof err);
+	skein__jobs__job_spec__free_unpacked(pb, NULL);
+	if (rc < 0 || job_spec_validate(&s, err, sizeof err) < 0) { agent_reply_fail(r, 2, "%s", err); return; }
+	uint64_t seq = job_state_next_seq(js);
+	if (J->next_seq > seq) seq = J->next_seq;
+	if (!s.name[0]) snprintf(s.name, sizeof s.name, "job-%llu", (unsigned long long)seq);
+	if (find_job(js, s.name)) {
+		agent_reply_fail(r, 1, "job %s exists already (skeinctl job stop %s, job delete %s, then submit again)",
+				 s.name, s.name, s.name);
+		return;
+	}
+	if (job_state_count(js) >= JOB_STATE_JOBS_MAX) {
+		agent_reply_fail(r, 1, "the cluster holds %d jobs, the most it keeps: skeinctl job delete finished ones",
+				 JOB_STATE_JOBS_MAX);
+		return;
+	}
+	J->next_seq = seq + 1;
+	Skein__Jobs__JobSpec spb = SKEIN__JOBS__JOB_SPEC__INIT;
+	job_spec_to_pb(&s, &spb);
+	Skein__Jobs__Job j = SKEIN__JOBS__JOB__INIT;
+	j.spec = &spb;
+	j.state = "pending";
+	j.reason = "";
+	j.seq = seq;
+	j.submitted_ms = (uint64_t)time(NULL) * 1000;
+	uint8_t *data;
+	size_t len;
+	if (job_state_encode(&j, &data, &len) < 0) { agent_reply_fail(r, 1, "out of memory"); return; }
+	char body[160];
+	snprintf(body, sizeof body, "job %s submitted\n", s.name);
+	agent_head_propose(a, c, r, JOB_ENTRY_SUBMIT, data, len, body, NULL);
+}
+
+/* A member as `placement` and `job status` show it. */
+typedef struct {
+	char id[SUP_ID_MAX], node[MBR_NAME_MAX + 1], state[16], reason[128];
+	bool trainer;
+	uint32_t k, ngpus, gpus[JOB_GPUS_PER_NODE_MAX], restarts;
+	int pid;
+} member_view;
+
+static void view_member(agent *a, const Skein__Jobs__Job *j, const job_spec *s, const lay *L, bool trainer,
+			uint32_t k, member_view *v)
+{
+	order_buf *b = calloc(1, sizeof *b);
+	memset(v, 0, sizeof *v);
+	v->trainer = trainer;
+	v->k = k;
+	aj_member_id(v->id, sizeof v->id, s->name, trainer, k);
+	snprintf(v->state, sizeof v->state, "pending");
+	if (!b) return;
+	if (!strcmp(j->state, "running") && aj_build_order(j, s, L, trainer, k, b, v->node, sizeof v->node)) {
+		v->ngpus = (uint32_t)b->o.n_gpus;
+		memcpy(v->gpus, b->gpus, v->ngpus * sizeof *v->gpus);
+		const Skein__Jobs__MemberStatus *st = aj_status_of(a, v->node, v->id);
+		if (b->o.hold) snprintf(v->reason, sizeof v->reason, "waiting for MASTER_PORT");
+		else if (!st) snprintf(v->state, sizeof v->state, "starting");
+		else if (st->gen != b->o.gen) snprintf(v->state, sizeof v->state, "restarting");
+		else {
+			snprintf(v->state, sizeof v->state, "%s", st->state);
+			snprintf(v->reason, sizeof v->reason, "%s", st->reason);
+			v->pid = st->pid;
+			v->restarts = st->restarts;
+		}
+		if (!st || st->gen != b->o.gen) v->restarts = b->o.restart_base;
+	} else if (strcmp(j->state, "running") && strcmp(j->state, "pending")) {
+		snprintf(v->state, sizeof v->state, "%s", !strcmp(j->state, "failed") ? "failed" : "stopped");
+	} else {
+		snprintf(v->reason, sizeof v->reason, "%s", j->reason);
+	}
+	free(b);
+}
+
+static void print_members(agent *a, const Skein__Jobs__Job *j, sk_buf *o, bool json, bool *first)
+{
+	job_spec s;
+	char err[256];
+	lay L;
+	if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0 ||
+	    aj_lay_from_job(&L, j, &s) < 0)
+		return;
+	uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s);
+	for (uint32_t m = 0; m < A + E; m++) {
+		member_view v;
+		bool tr = m < A;
+		view_member(a, j, &s, &L, tr, tr ? m : m - A, &v);
+		char gl[JOB_GPUS_PER_NODE_MAX * 4];
+		aj_gpu_list(gl, sizeof gl, v.gpus, v.ngpus);
+		if (json) {
+			sk_buf_printf(o, "%s{\"member\":", *first ? "" : ",");
+			*first = false;
+			sk_buf_json_str(o, v.id);
+			sk_buf_printf(o, ",\"job\":");
+			sk_buf_json_str(o, s.name);
+			sk_buf_printf(o, ",\"role\":\"%s\",\"rank\":%d,\"engine\":%d,\"node\":", tr ? "trainer" : "rollout",
+				      tr ? (int)v.k : -1, tr ? -1 : (int)v.k);
+			if (v.node[0]) sk_buf_json_str(o, v.node);
+			else sk_buf_printf(o, "null");
+			sk_buf_printf(o, ",\"gpus\":[%s],\"pid\":%d,\"state\":\"%s\",\"restarts\":%u,\"reason\":", gl, v.pid,
+				      v.state, v.restarts);
+			sk_buf_json_str(o, v.reason);
+			sk_buf_printf(o, "}");
+		} else {
+			sk_buf_printf(o, "%-28s %-8s %-16s %-10s %-8d %-10s %-8u %s\n", v.id, tr ? "trainer" : "rollout",
+				      v.node[0] ? v.node : "-", gl[0] ? gl : "-", v.pid, v.state, v.restarts, v.reason);
+		}
+	}
+	aj_lay_free(&L);
+}
+
+static const char MEMBER_HDR[] = "%-28s %-8s %-16s %-10s %-8s %-10s %-8s %s\n";
+
+void aj_cmd_placement(agent *a, const Skein__Control__Request *q, agent_reply *r)
+{
+	const job_state *js = agent_head_jobs(a);
+	bool json = !strcmp(q->format, "json"), first = true;
+	const char *only = q->n_args ? q->args[0] : NULL;
+	if (only && !find_job(js, only)) { agent_reply_fail(r, 1, "no such job: %s", only); return; }
+	if (json) sk_buf_printf(&r->body, "{\"members\":[");
+	else sk_buf_printf(&r->body, MEMBER_HDR, "MEMBER", "ROLE", "NODE", "GPUS", "PID", "STATE", "RESTARTS", "REASON");
+	for (size_t i = 0; i < job_state_count(js); i++) {
+		const Skein__Jobs__Job *j = job_state_at(js, i);
+		if (only ? strcmp(j->spec->name, only) != 0 : !aj_job_active(j)) continue;
+		print_members(a, j, &r->body, json, &first);
+	}
+	if (json) sk_buf_printf(&r->body, "]}\n");
+}
+
+static void job_line(const Skein__Jobs__Job *j, sk_buf *o, bool json)
+{
+	const Skein__Jobs__JobSpec *s = j->spec;
+	uint32_t A = s->actor_num_nodes * s->actor_num_gpus_per_node;
+	uint32_t R = s->colocate ? A : s->rollout_num_gpus;
+	uint32_t E = s->rollout_num_gpus_per_engine ? R / s->rollout_num_gpus_per_engine : 0;
+	unsigned long long gen = j->layout ? (unsigned long long)j->layout->trainer_gen : 0;
+	if (json) {
+		sk_buf_printf(o, "{\"name\":");
+		sk_buf_json_str(o, s->name);
+		sk_buf_printf(o, ",\"state\":\"%s\",\"reason\":", j->state);
+		sk_buf_json_str(o, j->reason);
+		sk_buf_printf(o, ",\"trainer_ranks\":%u,\"engines\":%u,\"gpus_per_engine\":%u,\"colocate\":%s,"
+			      "\"transfer_mode\":", A, E, s->rollout_num_gpus_per_engine, s->colocate ? "true" : "false");
+		sk_buf_json_str(o, s->transfer_mode);
+		sk_buf_printf(o, ",\"trainer_generation\":%llu,\"master\":", gen);
+		char m[96] = "";
+		if (j->layout && j->layout->master_port)
+			snprintf(m, sizeof m, "%s:%u", j->layout->master_addr, j->layout->master_port);
+		sk_buf_json_str(o, m);
+		sk_buf_printf(o, ",\"seq\":%llu}", (unsigned long long)j->seq);
+	} else {
+		sk_buf_printf(o, "%-20s %-10s %-8u %-8u %-11llu %s\n", s->name, j->state, A, E, gen, j->reason);
+	}
+}
+
+void aj_cmd_job(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+{
+	const char *op = q->n_args ? q->args[0] : "";
+	const job_state *js = agent_head_jobs(a);
+	bool json = !strcmp(q->format, "json");
+	if (!strcmp(op, "submit") && q->n_args == 1) {
+		cmd_submit(a, q, c, r);
+	} else if (!strcmp(op, "list") && q->n_args == 1) {
+		if (json) sk_buf_printf(&r->body, "{\"jobs\":[");
+		else sk_buf_printf(&r->body, "%-20s %-10s %-8s %-8s %-11s %s\n", "JOB", "STATE", "TRAINER", "ENGINES",
+				   "GENERATION", "REASON");
+		for (size_t i = 0; i < job_state_count(js); i++) {
+			if (json && i) sk_buf_add(&r->body, ",", 1);
+			job_line(job_state_at(js, i), &r->body, json);
+		}
+		if (json) sk_buf_printf(&r->body, "]}\n");
+	} else if (!strcmp(op, "status") && q->n_args <= 2) {
+		size_t n = job_state_count(js);
+		const Skein__Jobs__Job *j = q->n_args == 2 ? find_job(js, q->args[1]) : n ? job_state_at(js, n - 1) : NULL;
+		if (!j) { agent_reply_fail(r, 1, q->n_args == 2 ? "no such job: %s" : "no jobs%s", q->n_args == 2 ? q->args[1] : ""); return; }
+		bool first = true;
+		if (json) {
+			sk_buf_printf(&r->body, "{\"job\":");
+			job_line(j, &r->body, true);
+			sk_buf_printf(&r->body, ",\"members\":[");
+			print_members(a, j, &r->body, true, &first);
+			sk_buf_printf(&r->body, "]}\n");
+		} else {
+			sk_buf_printf(&r->body, "job:        %s\nstate:      %s\n", j->spec->name, j->state);
+			if (j->reason[0]) sk_buf_printf(&r->body, "reason:     %s\n", j->reason);
+			if (j->layout && j->layout->master_port)
+				sk_buf_printf(&r->body, "master:     %s:%u\n", j->layout->master_addr, j->layout->master_port);
+			sk_buf_printf(&r->body, "generation: %llu (trainer group)\n\n",
+				      j->layout ? (unsigned long long)j->layout->trainer_gen : 0ULL);
+			sk_buf_printf(&r->body, MEMBER_HDR, "MEMBER", "ROLE", "NODE", "GPUS", "PID", "STATE", "RESTARTS", "REASON");
+			print_members(a, j, &r->body, false, &first);
+		}
+	} else if (!strcmp(op, "stop") && q->n_args == 2) {
+		const Skein__Jobs__Job *j = find_job(js, q->args[1]);
+		if (!j) { agent_reply_fail(r, 1, "no such job: %s", q->args[1]); return; }
+		if (!aj_job_active(j)) { sk_buf_printf(&r->body, "job %s is %s already\n", j->spec->name, j->state); return; }
+		uint8_t *data;
+		size_t len;
+		if (aj_pack_job(j, "stopped", "stopped by the operator", NULL, &data, &len) < 0) {
+			agent_reply_fail(r, 1, "out of memory");
+			return;
+		}
+		char body[160], name[JOB_NAME_MAX + 1];
+		snprintf(body, sizeof body, "job %s stopped (members get SIGTERM, then SIGKILL after %u ms)\n",
+			 j->spec->name, j->spec->stop_grace_ms);
+		snprintf(name, sizeof name, "%s", j->spec->name);
+		uint64_t index;
+		if (agent_head_propose(a, c, r, JOB_ENTRY_UPDATE, data, len, body, &index) == 0) aj_inflight_add(a, name, index);
+	} else if (!strcmp(op, "delete") && q->n_args == 2) {
+		const Skein__Jobs__Job *j = find_job(js, q->args[1]);
+		if (!j) { agent_reply_fail(r, 1, "no such job: %s", q->args[1]); return; }
+		if (aj_job_active(j)) {
+			agent_reply_fail(r, 1, "job %s is %s: stop it first (skeinctl job stop %s)", j->spec->name, j->state,
+					 j->spec->name);
+			return;
+		}
+		size_t len = strlen(j->spec->name);
+		uint8_t *data = malloc(len);
+		if (!data) { agent_reply_fail(r, 1, "out of memory"); return; }
+		memcpy(data, j->spec->name, len);
+		char body[160];
+		snprintf(body, sizeof body, "job %s deleted\n", j->spec->name);
+		agent_head_propose(a, c, r, JOB_ENTRY_DELETE, data, len, body, NULL);
+	} else {
+		agent_reply_fail(r, 2, "usage: skeinctl job submit FLAGS | list | status [JOB] | stop JOB | delete JOB");
+	}
+}
+
+/* Serves a piece of a member's log file from this node; false when it has none. */
+static bool serve_log(agent *a, const char *id, unsigned long long off, unsigned long mx, agent_reply *r)
+{
+	sk_buf data;
+	sk_buf_init(&data);
+	uint64_t next, size;
+	bool ok = sup_log_read(a->jobs->sup, id, off, mx, &data, &next, &size) == 0;
+	if (ok) {
+		for (size_t i = 0; i < data.len; i++)
+			if (!data.p[i]) data.p[i] = '?'; /* the answer is a string */
+		sk_buf_printf(&r->body, "%llu %llu %s\n", (unsigned long long)next, (unsigned long long)size, a->opts.name);
+		sk_buf_add(&r->body, data.p, data.len);
+	}
+	sk_buf_free(&data);
+	return ok;
+}
+
+/* The node a member is (or was last) placed on, from the committed layout
+ * whatever the job's state; "" when unknown. */
+static void member_node(agent *a, const char *id, char *node, size_t cap)
+{
+	node[0] = 0;
+	const char *slash = strchr(id, '/');
+	char job[JOB_NAME_MAX + 1];
+	if (!slash || slash - id > JOB_NAME_MAX) return;
+	snprintf(job, sizeof job, "%.*s", (int)(slash - id), id);
+	const Skein__Jobs__Job *j = find_job(agent_head_jobs(a), job);
+	job_spec s;
+	char err[256];
+	lay L;
+	if (!j || job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0 ||
+	    aj_lay_from_job(&L, j, &s) < 0)
+		return;
+	uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s), off = s.colocate ? 0 : A;
+	for (uint32_t m = 0; m < A + E; m++) {
+		char mid[SUP_ID_MAX];
+		aj_member_id(mid, sizeof mid, s.name, m < A, m < A ? m : m - A);
+		uint32_t slot = m < A ? m : off + (m - A) * s.rollout_num_gpus_per_engine;
+		if (!strcmp(mid, id) && slot < L.n) snprintf(node, cap, "%s", L.node[slot]);
+	}
+	aj_lay_free(&L);
+}
+
+/* logs MEMBER OFFSET MAX: served by the agent that runs (or ran) the member;
+ * any other agent passes it to the head, which knows where it is placed. */
+void aj_cmd_logs(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+{
+	if (q->n_args != 3) { agent_reply_fail(r, 2, "usage: skeinctl logs MEMBER [--follow]"); return; }
+	const char *id = q->args[0];
+	char *end;
+	unsigned long long off = strtoull(q->args[1], &end, 10);
+	unsigned long mx = *end ? 0 : strtoul(q->args[2], &end, 10);
+	if (*end || !mx) { agent_reply_fail(r, 2, "logs: bad offset or size"); return; }
+	if (mx > LOG_READ_MAX) mx = LOG_READ_MAX;
+	sup_status st;
+	if (sup_get(a->jobs->sup, id, &st) == 0 && serve_log(a, id, off, mx, r)) return;
+	if (agent_head_is_head(a)) {
+		char node[MBR_NAME_MAX + 1];
+		member_node(a, id, node, sizeof node);
+		if (node[0] && strcmp(node, a->opts.name)) {
+			agent_head_forward_node(a, q, c, r, node);
+			return;
+		}
+		if (!serve_log(a, id, off, mx, r))
+			agent_reply_fail(r, 1, "no such member, or no log of it: %s (see skeinctl placement)", id);
+		return;
+	}
+	/* sent here by the head: this node ran it (a finished job's log) */
+	if (q->forwarded) {
+		if (!serve_log(a, id, off, mx, r)) agent_reply_fail(r, 1, "no log of %s on %s", id, a->opts.name);
+		return;
+	}
+	agent_head_forward(a, q, c, r);
+}
+
