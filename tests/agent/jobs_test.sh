@@ -165,7 +165,7 @@ check "job stop answers" bash -c "echo '$out' | grep -q 'job rl stopped'"
 gone() { for p in $pids; do kill -0 "$p" 2>/dev/null && return 1; done; return 0; }
 check "every member process ended after stop" wait_until 10 gone
 check "job list: rl stopped" bash -c "'$SKEINCTL' --rpc 127.0.0.1:$(rport 4) job list | grep -q '^rl  *stopped'"
-check "logs of a stopped job's member, from the node that ran it" bash -c "'$SKEINCTL' --rpc 127.0.0.1:$(rport 2) logs rl/trainer-1 | grep -q 'hello from rl/trainer-1'"
+check "logs of a stopped job's member, from the node that ran it" bash -c "'$SKEINCTL' --rpc 127.0.0.1:$(rport 7) logs rl/trainer-1 | grep -q 'hello from rl/trainer-1'"
 out=$(ctl 4 job delete big 2>&1)
 check "job delete of a stopped job" bash -c "echo '$out' | grep -q 'job big deleted' && ! '$SKEINCTL' --rpc 127.0.0.1:$(rport 4) job list | grep -q '^big '"
 ctl 4 job submit --name live --actor-num-nodes 1 --actor-num-gpus-per-node 1 --trainer-cmd 'exec sleep 100000' >/dev/null 2>&1
