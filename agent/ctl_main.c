@@ -48,7 +48,9 @@ static void usage(FILE *f)
 		"  state bench N          N sequential puts; prints the commit latency (p50, p99, max)\n"
 		"  voters add NAME | remove NAME\n"
 		"                         change the voter set, one voter at a time\n"
-		"  job submit FLAGS | --file job.yaml [FLAGS]\n"
+		"  job submit FLAGS | --file job.yaml [FLAGS] [--wait]\n"
+		"                         --wait: until every member runs (exit 0) or the job fails\n"
+		"                         or --timeout passes (exit 1)\n"
 		"                         submit an RL job with Miles's flags (--actor-num-nodes,\n"
 		"                         --actor-num-gpus-per-node, --rollout-num-gpus,\n"
 		"                         --rollout-num-gpus-per-engine, --num-gpus-per-node, --colocate,\n"
@@ -99,7 +101,7 @@ static long long mono_us(void);
  * head stepped down") is retried until --timeout: operators and scripts see
  * a failover as a short delay, not an error. */
 static int call_payload(const char *cmd, char **args, int nargs, const char *format, const uint8_t *payload,
-			size_t plen)
+			size_t plen, bool quiet, char *keep, size_t keepcap)
 {
 	agent_rpc c = { .endpoint = g_rpc, .cmd = cmd, .args = (const char *const *)args,
 			.nargs = nargs, .format = format, .payload = payload, .payload_len = plen };
@@ -123,7 +125,8 @@ static int call_payload(const char *cmd, char **args, int nargs, const char *for
 		fprintf(stderr, "skeinctl: %s\n", c.error[0] ? c.error : "failed");
 		code = c.code == 2 ? 2 : 1;
 	} else {
-		if (c.body) fputs(c.body, stdout);
+		if (c.body && !quiet) fputs(c.body, stdout);
+		if (keep) snprintf(keep, keepcap, "%s", c.body ? c.body : "");
 		code = 0;
 	}
 	agent_rpc_free(&c, 1);
@@ -132,15 +135,56 @@ static int call_payload(const char *cmd, char **args, int nargs, const char *for
 
 static int call(const char *cmd, char **args, int nargs, const char *format)
 {
-	return call_payload(cmd, args, nargs, format, NULL, 0);
+	return call_payload(cmd, args, nargs, format, NULL, 0, false, NULL, 0);
 }
 
 /* job submit: the flags are read here (the YAML file is on this machine),
  * checked, and sent as a JobSpec; the head checks them again. */
+/* --wait: until every member runs (0), the job fails or stops (1), or
+ * --timeout (1), asking the head's placement every 200 ms. */
+static int wait_running(const char *name, long long deadline)
+{
+	static char body[1 << 20];
+	char *st[] = { "status", (char *)name };
+	for (;;) {
+		if (call_payload("job", st, 2, "json", NULL, 0, true, body, sizeof body) == 0) {
+			char want[160];
+			snprintf(want, sizeof want, "{\"job\":{\"name\":\"%s\",\"state\":\"", name);
+			const char *js = strstr(body, want);
+			const char *state = js ? js + strlen(want) : "";
+			if (!strncmp(state, "failed", 6) || !strncmp(state, "stopped", 7) || !strncmp(state, "completed", 9)) {
+				fprintf(stderr, "skeinctl: job %s is %.*s\n", name, (int)strcspn(state, "\""), state);
+				return 1;
+			}
+			size_t members = 0, running = 0;
+			for (const char *p = body; (p = strstr(p, "\"member\":")); p++) members++;
+			for (const char *p = body; (p = strstr(p, "\"state\":\"running\",\"restarts\"")); p++) running++;
+			if (!strncmp(state, "running", 7) && members && running == members) {
+				printf("job %s: %zu members running\n", name, members);
+				return 0;
+			}
+		}
+		if (mono_us() >= deadline) {
+			fprintf(stderr, "skeinctl: job %s: not every member running within --timeout\n", name);
+			return 1;
+		}
+		struct timespec ts = { 0, 200 * 1000000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
 static int cmd_job_submit(char **args, int nargs, const char *format)
 {
 	static job_spec s;
 	char err[400];
+	bool wait = false;
+	for (int i = 0; i < nargs; i++) {
+		if (strcmp(args[i], "--wait")) continue;
+		wait = true;
+		memmove(&args[i], &args[i + 1], (size_t)(nargs - i - 1) * sizeof *args);
+		nargs--;
+		i--;
+	}
 	job_spec_defaults(&s);
 	if (job_spec_parse_args(&s, nargs, args, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0)
 		return die(2, "job submit: %s", err);
@@ -151,9 +195,13 @@ static int cmd_job_submit(char **args, int nargs, const char *format)
 	if (!buf) return die(1, "out of memory%s", "");
 	skein__jobs__job_spec__pack(&pb, buf);
 	char *sub[] = { "submit" };
-	int rc = call_payload("job", sub, 1, format, buf, len);
+	char body[256];
+	long long deadline = mono_us() + (long long)g_timeout_ms * 1000;
+	int rc = call_payload("job", sub, 1, format, buf, len, false, body, sizeof body);
 	free(buf);
-	return rc;
+	char name[JOB_NAME_MAX + 1];
+	if (rc || !wait || sscanf(body, "job %63s submitted", name) != 1) return rc;
+	return wait_running(name, deadline);
 }
 
 /* logs MEMBER [--follow]: the agent running the member serves its log file
