@@ -212,14 +212,32 @@ bool aj_job_active(const Skein__Jobs__Job *j)
 }
 
 /* GPUs held by every active job but `skip`. */
-static void mark_busy(const job_state *js, const Skein__Jobs__Job *skip, place_node *nodes, size_t n)
+static const Skein__Jobs__Report *report_of(agent *a, const char *node);
+
+/* True when `node` last reported a live process of job `job` (a stopped
+ * job's members in their stop grace). */
+static bool job_lingers_on(agent *a, const char *job, const char *node)
+{
+	const Skein__Jobs__Report *r = report_of(a, node);
+	for (size_t i = 0; r && i < r->n_members; i++)
+		if (r->members[i]->pid > 0 && !strcmp(r->members[i]->job, job)) return true;
+	return false;
+}
+
+/* GPUs held by every active job but `skip`, and by stopped ones whose
+ * processes are still going on that node (a long stop grace: a checkpoint
+ * being written must not share its GPU with a new job). */
+static void mark_busy(agent *a, const job_state *js, const Skein__Jobs__Job *skip, place_node *nodes, size_t n)
 {
 	for (size_t i = 0; i < job_state_count(js); i++) {
 		const Skein__Jobs__Job *j = job_state_at(js, i);
-		if (j == skip || !aj_job_active(j) || !aj_placed(j)) continue;
+		if (j == skip || !aj_placed(j)) continue;
+		bool active = aj_job_active(j);
 		for (size_t s = 0; s < j->layout->n_slots; s++) {
-			int ni = node_index(nodes, n, j->layout->slots[s]->node);
-			if (ni >= 0 && j->layout->slots[s]->gpu < 64) nodes[ni].busy |= 1ULL << j->layout->slots[s]->gpu;
+			const Skein__Jobs__Slot *sl = j->layout->slots[s];
+			int ni = node_index(nodes, n, sl->node);
+			if (ni < 0 || sl->gpu >= 64) continue;
+			if (active || job_lingers_on(a, j->spec->name, sl->node)) nodes[ni].busy |= 1ULL << sl->gpu;
 		}
 	}
 }
@@ -612,7 +630,7 @@ static void reconcile(agent *a)
 		if (!j || !aj_job_active(j) || inflight_any(a)) continue;
 		if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0) continue;
 		for (size_t k = 0; k < n; k++) nodes[k].busy = 0;
-		mark_busy(js, j, nodes, n);
+		mark_busy(a, js, j, nodes, n);
 		reconcile_layout(a, j, &s, nodes, n);
 		j = job_state_get(js, names[i]);
 		if (j && aj_job_active(j) && !inflight_any(a) && aj_placed(j)) reconcile_trainer(a, j, &s);

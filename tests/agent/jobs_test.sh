@@ -177,4 +177,17 @@ ctl 4 job submit --name live --actor-num-nodes 1 --actor-num-gpus-per-node 1 --t
 out=$(ctl 4 job delete live 2>&1); rc=$?
 check "job delete of a running job refused: stop it first" expect_err $rc 1 "$out" "stop it first"
 ctl 4 job stop live >/dev/null 2>&1
+
+# --- a stopped job's GPUs stay taken while its processes live out their grace
+ctl 4 job submit --name slow --actor-num-nodes 1 --actor-num-gpus-per-node 8 --stop-grace 3s \
+	--trainer-cmd 'trap "" TERM; exec sleep 100000' --wait >/dev/null 2>&1 || fail "slow job did not start"
+ctl 4 job stop slow >/dev/null 2>&1
+ctl 4 job submit --name next --actor-num-nodes 2 --actor-num-gpus-per-node 8 --trainer-cmd 'exec sleep 100000' >/dev/null 2>&1
+t0=$(now_ms)
+next_state() { ctl 4 job status next 2>/dev/null | awk '$1 == "state:" { print $2 }'; }
+t=$(( t0 + 1500 )); wait_until 5 bash -c "[ \$(( \$(date +%s%N) / 1000000 )) -ge $t ]"
+check "a job needing a stopping job's GPUs waits through the grace" [ "$(next_state)" = pending ]
+if wait_until 15 bash -c "[ \"\$('$SKEINCTL' --rpc 127.0.0.1:$(rport 4) job status next 2>/dev/null | awk '\$1 == \"state:\" { print \$2 }')\" = running ]"; then
+	pass "then it runs ($(( $(now_ms) - t0 )) ms after the stop; grace 3 s)"; else fail "next job runs after the grace"; fi
+ctl 4 job stop next >/dev/null 2>&1
 finish
