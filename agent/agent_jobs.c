@@ -50,6 +50,7 @@
 static const double ORDER_INTERVAL_S = 1.0;
 static const double RECONCILE_INTERVAL_S = 0.5;
 static const double INFLIGHT_TIMEOUT_S = 5.0;
+enum { NODE_LOSS_GRACE_MS = 500 };
 
 
 static void kick(agent *a)
@@ -170,6 +171,7 @@ static void ip_str(const mbr_addr *ad, char *out, size_t cap)
  * anything) or not. */
 static size_t cluster_nodes(agent *a, place_node **out)
 {
+	uint64_t now = agent_now_ms();
 	size_t n = mbr_members(a->mbr, NULL, 0);
 	mbr_member_info *mi = calloc(n ? n : 1, sizeof *mi);
 	place_node *nodes = calloc(n ? n : 1, sizeof *nodes);
@@ -191,7 +193,12 @@ static size_t cluster_nodes(agent *a, place_node **out)
 		memcpy(p->ip, mi[i].addr.ip, mi[i].addr.len);
 		p->iplen = mi[i].addr.len;
 		p->gpus = gpus > JOB_GPUS_PER_NODE_MAX ? JOB_GPUS_PER_NODE_MAX : gpus;
-		p->alive = mi[i].status == MBR_ALIVE || mi[i].status == MBR_SUSPECT;
+		/* failed for less than the grace still holds its units: when a
+		 * partition heals, the cut-off side's stale death notices make live
+		 * nodes "failed" for the tens of ms they take to refute them, and
+		 * that must not restart their members */
+		p->alive = mi[i].status == MBR_ALIVE || mi[i].status == MBR_SUSPECT ||
+			   (mi[i].status == MBR_DEAD && now - mi[i].status_since_ms < NODE_LOSS_GRACE_MS);
 	}
 done:
 	free(mi);
@@ -1080,9 +1087,21 @@ void agent_jobs_state_changed(agent *a)
 	kick(a);
 }
 
+static void grace_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	(void)loop; (void)revents;
+	kick(t->data);
+}
+
 void agent_jobs_members_changed(agent *a)
 {
 	kick(a);
+	/* and once more when a node that just failed is past the grace */
+	agent_jobs *J = a->jobs;
+	if (!J || J->closing) return;
+	ev_timer_stop(a->loop, &J->grace);
+	ev_timer_set(&J->grace, NODE_LOSS_GRACE_MS / 1000.0 + 0.01, 0.0);
+	ev_timer_start(a->loop, &J->grace);
 }
 
 static int mkdir_p(const char *path)
@@ -1118,6 +1137,8 @@ int agent_jobs_open(agent *a, char *err, size_t errlen)
 	if (!J->sup) return -1;
 	ev_init(&J->kick, kick_cb);
 	J->kick.data = a;
+	ev_init(&J->grace, grace_cb);
+	J->grace.data = a;
 	char *end;
 	J->fence_after_s = strtod(a->opts.member_fence_after, &end);
 	if (*end || end == a->opts.member_fence_after || J->fence_after_s < 0 || J->fence_after_s > 86400) {
@@ -1134,9 +1155,11 @@ void agent_jobs_close(agent *a)
 	agent_jobs *J = a->jobs;
 	if (!J) return;
 	ev_timer_stop(a->loop, &J->kick);
+	ev_timer_stop(a->loop, &J->grace);
 	J->closing = true; /* sup_free runs the loop: ticks, orders and reports must not touch it */
 	sup_free(&J->sup, 30.0);
 	ev_timer_stop(a->loop, &J->kick);
+	ev_timer_stop(a->loop, &J->grace);
 	for (size_t i = 0; i < J->nreports; i++) skein__jobs__report__free_unpacked(J->reports[i].rep, NULL);
 	free(J->reports);
 	free(J->infl);

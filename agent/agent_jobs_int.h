@@ -32,6 +32,7 @@ struct agent_jobs {
 	sup *sup;
 	char log_dir[600], state_file[600];
 	ev_timer kick;            /* reconcile and send orders soon, outside the Raft pump */
+	ev_timer grace;           /* a kick once a failed node's grace is over */
 	/* head side */
 	node_report *reports;
 	size_t nreports;
