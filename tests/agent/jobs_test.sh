@@ -157,11 +157,13 @@ printf 'actor-num-nodes: [1, 2]\n' > "$T_DIR/bad.yaml"
 out=$(ctl 4 job submit --file "$T_DIR/bad.yaml" --trainer-cmd true 2>&1); rc=$?
 check "a bad YAML file: exit 2, the key and line named" expect_err $rc 2 "$out" "actor-num-nodes"
 ctl 4 job stop yaml2 >/dev/null 2>&1
-out=$(ctl 4 job submit --name waited --actor-num-nodes 1 --actor-num-gpus-per-node 1 --trainer-cmd 'exec sleep 100000' --wait 2>&1); rc=$?
+ctlw() { "$SKEINCTL" --rpc "127.0.0.1:$(rport "$1")" --timeout 10000 "${@:2}"; } # a longer bound for --wait
+out=$(ctlw 4 job submit --name waited --actor-num-nodes 1 --actor-num-gpus-per-node 1 --trainer-cmd 'exec sleep 100000' --wait 2>&1); rc=$?
 check "job submit --wait returns once every member runs" bash -c "[ $rc = 0 ] && echo '$out' | grep -q 'job waited: 1 members running'"
 ctl 4 job stop waited >/dev/null 2>&1
-out=$(ctl 4 job submit --name doomed --actor-num-nodes 1 --actor-num-gpus-per-node 1 --max-restarts 0 --trainer-cmd 'exit 3' --wait 2>&1); rc=$?
-check "job submit --wait fails when the job fails" bash -c "[ $rc = 1 ] && echo '$out' | grep -q 'job doomed is failed'"
+out=$(ctlw 4 job submit --name doomed --actor-num-nodes 1 --actor-num-gpus-per-node 1 --max-restarts 0 --trainer-cmd 'exit 3' --wait 2>&1); rc=$?
+if [ $rc = 1 ] && echo "$out" | grep -q 'job doomed is failed'; then pass "job submit --wait fails when the job fails"
+else fail "job submit --wait fails when the job fails" "rc $rc, output: $(echo "$out" | tr '\n' '|')"; fi
 
 # --- stop: every process group ends
 pids=$(pl rl | awk '{ print $4 }')
