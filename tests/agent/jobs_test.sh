@@ -161,9 +161,12 @@ ctlw() { "$SKEINCTL" --rpc "127.0.0.1:$(rport "$1")" --timeout 10000 "${@:2}"; }
 out=$(ctlw 4 job submit --name waited --actor-num-nodes 1 --actor-num-gpus-per-node 1 --trainer-cmd 'exec sleep 100000' --wait 2>&1); rc=$?
 check "job submit --wait returns once every member runs" bash -c "[ $rc = 0 ] && echo '$out' | grep -q 'job waited: 1 members running'"
 ctl 4 job stop waited >/dev/null 2>&1
-out=$(ctlw 4 job submit --name doomed --actor-num-nodes 1 --actor-num-gpus-per-node 1 --max-restarts 0 --trainer-cmd 'exit 3' --wait 2>&1); rc=$?
-if [ $rc = 1 ] && echo "$out" | grep -q 'job doomed is failed'; then pass "job submit --wait fails when the job fails"
-else fail "job submit --wait fails when the job fails" "rc $rc, output: $(echo "$out" | tr '\n' '|')"; fi
+out=$("$SKEINCTL" --rpc "127.0.0.1:$(rport 4)" --timeout 1500 job submit --name toobig --actor-num-nodes 9 \
+	--actor-num-gpus-per-node 8 --trainer-cmd 'exec sleep 100000' --wait 2>&1); rc=$?
+if [ $rc = 1 ] && echo "$out" | grep -q 'not every member running within --timeout'; then
+	pass "job submit --wait on a job that cannot run: exit 1 at --timeout"
+else fail "job submit --wait on a job that cannot run" "rc $rc, output: $(echo "$out" | tr '\n' '|')"; fi
+ctl 4 job stop toobig >/dev/null 2>&1
 
 # --- stop: every process group ends
 pids=$(pl rl | awk '{ print $4 }')
