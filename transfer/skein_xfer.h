@@ -165,7 +165,7 @@ typedef struct {
 		int device;               /* CUDA device of this rank */
 	} nccl;
 	int verify_device;      /* CUDA destinations: check checksums (copies to host) */
-	int threads;            /* disk-delta encode/apply threads (0: one per CPU, at most 8) */
+	int threads;            /* disk-delta encode/apply threads (0: one per CPU, at most 16) */
 } xfer_config;
 
 /* Defaults: bucket 512 MiB, timeout 30 s, keep_previous 1, overwrite encoding,

@@ -46,7 +46,7 @@ typedef struct {
 	uint64_t bytes, bucket;
 	double changed;
 	size_t tensors;
-	int streams, keep_previous, zstd;
+	int streams, keep_previous, zstd, threads;
 	xfer_encoding enc;
 } opts;
 
@@ -67,6 +67,7 @@ static void usage(FILE *f)
 		   "                        [--tensors K] [--dir DIR] [--format text|json]\n"
 		   "  extras: --streams S (p2p, 4)  --bucket B (512M)  --keep-previous 0|1 (1)\n"
 		   "          --encoding overwrite|xor  --zstd LEVEL (0: none)\n"
+		   "          --threads T (disk-delta encode/apply threads; 0: one per CPU, at most 16)\n"
 		   "  N takes K, M, G suffixes (powers of 1024).  ratio = baseline_seconds / seconds.\n");
 }
 
@@ -210,6 +211,7 @@ static void bench_disk(const opts *o, result *r)
 	c.disk.encoding = o->enc;
 	c.disk.zstd_level = o->zstd;
 	c.keep_previous = o->keep_previous;
+	c.threads = o->threads;
 	if (o->bucket) c.bucket_bytes = o->bucket;
 	c.role = XFER_SENDER;
 	xfer_endpoint *snd, *rcv;
@@ -378,7 +380,7 @@ int main(int argc, char **argv)
 		{ "mode", 1, 0, 'm' }, { "bytes", 1, 0, 'b' }, { "changed", 1, 0, 'c' }, { "tensors", 1, 0, 'k' },
 		{ "dir", 1, 0, 'd' }, { "format", 1, 0, 'f' }, { "streams", 1, 0, 's' }, { "bucket", 1, 0, 'B' },
 		{ "keep-previous", 1, 0, 'K' }, { "encoding", 1, 0, 'e' }, { "zstd", 1, 0, 'z' },
-		{ "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "threads", 1, 0, 't' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	opts o = { .format = "text", .tensors = 256, .changed = 0.01, .streams = 4, .keep_previous = 1 };
 	int ch;
@@ -395,6 +397,7 @@ int main(int argc, char **argv)
 		case 'K': o.keep_previous = atoi(optarg); break;
 		case 'e': o.enc = !strcmp(optarg, "xor") ? XFER_ENC_XOR : XFER_ENC_OVERWRITE; break;
 		case 'z': o.zstd = atoi(optarg); break;
+		case 't': o.threads = atoi(optarg); break;
 		case 'h': usage(stdout); return 0;
 		default: goto bad;
 		}
@@ -426,6 +429,9 @@ int main(int argc, char **argv)
 		       o.mode, (unsigned long long)r.bytes_moved, r.seconds, gbps(r.bytes_moved, r.seconds),
 		       (unsigned long long)r.baseline_bytes, r.baseline_seconds,
 		       gbps(r.baseline_bytes, r.baseline_seconds), ratio, r.exact ? "bit-exact" : "NOT EXACT");
+		if (r.send_seconds > 0)
+			printf("  sender (encode, write, fsync) %.3f s, receiver (read, apply, verify) %.3f s\n",
+			       r.send_seconds, r.receive_seconds);
 		if (r.encode_gbps > 0)
 			printf("  one core: encode %.2f GB/s, apply %.2f GB/s, memcpy %.2f GB/s\n", r.encode_gbps,
 			       r.apply_gbps, r.memcpy_gbps);

@@ -43,7 +43,7 @@
 enum {
 	WBUF_BYTES = 4 << 20,   /* sender's write buffer for small stored blobs */
 	POLL_MS = 10,           /* receiver: how often it looks for a new version */
-	MAX_THREADS = 8,        /* encode / apply threads: memory bandwidth is shared beyond this */
+	MAX_THREADS = 16,       /* encode / apply threads: memory bandwidth is shared beyond this */
 	LOOKAHEAD = 2,          /* sender: tensors encoded ahead of the writer, per thread */
 	INDEX_MAGIC_VERSION = 1,
 };

@@ -110,7 +110,9 @@ int xfer_journal_blob(xfer_journal *j, xfer_encoding enc, size_t esz, void *dst,
 		      const void *head, size_t hlen, const void *payload, size_t plen, xfer_err *err);
 int xfer_journal_undo(xfer_journal *j, xfer_err *err);
 void xfer_journal_reset(xfer_journal *j);
+void xfer_journal_limit(xfer_journal *j, uint64_t bytes); /* in-memory chunks, then the file */
 uint64_t xfer_journal_bytes(const xfer_journal *j);
+uint64_t xfer_journal_mem_bytes(const xfer_journal *j); /* of its chunks held in memory now */
 /* Seconds spent in the copy calls since the last reset, less the writes to
  * the device (host: the whole journaled copy). */
 double xfer_journal_seconds(const xfer_journal *j);

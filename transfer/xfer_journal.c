@@ -19,10 +19,10 @@
  *   BLOB    a delta payload whose application undoes a delta (XOR undoes
  *           itself; an overwrite is undone by the same positions, old values)
  * Records go to a 1 MiB buffer; full buffers are kept as chunks in memory
- * up to 32 MiB (a 1% update of 2 GiB of bf16 needs about 14 MiB), and beyond
- * that written to an unlinked temporary file (O_TMPFILE), so memory stays
- * under 34 MiB whatever the update size (38 MiB with the pinned piece of a
- * device journal).  Undo walks chunks and records newest first (each record
+ * up to 32 MiB (a 1% update of 2 GiB of bf16 needs about 14 MiB; a caller
+ * may lower the limit: xfer_journal_limit), and beyond that written to an
+ * unlinked temporary file (O_TMPFILE), so memory stays under 34 MiB whatever
+ * the update size (38 MiB with the pinned piece of a device journal).  Undo walks chunks and records newest first (each record
  * ends with its own size), so the oldest saved bytes win when a place changed
  * twice (a catch-up through several versions), host and device records alike.
  * Device copies go through the CUDA runtime, looked up (dlopen) only when a
@@ -72,7 +72,7 @@ struct xfer_journal {
 	off_t fend;
 	uint64_t total;
 	unsigned char *pool[MEM_CHUNKS]; /* in-memory chunks, kept across versions */
-	size_t nmem;
+	size_t nmem, maxmem;             /* in use; the most allowed (xfer_journal_limit) */
 	/* the SPARSE record being built */
 	unsigned char *sp;
 	size_t splen;
@@ -90,6 +90,7 @@ xfer_journal *xfer_journal_new(const char *dir, xfer_err *err)
 	xfer_journal *j = calloc(1, sizeof *j);
 	if (!j) { xfer_fail(err, XFER_ENOMEM, "journal: out of memory"); return NULL; }
 	j->fd = -1;
+	j->maxmem = MEM_CHUNKS;
 	if (!dir || !*dir) dir = getenv("TMPDIR");
 	if (!dir || !*dir) dir = "/tmp";
 	snprintf(j->dir, sizeof j->dir, "%s", dir);
@@ -131,7 +132,21 @@ void xfer_journal_reset(xfer_journal *j)
 	if (j->fd >= 0 && ftruncate(j->fd, 0) != 0) { /* the next write extends it again */ }
 }
 
+/* Memory beyond the fixed buffers (the record buffer, the SPARSE record and
+ * a device journal's pinned piece) that the journal may keep before it spills
+ * to its file; pooled chunks above a lowered limit are freed. */
+void xfer_journal_limit(xfer_journal *j, uint64_t bytes)
+{
+	uint64_t n = bytes / JOURNAL_CHUNK;
+	j->maxmem = n < MEM_CHUNKS ? (size_t)n : MEM_CHUNKS;
+	for (size_t i = j->maxmem; i < MEM_CHUNKS && j->nmem <= i; i++) {
+		free(j->pool[i]);
+		j->pool[i] = NULL;
+	}
+}
+
 uint64_t xfer_journal_bytes(const xfer_journal *j) { return j ? j->total : 0; }
+uint64_t xfer_journal_mem_bytes(const xfer_journal *j) { return j ? (uint64_t)j->nmem * JOURNAL_CHUNK : 0; }
 double xfer_journal_seconds(const xfer_journal *j) { return j ? j->seconds : 0; }
 
 static int open_file(xfer_journal *j, xfer_err *err)
@@ -162,7 +177,7 @@ static int new_chunk(xfer_journal *j, xfer_err *err)
 static int push_chunk(xfer_journal *j, const void *p, size_t n, xfer_err *err)
 {
 	if (new_chunk(j, err) != 0) return -1;
-	if (n <= JOURNAL_CHUNK && j->nmem < MEM_CHUNKS) {
+	if (n <= JOURNAL_CHUNK && j->nmem < j->maxmem) {
 		if (!j->pool[j->nmem] && !(j->pool[j->nmem] = malloc(JOURNAL_CHUNK)))
 			return xfer_fail(err, XFER_ENOMEM, "journal: out of memory");
 		memcpy(j->pool[j->nmem], p, n);

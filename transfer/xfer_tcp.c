@@ -12,17 +12,17 @@
  *            end: status (OK, or its error message)
  *   data i   per bucket chunk: a stripe header, then the stripe's bytes
  *
- * Buckets follow the manifest (xfer_buckets); a tensor larger than a bucket is
- * cut into bucket-sized chunks, so staging never exceeds a bucket.  The
- * receiver has two modes:
- *   keep_previous (default): stripes land in one of two staging buffers
- *     (bucket k+1 arrives while bucket k is hashed); each stream copies its
+ * Buckets follow the manifest (xfer_buckets) and travel in chunks of half a
+ * bucket (a tensor larger than a bucket is cut the same way), so the two
+ * staging slots together hold one bucket.  The receiver has two modes:
+ *   keep_previous (default): stripes land in one of the two staging slots
+ *     (chunk k+1 arrives while chunk k is hashed); each stream copies its
  *     stripe into place, journaling the bytes it overwrites (once the
  *     receiver holds a version), so a failure puts the previous version
- *     back, in host and CUDA memory alike; peak extra memory: two buckets
- *     plus the journals (xfer_journal.c: up to 33 MiB each in memory, then a
- *     temporary file; 4 MiB more, pinned, for a stream that writes CUDA
- *     memory).
+ *     back, in host and CUDA memory alike; peak extra memory: one bucket of
+ *     staging plus the journals, whose memory is held to half a bucket in
+ *     all (xfer_journal.c; beyond it they spill to a temporary file), so
+ *     under two buckets.
  *   direct (keep_previous = 0): stripes are received straight into the
  *     registered buffers with recvmsg over the tensors' iovecs; zero copies,
  *     zero extra memory, but a failure leaves the buffers partly updated.
@@ -53,7 +53,7 @@ enum {
 	KIND_DATA = 1,
 };
 
-static const char HELLO_MAGIC[8] = "SKXFER1";
+static const char HELLO_MAGIC[8] = "SKXFER2"; /* 2: chunks of half a bucket */
 
 typedef struct {
 	char magic[8];
@@ -124,21 +124,32 @@ static int tcp_probe(char *why, size_t n)
 
 /* ---- chunks and iovecs ---- */
 
+/* The piece of a bucket that travels as one chunk: half a bucket (page
+ * aligned), so the two staging slots together hold one bucket and the undo
+ * journals fit in the second (the target: at most two buckets of extra
+ * memory).  Both sides derive it from the bucket size in the hello. */
+static uint64_t piece_of(uint64_t bucket_bytes)
+{
+	uint64_t half = bucket_bytes / 2 / STRIPE_ALIGN * STRIPE_ALIGN;
+	return half ? half : bucket_bytes;
+}
+
 static int make_chunks(xfer_endpoint *ep, tcp_state *s, uint64_t bucket_bytes, xfer_err *err)
 {
 	xfer_bucket *b = NULL;
 	size_t nb = 0, k = 0, cap = 0;
+	uint64_t piece = piece_of(bucket_bytes);
 	free(s->chunks);
 	s->chunks = NULL;
 	s->nchunks = 0;
 	if (xfer_buckets(ep->m, bucket_bytes, &b, &nb, err) != 0) return -1;
-	for (size_t i = 0; i < nb; i++) cap += b[i].alone ? (b[i].bytes + bucket_bytes - 1) / bucket_bytes : 1;
+	for (size_t i = 0; i < nb; i++) cap += (b[i].bytes + piece - 1) / piece + 1;
 	s->chunks = calloc(cap + 1, sizeof *s->chunks);
 	if (!s->chunks) { free(b); return xfer_fail(err, XFER_ENOMEM, "out of memory"); }
 	for (size_t i = 0; i < nb; i++) {
 		uint64_t off = ep->offsets[b[i].first];
 		for (uint64_t done = 0; done < b[i].bytes || (b[i].bytes == 0 && done == 0);) {
-			uint64_t len = b[i].bytes - done < bucket_bytes ? b[i].bytes - done : bucket_bytes;
+			uint64_t len = b[i].bytes - done < piece ? b[i].bytes - done : piece;
 			s->chunks[k++] = (chunkdesc){ off + done, len };
 			if (len == 0) break;
 			done += len;
@@ -231,7 +242,7 @@ static void fail_version(tcp_state *s, const xfer_err *e)
 
 static int alloc_slots(tcp_state *s, xfer_err *err)
 {
-	uint64_t want = s->bucket_bytes;
+	uint64_t want = piece_of(s->bucket_bytes);
 	if (s->slot[0] && s->slot_bytes >= want) return 0;
 	const xfer_cuda_api *cu = s->slot_pinned ? xfer_cuda(NULL, 0) : NULL;
 	for (int i = 0; i < 2; i++) {
@@ -742,6 +753,12 @@ static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	for (int i = 0; !s->direct && ep->cfg.keep_previous && i < s->nstreams; i++) {
 		if (!s->j[i] && !(s->j[i] = xfer_journal_new(ep->cfg.journal_dir, err))) goto err;
 		xfer_journal_reset(s->j[i]);
+		/* the staging slots take one bucket; the journals' memory stays
+		 * within half of the other (their fixed buffers, 2 MiB each, and
+		 * 4 MiB pinned for device memory, counted too) */
+		uint64_t fixed = (2u << 20) + (s->any_cuda ? 4u << 20 : 0);
+		uint64_t share = piece_of(s->bucket_bytes) / (uint64_t)s->nstreams;
+		xfer_journal_limit(s->j[i], share > fixed ? share - fixed : 0);
 	}
 	st = XXH3_createState();
 	if (!st) { xfer_fail(err, XFER_ENOMEM, "out of memory"); goto err; }

@@ -99,6 +99,7 @@ if [ "${SKEIN_GPU_CPU_BENCH:-1}" = 1 ]; then
 	echo "== CPU benchmarks on this machine ($(nproc) cores)"
 	t=$(date +%s%N)
 	BIN="$B" SKEIN_BENCH_DISK=${SKEIN_BENCH_DISK:-4G} SKEIN_BENCH_P2P=${SKEIN_BENCH_P2P:-2G} DIR="$B" \
+		SKEIN_BENCH_SECTIONS=${SKEIN_BENCH_SECTIONS:-disk threads p2p sum} \
 		timeout 420 tests/transfer/bench.sh > "$LOG/bench.log" 2>&1 || fail=$((fail + 1))
 	echo "(bench took $((($(date +%s%N) - t) / 1000000)) ms)"
 fi

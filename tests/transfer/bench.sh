@@ -6,7 +6,8 @@
 # README's table is REPEAT=3).  Sizes: SKEIN_BENCH_DISK (default 1G; the
 # issue's 4G takes about a minute a run here), SKEIN_BENCH_P2P (1G),
 # SKEIN_BENCH_SUM (1G); DIR=... puts the disk-delta folder elsewhere;
-# SKEIN_BENCH_SECTIONS (default "disk p2p sum") picks the tables.
+# SKEIN_BENCH_SECTIONS (default "disk p2p sum"; also "threads": disk-delta
+# end to end by thread count) picks the tables.
 set -u
 BIN=${BIN:-bin}
 REPEAT=${REPEAT:-1}
@@ -55,16 +56,34 @@ done
 echo
 fi
 
+if [[ $SECTIONS == *" threads "* ]]; then
+echo "disk-delta threads: $DISK, xor + zstd 1, 1% changed, end to end by encode/apply threads (--threads)"
+echo "against the same fsync'd full write; best of $REPEAT"
+printf "%-8s %9s %9s %9s %9s %8s %6s\n" threads "delta s" "send s" "recv s" "full s" speedup exact
+for t in 1 2 4 8 16; do
+	[ "$t" -gt "$(nproc)" ] && break
+	j=$(best --mode disk-delta --bytes "$DISK" --changed 0.01 --encoding xor --zstd 1 --threads "$t" "${DIRARG[@]}")
+	printf "%-8s %9.3f %9.3f %9.3f %9.3f %7.1fx %6s\n" "$t" "$(jget seconds "$j")" "$(jget send_seconds "$j")" \
+		"$(jget receive_seconds "$j")" "$(jget baseline_seconds "$j")" "$(jget ratio "$j")" "$(jget exact "$j")"
+done
+
+echo
+fi
+
 if [[ $SECTIONS == *" p2p "* ]]; then
 echo "p2p-tcp on 127.0.0.1: $P2P, 4 streams, version 2 verified bit for bit by the receiver process,"
 echo "against a plain socket send of the same bytes between the same processes; best of $REPEAT"
-printf "%-34s %9s %9s %12s %12s %7s %6s\n" receiver seconds "GB/s" "plain s" "plain GB/s" ratio exact
+echo "(peak extra memory: VmHWM beyond the weights, MiB, beside two 512 MiB buckets, the target)"
+printf "%-34s %9s %9s %12s %12s %7s %6s %9s %9s\n" receiver seconds "GB/s" "plain s" "plain GB/s" ratio exact \
+	"recv MiB" "send MiB"
 for kp in 1 0; do
 	j=$(best --mode p2p-tcp --bytes "$P2P" --changed 0.01 --keep-previous "$kp")
-	printf "%-34s %9.3f %9.2f %12.3f %12.2f %6.2fx %6s\n" \
+	printf "%-34s %9.3f %9.2f %12.3f %12.2f %6.2fx %6s %9.1f %9.1f\n" \
 		"$([ "$kp" = 1 ] && echo "staged + undo journal (default)" || echo "direct into buffers (no undo)")" \
 		"$(jget seconds "$j")" "$(jget gbps "$j")" "$(jget baseline_seconds "$j")" "$(jget baseline_gbps "$j")" \
-		"$(jget ratio "$j")" "$(jget exact "$j")"
+		"$(jget ratio "$j")" "$(jget exact "$j")" \
+		"$(awk -v b="$(jget receiver_extra_bytes "$j")" 'BEGIN{print b/1048576}')" \
+		"$(awk -v b="$(jget sender_extra_bytes "$j")" 'BEGIN{print b/1048576}')"
 done
 
 echo

@@ -167,8 +167,9 @@ T_TEST(xfer_delta_rejects_corrupt_payload)
 	free(shadow);
 }
 
-/* The journal puts back exactly what was there, through several layers. */
-T_TEST(xfer_journal_undo_restores)
+/* The journal puts back exactly what was there, through several layers:
+ * held in memory, spilled to its file, or (a lowered limit) both. */
+static void journal_round_trip(int lim_mib)
 {
 	sk_rng r;
 	sk_rng_seed(&r, t_seed());
@@ -179,6 +180,7 @@ T_TEST(xfer_journal_undo_restores)
 	xfer_journal *j;
 	xfer_err e;
 	T_CHECK((j = xfer_journal_new(NULL, &e)) != NULL);
+	if (lim_mib >= 0) xfer_journal_limit(j, (uint64_t)lim_mib << 20);
 	for (int round = 0; round < 3; round++) {
 		memcpy(src, a, n);
 		for (size_t i = 0; i < n / 50; i++) src[sk_rng_below(&r, n)] ^= 0x11;
@@ -197,6 +199,9 @@ T_TEST(xfer_journal_undo_restores)
 	T_XOK(xfer_delta_apply(XFER_ENC_OVERWRITE, 1, a, n, out.p, out.len, j, err_));
 	T_CHECK(memcmp(a, src, n) == 0);
 	T_CHECK(xfer_journal_bytes(j) > n);
+	uint64_t held = xfer_journal_mem_bytes(j);
+	if (lim_mib >= 0) T_EQ(held, (uint64_t)lim_mib << 20); /* full to the limit, no more */
+	else T_CHECK(held > 0);
 	T_XOK(xfer_journal_undo(j, err_));
 	T_CHECK(memcmp(a, orig, n) == 0);
 	xfer_journal_free(&j);
@@ -205,6 +210,13 @@ T_TEST(xfer_journal_undo_restores)
 	free(orig);
 	free(src);
 	free(shadow);
+}
+
+T_TEST(xfer_journal_undo_restores)
+{
+	journal_round_trip(-1); /* the default: 32 MiB in memory */
+	journal_round_trip(2);  /* two chunks in memory, the rest in the file */
+	journal_round_trip(0);  /* all in the file */
 }
 
 /* A fake device: host memory that the journal may only reach through
