@@ -19,7 +19,7 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
+#include "transfer/xfer_hash.h"
 #include <zstd.h>
 #ifdef __SSE2__
 #include <emmintrin.h>

@@ -38,7 +38,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "transfer/xfer_hash.h"
 
 enum {
 	WBUF_BYTES = 4 << 20,   /* sender's write buffer for small stored blobs */

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <xxhash.h>
+#include "transfer/xfer_hash.h"
 
 /* ---- errors ---- */
 

@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <xxhash.h>
+#include "transfer/xfer_hash.h"
 
 enum {
 	NCCL_INT8 = 0,

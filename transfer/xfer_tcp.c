@@ -43,7 +43,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "transfer/xfer_hash.h"
 
 enum {
 	MAX_STREAMS = 64,

@@ -44,7 +44,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "transfer/xfer_hash.h"
 
 static int g_pass, g_fail;
 #define CHECK(c, ...)                                                         \
