@@ -23,9 +23,10 @@
 # xxhash.h / zstd.h and their libraries come from the system, or from
 # .gpu-deps/{include,lib} carried from a Debian machine:
 #   mkdir -p .gpu-deps/include .gpu-deps/lib
-#   cp /usr/include/{xxhash,xxh3,zstd,zstd_errors}.h .gpu-deps/include/
-#   cp /usr/lib/x86_64-linux-gnu/lib{xxhash,zstd}.a .gpu-deps/lib/
-# and name .gpu-deps in the device call's carry list.
+#   cp /usr/include/{xxhash,xxh3,xxh_x86dispatch,zstd,zstd_errors}.h .gpu-deps/include/
+#   cp /usr/lib/x86_64-linux-gnu/libzstd.a /usr/lib/x86_64-linux-gnu/libxxhash.so.0* .gpu-deps/lib/
+# and name .gpu-deps in the device call's carry list (libxxhash's shared
+# library, as it alone has the x86 dispatcher; see transfer/xfer_hash.h).
 # SKEIN_GPU_CASES picks the cases (default "nccl ipc tcp tcp-nojournal tcp-undo").
 # Usage: tests/gpu/run.sh [IPC_BYTES] [TCP_BYTES]
 set -u
@@ -40,7 +41,17 @@ B=$(mktemp -d)
 trap 'rm -rf "$B"' EXIT
 INC="-I. -I$CUDA/include"
 XLIBS="-lxxhash -lzstd"
-if [ -d .gpu-deps ]; then INC="$INC -I.gpu-deps/include"; XLIBS=".gpu-deps/lib/libxxhash.a .gpu-deps/lib/libzstd.a"; fi
+if [ -d .gpu-deps ]; then
+	INC="$INC -I.gpu-deps/include"
+	XSO=$(ls .gpu-deps/lib/libxxhash.so.0.* 2>/dev/null | head -n 1)
+	if [ -n "$XSO" ]; then
+		ln -sf "$(basename "$XSO")" .gpu-deps/lib/libxxhash.so.0
+		XLIBS="$PWD/$XSO -Wl,-rpath,$PWD/.gpu-deps/lib .gpu-deps/lib/libzstd.a"
+	else
+		INC="$INC -DSKEIN_XXH_NO_DISPATCH"
+		XLIBS=".gpu-deps/lib/libxxhash.a .gpu-deps/lib/libzstd.a"
+	fi
+fi
 CFLAGS="-std=c11 -O2 -g -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-format-truncation -D_GNU_SOURCE -fPIC"
 
 echo "== build"
