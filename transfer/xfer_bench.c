@@ -167,7 +167,7 @@ static void codec_rates(const opts *o, xfer_sim_model *tr, xfer_sim_model *rc, r
 	double t2 = xfer_now();
 	at = 0;
 	for (size_t i = 0; i < k; i++) {
-		if (xfer_delta_apply(o->enc, 2, scratch + at, tr->elems[i] * 2, pay[i].p, pay[i].len, NULL, &e) != 0)
+		if (xfer_delta_apply(o->enc, 2, scratch + at, tr->elems[i] * 2, pay[i].p, pay[i].len, NULL, NULL, &e) != 0)
 			die("apply", &e);
 		at += tr->elems[i] * 2;
 	}

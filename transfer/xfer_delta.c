@@ -254,7 +254,7 @@ static inline int get_varint(const unsigned char **p, const unsigned char *end, 
 }
 
 int xfer_delta_apply(xfer_encoding enc, size_t esz, void *dst_, size_t n, const void *payload,
-		     size_t plen, xfer_journal *j, xfer_err *err)
+		     size_t plen, xfer_journal *j, xfer_sum *sum, xfer_err *err)
 {
 	const unsigned char *p = payload;
 	unsigned char *dst = dst_, *undo = NULL;
@@ -302,17 +302,36 @@ int xfer_delta_apply(xfer_encoding enc, size_t esz, void *dst_, size_t n, const 
 		free(undo);
 		if (rc != 0) return -1;
 	}
+	XXH3_state_t *st = NULL;
+	if (sum) {
+		st = XXH3_createState();
+		if (!st) return xfer_fail(err, XFER_ENOMEM, "delta: out of memory");
+		XXH3_128bits_reset(st);
+	}
+	size_t hashed = 0; /* bytes of dst below this are final and hashed */
 	q = gaps;
 	idx = 0;
 	for (uint64_t i = 0; i < cnt; i++) {
 		get_varint(&q, gend, &g);
 		idx += g;
-		unsigned char *e = dst + idx * esz;
+		size_t at = (size_t)idx * esz;
+		if (st && at >= hashed + SCAN_CHUNK) { /* no change below at remains */
+			size_t upto = at / SCAN_CHUNK * SCAN_CHUNK;
+			XXH3_128bits_update(st, dst + hashed, upto - hashed);
+			hashed = upto;
+		}
+		unsigned char *e = dst + at;
 		for (size_t b = 0; b < esz; b++) {
 			unsigned char v = vals[b * cnt + i];
 			e[b] = enc == XFER_ENC_XOR ? (unsigned char)(e[b] ^ v) : v;
 		}
 		idx++;
+	}
+	if (st) {
+		XXH3_128bits_update(st, dst + hashed, n - hashed);
+		XXH128_hash_t h = XXH3_128bits_digest(st);
+		*sum = (xfer_sum){ h.low64, h.high64 };
+		XXH3_freeState(st);
 	}
 	return 0;
 }

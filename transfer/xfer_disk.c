@@ -656,16 +656,18 @@ static int apply_one(xfer_endpoint *ep, const disk_index *x, int fd, size_t i, x
 		p = b->p;
 		plen = b->len;
 	}
+	xfer_sum got;
 	if (x->full) {
 		if (plen != t->nbytes)
 			return xfer_fail(err, XFER_EFORMAT, "version %llu tensor %s: %zu bytes stored, %llu expected",
 					 (unsigned long long)x->version, t->name, plen, (unsigned long long)t->nbytes);
 		if (xfer_journal_copy(j, t->ptr, p, plen, err) != 0) return -1;
-	} else if (xfer_delta_apply((xfer_encoding)x->enc, esz, t->ptr, t->nbytes, p, plen, j, err) != 0) {
+		got = xfer_checksum(t->ptr, t->nbytes);
+	} else if (xfer_delta_apply((xfer_encoding)x->enc, esz, t->ptr, t->nbytes, p, plen, j, &got, err) != 0) {
 		xfer_err_prefix(err, "version %llu tensor %s", (unsigned long long)x->version, t->name);
 		return -1;
 	}
-	if (!xfer_sum_equal(xfer_checksum(t->ptr, t->nbytes), d->sum))
+	if (!xfer_sum_equal(got, d->sum))
 		return xfer_fail(err, XFER_ECHECKSUM, "version %llu tensor %s: checksum of the result differs",
 				 (unsigned long long)x->version, t->name);
 	return 0;

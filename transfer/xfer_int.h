@@ -133,9 +133,11 @@ int xfer_buf_append(xfer_buf *b, const void *p, size_t n);
  * same pass. */
 int xfer_delta_encode(xfer_encoding enc, size_t esz, void *old_, const void *new_, size_t n,
 		      int update_old, xfer_buf *out, uint64_t *changed, xfer_sum *sum, xfer_err *err);
-/* Applies a payload to dst (n bytes); journals what it overwrites when j. */
+/* Applies a payload to dst (n bytes); journals what it overwrites when j;
+ * with sum, the xxh3-128 of the result, hashed right behind the changes
+ * while they are still in cache (a 1% change touches most cache lines). */
 int xfer_delta_apply(xfer_encoding enc, size_t esz, void *dst, size_t n, const void *payload,
-		     size_t plen, xfer_journal *j, xfer_err *err);
+		     size_t plen, xfer_journal *j, xfer_sum *sum, xfer_err *err);
 /* zstd wrappers (level 0 copies). */
 int xfer_zstd_compress(int level, const void *src, size_t n, xfer_buf *out, xfer_err *err);
 int xfer_zstd_decompress(const void *src, size_t n, xfer_buf *out, size_t max, xfer_err *err);

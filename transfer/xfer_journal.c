@@ -516,7 +516,7 @@ static int undo_chunk(xfer_journal *j, const unsigned char *p, size_t len, xfer_
 		} else if (h.type != REC_BLOB) {
 			return xfer_fail(err, XFER_EFORMAT, "journal: damaged record (type %u)", h.type);
 		} else if (xfer_delta_apply((xfer_encoding)h.enc, h.esz, addr, h.n, r + sizeof h, h.plen,
-					    NULL, err) != 0) {
+					    NULL, NULL, err) != 0) {
 			xfer_err_prefix(err, "journal undo");
 			return -1;
 		}

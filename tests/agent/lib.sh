@@ -103,6 +103,15 @@ finish() {
 	local san
 	san=$(grep -l -E 'runtime error:|ERROR: AddressSanitizer|ERROR: LeakSanitizer' "$T_DIR"/*.log "$T_DIR"/*/*.log 2>/dev/null | head -3)
 	[ -n "$san" ] && fail "sanitizer report in $(echo $san | tr '\n' ' ')"
+	# a failure on a CI machine leaves only this output: the agents' last
+	# warnings and errors go with it (5 lines a log at most)
+	if [ "$T_FAIL" != 0 ]; then
+		local f
+		for f in "$T_DIR"/*.log; do
+			[ -e "$f" ] || continue
+			grep -E ' (warn|error|WARN|ERROR) ' "$f" 2>/dev/null | grep -v 'no key:' | tail -n 5 | sed "s|^|  $(basename "$f"): |"
+		done
+	fi
 	echo "# $T_PASS passed, $T_FAIL failed"
 	[ "$T_FAIL" = 0 ]
 	exit $?

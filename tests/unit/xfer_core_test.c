@@ -121,8 +121,10 @@ T_TEST(xfer_delta_roundtrip)
 						p = back.p;
 						plen = back.len;
 					}
-					T_XOK(xfer_delta_apply((xfer_encoding)enc, esz, dst, n, p, plen, NULL, err_));
+					xfer_sum asum;
+					T_XOK(xfer_delta_apply((xfer_encoding)enc, esz, dst, n, p, plen, NULL, &asum, err_));
 					T_CHECK(memcmp(dst, nw, n) == 0);
+					T_CHECK(xfer_sum_equal(asum, sum));
 					xfer_buf_free(&out);
 					xfer_buf_free(&zb);
 					xfer_buf_free(&back);
@@ -150,21 +152,65 @@ T_TEST(xfer_delta_rejects_corrupt_payload)
 	T_XOK(xfer_delta_encode(XFER_ENC_OVERWRITE, 2, shadow, nw, n, 0, &out, &changed, NULL, err_));
 	xfer_err e;
 	/* wrong element size (a dtype mismatch) */
-	T_EQ(xfer_delta_apply(XFER_ENC_OVERWRITE, 4, dst, n, out.p, out.len, NULL, &e), -1);
+	T_EQ(xfer_delta_apply(XFER_ENC_OVERWRITE, 4, dst, n, out.p, out.len, NULL, NULL, &e), -1);
 	T_EQ(e.code, XFER_EMISMATCH);
 	/* truncated */
-	T_EQ(xfer_delta_apply(XFER_ENC_OVERWRITE, 2, dst, n, out.p, out.len - 1, NULL, &e), -1);
+	T_EQ(xfer_delta_apply(XFER_ENC_OVERWRITE, 2, dst, n, out.p, out.len - 1, NULL, NULL, &e), -1);
 	T_EQ(e.code, XFER_EFORMAT);
 	/* an index past the end: set the first gap varint to a huge value */
 	out.p[32] = 0xff;
 	out.p[33] = 0x7f;
-	T_EQ(xfer_delta_apply(XFER_ENC_OVERWRITE, 2, dst, n, out.p, out.len, NULL, &e), -1);
+	T_EQ(xfer_delta_apply(XFER_ENC_OVERWRITE, 2, dst, n, out.p, out.len, NULL, NULL, &e), -1);
 	T_CHECK(memcmp(dst, old, n) == 0); /* nothing touched */
 	xfer_buf_free(&out);
 	free(old);
 	free(nw);
 	free(dst);
 	free(shadow);
+}
+
+/* The checksum hashed behind the apply equals the checksum of the result
+ * on tensors of many 256 KiB pieces: changes on piece boundaries, none in
+ * whole pieces, none at all, every element. */
+T_TEST(xfer_delta_apply_sum_matches)
+{
+	sk_rng r;
+	sk_rng_seed(&r, t_seed());
+	const size_t piece = 256 << 10;
+	for (int c = 0; c < 24; c++) {
+		size_t esz = (size_t)1 << sk_rng_below(&r, 4);
+		size_t n = esz * ((piece * 3 + sk_rng_below(&r, piece * 2)) / esz);
+		unsigned char *old = malloc(n), *nw = malloc(n), *shadow = malloc(n), *dst = malloc(n);
+		tm_fill(&r, old, n);
+		memcpy(nw, old, n);
+		int kind = c % 4;
+		if (kind == 0) /* on the boundaries and just before them */
+			for (size_t at = piece; at < n; at += piece) {
+				nw[at] ^= 1;
+				nw[at - esz] ^= 2;
+			}
+		if (kind == 1) /* sparse, with whole pieces untouched */
+			for (size_t i = 0; i < n / 1000; i++) {
+				size_t at = sk_rng_below(&r, n);
+				if ((at / piece) % 2 == 0) nw[at] ^= 0x40;
+			}
+		if (kind == 3) for (size_t i = 0; i < n; i++) nw[i] = (unsigned char)~nw[i];
+		memcpy(shadow, old, n);
+		memcpy(dst, old, n);
+		xfer_buf out = { 0 };
+		xfer_sum want, got;
+		xfer_encoding enc = (xfer_encoding)(c / 4 % 2);
+		T_XOK(xfer_delta_encode(enc, esz, shadow, nw, n, 1, &out, NULL, &want, err_));
+		T_XOK(xfer_delta_apply(enc, esz, dst, n, out.p, out.len, NULL, &got, err_));
+		T_CHECK(memcmp(dst, nw, n) == 0);
+		T_CHECK(xfer_sum_equal(got, want));
+		T_CHECK(xfer_sum_equal(got, xfer_checksum(nw, n)));
+		xfer_buf_free(&out);
+		free(old);
+		free(nw);
+		free(shadow);
+		free(dst);
+	}
 }
 
 /* The journal puts back exactly what was there, through several layers:
@@ -196,7 +242,7 @@ static void journal_round_trip(int lim_mib)
 	src[5] ^= 1;
 	src[n - 1] ^= 2;
 	T_XOK(xfer_delta_encode(XFER_ENC_OVERWRITE, 1, shadow, src, n, 0, &out, NULL, NULL, err_));
-	T_XOK(xfer_delta_apply(XFER_ENC_OVERWRITE, 1, a, n, out.p, out.len, j, err_));
+	T_XOK(xfer_delta_apply(XFER_ENC_OVERWRITE, 1, a, n, out.p, out.len, j, NULL, err_));
 	T_CHECK(memcmp(a, src, n) == 0);
 	T_CHECK(xfer_journal_bytes(j) > n);
 	uint64_t held = xfer_journal_mem_bytes(j);
