@@ -145,6 +145,8 @@ bool agent_head_dispatch(agent *a, const struct Skein__Control__Request *q, cons
 /* The head-side helpers agent_jobs.c uses. */
 struct job_state;
 bool agent_head_is_head(agent *a);
+void agent_head_leave(agent *a);          /* a leaving head hands over to another voter */
+bool agent_head_handing_over(agent *a);   /* ... and the leave waits for that */
 bool agent_head_ready(agent *a);                      /* head, and caught up with its own term */
 const struct job_state *agent_head_jobs(agent *a);   /* NULL on a non-voter */
 uint64_t agent_head_applied(agent *a);

@@ -90,6 +90,7 @@ struct agent_head {
 	char published_head[RAFT_NAME_MAX + 1];
 	uint64_t published_term;
 	uint64_t drop_send;
+	uint64_t handover_at;  /* a leave started a handover then (agent_now_ms), 0 = none */
 };
 
 /* ---------------------------------------------------------------- gossip view */
@@ -425,7 +426,10 @@ static void head_pump(agent *a)
 				(unsigned long long)ev.term);
 			break;
 		case RAFT_EV_STEPDOWN:
-			SK_WARN("head", "stepped down as head (term %llu): %s", (unsigned long long)ev.term, ev.reason);
+			if (!strncmp(ev.reason, "handing over", 12))
+				SK_INFO("head", "stepped down as head (term %llu): %s", (unsigned long long)ev.term, ev.reason);
+			else
+				SK_WARN("head", "stepped down as head (term %llu): %s", (unsigned long long)ev.term, ev.reason);
 			fail_all_pending(a, "the head stepped down before the write committed; retry");
 			break;
 		case RAFT_EV_VOTERS: {
@@ -440,6 +444,9 @@ static void head_pump(agent *a)
 		}
 		case RAFT_EV_CANDIDATE:
 			SK_INFO("head", "standing for election (term %llu)", (unsigned long long)ev.term);
+			break;
+		case RAFT_EV_TRANSFER:
+			SK_WARN("head", "%s (term %llu)", ev.reason, (unsigned long long)ev.term);
 			break;
 		case RAFT_EV_FAILED:
 			SK_ERROR("head", "consensus storage failed: %s; exiting so a restart recovers", ev.reason);
@@ -506,8 +513,10 @@ static void try_replace(agent *a)
 		mbr_member_info mi;
 		if (!strcmp(v->names[i], a->opts.name) || mbr_lookup(a->mbr, v->names[i], &mi) < 0) continue;
 		if ((mi.status == MBR_DEAD || mi.status == MBR_LEFT) && now - mi.status_since_ms >= h->replace_after_ms) {
-			if (raft_voter_remove(h->raft, now, v->names[i], err, sizeof err) == 0)
-				SK_WARN("head", "removing voter %s: %s for %llu s", v->names[i], mbr_status_str(mi.status),
+			char name[RAFT_NAME_MAX + 1]; /* v changes under the removal */
+			snprintf(name, sizeof name, "%s", v->names[i]);
+			if (raft_voter_remove(h->raft, now, name, err, sizeof err) == 0)
+				SK_WARN("head", "removing voter %s: %s for %llu s", name, mbr_status_str(mi.status),
 					(unsigned long long)((now - mi.status_since_ms) / 1000));
 			head_pump(a);
 			return;
@@ -947,6 +956,54 @@ static void cmd_state(agent *a, const Skein__Control__Request *q, const agent_cl
 	}
 }
 
+/* skeinctl head transfer [NAME]: hands the head to NAME (or the voter with
+ * the most of the log) without waiting out an election timeout. */
+static void cmd_transfer(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+{
+	if (q->n_args > 2) {
+		agent_reply_fail(r, 2, "usage: skeinctl head transfer [NAME]");
+		return;
+	}
+	if (!is_head(a)) {
+		forward(a, q, c, r);
+		return;
+	}
+	char err[300], to[RAFT_NAME_MAX + 1] = "";
+	uint64_t term = raft_term(a->head->raft);
+	if (raft_transfer(a->head->raft, agent_now_ms(), q->n_args == 2 ? q->args[1] : NULL, to, sizeof to, err,
+			  sizeof err) != 0) {
+		agent_reply_fail(r, 1, "head transfer: %s", err);
+		return;
+	}
+	SK_INFO("head", "handing the head over to %s (asked by an operator)", to);
+	head_pump(a);
+	sk_buf_printf(&r->body, "handing the head (term %llu) over to %s\n", (unsigned long long)term, to);
+}
+
+void agent_head_leave(agent *a)
+{
+	agent_head *h = a->head;
+	char err[300], to[RAFT_NAME_MAX + 1] = "";
+	if (!h || !h->raft || !raft_is_leader(h->raft)) return;
+	if (raft_transfer(h->raft, agent_now_ms(), NULL, to, sizeof to, err, sizeof err) != 0) {
+		SK_WARN("head", "leaving as the head without a handover: %s", err);
+		return;
+	}
+	SK_INFO("head", "leaving: handing the head over to %s", to);
+	h->handover_at = agent_now_ms();
+	head_pump(a);
+}
+
+bool agent_head_handing_over(agent *a)
+{
+	agent_head *h = a->head;
+	if (!h || !h->raft || !h->handover_at) return false;
+	if (raft_is_leader(h->raft)) return raft_transfer_target(h->raft) != NULL; /* catching it up */
+	const char *l = raft_leader(h->raft);
+	/* stepped down: done once another head is heard of (bounded by the leave's limit) */
+	return !l || !*l || !strcmp(l, a->opts.name);
+}
+
 static void cmd_voters(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
 {
 	const char *op = q->n_args ? q->args[0] : "";
@@ -994,6 +1051,14 @@ bool agent_head_dispatch(agent *a, const Skein__Control__Request *q, const agent
 		char head[RAFT_NAME_MAX + 1];
 		uint64_t t;
 		agent_head_known(a, head, sizeof head, &t, NULL, 0);
+		if (q->n_args >= 1 && !strcmp(q->args[0], "transfer")) {
+			cmd_transfer(a, q, c, r);
+			return true;
+		}
+		if (q->n_args) {
+			agent_reply_fail(r, 2, "usage: skeinctl head [--format text|json] | head transfer [NAME]");
+			return true;
+		}
 		/* the head knows its voters' last contact: ask it */
 		if (!is_head(a) && !q->forwarded && head[0] && strcmp(head, a->opts.name)) forward(a, q, c, r);
 		else cmd_head(a, q, r);

@@ -391,7 +391,7 @@ static void leave_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	agent *a = t->data;
 	(void)revents;
-	if (mbr_leave_done(a->mbr) || ev_now(loop) - a->leave_started >= LEAVE_MAX_S) {
+	if ((mbr_leave_done(a->mbr) && !agent_head_handing_over(a)) || ev_now(loop) - a->leave_started >= LEAVE_MAX_S) {
 		SK_INFO("agent", "left the cluster");
 		ev_break(loop, EVBREAK_ALL);
 		return;
@@ -407,6 +407,7 @@ void agent_start_leave(agent *a)
 	a->leave_started = ev_now(a->loop);
 	SK_INFO("agent", "leaving the cluster");
 	ev_timer_stop(a->loop, &a->join_timer);
+	agent_head_leave(a); /* first: the handover's messages go out while gossip says goodbye */
 	mbr_leave(a->mbr, agent_now_ms());
 	agent_pump(a);
 	ev_timer_init(&a->leave_timer, leave_timer_cb, 0.05, 0);

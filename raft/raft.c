@@ -48,8 +48,20 @@
  *  - InstallSnapshot sends the snapshot in one message (no chunks);
  *  - a new voter joins as a voter at once (no non-voting catch-up phase);
  *    the agent adds a voter only when it is alive and reachable;
- *  - no leadership transfer, no read index: the agent reads from the
- *    leader while raft_leader_ok() (its lease) holds.
+ *  - no read index: the agent reads from the leader while raft_leader_ok()
+ *    (its lease) holds.
+ *
+ * Leadership transfer (thesis 3.10), for a planned stop of the head:
+ *   raft_transfer names a voter (or picks the one with the most of the log);
+ *   the leader stops taking writes, brings the target's log up to its own,
+ *   then steps down and sends it TimeoutNow; the target stands for election
+ *   at once, its VoteReq flagged `transfer`, which voters do not refuse for
+ *   stickiness.  The lease argument above still holds: the leader stops
+ *   leading before the message that starts the election leaves it, so no
+ *   voter grants a flagged vote while it leads.  A target that does not
+ *   catch up within election_timeout ends the transfer (RAFT_EV_TRANSFER
+ *   says so) and writes resume; a TimeoutNow lost after the step-down costs
+ *   one ordinary election.
  * All output goes to queues (raft_pop_out, raft_pop_apply, raft_pop_event);
  * storage is the only thing called synchronously. */
 #include "raft/raft_int.h"
@@ -112,6 +124,9 @@ struct raft {
 	bool granted[RAFT_VOTERS_MAX];
 	peer peers[RAFT_VOTERS_MAX];   /* leader: one per voter but us */
 	size_t npeers;
+	char xfer_to[RAFT_NAME_MAX + 1]; /* leader: handing over to it ("" = not) */
+	uint64_t xfer_until;             /* ... until then */
+	bool campaign_transfer;          /* the election being started answers a TimeoutNow */
 
 	raft_out *outs;
 	size_t out_head, out_len, out_cap;
@@ -183,8 +198,8 @@ const char *raft_role_str(raft_role r)
 
 const char *raft_event_str(raft_event_type t)
 {
-	static const char *s[] = { "leader", "follower", "stepdown", "voters", "failed" };
-	return (unsigned)t < 5 ? s[t] : "?";
+	static const char *s[] = { "leader", "follower", "stepdown", "voters", "failed", "candidate", "transfer" };
+	return (unsigned)t < sizeof s / sizeof s[0] ? s[t] : "?";
 }
 
 int raft_fence_check(raft_fence *f, uint64_t term)
@@ -564,6 +579,7 @@ static int become_follower(raft_t *r, uint64_t now, uint64_t term, const char *l
 		if (save_hard(r) != 0) return -1;
 	}
 	if (r->role == RAFT_LEADER) push_event(r, RAFT_EV_STEPDOWN, why);
+	r->xfer_to[0] = 0;
 	bool was_follower = r->role == RAFT_FOLLOWER;
 	r->role = RAFT_FOLLOWER;
 	r->npeers = 0;
@@ -598,6 +614,7 @@ static void send_vote_reqs(raft_t *r, bool prevote)
 	for (size_t i = 0; i < r->voters.n; i++) {
 		if (!strcmp(r->voters.names[i], r->name)) continue;
 		raft_msg m = { .type = RAFT_MSG_VOTE_REQ, .prevote = prevote,
+			       .transfer = !prevote && r->campaign_transfer,
 			       .term = prevote ? r->term + 1 : r->term,
 			       .last_index = last_index(r), .last_term = last_term(r) };
 		send_msg(r, r->voters.names[i], &m);
@@ -735,9 +752,13 @@ static void send_append(raft_t *r, peer *p, uint64_t now)
 	p->sent_at = now;
 }
 
+static void transfer_check(raft_t *r, uint64_t now);
+
 static void leader_tick(raft_t *r, uint64_t now)
 {
 	check_lease(r, now);
+	if (r->role != RAFT_LEADER) return;
+	transfer_check(r, now);
 	if (r->role != RAFT_LEADER) return;
 	for (size_t i = 0; i < r->npeers; i++) {
 		peer *p = &r->peers[i];
@@ -781,6 +802,9 @@ static void on_vote_req(raft_t *r, uint64_t now, const raft_msg *m)
 		return;
 	}
 	if (m->term < r->term) { send_msg(r, m->from, &resp); return; }
+	/* a leader's handover: it stepped down before the candidate heard of
+	 * it, so nobody's lease is at stake (a live leader still refuses) */
+	if (m->transfer && r->role != RAFT_LEADER) sticky = false;
 	if (sticky) {
 		/* refused without taking its term: a live leader stays */
 		r->stats.votes_refused_sticky++;
@@ -914,6 +938,8 @@ static void on_append_resp(raft_t *r, uint64_t now, const raft_msg *m)
 		p->inflight = false;
 		advance_commit(r, now);
 		if (r->role != RAFT_LEADER) return;
+		transfer_check(r, now);
+		if (r->role != RAFT_LEADER) return;
 	} else if (!p->snap_inflight) {
 		uint64_t nx = m->prev_index < m->last_index + 1 ? m->prev_index : m->last_index + 1;
 		if (nx < p->match + 1) nx = p->match + 1;
@@ -975,11 +1001,11 @@ static void on_snap_resp(raft_t *r, uint64_t now, const raft_msg *m)
 		p->next = p->match + 1;
 		advance_commit(r, now);
 		if (r->role != RAFT_LEADER) return;
+		transfer_check(r, now);
+		if (r->role != RAFT_LEADER) return;
 	}
 	send_append(r, p, now);
 }
-
-/* ---------------------------------------------------------------- inputs */
 
 static uint64_t clamp_now(raft_t *r, uint64_t now)
 {
@@ -987,6 +1013,91 @@ static uint64_t clamp_now(raft_t *r, uint64_t now)
 	r->last_now = now;
 	return now;
 }
+
+/* The leader of our term handed over to us: stand now, flagged. */
+static void on_timeout_now(raft_t *r, uint64_t now, const raft_msg *m)
+{
+	if (m->term != r->term || r->role != RAFT_FOLLOWER || strcmp(r->leader, m->from) != 0 || !self_voter(r)) {
+		r->stats.drop_bad_state++;
+		return;
+	}
+	r->stats.transfers_received++;
+	r->campaign_transfer = true;
+	start_election(r, now);
+	r->campaign_transfer = false;
+}
+
+/* ---------------------------------------------------------------- transfer */
+
+/* Leader with a handover under way: once the target holds every entry, step
+ * down first, then tell it to stand; past xfer_until, give up. */
+static void transfer_check(raft_t *r, uint64_t now)
+{
+	if (r->role != RAFT_LEADER || !r->xfer_to[0]) return;
+	char to[RAFT_NAME_MAX + 1], why[RAFT_ERR_MAX];
+	snprintf(to, sizeof to, "%s", r->xfer_to);
+	peer *p = find_peer(r, to);
+	if (!p || now >= r->xfer_until) {
+		r->xfer_to[0] = 0;
+		r->stats.transfers_failed++;
+		snprintf(why, sizeof why, "handover to %s abandoned: %s", to,
+			 p ? "it did not catch up within the election timeout" : "no longer a voter");
+		push_event(r, RAFT_EV_TRANSFER, why);
+		return;
+	}
+	if (p->match < last_index(r)) return;
+	r->stats.transfers++;
+	snprintf(why, sizeof why, "handing over to %s", to);
+	if (become_follower(r, now, r->term, "", why) != 0) return;
+	raft_msg m = { .type = RAFT_MSG_TIMEOUT_NOW };
+	send_msg(r, to, &m);
+}
+
+int raft_transfer(raft_t *r, uint64_t now, const char *name, char *target, size_t tlen, char *err, size_t errlen)
+{
+	now = clamp_now(r, now);
+	check_lease(r, now);
+	if (r->failed || r->role != RAFT_LEADER) {
+		snprintf(err, errlen, "not the leader%s%s", r->leader[0] ? "; the leader is " : "", r->leader);
+		return -1;
+	}
+	if (r->xfer_to[0]) {
+		snprintf(err, errlen, "a handover to %s is under way", r->xfer_to);
+		return -1;
+	}
+	peer *best = NULL;
+	if (name && *name) {
+		if (!strcmp(name, r->name)) {
+			snprintf(err, errlen, "%s is the leader already", name);
+			return -1;
+		}
+		if (!(best = find_peer(r, name))) {
+			snprintf(err, errlen, "%s is not a voter", name);
+			return -1;
+		}
+	} else {
+		/* the most of the log, then the freshest contact */
+		for (size_t i = 0; i < r->npeers; i++) {
+			peer *p = &r->peers[i];
+			if (!best || p->match > best->match || (p->match == best->match && p->contact > best->contact))
+				best = p;
+		}
+		if (!best) {
+			snprintf(err, errlen, "no other voter to hand over to");
+			return -1;
+		}
+	}
+	snprintf(r->xfer_to, sizeof r->xfer_to, "%s", best->name);
+	r->xfer_until = now + r->cfg.election_timeout_ms;
+	if (target) snprintf(target, tlen, "%s", best->name);
+	if (best->match < last_index(r) && !best->inflight) send_append(r, best, now);
+	transfer_check(r, now);
+	return 0;
+}
+
+const char *raft_transfer_target(const raft_t *r) { return r->xfer_to[0] ? r->xfer_to : NULL; }
+
+/* ---------------------------------------------------------------- inputs */
 
 void raft_tick(raft_t *r, uint64_t now)
 {
@@ -1006,6 +1117,7 @@ uint64_t raft_next_deadline(const raft_t *r)
 	if (r->failed) return UINT64_MAX;
 	if (r->role != RAFT_LEADER) return r->election_at;
 	uint64_t d = lease_end((raft_t *)r, r->last_now);
+	if (r->xfer_to[0] && r->xfer_until < d) d = r->xfer_until;
 	for (size_t i = 0; i < r->npeers; i++) {
 		uint64_t t = r->peers[i].sent_at + r->cfg.heartbeat_interval_ms;
 		if (t < d) d = t;
@@ -1036,6 +1148,7 @@ void raft_recv(raft_t *r, uint64_t now, const uint8_t *buf, size_t len)
 		case RAFT_MSG_APPEND_RESP: on_append_resp(r, now, m); break;
 		case RAFT_MSG_SNAP_REQ: on_snap_req(r, now, m); break;
 		case RAFT_MSG_SNAP_RESP: on_snap_resp(r, now, m); break;
+		case RAFT_MSG_TIMEOUT_NOW: on_timeout_now(r, now, m); break;
 		}
 	}
 	raft_codec_free(&d);
@@ -1053,6 +1166,11 @@ static int leader_append(raft_t *r, uint64_t now, uint8_t type, const uint8_t *d
 	check_lease(r, now);
 	if (r->failed || r->role != RAFT_LEADER) {
 		snprintf(err, errlen, "not the leader%s%s", r->leader[0] ? "; the leader is " : "", r->leader);
+		return -1;
+	}
+	if (r->xfer_to[0]) {
+		/* the target's log must stop moving for it to catch up */
+		snprintf(err, errlen, "handing leadership over to %s; retry", r->xfer_to);
 		return -1;
 	}
 	raft_entry e = { last_index(r) + 1, r->term, type, data, len };

@@ -182,6 +182,16 @@ int raft_propose(raft_t *r, uint64_t now_ms, uint8_t type, const uint8_t *data, 
  * yet, or the result would be empty or too large. */
 int raft_voter_add(raft_t *r, uint64_t now_ms, const char *name, char *err, size_t errlen);
 int raft_voter_remove(raft_t *r, uint64_t now_ms, const char *name, char *err, size_t errlen);
+/* Leader only: hands leadership to voter `name` (NULL or "": the voter with
+ * the most of the log; its name in target).  Writes are refused until the
+ * target has every entry; then the leader steps down (RAFT_EV_STEPDOWN,
+ * "handing over to ...") and the target stands at once.  Abandoned after
+ * election_timeout (RAFT_EV_TRANSFER).  -1 when not leader, a handover is
+ * under way, or name is not another voter. */
+int raft_transfer(raft_t *r, uint64_t now_ms, const char *name, char *target, size_t tlen, char *err,
+		  size_t errlen);
+/* The voter a handover under way goes to, or NULL. */
+const char *raft_transfer_target(const raft_t *r);
 
 /* ---- outputs ---- */
 typedef struct {
@@ -212,6 +222,7 @@ typedef enum {
 	RAFT_EV_VOTERS,           /* the voter set changed (latest, maybe uncommitted) */
 	RAFT_EV_FAILED,           /* storage failed: stop the node, restart it */
 	RAFT_EV_CANDIDATE,        /* we stand for election in `term` (reason: how many pre-votes) */
+	RAFT_EV_TRANSFER,         /* a handover we started was abandoned (reason says why) */
 } raft_event_type;
 const char *raft_event_str(raft_event_type t);
 typedef struct {
@@ -263,6 +274,7 @@ typedef struct {
 	uint64_t votes_refused_sticky;
 	uint64_t snapshots_taken, snapshots_sent, snapshots_installed;
 	uint64_t truncations;
+	uint64_t transfers, transfers_failed, transfers_received; /* handovers sent, abandoned, answered */
 } raft_stats;
 const raft_stats *raft_get_stats(const raft_t *r);
 

@@ -28,6 +28,7 @@ int raft_codec_encode(const raft_msg *m, uint8_t **out, size_t *len)
 	Skein__Raft__AppendResp aresp = SKEIN__RAFT__APPEND_RESP__INIT;
 	Skein__Raft__SnapReq sreq = SKEIN__RAFT__SNAP_REQ__INIT;
 	Skein__Raft__SnapResp sresp = SKEIN__RAFT__SNAP_RESP__INIT;
+	Skein__Raft__TimeoutNow tnow = SKEIN__RAFT__TIMEOUT_NOW__INIT;
 	Skein__Raft__Entry *ents = NULL, **eptr = NULL;
 	char *vnames[RAFT_VOTERS_MAX];
 	int rc = -1;
@@ -39,6 +40,7 @@ int raft_codec_encode(const raft_msg *m, uint8_t **out, size_t *len)
 		vreq.prevote = m->prevote;
 		vreq.last_index = m->last_index;
 		vreq.last_term = m->last_term;
+		vreq.transfer = m->transfer;
 		msg.body_case = SKEIN__RAFT__MSG__BODY_VOTE_REQ;
 		msg.vote_req = &vreq;
 		break;
@@ -100,6 +102,10 @@ int raft_codec_encode(const raft_msg *m, uint8_t **out, size_t *len)
 		sresp.echo = m->echo;
 		msg.body_case = SKEIN__RAFT__MSG__BODY_SNAP_RESP;
 		msg.snap_resp = &sresp;
+		break;
+	case RAFT_MSG_TIMEOUT_NOW:
+		msg.body_case = SKEIN__RAFT__MSG__BODY_TIMEOUT_NOW;
+		msg.timeout_now = &tnow;
 		break;
 	default:
 		goto out;
@@ -179,6 +185,8 @@ static int check_msg(const Skein__Raft__Msg *p, raft_decoded *d)
 		m->prevote = p->vote_req->prevote;
 		m->last_index = p->vote_req->last_index;
 		m->last_term = p->vote_req->last_term;
+		m->transfer = p->vote_req->transfer;
+		if (m->prevote && m->transfer) return -1;
 		if (!IDX_OK(m->last_index) || m->last_term > m->term) return -1;
 		return 0;
 	case SKEIN__RAFT__MSG__BODY_VOTE_RESP:
@@ -205,6 +213,9 @@ static int check_msg(const Skein__Raft__Msg *p, raft_decoded *d)
 		m->last_index = p->snap_resp->last_index;
 		m->echo = p->snap_resp->echo;
 		return IDX_OK(m->last_index) ? 0 : -1;
+	case SKEIN__RAFT__MSG__BODY_TIMEOUT_NOW:
+		m->type = RAFT_MSG_TIMEOUT_NOW;
+		return 0;
 	default:
 		return -1;
 	}

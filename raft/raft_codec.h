@@ -22,20 +22,22 @@ typedef enum {
 	RAFT_MSG_APPEND_RESP,
 	RAFT_MSG_SNAP_REQ,
 	RAFT_MSG_SNAP_RESP,
+	RAFT_MSG_TIMEOUT_NOW,
 } raft_msg_type;
 
 /* Which fields a type uses (term and from always):
- *   VOTE_REQ     prevote, last_index, last_term
+ *   VOTE_REQ     prevote, last_index, last_term, transfer
  *   VOTE_RESP    prevote, granted
  *   APPEND_REQ   prev_index, prev_term, commit, echo, entries
  *   APPEND_RESP  success, last_index, prev_index, echo
  *   SNAP_REQ     snap (meta), data, echo
- *   SNAP_RESP    success, last_index, echo */
+ *   SNAP_RESP    success, last_index, echo
+ *   TIMEOUT_NOW  (term and from only) */
 typedef struct {
 	raft_msg_type type;
 	uint64_t term;
 	const char *from;
-	bool prevote, granted, success;
+	bool prevote, granted, success, transfer;
 	uint64_t last_index, last_term;
 	uint64_t prev_index, prev_term, commit, echo;
 	const raft_entry *entries;

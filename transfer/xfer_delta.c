@@ -283,13 +283,27 @@ int xfer_delta_apply(xfer_encoding enc, size_t esz, void *dst_, size_t n, const 
 		idx += g + 1;
 	}
 	if (q != gend) return xfer_fail(err, XFER_EFORMAT, "delta payload: trailing gap bytes");
+	/* allocated before anything is journaled: failing after that would
+	 * leave an undo record for a change never made (XOR would then undo
+	 * it into the old version) */
+	XXH3_state_t *st = NULL;
+	if (sum) {
+		st = XXH3_createState();
+		if (!st) return xfer_fail(err, XFER_ENOMEM, "delta: out of memory");
+		XXH3_128bits_reset(st);
+	}
 	if (j && enc == XFER_ENC_XOR &&
-	    xfer_journal_blob(j, enc, esz, dst, n, p, plen, NULL, 0, err) != 0)
+	    xfer_journal_blob(j, enc, esz, dst, n, p, plen, NULL, 0, err) != 0) {
+		if (st) XXH3_freeState(st);
 		return -1;
+	}
 	if (j && enc == XFER_ENC_OVERWRITE) {
 		/* The undo is the same positions with the old values: save it first. */
 		undo = calloc(cnt * esz + 1, 1);
-		if (!undo) return xfer_fail(err, XFER_ENOMEM, "delta: out of memory");
+		if (!undo) {
+			if (st) XXH3_freeState(st);
+			return xfer_fail(err, XFER_ENOMEM, "delta: out of memory");
+		}
 		q = gaps;
 		idx = 0;
 		for (uint64_t i = 0; i < cnt; i++) {
@@ -300,13 +314,10 @@ int xfer_delta_apply(xfer_encoding enc, size_t esz, void *dst_, size_t n, const 
 		}
 		int rc = xfer_journal_blob(j, enc, esz, dst, n, p, HEAD_BYTES + glen, undo, cnt * esz, err);
 		free(undo);
-		if (rc != 0) return -1;
-	}
-	XXH3_state_t *st = NULL;
-	if (sum) {
-		st = XXH3_createState();
-		if (!st) return xfer_fail(err, XFER_ENOMEM, "delta: out of memory");
-		XXH3_128bits_reset(st);
+		if (rc != 0) {
+			if (st) XXH3_freeState(st);
+			return -1;
+		}
 	}
 	size_t hashed = 0; /* bytes of dst below this are final and hashed */
 	q = gaps;

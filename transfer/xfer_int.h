@@ -187,8 +187,8 @@ int xfer_tensor_checksum(const xfer_tensor *t, void *stage, size_t stage_len, xf
 /* ---- test hooks (tests only; zero in production) ---- */
 typedef struct {
 	long long corrupt_at;    /* sender: flip one byte at this stream offset (+1) */
-	int stop_after_bucket;   /* receiver: raise SIGSTOP after this bucket (+1) */
-	int die_after_bucket;    /* sender: _exit after this bucket (+1) */
+	int stop_after_bucket;   /* receiver: raise SIGSTOP after this chunk (+1; p2p-tcp: half buckets) */
+	int die_after_bucket;    /* sender: _exit after this chunk (+1; p2p-tcp: half buckets) */
 	void (*disk_after_plan)(void *arg); /* receiver: between planning a chain and applying it */
 	void *disk_after_plan_arg;
 	/* journal: its device copies (kind XFER_CUDA_D2H or XFER_CUDA_H2D) go

@@ -139,7 +139,7 @@ void xfer_journal_limit(xfer_journal *j, uint64_t bytes)
 {
 	uint64_t n = bytes / JOURNAL_CHUNK;
 	j->maxmem = n < MEM_CHUNKS ? (size_t)n : MEM_CHUNKS;
-	for (size_t i = j->maxmem; i < MEM_CHUNKS && j->nmem <= i; i++) {
+	for (size_t i = j->maxmem > j->nmem ? j->maxmem : j->nmem; i < MEM_CHUNKS; i++) {
 		free(j->pool[i]);
 		j->pool[i] = NULL;
 	}

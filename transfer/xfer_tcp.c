@@ -420,7 +420,7 @@ static void *send_worker(void *arg)
 		struct iovec hv = { &h, sizeof h };
 		if (xfer_sock_sendv(fd, &hv, 1, "stripe header", "receiver", to, &e) != 0 ||
 		    xfer_sock_sendv(fd, iov, n, "stripe", "receiver", to, &e) != 0) {
-			xfer_err_prefix(&e, "stream %d, bucket %zu", w->idx, k);
+			xfer_err_prefix(&e, "stream %d, chunk %zu", w->idx, k);
 			goto fail;
 		}
 		free(tmp);
@@ -750,12 +750,19 @@ static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 		goto err;
 	}
 	if (begin_version(s, h.version, err) != 0) goto err;
-	for (int i = 0; !s->direct && ep->cfg.keep_previous && i < s->nstreams; i++) {
+	for (int i = 0; i < MAX_STREAMS; i++) {
+		/* a journal per stream of this session; one left from a session
+		 * with more streams would undo stripes it no longer covers */
+		if (s->direct || !ep->cfg.keep_previous || i >= s->nstreams) {
+			xfer_journal_free(&s->j[i]);
+			continue;
+		}
 		if (!s->j[i] && !(s->j[i] = xfer_journal_new(ep->cfg.journal_dir, err))) goto err;
 		xfer_journal_reset(s->j[i]);
 		/* the staging slots take one bucket; the journals' memory stays
 		 * within half of the other (their fixed buffers, 2 MiB each, and
-		 * 4 MiB pinned for device memory, counted too) */
+		 * 4 MiB pinned for device memory, counted too; with small buckets
+		 * or many streams the fixed part alone may exceed it) */
 		uint64_t fixed = (2u << 20) + (s->any_cuda ? 4u << 20 : 0);
 		uint64_t share = piece_of(s->bucket_bytes) / (uint64_t)s->nstreams;
 		xfer_journal_limit(s->j[i], share > fixed ? share - fixed : 0);

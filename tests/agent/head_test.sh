@@ -122,4 +122,33 @@ want=$(for i in 11 12 13 14; do [ $i != $VICTIM ] && echo "n$i"; done | sort | t
 if wait_until 20 voters_are $want; then pass "the head replaced failed voter n$VICTIM by n14"; else
 	fail "automatic voter replacement" "voters: $(ctl "$RHI" head | awk 'NR > 3 { print $1 }' | tr '\n' ' ')"; fi
 check "a write commits with the new voter set" wait_until 10 put_ok "$RHI" after-replace yes
+
+# --- handover: skeinctl head transfer, then a head that leaves on SIGTERM
+ALIVE=$(for i in 11 12 13 14; do [ $i != $VICTIM ] && echo $i; done)
+T1=$(term_of "$RHI")
+out=$(ctl "$RHI" head transfer 2>&1); rc=$?
+TO=$(echo "$out" | awk '{ print $NF }')
+t0=$(now_ms)
+new_head_is() { for i in $ALIVE; do [ "$(head_of $i)" = "$1" ] || return 1; done; }
+check "head transfer: handing over to another voter" bash -c "[ $rc = 0 ] && [ -n '$TO' ] && [ '$TO' != '$RH' ]"
+if wait_until 10 new_head_is "$TO"; then pass "every agent follows $TO ($(( $(now_ms) - t0 )) ms)"; else
+	fail "every agent follows $TO" "$(for i in $ALIVE; do echo -n "n$i: $(head_of $i) "; done)"; fi
+term_is() { [ "$(term_of "$1")" = "$2" ]; }
+check "one election: term $T1 -> $((T1 + 1))" term_is "${TO#n}" $((T1 + 1))
+check "the old head logged the handover" grep -q "stepped down as head (term $T1): handing over to $TO" "$T_DIR/$RH.log"
+check "a write right after the handover commits" wait_until 10 put_ok "${TO#n}" after-handover yes
+out=$(ctl "$RHI" head transfer "$TO" 2>&1); rc=$?
+check "head transfer to itself (asked through a follower): exit 1" expect_err $rc 1 "$out" "leader already"
+out=$(ctl "$RHI" head transfer nosuch 2>&1); rc=$?
+check "head transfer to a non-voter: exit 1" expect_err $rc 1 "$out" "not a voter"
+THI=${TO#n}
+kill_agent "$THI" TERM
+wait "${PIDS[$THI]}" 2>/dev/null; unset "PIDS[$THI]"
+REST=$(for i in $ALIVE; do [ $i != "$THI" ] && echo $i; done)
+LH=$(grep -o "leaving: handing the head over to [^ ]*" "$T_DIR/$TO.log" | awk '{ print $NF }')
+check "a head that leaves on SIGTERM hands over first (to ${LH:-nobody})" bash -c "[ -n '$LH' ] && [ '$LH' != '$TO' ]"
+all_follow_lh() { for i in $REST; do [ "$(head_of $i)" = "$LH" ] || return 1; done; }
+lh_leads() { all_follow_lh && term_is "${LH#n}" $((T1 + 2)); }
+check "the rest follow $LH in term $((T1 + 2))" wait_until 10 lh_leads
+check "a write after the leave commits" wait_until 10 put_ok "${LH#n}" after-leave yes
 finish

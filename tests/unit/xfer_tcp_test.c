@@ -194,7 +194,8 @@ static void receiver_vanishes(int kill_it)
 T_TEST(xfer_tcp_receiver_killed_ends_sender) { receiver_vanishes(1); }
 T_TEST(xfer_tcp_receiver_stopped_ends_sender_by_watchdog) { receiver_vanishes(0); }
 
-/* The sender dies after two buckets: the receiver errs and keeps v1. */
+/* The sender dies after three chunks (a bucket and a half): the receiver
+ * errs and keeps v1. */
 T_TEST(xfer_tcp_sender_dies_receiver_keeps_old_version)
 {
 	uint64_t big = 8 << 20;
