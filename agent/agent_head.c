@@ -9,7 +9,9 @@
  *
  * Transport: Raft messages ride the control channel (Request "raft" with a
  * payload), one ZeroMQ DEALER per peer voter, connected to the control
- * endpoint that voter advertises in its gossip metadata.  Sends never block
+ * endpoint that voter advertises in its gossip metadata, kept open to every
+ * voter of the current set (periodic_cb), not only those written to so far.
+ * Sends never block
  * (ZMQ_DONTWAIT, ZMQ_IMMEDIATE, a small high-water mark): a message that
  * cannot go now is dropped and counted; Raft retries on its own.
  *
@@ -559,6 +561,13 @@ static void periodic_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	}
 	try_bootstrap(a);
 	try_replace(a);
+	/* a connection to every other voter, made ahead of need: sends never
+	 * wait (ZMQ_IMMEDIATE), so a follower's first VoteReqs to voters it
+	 * never wrote to would be dropped and a handover turn into an ordinary
+	 * election timeout later */
+	const raft_voters *v = raft_get_voters(h->raft);
+	for (size_t i = 0; i < v->n; i++)
+		if (strcmp(v->names[i], a->opts.name)) peer_get(a, v->names[i]);
 }
 
 void agent_head_members_changed(agent *a)
