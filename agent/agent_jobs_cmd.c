@@ -28,6 +28,16 @@ static void cmd_submit(agent *a, const Skein__Control__Request *q, const agent_c
 	int rc = job_spec_from_pb(&s, pb, err, sizeof err);
 	skein__jobs__job_spec__free_unpacked(pb, NULL);
 	if (rc < 0 || job_spec_validate(&s, err, sizeof err) < 0) { agent_reply_fail(r, 2, "%s", err); return; }
+	/* a retried submission (same token) answers with the job it made */
+	const char *token = q->n_args >= 2 ? q->args[1] : "";
+	if (strlen(token) > 64) { agent_reply_fail(r, 2, "job submit: token longer than 64 bytes"); return; }
+	for (size_t i = 0; token[0] && js && i < job_state_count(js); i++) {
+		const Skein__Jobs__Job *o = job_state_at(js, i);
+		if (o->submit_token && !strcmp(o->submit_token, token)) {
+			sk_buf_printf(&r->body, "job %s submitted\n", o->spec->name);
+			return;
+		}
+	}
 	uint64_t seq = job_state_next_seq(js);
 	if (J->next_seq > seq) seq = J->next_seq;
 	if (!s.name[0]) snprintf(s.name, sizeof s.name, "job-%llu", (unsigned long long)seq);
@@ -49,6 +59,7 @@ static void cmd_submit(agent *a, const Skein__Control__Request *q, const agent_c
 	j.state = "pending";
 	j.reason = "";
 	j.seq = seq;
+	j.submit_token = (char *)token;
 	j.submitted_ms = (uint64_t)time(NULL) * 1000;
 	uint8_t *data;
 	size_t len;
@@ -184,7 +195,7 @@ void aj_cmd_job(agent *a, const Skein__Control__Request *q, const agent_client *
 	const char *op = q->n_args ? q->args[0] : "";
 	const job_state *js = agent_head_jobs(a);
 	bool json = !strcmp(q->format, "json");
-	if (!strcmp(op, "submit") && q->n_args == 1) {
+	if (!strcmp(op, "submit") && (q->n_args == 1 || q->n_args == 2)) {
 		cmd_submit(a, q, c, r);
 	} else if (!strcmp(op, "list") && q->n_args == 1) {
 		if (json) sk_buf_printf(&r->body, "{\"jobs\":[");

@@ -6,6 +6,7 @@
  * all in parallel, like serf's key queries.
  * Exit codes: 0 ok, 1 error (one line on stderr), 2 usage error. */
 #include <stdio.h>
+#include <sys/random.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -60,7 +61,8 @@ static void usage(FILE *f)
 		"                         --update-weight-transfer-mode, --update-weight-buffer-size,\n"
 		"                         --update-weight-disk-dir) and --name, --trainer-cmd CMD,\n"
 		"                         --rollout-cmd CMD, --max-restarts N, --restart-backoff MIN:MAX,\n"
-		"                         --stop-grace D\n"
+		"                         --stop-grace D; a submit retried after a head failover finds\n"
+		"                         the job it made (a random token; SKEIN_SUBMIT_TOKEN sets your own)\n"
 		"  job list | status [JOB] | stop JOB | delete JOB [--format text|json]\n"
 		"                         delete forgets a stopped, failed or completed job\n"
 		"  placement [JOB] [--format text|json]\n"
@@ -197,10 +199,22 @@ static int cmd_job_submit(char **args, int nargs, const char *format)
 	uint8_t *buf = malloc(len ? len : 1);
 	if (!buf) return die(1, "out of memory%s", "");
 	skein__jobs__job_spec__pack(&pb, buf);
-	char *sub[] = { "submit" };
+	/* a token of this submission: when skeinctl retries (a head failover
+	 * between the commit and the answer), the head finds the job the first
+	 * try created instead of creating a second one */
+	uint64_t tok[2] = { 0, 0 };
+	if (getrandom(tok, sizeof tok, 0) != (ssize_t)sizeof tok) tok[0] = (uint64_t)mono_us() ^ ((uint64_t)getpid() << 32);
+	char token[65];
+	snprintf(token, sizeof token, "%016llx%016llx", (unsigned long long)tok[0], (unsigned long long)tok[1]);
+	const char *given = getenv("SKEIN_SUBMIT_TOKEN"); /* a caller's own idempotency key */
+	if (given && *given) {
+		if (strlen(given) > 64) return die(2, "SKEIN_SUBMIT_TOKEN: at most 64 bytes%s", "");
+		snprintf(token, sizeof token, "%s", given);
+	}
+	char *sub[] = { "submit", token };
 	char body[256];
 	long long deadline = mono_us() + (long long)g_timeout_ms * 1000;
-	int rc = call_payload("job", sub, 1, format, buf, len, false, body, sizeof body);
+	int rc = call_payload("job", sub, 2, format, buf, len, false, body, sizeof body);
 	free(buf);
 	char name[JOB_NAME_MAX + 1];
 	if (rc || !wait || sscanf(body, "job %63s submitted", name) != 1) return rc;

@@ -183,6 +183,17 @@ out=$(ctl 4 job delete live 2>&1); rc=$?
 check "job delete of a running job refused: stop it first" expect_err $rc 1 "$out" "stop it first"
 ctl 4 job stop live >/dev/null 2>&1
 
+# --- a retried submit (skeinctl resends it after a head failover) finds its job
+SUB=(job submit --actor-num-nodes 1 --actor-num-gpus-per-node 1 --trainer-cmd 'exec sleep 100000')
+n1=$(SKEIN_SUBMIT_TOKEN=tok-1 ctl 4 "${SUB[@]}" 2>&1 | awk '{ print $2 }')
+n2=$(SKEIN_SUBMIT_TOKEN=tok-1 ctl 7 "${SUB[@]}" 2>&1 | awk '{ print $2 }')
+n3=$(SKEIN_SUBMIT_TOKEN=tok-2 ctl 4 "${SUB[@]}" 2>&1 | awk '{ print $2 }')
+nj=$(ctl 4 job list 2>/dev/null | grep -c '^job-')
+if [ -n "$n1" ] && [ "$n1" = "$n2" ] && [ -n "$n3" ] && [ "$n3" != "$n1" ] && [ "$nj" = 2 ]; then
+	pass "an unnamed submit resent with its token answers with the job it made ($n1), a new token makes $n3"
+else fail "submit tokens" "first $n1, resent $n2, new token $n3, $nj unnamed jobs listed"; fi
+for j in $n1 $n3; do ctl 4 job stop "$j" >/dev/null 2>&1; done
+
 # --- a stopped job's GPUs stay taken while its processes live out their grace
 ctl 4 job submit --name slow --actor-num-nodes 1 --actor-num-gpus-per-node 8 --stop-grace 3s \
 	--trainer-cmd 'trap "" TERM; exec sleep 100000' --wait >/dev/null 2>&1 || fail "slow job did not start"
