@@ -12,6 +12,7 @@
 #  4. node5 is SIGKILLed with its engines: the survivors detect it, the head
 #     places the engines on node6's free GPUs, they catch up and verify again;
 #  5. the head is SIGKILLed: a new head is elected, no member restarts;
+#     then `skeinctl head transfer` moves the head on purpose, at once;
 #  6. the simulator runs the same membership code on 100 nodes and kills 3.
 # Everything it started is stopped at the end, and on Ctrl-C (DEMO_KEEP=1
 # keeps the agents' logs and data folders).
@@ -111,6 +112,15 @@ echo "new head $(head_of 4) $(( $(now_ms) - t0 )) ms after killing $H"
 wait_for 10 running 12
 if [ "$(pids)" = "$P0" ]; then echo "all 12 members kept their processes (same pids)"; else echo "pids changed:"; echo "$P0"; pids; fi
 ctl 4 job list
+echo
+echo "== 5b. a planned change of head (say, before the head's node is serviced): skeinctl head transfer"
+H=$(head_of 4); t0=$(now_ms)
+ctl 4 head transfer
+moved() { local h; h=$(head_of 4); [ -n "$h" ] && [ "$h" != "(none)" ] && [ "$h" != "$H" ]; }
+wait_for 5 moved || { echo "the head did not move"; exit 1; }
+echo "head $H -> $(head_of 4) in $(( $(now_ms) - t0 )) ms, without an election timeout"
+wait_for 10 running 12
+if [ "$(pids)" = "$P0" ]; then echo "all 12 members kept their processes (same pids)"; else echo "pids changed:"; echo "$P0"; pids; fi
 echo
 echo "== 6. the same membership code in the simulator: 100 nodes, 3 killed"
 "$BIN/skein-sim" --nodes 100 --seed 1 --profile fast --duration 6 --kill 3 --text-every 0.5 --format text | sed -n "1,/^nodes:/p" | sed "$ d"
