@@ -441,7 +441,8 @@ static void head_pump(agent *a)
 				strcat(list, i ? "," : "");
 				strcat(list, v->names[i]);
 			}
-			SK_INFO("head", "voters: %s", list);
+			if (ev.reason[0]) SK_WARN("head", "voters: %s; %s", list, ev.reason);
+			else SK_INFO("head", "voters: %s", list);
 			break;
 		}
 		case RAFT_EV_CANDIDATE:
@@ -852,7 +853,15 @@ static void cmd_head(agent *a, const Skein__Control__Request *q, agent_reply *r)
 			sk_buf_printf(&r->body, "%-24s %-10s %lld\n", v->names[i], st, (long long)lc);
 		}
 	}
-	if (json) sk_buf_printf(&r->body, "]}\n");
+	const char *stg = leader ? raft_staging(a->head->raft) : NULL;
+	if (json) {
+		sk_buf_printf(&r->body, "],\"catching_up\":");
+		if (stg) sk_buf_json_str(&r->body, stg);
+		else sk_buf_printf(&r->body, "null");
+		sk_buf_printf(&r->body, "}\n");
+	} else if (stg) {
+		sk_buf_printf(&r->body, "(catching up before it joins the voters: %s)\n", stg);
+	}
 }
 
 int agent_head_propose(agent *a, const agent_client *c, agent_reply *r, uint8_t type, uint8_t *data, size_t len,
@@ -1041,8 +1050,11 @@ static void cmd_voters(agent *a, const Skein__Control__Request *q, const agent_c
 		return;
 	}
 	head_pump(a);
-	sk_buf_printf(&r->body, "voter %s %s proposed (in effect once a majority has it)\n", name,
-		      !strcmp(op, "add") ? "addition" : "removal");
+	if (!strcmp(op, "add"))
+		sk_buf_printf(&r->body, "%s catches up as a non-voter, then joins the voters (skeinctl head shows it)\n",
+			      name);
+	else
+		sk_buf_printf(&r->body, "voter %s removal proposed (in effect once a majority has it)\n", name);
 }
 
 bool agent_head_dispatch(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)

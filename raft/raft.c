@@ -46,10 +46,16 @@
  *
  * Where it differs:
  *  - InstallSnapshot sends the snapshot in one message (no chunks);
- *  - a new voter joins as a voter at once (no non-voting catch-up phase);
- *    the agent adds a voter only when it is alive and reachable;
  *  - no read index: the agent reads from the leader while raft_leader_ok()
  *    (its lease) holds.
+ *
+ * A new voter catches up first (thesis 4.2.1, Consul's autopilot): the
+ *   leader replicates to it as a non-voting peer (not counted for commits,
+ *   the lease or elections) and appends the voter set that includes it only
+ *   once its log is within one AppendEntries of the commit index; one that
+ *   has not caught up after 10 election timeouts is dropped (RAFT_EV_VOTERS
+ *   with a reason).  A slow or unreachable newcomer therefore never raises
+ *   the majority the cluster needs while it cannot vote usefully.
  *
  * Leadership transfer (thesis 3.10), for a planned stop of the head:
  *   raft_transfer names a voter (or picks the one with the most of the log);
@@ -92,6 +98,7 @@ typedef struct {
 	uint64_t contact;         /* largest echo returned in this term */
 	uint64_t sent_at, snap_sent_at;
 	bool inflight, snap_inflight;
+	bool learner;             /* a voter-to-be catching up: not counted */
 } peer;
 
 struct raft {
@@ -124,6 +131,8 @@ struct raft {
 	bool granted[RAFT_VOTERS_MAX];
 	peer peers[RAFT_VOTERS_MAX];   /* leader: one per voter but us */
 	size_t npeers;
+	char staging[RAFT_NAME_MAX + 1]; /* leader: a voter-to-be catching up ("" = none) */
+	uint64_t staging_until;
 	char xfer_to[RAFT_NAME_MAX + 1]; /* leader: handing over to it ("" = not) */
 	uint64_t xfer_until;             /* ... until then */
 	bool campaign_transfer;          /* the election being started answers a TimeoutNow */
@@ -560,6 +569,15 @@ static void rebuild_peers(raft_t *r, uint64_t now)
 		for (size_t j = 0; j < nold; j++)
 			if (!strcmp(old[j].name, p->name)) *p = old[j];
 	}
+	if (r->staging[0] && !raft_voters_has(&r->voters, r->staging) && r->npeers < RAFT_VOTERS_MAX) {
+		peer *p = &r->peers[r->npeers++]; /* replicated to, never counted */
+		memset(p, 0, sizeof *p);
+		snprintf(p->name, sizeof p->name, "%s", r->staging);
+		p->next = last_index(r) + 1;
+		p->learner = true;
+		for (size_t j = 0; j < nold; j++)
+			if (!strcmp(old[j].name, p->name)) *p = old[j];
+	}
 }
 
 static void set_leader(raft_t *r, const char *leader)
@@ -580,6 +598,7 @@ static int become_follower(raft_t *r, uint64_t now, uint64_t term, const char *l
 	}
 	if (r->role == RAFT_LEADER) push_event(r, RAFT_EV_STEPDOWN, why);
 	r->xfer_to[0] = 0;
+	r->staging[0] = 0;
 	bool was_follower = r->role == RAFT_FOLLOWER;
 	r->role = RAFT_FOLLOWER;
 	r->npeers = 0;
@@ -724,7 +743,9 @@ static void send_snapshot(raft_t *r, peer *p, uint64_t now)
 static void send_append(raft_t *r, peer *p, uint64_t now)
 {
 	uint64_t prev = p->next - 1, pterm = 0;
-	if (!p->snap_inflight && !term_at(r, prev, &pterm)) {
+	/* entries it needs are compacted away: the snapshot (term_at(0) is
+	 * "known", so an empty follower of a compacted log needs the first test) */
+	if (!p->snap_inflight && (p->next < r->log_start || !term_at(r, prev, &pterm))) {
 		send_snapshot(r, p, now);
 		return;
 	}
@@ -753,6 +774,7 @@ static void send_append(raft_t *r, peer *p, uint64_t now)
 }
 
 static void transfer_check(raft_t *r, uint64_t now);
+static void staging_check(raft_t *r, uint64_t now);
 
 static void leader_tick(raft_t *r, uint64_t now)
 {
@@ -760,6 +782,7 @@ static void leader_tick(raft_t *r, uint64_t now)
 	if (r->role != RAFT_LEADER) return;
 	transfer_check(r, now);
 	if (r->role != RAFT_LEADER) return;
+	staging_check(r, now);
 	for (size_t i = 0; i < r->npeers; i++) {
 		peer *p = &r->peers[i];
 		if (now >= p->sent_at + r->cfg.heartbeat_interval_ms) {
@@ -940,6 +963,13 @@ static void on_append_resp(raft_t *r, uint64_t now, const raft_msg *m)
 		if (r->role != RAFT_LEADER) return;
 		transfer_check(r, now);
 		if (r->role != RAFT_LEADER) return;
+		if (p->learner) {
+			/* promoting it rebuilds the peer table: find it again */
+			char nm[RAFT_NAME_MAX + 1];
+			snprintf(nm, sizeof nm, "%s", p->name);
+			staging_check(r, now);
+			if (r->role != RAFT_LEADER || !(p = find_peer(r, nm))) return;
+		}
 	} else if (!p->snap_inflight) {
 		uint64_t nx = m->prev_index < m->last_index + 1 ? m->prev_index : m->last_index + 1;
 		if (nx < p->match + 1) nx = p->match + 1;
@@ -1003,6 +1033,13 @@ static void on_snap_resp(raft_t *r, uint64_t now, const raft_msg *m)
 		if (r->role != RAFT_LEADER) return;
 		transfer_check(r, now);
 		if (r->role != RAFT_LEADER) return;
+		if (p->learner) {
+			/* promoting it rebuilds the peer table: find it again */
+			char nm[RAFT_NAME_MAX + 1];
+			snprintf(nm, sizeof nm, "%s", p->name);
+			staging_check(r, now);
+			if (r->role != RAFT_LEADER || !(p = find_peer(r, nm))) return;
+		}
 	}
 	send_append(r, p, now);
 }
@@ -1071,7 +1108,7 @@ int raft_transfer(raft_t *r, uint64_t now, const char *name, char *target, size_
 			snprintf(err, errlen, "%s is the leader already", name);
 			return -1;
 		}
-		if (!(best = find_peer(r, name))) {
+		if (!(best = find_peer(r, name)) || best->learner) {
 			snprintf(err, errlen, "%s is not a voter", name);
 			return -1;
 		}
@@ -1079,6 +1116,7 @@ int raft_transfer(raft_t *r, uint64_t now, const char *name, char *target, size_
 		/* the most of the log, then the freshest contact */
 		for (size_t i = 0; i < r->npeers; i++) {
 			peer *p = &r->peers[i];
+			if (p->learner) continue;
 			if (!best || p->match > best->match || (p->match == best->match && p->contact > best->contact))
 				best = p;
 		}
@@ -1118,6 +1156,7 @@ uint64_t raft_next_deadline(const raft_t *r)
 	if (r->role != RAFT_LEADER) return r->election_at;
 	uint64_t d = lease_end((raft_t *)r, r->last_now);
 	if (r->xfer_to[0] && r->xfer_until < d) d = r->xfer_until;
+	if (r->staging[0] && r->staging_until < d) d = r->staging_until;
 	for (size_t i = 0; i < r->npeers; i++) {
 		uint64_t t = r->peers[i].sent_at + r->cfg.heartbeat_interval_ms;
 		if (t < d) d = t;
@@ -1197,6 +1236,21 @@ int raft_propose(raft_t *r, uint64_t now, uint8_t type, const uint8_t *data, siz
 	return 0;
 }
 
+/* Appends the voter set with `name` added or removed. */
+static int append_voters(raft_t *r, uint64_t now, const char *name, bool add, char *err, size_t errlen)
+{
+	const char *names[RAFT_VOTERS_MAX + 1];
+	size_t n = 0;
+	for (size_t i = 0; i < r->voters.n; i++)
+		if (add || strcmp(r->voters.names[i], name) != 0) names[n++] = r->voters.names[i];
+	if (add) names[n++] = name;
+	raft_voters v;
+	if (raft_voters_make(&v, names, n, err, errlen) != 0) return -1;
+	uint8_t buf[RAFT__VOTERS_BYTES];
+	size_t len = raft__voters_encode(&v, buf);
+	return leader_append(r, now, RAFT_ENTRY_VOTERS, buf, len, err, errlen);
+}
+
 static int change_voters(raft_t *r, uint64_t now, const char *name, bool add, char *err, size_t errlen)
 {
 	uint64_t t;
@@ -1208,34 +1262,67 @@ static int change_voters(raft_t *r, uint64_t now, const char *name, bool add, ch
 		snprintf(err, errlen, "the leader has not committed an entry of its term yet; retry");
 		return -1;
 	}
-	if (r->voters_index > r->commit) {
-		snprintf(err, errlen, "a voter change is in flight; retry");
+	if (r->voters_index > r->commit || r->staging[0]) {
+		snprintf(err, errlen, "a voter change is in flight%s%s; retry", r->staging[0] ? ": catching up " : "",
+			 r->staging);
 		return -1;
 	}
-	const char *names[RAFT_VOTERS_MAX + 1];
-	size_t n = 0;
-	for (size_t i = 0; i < r->voters.n; i++)
-		if (add || strcmp(r->voters.names[i], name) != 0) names[n++] = r->voters.names[i];
-	if (add) {
-		if (raft_voters_has(&r->voters, name)) {
-			snprintf(err, errlen, "%s is a voter already", name);
-			return -1;
-		}
-		if (n == RAFT_VOTERS_MAX) {
-			snprintf(err, errlen, "at most %d voters", RAFT_VOTERS_MAX);
-			return -1;
-		}
-		names[n++] = name;
-	} else if (n == r->voters.n) {
+	bool has = raft_voters_has(&r->voters, name);
+	if (add && has) {
+		snprintf(err, errlen, "%s is a voter already", name);
+		return -1;
+	}
+	if (add && r->voters.n == RAFT_VOTERS_MAX) {
+		snprintf(err, errlen, "at most %d voters", RAFT_VOTERS_MAX);
+		return -1;
+	}
+	if (!add && !has) {
 		snprintf(err, errlen, "%s is not a voter", name);
 		return -1;
 	}
-	raft_voters v;
-	if (raft_voters_make(&v, names, n, err, errlen) != 0) return -1;
-	uint8_t buf[RAFT__VOTERS_BYTES];
-	size_t len = raft__voters_encode(&v, buf);
-	return leader_append(r, now, RAFT_ENTRY_VOTERS, buf, len, err, errlen);
+	if (!add) return append_voters(r, now, name, false, err, errlen);
+	if (!raft_name_ok(name) || strchr(name, ' ')) {
+		snprintf(err, errlen, "bad voter name");
+		return -1;
+	}
+	/* first a non-voting catch-up (staging_check appends the set) */
+	snprintf(r->staging, sizeof r->staging, "%s", name);
+	r->staging_until = now + 10ull * r->cfg.election_timeout_ms;
+	rebuild_peers(r, now);
+	peer *p = find_peer(r, name);
+	if (p) send_append(r, p, now);
+	return 0;
 }
+
+/* Leader with a voter-to-be: once its log is within one AppendEntries of the
+ * commit index, append the set with it; past staging_until, drop it. */
+static void staging_check(raft_t *r, uint64_t now)
+{
+	if (r->role != RAFT_LEADER || !r->staging[0]) return;
+	char name[RAFT_NAME_MAX + 1], why[RAFT_ERR_MAX], err[RAFT_ERR_MAX];
+	snprintf(name, sizeof name, "%s", r->staging);
+	peer *p = find_peer(r, name);
+	if (!p || now >= r->staging_until) {
+		r->staging[0] = 0;
+		rebuild_peers(r, now);
+		snprintf(why, sizeof why, "%s not added: it did not catch up within %u ms", name,
+			 10u * r->cfg.election_timeout_ms);
+		push_event(r, RAFT_EV_VOTERS, why);
+		return;
+	}
+	/* it answered with entries (or a snapshot) of ours, and is close */
+	if (!p->match || p->match + r->cfg.max_append_entries < r->commit || p->snap_inflight) return;
+	if (r->voters_index > r->commit || r->xfer_to[0]) return; /* not while those are under way */
+	r->staging[0] = 0;
+	p->learner = false; /* the peer entry carries over: rebuild keeps its state */
+	if (append_voters(r, now, name, true, err, sizeof err) != 0) {
+		rebuild_peers(r, now);
+		snprintf(why, sizeof why, "%s not added: %s", name, err);
+		push_event(r, RAFT_EV_VOTERS, why);
+	}
+}
+
+const char *raft_staging(const raft_t *r) { return r->staging[0] ? r->staging : NULL; }
 
 int raft_voter_add(raft_t *r, uint64_t now, const char *name, char *err, size_t errlen)
 {

@@ -179,8 +179,14 @@ int raft_propose(raft_t *r, uint64_t now_ms, uint8_t type, const uint8_t *data, 
 		 uint64_t *index, uint64_t *term, char *err, size_t errlen);
 /* Leader only: one voter change at a time, through the log.  -1 when a
  * change is in flight, the leader has not committed an entry of its term
- * yet, or the result would be empty or too large. */
+ * yet, or the result would be empty or too large.  An added voter first
+ * catches up as a non-voting peer; the set with it is appended once its log
+ * is within one AppendEntries of the commit index (raft_staging names it
+ * meanwhile; after 10 election timeouts it is dropped: RAFT_EV_VOTERS with
+ * a reason). */
 int raft_voter_add(raft_t *r, uint64_t now_ms, const char *name, char *err, size_t errlen);
+/* Leader: the voter-to-be catching up, or NULL. */
+const char *raft_staging(const raft_t *r);
 int raft_voter_remove(raft_t *r, uint64_t now_ms, const char *name, char *err, size_t errlen);
 /* Leader only: hands leadership to voter `name` (NULL or "": the voter with
  * the most of the log; its name in target).  Writes are refused until the
@@ -219,7 +225,8 @@ typedef enum {
 	RAFT_EV_LEADER = 0,       /* we became leader of `term` */
 	RAFT_EV_FOLLOWER,         /* we follow `leader` in `term` ("" = unknown) */
 	RAFT_EV_STEPDOWN,         /* we stopped leading (reason says why) */
-	RAFT_EV_VOTERS,           /* the voter set changed (latest, maybe uncommitted) */
+	RAFT_EV_VOTERS,           /* the voter set changed (latest, maybe uncommitted); with a
+				   * reason: a voter-to-be was dropped */
 	RAFT_EV_FAILED,           /* storage failed: stop the node, restart it */
 	RAFT_EV_CANDIDATE,        /* we stand for election in `term` (reason: how many pre-votes) */
 	RAFT_EV_TRANSFER,         /* a handover we started was abandoned (reason says why) */

@@ -115,7 +115,7 @@ RH=$(head_of 11); RHI=${RH#n}
 VICTIM=11; [ "$RHI" = 11 ] && VICTIM=12
 kill_agent $VICTIM 9
 voters_are() { # the head's voter list, sorted, equals the arguments
-	local got; got=$(ctl "$RHI" head 2>/dev/null | awk 'NR > 3 { print $1 }' | sort | tr '\n' ' ')
+	local got; got=$(ctl "$RHI" head 2>/dev/null | awk 'NR > 3 && !/^\(/ { print $1 }' | sort | tr '\n' ' ')
 	[ "$got" = "$* " ]
 }
 want=$(for i in 11 12 13 14; do [ $i != $VICTIM ] && echo "n$i"; done | sort | tr '\n' ' ')

@@ -790,6 +790,16 @@ T_TEST(raft_restarted_voter_catches_up_from_snapshot)
 	crash(f);
 	restart(f);
 	run_until(c.now + 3000);
+	/* a voter whose storage was lost (a replaced disk or volume) comes back
+	 * empty: the leader, whose log starts past entry 1, sends the snapshot
+	 * (it used to read a compacted entry and crash) */
+	crash(f);
+	raft_mem_storage_free(&c.st[f]);
+	c.st[f] = raft_mem_storage_new();
+	for (int i = 0; i < 20; i++) { propose(l); run_until(c.now + 5); }
+	restart(f);
+	run_until(c.now + 3000);
+	CHECK(c.applied[f] == raft_commit_index(c.r[l]));
 	converge_and_check();
 	cluster_free();
 }
@@ -838,6 +848,56 @@ T_TEST(raft_voter_add_remove)
 	c.up[l] = c.up[f] = true;
 	converge_and_check();
 	cluster_free();
+}
+
+/* A voter-to-be catches up as a non-voter first: one that cannot be reached
+ * never enters the set (the majority needed stays 2 of 3) and is dropped
+ * after 10 election timeouts; one far behind gets the snapshot, then joins. */
+T_TEST(raft_voter_add_catches_up_first)
+{
+	char err[256];
+	for (uint64_t s = 0; s < 6; s++) {
+		cluster_init(5, t_seed() + 720 + s, "default");
+		c.cfg.snapshot_threshold = 64;
+		c.cfg.snapshot_trailing = 16;
+		cluster_start(3); /* n3, n4: empty, not voters */
+		int l = wait_leader(20000);
+		CHECK(l >= 0);
+		for (int i = 0; i < 300; i++) {
+			propose(l);
+			if (i % 20 == 0) run_until(c.now + 20);
+		}
+		run_until(c.now + 500);
+		CHECK(raft_snapshot_index(c.r[l]) > 0); /* n3 will need the snapshot */
+		/* n4 cut off from everyone: staged, never a voter, then dropped */
+		for (int i = 0; i < 5; i++) c.cut[4][i] = c.cut[i][4] = true;
+		uint64_t t0 = c.now;
+		CHECK(raft_voter_add(c.r[l], c.now, "n4", err, sizeof err) == 0);
+		drain(l);
+		CHECK(raft_staging(c.r[l]) && !strcmp(raft_staging(c.r[l]), "n4"));
+		CHECK(raft_voter_add(c.r[l], c.now, "n3", err, sizeof err) == -1 && strstr(err, "catching up n4"));
+		run_until(c.now + 1000);
+		CHECK(raft_get_voters(c.r[l])->n == 3);
+		/* the old majority still commits while n4 is staged */
+		size_t w = c.nw;
+		CHECK(propose(l) == 0);
+		run_until(c.now + 300);
+		CHECK(c.w[w].acked);
+		run_until(t0 + 10 * c.cfg.election_timeout_ms + 200);
+		CHECK(raft_is_leader(c.r[l]));
+		CHECK(raft_staging(c.r[l]) == NULL);
+		CHECK(raft_get_voters(c.r[l])->n == 3 && !raft_voters_has(raft_get_voters(c.r[l]), "n4"));
+		/* n3, reachable but far behind: snapshot, then the set with it */
+		CHECK(raft_voter_add(c.r[l], c.now, "n3", err, sizeof err) == 0);
+		drain(l);
+		run_until(c.now + 2000);
+		CHECK(raft_get_voters(c.r[l])->n == 4 && raft_voters_has(raft_get_voters(c.r[l]), "n3"));
+		CHECK(raft_get_stats(c.r[3])->snapshots_installed >= 1);
+		CHECK(raft_commit_index(c.r[3]) + c.cfg.max_append_entries >= raft_commit_index(c.r[l]));
+		heal();
+		converge_and_check();
+		cluster_free();
+	}
 }
 
 /* ---------------------------------------------------------------- failover timing */
