@@ -93,6 +93,9 @@ struct agent_head {
 	uint64_t published_term;
 	uint64_t drop_send;
 	uint64_t handover_at;  /* a leave started a handover then (agent_now_ms), 0 = none */
+	char staged[RAFT_NAME_MAX + 1];  /* the replacement we last staged */
+	char skip[RAFT_NAME_MAX + 1];    /* ... dropped as it did not catch up: not again until */
+	uint64_t skip_until;
 };
 
 /* ---------------------------------------------------------------- gossip view */
@@ -525,6 +528,13 @@ static void try_replace(agent *a)
 			return;
 		}
 	}
+	if (h->staged[0] && !raft_staging(h->raft)) {
+		if (!raft_voters_has(v, h->staged)) { /* dropped: try another one first */
+			snprintf(h->skip, sizeof h->skip, "%s", h->staged);
+			h->skip_until = now + 60000;
+		}
+		h->staged[0] = 0;
+	}
 	if ((int)v->n >= h->bootstrap_expect || h->bootstrap_expect <= 0) return;
 	/* below the expected count: add an eligible alive non-voter */
 	size_t n = mbr_members(a->mbr, NULL, 0);
@@ -534,12 +544,15 @@ static void try_replace(agent *a)
 	const char *best = NULL;
 	for (size_t i = 1; i < n; i++) {
 		if (all[i].status != MBR_ALIVE || raft_voters_has(v, all[i].name)) continue;
+		if (now < h->skip_until && !strcmp(all[i].name, h->skip)) continue;
 		Skein__Gossip__NodeMeta *m = meta_of(&all[i]);
 		if (m && m->head_eligible && (!best || strcmp(all[i].name, best) < 0)) best = all[i].name;
 		if (m) skein__gossip__node_meta__free_unpacked(m, NULL);
 	}
-	if (best && raft_voter_add(h->raft, now, best, err, sizeof err) == 0)
-		SK_WARN("head", "adding voter %s to replace a failed one", best);
+	if (best && raft_voter_add(h->raft, now, best, err, sizeof err) == 0) {
+		SK_WARN("head", "adding voter %s to replace a failed one (it catches up first)", best);
+		snprintf(h->staged, sizeof h->staged, "%s", best);
+	}
 	free(all);
 	head_pump(a);
 }

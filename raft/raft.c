@@ -134,7 +134,7 @@ struct raft {
 	char staging[RAFT_NAME_MAX + 1]; /* leader: a voter-to-be catching up ("" = none) */
 	uint64_t staging_until;
 	char xfer_to[RAFT_NAME_MAX + 1]; /* leader: handing over to it ("" = not) */
-	uint64_t xfer_until;             /* ... until then */
+	uint64_t xfer_start, xfer_until; /* ... since, until */
 	bool campaign_transfer;          /* the election being started answers a TimeoutNow */
 
 	raft_out *outs;
@@ -597,6 +597,15 @@ static int become_follower(raft_t *r, uint64_t now, uint64_t term, const char *l
 		if (save_hard(r) != 0) return -1;
 	}
 	if (r->role == RAFT_LEADER) push_event(r, RAFT_EV_STEPDOWN, why);
+	char lost[RAFT_ERR_MAX];
+	if (r->xfer_to[0]) {
+		snprintf(lost, sizeof lost, "handover to %s abandoned: no longer the leader", r->xfer_to);
+		push_event(r, RAFT_EV_TRANSFER, lost);
+	}
+	if (r->staging[0]) {
+		snprintf(lost, sizeof lost, "%s not added: no longer the leader", r->staging);
+		push_event(r, RAFT_EV_VOTERS, lost);
+	}
 	r->xfer_to[0] = 0;
 	r->staging[0] = 0;
 	bool was_follower = r->role == RAFT_FOLLOWER;
@@ -1082,7 +1091,9 @@ static void transfer_check(raft_t *r, uint64_t now)
 		push_event(r, RAFT_EV_TRANSFER, why);
 		return;
 	}
-	if (p->match < last_index(r)) return;
+	/* every entry, acknowledged since we asked (an old match of a voter
+	 * that has died since would hand the cluster to nobody) */
+	if (p->match < last_index(r) || p->contact < r->xfer_start) return;
 	r->stats.transfers++;
 	snprintf(why, sizeof why, "handing over to %s", to);
 	if (become_follower(r, now, r->term, "", why) != 0) return;
@@ -1126,9 +1137,10 @@ int raft_transfer(raft_t *r, uint64_t now, const char *name, char *target, size_
 		}
 	}
 	snprintf(r->xfer_to, sizeof r->xfer_to, "%s", best->name);
+	r->xfer_start = now;
 	r->xfer_until = now + r->cfg.election_timeout_ms;
 	if (target) snprintf(target, tlen, "%s", best->name);
-	if (best->match < last_index(r) && !best->inflight) send_append(r, best, now);
+	if (!best->inflight) send_append(r, best, now); /* its answer proves it is there */
 	transfer_check(r, now);
 	return 0;
 }
@@ -1254,7 +1266,9 @@ static int append_voters(raft_t *r, uint64_t now, const char *name, bool add, ch
 static int change_voters(raft_t *r, uint64_t now, const char *name, bool add, char *err, size_t errlen)
 {
 	uint64_t t;
-	if (r->role != RAFT_LEADER) {
+	now = clamp_now(r, now);
+	check_lease(r, now);
+	if (r->failed || r->role != RAFT_LEADER) {
 		snprintf(err, errlen, "not the leader");
 		return -1;
 	}
@@ -1311,7 +1325,9 @@ static void staging_check(raft_t *r, uint64_t now)
 		return;
 	}
 	/* it answered with entries (or a snapshot) of ours, and is close */
-	if (!p->match || p->match + r->cfg.max_append_entries < r->commit || p->snap_inflight) return;
+	if (!p->match || p->match + r->cfg.max_append_entries < r->commit || p->snap_inflight ||
+	    now - p->contact >= r->cfg.heartbeat_timeout_ms)
+		return;
 	if (r->voters_index > r->commit || r->xfer_to[0]) return; /* not while those are under way */
 	r->staging[0] = 0;
 	p->learner = false; /* the peer entry carries over: rebuild keeps its state */
@@ -1540,7 +1556,7 @@ int64_t raft_last_contact_ms(const raft_t *r, const char *name, uint64_t now)
 	if (r->role != RAFT_LEADER) return -1;
 	if (!strcmp(name, r->name)) return 0;
 	for (size_t i = 0; i < r->npeers; i++)
-		if (!strcmp(r->peers[i].name, name))
+		if (!strcmp(r->peers[i].name, name) && !r->peers[i].learner)
 			return now >= r->peers[i].contact ? (int64_t)(now - r->peers[i].contact) : 0;
 	return -1;
 }

@@ -1038,6 +1038,19 @@ T_TEST(raft_transfer_abandoned_and_refused)
 	CHECK(propose(l) == 0);
 	run_until(c.now + 200);
 	CHECK(c.w[w].acked);
+	/* a target that acknowledged every entry and then died (an idle
+	 * cluster): its old match is not enough, the leader waits for an
+	 * answer, gets none, and stays */
+	heal();
+	run_until(c.now + 500);
+	crash(o);
+	term = raft_term(c.r[l]);
+	CHECK(raft_transfer(c.r[l], c.now, c.names[o], NULL, 0, err, sizeof err) == 0);
+	drain(l);
+	run_until(c.now + c.cfg.election_timeout_ms + 50);
+	CHECK(raft_is_leader(c.r[l]) && raft_term(c.r[l]) == term);
+	CHECK(c.transfer_abandoned[l] == 2);
+	restart(o);
 	/* a single voter has nobody to hand over to */
 	heal();
 	converge_and_check();
