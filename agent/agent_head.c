@@ -987,8 +987,27 @@ static void cmd_state(agent *a, const Skein__Control__Request *q, const agent_cl
 	}
 }
 
-/* skeinctl head transfer [NAME]: hands the head to NAME (or the voter with
- * the most of the log) without waiting out an election timeout. */
+/* The voter to hand the head to when none is named: alive in gossip the
+ * longest (a voter that restarted a moment ago may not have its connections
+ * back yet, and its vote requests or their answers would be dropped); NULL
+ * lets raft pick by log. */
+static const char *handover_target(agent *a, char *buf, size_t cap)
+{
+	const raft_voters *v = raft_get_voters(a->head->raft);
+	uint64_t best_since = UINT64_MAX;
+	buf[0] = 0;
+	for (size_t i = 0; i < v->n; i++) {
+		mbr_member_info mi;
+		if (!strcmp(v->names[i], a->opts.name) || mbr_lookup(a->mbr, v->names[i], &mi) < 0) continue;
+		if (mi.status != MBR_ALIVE || mi.status_since_ms >= best_since) continue;
+		best_since = mi.status_since_ms;
+		snprintf(buf, cap, "%s", v->names[i]);
+	}
+	return buf[0] ? buf : NULL;
+}
+
+/* skeinctl head transfer [NAME]: hands the head to NAME (or the voter alive
+ * the longest) without waiting out an election timeout. */
 static void cmd_transfer(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
 {
 	if (q->n_args > 2) {
@@ -999,10 +1018,10 @@ static void cmd_transfer(agent *a, const Skein__Control__Request *q, const agent
 		forward(a, q, c, r);
 		return;
 	}
-	char err[300], to[RAFT_NAME_MAX + 1] = "";
+	char err[300], to[RAFT_NAME_MAX + 1] = "", pick[RAFT_NAME_MAX + 1];
 	uint64_t term = raft_term(a->head->raft);
-	if (raft_transfer(a->head->raft, agent_now_ms(), q->n_args == 2 ? q->args[1] : NULL, to, sizeof to, err,
-			  sizeof err) != 0) {
+	const char *want = q->n_args == 2 ? q->args[1] : handover_target(a, pick, sizeof pick);
+	if (raft_transfer(a->head->raft, agent_now_ms(), want, to, sizeof to, err, sizeof err) != 0) {
 		agent_reply_fail(r, 1, "head transfer: %s", err);
 		return;
 	}
@@ -1014,9 +1033,12 @@ static void cmd_transfer(agent *a, const Skein__Control__Request *q, const agent
 void agent_head_leave(agent *a)
 {
 	agent_head *h = a->head;
-	char err[300], to[RAFT_NAME_MAX + 1] = "";
-	if (!h || !h->raft || !raft_is_leader(h->raft)) return;
-	if (raft_transfer(h->raft, agent_now_ms(), NULL, to, sizeof to, err, sizeof err) != 0) {
+	char err[300], to[RAFT_NAME_MAX + 1] = "", pick[RAFT_NAME_MAX + 1];
+	if (!h || !h->raft) return;
+	raft_stop_campaigning(h->raft); /* on its way out: never take the head (back) */
+	if (!raft_is_leader(h->raft)) return;
+	if (raft_transfer(h->raft, agent_now_ms(), handover_target(a, pick, sizeof pick), to, sizeof to, err,
+			  sizeof err) != 0) {
 		SK_WARN("head", "leaving as the head without a handover: %s", err);
 		return;
 	}

@@ -136,6 +136,7 @@ struct raft {
 	char xfer_to[RAFT_NAME_MAX + 1]; /* leader: handing over to it ("" = not) */
 	uint64_t xfer_start, xfer_until; /* ... since, until */
 	bool campaign_transfer;          /* the election being started answers a TimeoutNow */
+	bool no_campaign;                /* raft_stop_campaigning: never stand again */
 
 	raft_out *outs;
 	size_t out_head, out_len, out_cap;
@@ -1063,7 +1064,8 @@ static uint64_t clamp_now(raft_t *r, uint64_t now)
 /* The leader of our term handed over to us: stand now, flagged. */
 static void on_timeout_now(raft_t *r, uint64_t now, const raft_msg *m)
 {
-	if (m->term != r->term || r->role != RAFT_FOLLOWER || strcmp(r->leader, m->from) != 0 || !self_voter(r)) {
+	if (m->term != r->term || r->role != RAFT_FOLLOWER || strcmp(r->leader, m->from) != 0 || !self_voter(r) ||
+	    r->no_campaign) {
 		r->stats.drop_bad_state++;
 		return;
 	}
@@ -1095,6 +1097,7 @@ static void transfer_check(raft_t *r, uint64_t now)
 	 * that has died since would hand the cluster to nobody) */
 	if (p->match < last_index(r) || p->contact < r->xfer_start) return;
 	r->stats.transfers++;
+	r->xfer_to[0] = 0; /* done, not abandoned */
 	snprintf(why, sizeof why, "handing over to %s", to);
 	if (become_follower(r, now, r->term, "", why) != 0) return;
 	raft_msg m = { .type = RAFT_MSG_TIMEOUT_NOW };
@@ -1147,6 +1150,8 @@ int raft_transfer(raft_t *r, uint64_t now, const char *name, char *target, size_
 
 const char *raft_transfer_target(const raft_t *r) { return r->xfer_to[0] ? r->xfer_to : NULL; }
 
+void raft_stop_campaigning(raft_t *r) { r->no_campaign = true; }
+
 /* ---------------------------------------------------------------- inputs */
 
 void raft_tick(raft_t *r, uint64_t now)
@@ -1158,7 +1163,7 @@ void raft_tick(raft_t *r, uint64_t now)
 		return;
 	}
 	if (now < r->election_at) return;
-	if (self_voter(r)) start_prevote(r, now);
+	if (self_voter(r) && !r->no_campaign) start_prevote(r, now);
 	else r->election_at = now + rand_between(r, r->cfg.heartbeat_timeout_ms);
 }
 

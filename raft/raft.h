@@ -198,6 +198,9 @@ int raft_transfer(raft_t *r, uint64_t now_ms, const char *name, char *target, si
 		  size_t errlen);
 /* The voter a handover under way goes to, or NULL. */
 const char *raft_transfer_target(const raft_t *r);
+/* This node never stands for election again (it still votes and follows):
+ * for a voter on its way out, which must not take the head back. */
+void raft_stop_campaigning(raft_t *r);
 
 /* ---- outputs ---- */
 typedef struct {
