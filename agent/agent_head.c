@@ -452,6 +452,7 @@ static void head_pump(agent *a)
 			SK_INFO("head", "standing for election (term %llu)", (unsigned long long)ev.term);
 			break;
 		case RAFT_EV_TRANSFER:
+		case RAFT_EV_WARNING:
 			SK_WARN("head", "%s (term %llu)", ev.reason, (unsigned long long)ev.term);
 			break;
 		case RAFT_EV_FAILED:

@@ -208,7 +208,8 @@ const char *raft_role_str(raft_role r)
 
 const char *raft_event_str(raft_event_type t)
 {
-	static const char *s[] = { "leader", "follower", "stepdown", "voters", "failed", "candidate", "transfer" };
+	static const char *s[] = { "leader", "follower", "stepdown", "voters", "failed", "candidate", "transfer",
+				   "warning" };
 	return (unsigned)t < sizeof s / sizeof s[0] ? s[t] : "?";
 }
 
@@ -981,6 +982,19 @@ static void on_append_resp(raft_t *r, uint64_t now, const raft_msg *m)
 			if (r->role != RAFT_LEADER || !(p = find_peer(r, nm))) return;
 		}
 	} else if (!p->snap_inflight) {
+		if (m->last_index < p->match && m->echo >= p->contact) {
+			/* the freshest answer says it lacks entries it acknowledged:
+			 * its storage was lost (Raft assumes it never is).  Start
+			 * again from what it has, or it would be sent the same
+			 * entries forever and never catch up. */
+			char why[RAFT_ERR_MAX];
+			snprintf(why, sizeof why, "%s lost entries it had acknowledged (had %llu, now %llu): storage lost? "
+				 "sending it the log again", p->name, (unsigned long long)p->match,
+				 (unsigned long long)m->last_index);
+			push_event(r, RAFT_EV_WARNING, why);
+			r->stats.peer_log_lost++;
+			p->match = m->last_index;
+		}
 		uint64_t nx = m->prev_index < m->last_index + 1 ? m->prev_index : m->last_index + 1;
 		if (nx < p->match + 1) nx = p->match + 1;
 		if (nx < p->next) p->next = nx;

@@ -233,6 +233,7 @@ typedef enum {
 	RAFT_EV_FAILED,           /* storage failed: stop the node, restart it */
 	RAFT_EV_CANDIDATE,        /* we stand for election in `term` (reason: how many pre-votes) */
 	RAFT_EV_TRANSFER,         /* a handover we started was abandoned (reason says why) */
+	RAFT_EV_WARNING,          /* something an operator should know (reason) */
 } raft_event_type;
 const char *raft_event_str(raft_event_type t);
 typedef struct {
@@ -285,6 +286,7 @@ typedef struct {
 	uint64_t snapshots_taken, snapshots_sent, snapshots_installed;
 	uint64_t truncations;
 	uint64_t transfers, transfers_failed, transfers_received; /* handovers sent, abandoned, answered */
+	uint64_t peer_log_lost;     /* a follower answered without entries it had acknowledged */
 } raft_stats;
 const raft_stats *raft_get_stats(const raft_t *r);
 

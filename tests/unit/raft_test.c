@@ -804,6 +804,30 @@ T_TEST(raft_restarted_voter_catches_up_from_snapshot)
 	cluster_free();
 }
 
+/* A voter whose storage was lost comes back empty with a log the leader has
+ * not compacted: the leader notices it lacks acknowledged entries and sends
+ * them again (it used to resend the same entries forever). */
+T_TEST(raft_voter_with_lost_storage_catches_up)
+{
+	cluster_init(3, t_seed() + 650, "default"); /* snapshots far away */
+	cluster_start(3);
+	int l = wait_leader(20000);
+	CHECK(l >= 0);
+	for (int i = 0; i < 50; i++) { propose(l); run_until(c.now + 5); }
+	run_until(c.now + 200);
+	int f = (l + 1) % 3;
+	CHECK(c.applied[f] == raft_commit_index(c.r[l]));
+	crash(f);
+	raft_mem_storage_free(&c.st[f]);
+	c.st[f] = raft_mem_storage_new();
+	restart(f);
+	run_until(c.now + 2000);
+	CHECK(raft_get_stats(c.r[l])->peer_log_lost >= 1);
+	CHECK(c.applied[f] == raft_commit_index(c.r[l]));
+	converge_and_check();
+	cluster_free();
+}
+
 /* ---------------------------------------------------------------- voters */
 
 T_TEST(raft_voter_add_remove)
