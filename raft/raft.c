@@ -425,7 +425,7 @@ static void mem_compact(raft_t *r, uint64_t upto)
 {
 	size_t k = 0;
 	while (k < r->nlog && r->log[k].index <= upto) free(r->log[k++].data);
-	memmove(r->log, r->log + k, (r->nlog - k) * sizeof *r->log);
+	if (k) memmove(r->log, r->log + k, (r->nlog - k) * sizeof *r->log); /* (an empty log may have no array) */
 	r->nlog -= k;
 	r->log_start += k;
 	if (r->log_start <= upto) r->log_start = upto + 1;

@@ -104,7 +104,7 @@ static int mem_save_snapshot(void *ctx, const raft_snap_meta *meta, const uint8_
 	m->snap_len = len;
 	size_t k = 0;
 	while (k < m->n && m->log[k].index <= upto) free((void *)m->log[k++].data);
-	memmove(m->log, m->log + k, (m->n - k) * sizeof *m->log);
+	if (k) memmove(m->log, m->log + k, (m->n - k) * sizeof *m->log); /* (an empty store has no log array) */
 	m->n -= k;
 	return 0;
 }
