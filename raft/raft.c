@@ -45,7 +45,10 @@
  *   raft_config_check refuses lease >= heartbeat_timeout.
  *
  * Where it differs:
- *  - InstallSnapshot sends the snapshot in one message (no chunks);
+ *  - InstallSnapshot travels in chunks (snapshot_chunk_bytes), each one
+ *    acknowledged with the bytes the follower holds, so a lost or repeated
+ *    chunk costs one chunk; the follower assembles it in memory and installs
+ *    it whole; a chunk of another snapshot, or out of order, restarts it;
  *  - no read index: the agent reads from the leader while raft_leader_ok()
  *    (its lease) holds.
  *
@@ -97,6 +100,7 @@ typedef struct {
 	uint64_t next, match;
 	uint64_t contact;         /* largest echo returned in this term */
 	uint64_t sent_at, snap_sent_at;
+	uint64_t snap_off;        /* the snapshot chunk in flight starts here */
 	bool inflight, snap_inflight;
 	bool learner;             /* a voter-to-be catching up: not counted */
 } peer;
@@ -117,6 +121,11 @@ struct raft {
 	raft_snap_meta snap;
 	uint8_t *snap_data;
 	size_t snap_len;
+
+	/* follower: a snapshot being received in chunks */
+	raft_snap_meta rs;
+	uint8_t *rs_buf;
+	uint64_t rs_total, rs_have;
 
 	/* derived */
 	raft_voters voters;       /* latest in the log */
@@ -161,6 +170,7 @@ int raft_config_profile(raft_config *c, const char *profile)
 		.max_append_bytes = 1 << 20,
 		.snapshot_threshold = 8192,
 		.snapshot_trailing = 10240,
+		.snapshot_chunk_bytes = 4 << 20,
 	};
 	if (!profile || !strcmp(profile, "default")) return 0;
 	if (!strcmp(profile, "fast")) {
@@ -196,6 +206,8 @@ int raft_config_check(const raft_config *c, char *err, size_t errlen)
 		why = "max_append_bytes must be >= 1024";
 	else if (!c->snapshot_threshold)
 		why = "snapshot_threshold must be > 0";
+	else if (c->snapshot_chunk_bytes < 64 || c->snapshot_chunk_bytes > (32u << 20))
+		why = "snapshot_chunk_bytes must be 64..32 MiB";
 	if (why && err) snprintf(err, errlen, "%s", why);
 	return why ? -1 : 0;
 }
@@ -741,15 +753,23 @@ static void check_lease(raft_t *r, uint64_t now)
 	become_follower(r, now, r->term, "", "no contact with a majority for the leader lease");
 }
 
-static void send_snapshot(raft_t *r, peer *p, uint64_t now)
+/* The chunk of our snapshot that starts at off (a new transfer: 0). */
+static void send_snapshot_at(raft_t *r, peer *p, uint64_t now, uint64_t off)
 {
-	raft_msg m = { .type = RAFT_MSG_SNAP_REQ, .snap = &r->snap, .data = r->snap_data,
-		       .len = r->snap_len, .echo = now };
+	if (off > r->snap_len) off = 0;
+	uint64_t n = r->snap_len - off;
+	if (n > r->cfg.snapshot_chunk_bytes) n = r->cfg.snapshot_chunk_bytes;
+	raft_msg m = { .type = RAFT_MSG_SNAP_REQ, .snap = &r->snap, .data = r->snap_data + off, .len = n,
+		       .offset = off, .total = r->snap_len, .echo = now };
 	send_msg(r, p->name, &m);
-	r->stats.snapshots_sent++;
+	if (off == 0) r->stats.snapshots_sent++;
+	r->stats.snapshot_chunks_sent++;
+	p->snap_off = off;
 	p->snap_inflight = p->inflight = true;
 	p->sent_at = p->snap_sent_at = now;
 }
+
+static void send_snapshot(raft_t *r, peer *p, uint64_t now) { send_snapshot_at(r, p, now, 0); }
 
 static void send_append(raft_t *r, peer *p, uint64_t now)
 {
@@ -797,10 +817,12 @@ static void leader_tick(raft_t *r, uint64_t now)
 	for (size_t i = 0; i < r->npeers; i++) {
 		peer *p = &r->peers[i];
 		if (now >= p->sent_at + r->cfg.heartbeat_interval_ms) {
-			/* a lost snapshot is sent again after a heartbeat timeout */
+			/* a lost snapshot chunk is sent again after a heartbeat
+			 * timeout (the follower answers a repeat with what it has) */
 			if (p->snap_inflight && now >= p->snap_sent_at + r->cfg.heartbeat_timeout_ms)
-				p->snap_inflight = false;
-			send_append(r, p, now);
+				send_snapshot_at(r, p, now, p->snap_off);
+			else
+				send_append(r, p, now);
 		}
 	}
 }
@@ -1003,6 +1025,44 @@ static void on_append_resp(raft_t *r, uint64_t now, const raft_msg *m)
 	if (!p->inflight && (p->next <= last_index(r) || p->next <= r->snap.index)) send_append(r, p, now);
 }
 
+static void rs_reset(raft_t *r)
+{
+	free(r->rs_buf);
+	r->rs_buf = NULL;
+	memset(&r->rs, 0, sizeof r->rs);
+	r->rs_total = r->rs_have = 0;
+}
+
+/* Installs a whole snapshot (data, len) as ours. */
+static int install_snapshot(raft_t *r, uint64_t now, const raft_snap_meta *s, const uint8_t *data, size_t len)
+{
+	char err[RAFT_ERR_MAX] = "";
+	uint64_t t;
+	bool keep = term_at(r, s->index, &t) && t == s->term;
+	if (!keep && last_index(r) > s->index && truncate_from(r, s->index + 1, now) != 0) return -1;
+	uint8_t *copy = malloc(len ? len : 1);
+	if (!copy) { fail(r, "snapshot", "out of memory"); return -1; }
+	memcpy(copy, data, len);
+	if (r->st->save_snapshot(r->st->ctx, s, data, len, s->index, err, sizeof err) != 0) {
+		free(copy);
+		fail(r, "save snapshot", err);
+		return -1;
+	}
+	if (!keep) mem_truncate(r, r->log_start);
+	mem_compact(r, s->index);
+	if (r->log_start < s->index + 1) r->log_start = s->index + 1;
+	free(r->snap_data);
+	r->snap = *s;
+	r->snap_data = copy;
+	r->snap_len = len;
+	r->commit = s->index;
+	r->applied = s->index;
+	r->restore_pending = true;
+	r->stats.snapshots_installed++;
+	recompute_voters(r, now);
+	return 0;
+}
+
 static void on_snap_req(raft_t *r, uint64_t now, const raft_msg *m)
 {
 	raft_msg resp = { .type = RAFT_MSG_SNAP_RESP, .echo = m->echo };
@@ -1013,34 +1073,45 @@ static void on_snap_req(raft_t *r, uint64_t now, const raft_msg *m)
 	}
 	if (accept_leader(r, now, m) != 0) return;
 	const raft_snap_meta *s = m->snap;
-	if (s->index > r->commit) {
-		char err[RAFT_ERR_MAX] = "";
-		uint64_t t;
-		bool keep = term_at(r, s->index, &t) && t == s->term;
-		if (!keep && last_index(r) > s->index && truncate_from(r, s->index + 1, now) != 0) return;
-		uint8_t *copy = malloc(m->len ? m->len : 1);
-		if (!copy) { fail(r, "snapshot", "out of memory"); return; }
-		memcpy(copy, m->data, m->len);
-		if (r->st->save_snapshot(r->st->ctx, s, m->data, m->len, s->index, err, sizeof err) != 0) {
-			free(copy);
-			fail(r, "save snapshot", err);
-			return;
-		}
-		if (!keep) mem_truncate(r, r->log_start);
-		mem_compact(r, s->index);
-		if (r->log_start < s->index + 1) r->log_start = s->index + 1;
-		free(r->snap_data);
-		r->snap = *s;
-		r->snap_data = copy;
-		r->snap_len = m->len;
-		r->commit = s->index;
-		r->applied = s->index;
-		r->restore_pending = true;
-		r->stats.snapshots_installed++;
-		recompute_voters(r, now);
-	}
-	resp.success = true;
 	resp.last_index = s->index;
+	if (s->index <= r->commit) { /* we have all of it already */
+		resp.success = true;
+		resp.offset = m->total;
+		send_msg(r, m->from, &resp);
+		return;
+	}
+	bool same = r->rs_buf && r->rs.index == s->index && r->rs.term == s->term && r->rs_total == m->total;
+	if (m->offset == 0 && !same) {
+		rs_reset(r);
+		if (!(r->rs_buf = malloc(m->total ? m->total : 1))) { fail(r, "snapshot", "out of memory"); return; }
+		r->rs = *s;
+		r->rs_total = m->total;
+		same = true;
+	}
+	if (!same || m->offset > r->rs_have) {
+		/* another snapshot's chunk, or a gap: say what we hold (the leader
+		 * sends from there, or from 0 for another snapshot) */
+		resp.offset = same ? r->rs_have : 0;
+		send_msg(r, m->from, &resp);
+		return;
+	}
+	/* a repeat of bytes we hold is harmless: they are the same bytes */
+	uint64_t end = m->offset + m->len;
+	if (end > r->rs_have) {
+		memcpy(r->rs_buf + m->offset, m->data, m->len);
+		r->rs_have = end;
+	}
+	if (r->rs_have < r->rs_total) {
+		resp.offset = r->rs_have;
+		send_msg(r, m->from, &resp);
+		return;
+	}
+	raft_snap_meta meta = r->rs;
+	int rc = install_snapshot(r, now, &meta, r->rs_buf, r->rs_total);
+	resp.offset = r->rs_total;
+	rs_reset(r);
+	if (rc != 0) return;
+	resp.success = true;
 	send_msg(r, m->from, &resp);
 }
 
@@ -1049,6 +1120,15 @@ static void on_snap_resp(raft_t *r, uint64_t now, const raft_msg *m)
 	peer *p = reply_peer(r, now, m);
 	if (!p) return;
 	if (!p->snap_inflight) return;
+	if (!m->success) {
+		/* only the answer to the chunk in flight moves the transfer on (an
+		 * older one, late or repeated, would send bytes again) */
+		if (m->echo < p->snap_sent_at) return;
+		/* more to send: from what it holds of this snapshot, else anew */
+		bool ours = m->last_index == r->snap.index && m->offset < r->snap_len;
+		send_snapshot_at(r, p, now, ours ? m->offset : 0);
+		return;
+	}
 	p->snap_inflight = p->inflight = false;
 	if (m->success && m->last_index <= last_index(r)) {
 		if (m->last_index > p->match) p->match = m->last_index;
@@ -1548,6 +1628,7 @@ void raft_destroy(raft_t **rp)
 	for (size_t i = 0; i < r->nlog; i++) free(r->log[i].data);
 	free(r->log);
 	free(r->snap_data);
+	free(r->rs_buf);
 	for (size_t i = 0; i < r->out_len; i++) free(r->outs[(r->out_head + i) % r->out_cap].data);
 	free(r->outs);
 	free(r->evs);

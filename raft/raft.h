@@ -34,7 +34,7 @@ enum {
 	RAFT_NAME_MAX = 128,        /* bytes of a voter name (= MBR_NAME_MAX) */
 	RAFT_VOTERS_MAX = 16,       /* Consul advises 3 or 5; 16 leaves room */
 	RAFT_ENTRY_MAX = 1 << 20,   /* bytes of one entry's payload */
-	RAFT_SNAPSHOT_MAX = 256 << 20, /* bytes of one snapshot (sent whole) */
+	RAFT_SNAPSHOT_MAX = 256 << 20, /* bytes of one snapshot (sent in chunks) */
 	RAFT_ERR_MAX = 200,
 };
 
@@ -75,6 +75,10 @@ typedef struct {
 	 * snapshot so a briefly slow follower catches up from the log. */
 	uint32_t snapshot_threshold;
 	uint32_t snapshot_trailing;
+	/* A snapshot travels in chunks of at most this many bytes, each
+	 * acknowledged before the next (the control channel carries 64 MiB
+	 * at most in one message). */
+	uint32_t snapshot_chunk_bytes;
 } raft_config;
 
 /* "default" (hashicorp/raft's numbers) or "fast" (5x faster, one fabric). */
@@ -283,7 +287,7 @@ typedef struct {
 	uint64_t drop_bad_state;    /* valid bytes that make no sense here */
 	uint64_t elections, prevotes, leaderships, stepdowns_lease;
 	uint64_t votes_refused_sticky;
-	uint64_t snapshots_taken, snapshots_sent, snapshots_installed;
+	uint64_t snapshots_taken, snapshots_sent, snapshots_installed, snapshot_chunks_sent;
 	uint64_t truncations;
 	uint64_t transfers, transfers_failed, transfers_received; /* handovers sent, abandoned, answered */
 	uint64_t peer_log_lost;     /* a follower answered without entries it had acknowledged */

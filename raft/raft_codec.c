@@ -93,6 +93,8 @@ int raft_codec_encode(const raft_msg *m, uint8_t **out, size_t *len)
 		sreq.data.data = (uint8_t *)m->data;
 		sreq.data.len = m->len;
 		sreq.echo = m->echo;
+		sreq.offset = m->offset;
+		sreq.total = m->total;
 		msg.body_case = SKEIN__RAFT__MSG__BODY_SNAP_REQ;
 		msg.snap_req = &sreq;
 		break;
@@ -100,6 +102,7 @@ int raft_codec_encode(const raft_msg *m, uint8_t **out, size_t *len)
 		sresp.success = m->success;
 		sresp.last_index = m->last_index;
 		sresp.echo = m->echo;
+		sresp.offset = m->offset;
 		msg.body_case = SKEIN__RAFT__MSG__BODY_SNAP_RESP;
 		msg.snap_resp = &sresp;
 		break;
@@ -159,7 +162,8 @@ static int check_snap(const Skein__Raft__SnapReq *p, raft_decoded *d)
 {
 	raft_msg *m = &d->msg;
 	if (p->last_index == 0 || !IDX_OK(p->last_index) || p->last_term == 0 ||
-	    p->last_term > m->term || p->data.len > RAFT_SNAPSHOT_MAX)
+	    p->last_term > m->term || p->total > RAFT_SNAPSHOT_MAX || p->offset > p->total ||
+	    p->data.len > p->total - p->offset || (p->data.len == 0 && p->offset < p->total))
 		return -1;
 	if (p->n_voters == 0 || p->n_voters > RAFT_VOTERS_MAX) return -1;
 	if (raft_voters_make(&d->snap.voters, (const char *const *)p->voters, p->n_voters, NULL, 0) != 0)
@@ -170,6 +174,8 @@ static int check_snap(const Skein__Raft__SnapReq *p, raft_decoded *d)
 	m->data = p->data.data;
 	m->len = p->data.len;
 	m->echo = p->echo;
+	m->offset = p->offset;
+	m->total = p->total;
 	return 0;
 }
 
@@ -212,7 +218,8 @@ static int check_msg(const Skein__Raft__Msg *p, raft_decoded *d)
 		m->success = p->snap_resp->success;
 		m->last_index = p->snap_resp->last_index;
 		m->echo = p->snap_resp->echo;
-		return IDX_OK(m->last_index) ? 0 : -1;
+		m->offset = p->snap_resp->offset;
+		return IDX_OK(m->last_index) && m->offset <= RAFT_SNAPSHOT_MAX ? 0 : -1;
 	case SKEIN__RAFT__MSG__BODY_TIMEOUT_NOW:
 		m->type = RAFT_MSG_TIMEOUT_NOW;
 		return 0;

@@ -30,8 +30,8 @@ typedef enum {
  *   VOTE_RESP    prevote, granted
  *   APPEND_REQ   prev_index, prev_term, commit, echo, entries
  *   APPEND_RESP  success, last_index, prev_index, echo
- *   SNAP_REQ     snap (meta), data, echo
- *   SNAP_RESP    success, last_index, echo
+ *   SNAP_REQ     snap (meta), data (the chunk at offset), offset, total, echo
+ *   SNAP_RESP    success, last_index, offset, echo
  *   TIMEOUT_NOW  (term and from only) */
 typedef struct {
 	raft_msg_type type;
@@ -40,6 +40,7 @@ typedef struct {
 	bool prevote, granted, success, transfer;
 	uint64_t last_index, last_term;
 	uint64_t prev_index, prev_term, commit, echo;
+	uint64_t offset, total;   /* snapshot chunks */
 	const raft_entry *entries;
 	size_t nentries;
 	const raft_snap_meta *snap;

@@ -76,15 +76,17 @@ static struct {
 	uint64_t transfer_abandoned[NMAX];
 } c;
 
-static struct { uint64_t acked, proposed, elections, snaps, truncs, restarts, handovers, abandoned; } chaos_tot;
+static struct { uint64_t acked, proposed, elections, snaps, truncs, restarts, handovers, abandoned, chunks; } chaos_tot;
 
 static void chaos_report(const char *what)
 {
 	printf("  %s: %llu writes acknowledged of %llu proposed, %llu restarts, %llu elections, "
-	       "%llu snapshots installed, %llu log truncations, %llu handovers (%llu abandoned); none lost\n", what,
+	       "%llu snapshots installed (%llu chunks sent), %llu log truncations, %llu handovers (%llu abandoned); "
+	       "none lost\n", what,
 	       (unsigned long long)chaos_tot.acked, (unsigned long long)chaos_tot.proposed,
 	       (unsigned long long)chaos_tot.restarts, (unsigned long long)chaos_tot.elections,
-	       (unsigned long long)chaos_tot.snaps, (unsigned long long)chaos_tot.truncs,
+	       (unsigned long long)chaos_tot.snaps, (unsigned long long)chaos_tot.chunks,
+	       (unsigned long long)chaos_tot.truncs,
 	       (unsigned long long)chaos_tot.handovers, (unsigned long long)chaos_tot.abandoned);
 }
 
@@ -668,6 +670,9 @@ static void chaos_run(uint64_t seed, int n, uint64_t ms, bool file)
 	}
 	c.cfg.snapshot_threshold = 64;
 	c.cfg.snapshot_trailing = 16;
+	/* snapshots (a few KB here) in many chunks: lost, repeated, reordered
+	 * and interrupted by crashes and new snapshots */
+	c.cfg.snapshot_chunk_bytes = 64 + (uint32_t)(seed % 7) * 100;
 	/* one entry per message makes "an old entry on a majority before
 	 * the new leader's no-op" frequent: the commit rule's case */
 	if (seed % 3 == 0) c.cfg.max_append_entries = 1;
@@ -719,6 +724,7 @@ static void chaos_run(uint64_t seed, int n, uint64_t ms, bool file)
 		c.tot_snap += st->snapshots_installed;
 		c.tot_trunc += st->truncations;
 		chaos_tot.handovers += st->transfers;
+		chaos_tot.chunks += st->snapshot_chunks_sent;
 		chaos_tot.abandoned += st->transfers_failed;
 	}
 	chaos_tot.acked += acked_count();
@@ -824,6 +830,49 @@ T_TEST(raft_voter_with_lost_storage_catches_up)
 	run_until(c.now + 2000);
 	CHECK(raft_get_stats(c.r[l])->peer_log_lost >= 1);
 	CHECK(c.applied[f] == raft_commit_index(c.r[l]));
+	converge_and_check();
+	cluster_free();
+}
+
+/* A snapshot of about 1.2 MB travels in 64 KiB chunks over lossy links to a
+ * follower that was away: it installs it whole and its map matches. */
+T_TEST(raft_snapshot_in_chunks)
+{
+	cluster_init(3, t_seed() + 660, "default");
+	c.cfg.snapshot_threshold = 50;
+	c.cfg.snapshot_trailing = 5;
+	c.cfg.snapshot_chunk_bytes = 64 << 10;
+	cluster_start(3);
+	int l = wait_leader(20000);
+	CHECK(l >= 0);
+	int f = (l + 1) % 3;
+	crash(f);
+	static char val[4096];
+	memset(val, 'x', sizeof val - 1);
+	char err[256];
+	for (int i = 0; i < 300; i++) {
+		char key[32];
+		snprintf(key, sizeof key, "big%d", i);
+		uint8_t *buf, type;
+		size_t len;
+		uint64_t ix, tm;
+		T_CHECK(raft_kv_encode_put(key, strlen(key), val, sizeof val - 1, &type, &buf, &len, err, sizeof err) == 0);
+		CHECK(raft_propose(c.r[l], c.now, type, buf, len, &ix, &tm, err, sizeof err) == 0);
+		free(buf);
+		drain(l);
+		run_until(c.now + 3);
+	}
+	run_until(c.now + 500);
+	CHECK(raft_snapshot_index(c.r[l]) > 200);
+	c.loss = 0.2;
+	restart(f);
+	run_until(c.now + 20000);
+	c.loss = 0;
+	const raft_stats *st = raft_get_stats(c.r[l]);
+	printf("  %llu chunks sent for %llu snapshot transfers (64 KiB chunks, 20%% loss)\n",
+	       (unsigned long long)st->snapshot_chunks_sent, (unsigned long long)st->snapshots_sent);
+	CHECK(st->snapshot_chunks_sent >= 19); /* 1.2 MB / 64 KiB */
+	CHECK(raft_get_stats(c.r[f])->snapshots_installed >= 1);
 	converge_and_check();
 	cluster_free();
 }
@@ -1284,12 +1333,24 @@ T_TEST(raft_codec_roundtrip)
 	T_CHECK(raft_voters_make(&sm.voters, names, 2, NULL, 0) == 0);
 	T_STREQ(sm.voters.names[0], "a");
 	raft_msg sn = { .type = RAFT_MSG_SNAP_REQ, .term = 3, .from = "n1", .snap = &sm,
-			.data = (const uint8_t *)"S", .len = 1 };
+			.data = (const uint8_t *)"S", .len = 1, .offset = 4, .total = 5 };
 	T_CHECK(raft_codec_encode(&sn, &buf, &len) == 0);
 	T_EQ(raft_codec_decode(buf, len, &d), WIRE_OK);
 	T_EQ(d.msg.snap->voters.n, 2);
 	T_EQ(d.msg.snap->index, 10);
+	T_EQ(d.msg.offset, 4);
+	T_EQ(d.msg.total, 5);
 	raft_codec_free(&d);
+	free(buf);
+	/* a chunk past the snapshot's end, or an empty one before it, is refused */
+	sn.offset = 5;
+	T_CHECK(raft_codec_encode(&sn, &buf, &len) == 0);
+	T_EQ(raft_codec_decode(buf, len, &d), WIRE_ERR_INVALID);
+	free(buf);
+	sn.offset = 2;
+	sn.len = 0;
+	T_CHECK(raft_codec_encode(&sn, &buf, &len) == 0);
+	T_EQ(raft_codec_decode(buf, len, &d), WIRE_ERR_INVALID);
 	free(buf);
 	/* TimeoutNow, and a transfer-flagged vote request (never a pre-vote) */
 	raft_msg tn = { .type = RAFT_MSG_TIMEOUT_NOW, .term = 4, .from = "n2" };
@@ -1334,7 +1395,8 @@ T_TEST(raft_fuzz_decoder_and_node)
 		{ .type = RAFT_MSG_VOTE_RESP, .term = 9, .from = "n1", .granted = true },
 		{ .type = RAFT_MSG_APPEND_REQ, .term = 9, .from = "n2", .prev_index = 0, .entries = e, .nentries = 2, .commit = 2 },
 		{ .type = RAFT_MSG_APPEND_RESP, .term = 9, .from = "n2", .success = true, .last_index = 5 },
-		{ .type = RAFT_MSG_SNAP_REQ, .term = 9, .from = "n1", .snap = &sm, .data = (const uint8_t *)"SKKV", .len = 4 },
+		{ .type = RAFT_MSG_SNAP_REQ, .term = 9, .from = "n1", .snap = &sm, .data = (const uint8_t *)"SKKV", .len = 4,
+		  .total = 4 },
 		{ .type = RAFT_MSG_SNAP_RESP, .term = 9, .from = "n1", .success = true, .last_index = 10 },
 	};
 	for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
