@@ -161,9 +161,11 @@ static int check_append(const Skein__Raft__AppendReq *p, raft_decoded *d)
 static int check_snap(const Skein__Raft__SnapReq *p, raft_decoded *d)
 {
 	raft_msg *m = &d->msg;
+	/* a sender from before chunks sends the whole snapshot and no total */
+	uint64_t total = p->total == 0 && p->offset == 0 ? p->data.len : p->total;
 	if (p->last_index == 0 || !IDX_OK(p->last_index) || p->last_term == 0 ||
-	    p->last_term > m->term || p->total > RAFT_SNAPSHOT_MAX || p->offset > p->total ||
-	    p->data.len > p->total - p->offset || (p->data.len == 0 && p->offset < p->total))
+	    p->last_term > m->term || total > RAFT_SNAPSHOT_MAX || p->offset > total ||
+	    p->data.len > total - p->offset || (p->data.len == 0 && p->offset < total))
 		return -1;
 	if (p->n_voters == 0 || p->n_voters > RAFT_VOTERS_MAX) return -1;
 	if (raft_voters_make(&d->snap.voters, (const char *const *)p->voters, p->n_voters, NULL, 0) != 0)
@@ -175,7 +177,7 @@ static int check_snap(const Skein__Raft__SnapReq *p, raft_decoded *d)
 	m->len = p->data.len;
 	m->echo = p->echo;
 	m->offset = p->offset;
-	m->total = p->total;
+	m->total = total;
 	return 0;
 }
 

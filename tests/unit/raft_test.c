@@ -1342,6 +1342,15 @@ T_TEST(raft_codec_roundtrip)
 	T_EQ(d.msg.total, 5);
 	raft_codec_free(&d);
 	free(buf);
+	/* a whole snapshot with no total (a sender from before chunks) */
+	sn.offset = 0;
+	sn.total = 0;
+	T_CHECK(raft_codec_encode(&sn, &buf, &len) == 0);
+	T_EQ(raft_codec_decode(buf, len, &d), WIRE_OK);
+	T_EQ(d.msg.total, 1);
+	raft_codec_free(&d);
+	free(buf);
+	sn.total = 5;
 	/* a chunk past the snapshot's end, or an empty one before it, is refused */
 	sn.offset = 5;
 	T_CHECK(raft_codec_encode(&sn, &buf, &len) == 0);
