@@ -1155,6 +1155,17 @@ static uint64_t clamp_now(raft_t *r, uint64_t now)
 	return now;
 }
 
+/* For a leader's operations: the clock clamped, the lease checked; -1 with
+ * the reason (and the leader, when known) if we do not lead. */
+static int leading(raft_t *r, uint64_t *now, char *err, size_t errlen)
+{
+	*now = clamp_now(r, *now);
+	check_lease(r, *now);
+	if (!r->failed && r->role == RAFT_LEADER) return 0;
+	snprintf(err, errlen, "not the leader%s%s", r->leader[0] ? "; the leader is " : "", r->leader);
+	return -1;
+}
+
 /* The leader of our term handed over to us: stand now, flagged. */
 static void on_timeout_now(raft_t *r, uint64_t now, const raft_msg *m)
 {
@@ -1200,12 +1211,7 @@ static void transfer_check(raft_t *r, uint64_t now)
 
 int raft_transfer(raft_t *r, uint64_t now, const char *name, char *target, size_t tlen, char *err, size_t errlen)
 {
-	now = clamp_now(r, now);
-	check_lease(r, now);
-	if (r->failed || r->role != RAFT_LEADER) {
-		snprintf(err, errlen, "not the leader%s%s", r->leader[0] ? "; the leader is " : "", r->leader);
-		return -1;
-	}
+	if (leading(r, &now, err, errlen) != 0) return -1;
 	if (r->xfer_to[0]) {
 		snprintf(err, errlen, "a handover to %s is under way", r->xfer_to);
 		return -1;
@@ -1312,12 +1318,7 @@ bool raft_leader_ok(const raft_t *r, uint64_t now_ms)
 static int leader_append(raft_t *r, uint64_t now, uint8_t type, const uint8_t *data, size_t len,
 			 char *err, size_t errlen)
 {
-	now = clamp_now(r, now);
-	check_lease(r, now);
-	if (r->failed || r->role != RAFT_LEADER) {
-		snprintf(err, errlen, "not the leader%s%s", r->leader[0] ? "; the leader is " : "", r->leader);
-		return -1;
-	}
+	if (leading(r, &now, err, errlen) != 0) return -1;
 	if (r->xfer_to[0]) {
 		/* the target's log must stop moving for it to catch up */
 		snprintf(err, errlen, "handing leadership over to %s; retry", r->xfer_to);
@@ -1365,12 +1366,7 @@ static int append_voters(raft_t *r, uint64_t now, const char *name, bool add, ch
 static int change_voters(raft_t *r, uint64_t now, const char *name, bool add, char *err, size_t errlen)
 {
 	uint64_t t;
-	now = clamp_now(r, now);
-	check_lease(r, now);
-	if (r->failed || r->role != RAFT_LEADER) {
-		snprintf(err, errlen, "not the leader");
-		return -1;
-	}
+	if (leading(r, &now, err, errlen) != 0) return -1;
 	if (!term_at(r, r->commit, &t) || t != r->term) {
 		snprintf(err, errlen, "the leader has not committed an entry of its term yet; retry");
 		return -1;
