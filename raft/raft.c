@@ -977,6 +977,20 @@ static peer *reply_peer(raft_t *r, uint64_t now, const raft_msg *m)
 	return p;
 }
 
+/* A peer's match moved: the commit index, a handover, a newcomer's
+ * promotion may follow.  The peer again (promotion rebuilds the peer table),
+ * or NULL when we no longer lead or it is gone. */
+static peer *after_progress(raft_t *r, uint64_t now, peer *p)
+{
+	char nm[RAFT_NAME_MAX + 1];
+	snprintf(nm, sizeof nm, "%s", p->name);
+	advance_commit(r, now);
+	if (r->role == RAFT_LEADER) transfer_check(r, now);
+	if (r->role != RAFT_LEADER || !(p = find_peer(r, nm))) return NULL;
+	if (p->learner) staging_check(r, now);
+	return r->role == RAFT_LEADER ? find_peer(r, nm) : NULL;
+}
+
 static void on_append_resp(raft_t *r, uint64_t now, const raft_msg *m)
 {
 	peer *p = reply_peer(r, now, m);
@@ -992,17 +1006,7 @@ static void on_append_resp(raft_t *r, uint64_t now, const raft_msg *m)
 		}
 		if (p->next < p->match + 1) p->next = p->match + 1;
 		p->inflight = false;
-		advance_commit(r, now);
-		if (r->role != RAFT_LEADER) return;
-		transfer_check(r, now);
-		if (r->role != RAFT_LEADER) return;
-		if (p->learner) {
-			/* promoting it rebuilds the peer table: find it again */
-			char nm[RAFT_NAME_MAX + 1];
-			snprintf(nm, sizeof nm, "%s", p->name);
-			staging_check(r, now);
-			if (r->role != RAFT_LEADER || !(p = find_peer(r, nm))) return;
-		}
+		if (!(p = after_progress(r, now, p))) return;
 	} else if (!p->snap_inflight) {
 		if (m->last_index < p->match && m->echo >= p->contact) {
 			/* the freshest answer says it lacks entries it acknowledged:
@@ -1133,17 +1137,7 @@ static void on_snap_resp(raft_t *r, uint64_t now, const raft_msg *m)
 	if (m->success && m->last_index <= last_index(r)) {
 		if (m->last_index > p->match) p->match = m->last_index;
 		p->next = p->match + 1;
-		advance_commit(r, now);
-		if (r->role != RAFT_LEADER) return;
-		transfer_check(r, now);
-		if (r->role != RAFT_LEADER) return;
-		if (p->learner) {
-			/* promoting it rebuilds the peer table: find it again */
-			char nm[RAFT_NAME_MAX + 1];
-			snprintf(nm, sizeof nm, "%s", p->name);
-			staging_check(r, now);
-			if (r->role != RAFT_LEADER || !(p = find_peer(r, nm))) return;
-		}
+		if (!(p = after_progress(r, now, p))) return;
 	}
 	send_append(r, p, now);
 }
