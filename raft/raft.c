@@ -51,26 +51,9 @@
  *    it whole; a chunk of another snapshot, or out of order, restarts it;
  *  - no read index: the agent reads from the leader while raft_leader_ok()
  *    (its lease) holds.
+ * Voter changes with a catch-up and leadership handover: raft_change.c.
+ * Configuration and voter-set values: raft_config.c.
  *
- * A new voter catches up first (thesis 4.2.1, Consul's autopilot): the
- *   leader replicates to it as a non-voting peer (not counted for commits,
- *   the lease or elections) and appends the voter set that includes it only
- *   once its log is within one AppendEntries of the commit index; one that
- *   has not caught up after 10 election timeouts is dropped (RAFT_EV_VOTERS
- *   with a reason).  A slow or unreachable newcomer therefore never raises
- *   the majority the cluster needs while it cannot vote usefully.
- *
- * Leadership transfer (thesis 3.10), for a planned stop of the head:
- *   raft_transfer names a voter (or picks the one with the most of the log);
- *   the leader stops taking writes, brings the target's log up to its own,
- *   then steps down and sends it TimeoutNow; the target stands for election
- *   at once, its VoteReq flagged `transfer`, which voters do not refuse for
- *   stickiness.  The lease argument above still holds: the leader stops
- *   leading before the message that starts the election leaves it, so no
- *   voter grants a flagged vote while it leads.  A target that does not
- *   catch up within election_timeout ends the transfer (RAFT_EV_TRANSFER
- *   says so) and writes resume; a TimeoutNow lost after the step-down costs
- *   one ordinary election.
  * All output goes to queues (raft_pop_out, raft_pop_apply, raft_pop_event);
  * storage is the only thing called synchronously. */
 #include "raft/raft_int.h"
@@ -82,242 +65,9 @@
 #include "common/sk_rng.h"
 #include "raft/raft_codec.h"
 
-enum {
-	/* Outputs or events the caller has not drained after this many are
-	 * dropped and counted, so a stuck caller cannot grow us forever. */
-	RAFT_QUEUE_CAP = 1 << 16,
-};
-
-typedef struct {
-	uint64_t index, term;
-	uint8_t type;
-	uint8_t *data;
-	size_t len;
-} lentry;
-
-typedef struct {
-	char name[RAFT_NAME_MAX + 1];
-	uint64_t next, match;
-	uint64_t contact;         /* largest echo returned in this term */
-	uint64_t sent_at, snap_sent_at;
-	uint64_t snap_off;        /* the snapshot chunk in flight starts here */
-	bool inflight, snap_inflight;
-	bool learner;             /* a voter-to-be catching up: not counted */
-} peer;
-
-struct raft {
-	raft_config cfg;
-	sk_rng rng;
-	char name[RAFT_NAME_MAX + 1];
-	raft_storage *st;
-	bool failed;
-
-	/* persistent */
-	uint64_t term;
-	char vote[RAFT_NAME_MAX + 1];
-	lentry *log;              /* indexes log_start .. log_start + nlog - 1 */
-	size_t nlog, caplog;
-	uint64_t log_start;
-	raft_snap_meta snap;
-	uint8_t *snap_data;
-	size_t snap_len;
-
-	/* follower: a snapshot being received in chunks */
-	raft_snap_meta rs;
-	uint8_t *rs_buf;
-	uint64_t rs_total, rs_have;
-
-	/* derived */
-	raft_voters voters;       /* latest in the log */
-	uint64_t voters_index;    /* the entry that set it (snapshot's index if from there) */
-
-	/* volatile */
-	raft_role role;
-	char leader[RAFT_NAME_MAX + 1];
-	uint64_t commit, applied;
-	bool restore_pending;
-	uint64_t election_at, sticky_until, elect_start, last_now;
-	bool granted[RAFT_VOTERS_MAX];
-	peer peers[RAFT_VOTERS_MAX];   /* leader: one per voter but us */
-	size_t npeers;
-	char staging[RAFT_NAME_MAX + 1]; /* leader: a voter-to-be catching up ("" = none) */
-	uint64_t staging_until;
-	char xfer_to[RAFT_NAME_MAX + 1]; /* leader: handing over to it ("" = not) */
-	uint64_t xfer_start, xfer_until; /* ... since, until */
-	bool campaign_transfer;          /* the election being started answers a TimeoutNow */
-	bool no_campaign;                /* raft_stop_campaigning: never stand again */
-
-	raft_out *outs;
-	size_t out_head, out_len, out_cap;
-	raft_event *evs;
-	size_t ev_head, ev_len, ev_cap;
-	raft_stats stats;
-};
-
-/* ---------------------------------------------------------------- config */
-
-int raft_config_profile(raft_config *c, const char *profile)
-{
-	/* hashicorp/raft DefaultConfig: HeartbeatTimeout 1 s, ElectionTimeout
-	 * 1 s, LeaderLeaseTimeout 500 ms, heartbeats at HeartbeatTimeout/10,
-	 * MaxAppendEntries 64, SnapshotThreshold 8192, TrailingLogs 10240. */
-	*c = (raft_config){
-		.heartbeat_timeout_ms = 1000,
-		.election_timeout_ms = 1000,
-		.leader_lease_ms = 500,
-		.heartbeat_interval_ms = 100,
-		.max_append_entries = 64,
-		.max_append_bytes = 1 << 20,
-		.snapshot_threshold = 8192,
-		.snapshot_trailing = 10240,
-		.snapshot_chunk_bytes = 4 << 20,
-	};
-	if (!profile || !strcmp(profile, "default")) return 0;
-	if (!strcmp(profile, "fast")) {
-		/* One fabric, sub-ms RTT: 2.5x faster.  A dead head is noticed
-		 * in 400-800 ms; pre-vote, vote and the first commit take three
-		 * round trips on top, so failover is about 1 s.  Not 5x: the
-		 * lease must outlast a busy host's scheduling and fsync stalls
-		 * (100 and 150 ms leases made a loaded 2-core machine's head
-		 * step down in the middle of a burst of fsync'd writes, whose
-		 * worst cases reached 130 ms there). */
-		c->heartbeat_timeout_ms = 400;
-		c->election_timeout_ms = 400;
-		c->leader_lease_ms = 250;
-		c->heartbeat_interval_ms = 40;
-		return 0;
-	}
-	return -1;
-}
-
-int raft_config_check(const raft_config *c, char *err, size_t errlen)
-{
-	const char *why = NULL;
-	if (!c->heartbeat_timeout_ms || !c->election_timeout_ms || !c->leader_lease_ms ||
-	    !c->heartbeat_interval_ms)
-		why = "timeouts must be > 0";
-	else if (c->leader_lease_ms >= c->heartbeat_timeout_ms)
-		why = "leader_lease_ms must be < heartbeat_timeout_ms (a leader must step down before a successor can win)";
-	else if (c->heartbeat_interval_ms * 2 > c->leader_lease_ms)
-		why = "heartbeat_interval_ms must be <= leader_lease_ms / 2 (or a healthy leader loses its lease)";
-	else if (!c->max_append_entries || c->max_append_entries > RAFT_MSG_ENTRIES_MAX)
-		why = "max_append_entries must be 1..4096";
-	else if (c->max_append_bytes < 1024)
-		why = "max_append_bytes must be >= 1024";
-	else if (!c->snapshot_threshold)
-		why = "snapshot_threshold must be > 0";
-	else if (c->snapshot_chunk_bytes < 64 || c->snapshot_chunk_bytes > (32u << 20))
-		why = "snapshot_chunk_bytes must be 64..32 MiB";
-	if (why && err) snprintf(err, errlen, "%s", why);
-	return why ? -1 : 0;
-}
-
-const char *raft_role_str(raft_role r)
-{
-	static const char *s[] = { "follower", "precandidate", "candidate", "leader" };
-	return (unsigned)r < 4 ? s[r] : "?";
-}
-
-const char *raft_event_str(raft_event_type t)
-{
-	static const char *s[] = { "leader", "follower", "stepdown", "voters", "failed", "candidate", "transfer",
-				   "warning" };
-	return (unsigned)t < sizeof s / sizeof s[0] ? s[t] : "?";
-}
-
-int raft_fence_check(raft_fence *f, uint64_t term)
-{
-	if (term < f->newest) return -1;
-	f->newest = term;
-	return 0;
-}
-
-/* ---------------------------------------------------------------- voters */
-
-static int name_cmp(const void *a, const void *b) { return strcmp(a, b); }
-
-int raft_voters_make(raft_voters *v, const char *const *names, size_t n, char *err, size_t errlen)
-{
-	memset(v, 0, sizeof *v);
-	if (n == 0 || n > RAFT_VOTERS_MAX) {
-		if (err) snprintf(err, errlen, "a voter set holds 1..%d names", RAFT_VOTERS_MAX);
-		return -1;
-	}
-	for (size_t i = 0; i < n; i++) {
-		if (!raft_name_ok(names[i])) {
-			if (err) snprintf(err, errlen, "bad voter name");
-			return -1;
-		}
-		snprintf(v->names[i], sizeof v->names[i], "%s", names[i]);
-	}
-	v->n = n;
-	qsort(v->names, n, sizeof v->names[0], name_cmp);
-	for (size_t i = 1; i < n; i++)
-		if (!strcmp(v->names[i - 1], v->names[i])) {
-			if (err) snprintf(err, errlen, "voter named twice");
-			return -1;
-		}
-	return 0;
-}
-
-bool raft_voters_has(const raft_voters *v, const char *name)
-{
-	for (size_t i = 0; i < v->n; i++)
-		if (!strcmp(v->names[i], name)) return true;
-	return false;
-}
-
-size_t raft__voters_encode(const raft_voters *v, uint8_t *buf)
-{
-	size_t o = 0;
-	buf[o++] = (uint8_t)v->n;
-	for (size_t i = 0; i < v->n; i++) {
-		size_t l = strlen(v->names[i]);
-		buf[o++] = (uint8_t)l;
-		memcpy(buf + o, v->names[i], l);
-		o += l;
-	}
-	return o;
-}
-
-int raft__voters_decode(raft_voters *v, const uint8_t *buf, size_t len)
-{
-	char names[RAFT_VOTERS_MAX][RAFT_NAME_MAX + 1];
-	const char *ptrs[RAFT_VOTERS_MAX];
-	if (len < 1 || buf[0] == 0 || buf[0] > RAFT_VOTERS_MAX) return -1;
-	size_t n = buf[0], o = 1;
-	for (size_t i = 0; i < n; i++) {
-		if (o >= len) return -1;
-		size_t l = buf[o++];
-		if (l == 0 || l > RAFT_NAME_MAX || o + l > len) return -1;
-		memcpy(names[i], buf + o, l);
-		names[i][l] = 0;
-		if (strlen(names[i]) != l) return -1;
-		ptrs[i] = names[i];
-		o += l;
-	}
-	if (o != len) return -1;
-	return raft_voters_make(v, ptrs, n, NULL, 0);
-}
-
-int raft__append_follows(uint64_t last, uint64_t first, char *err, size_t errlen)
-{
-	if (first == last + 1) return 0;
-	snprintf(err, errlen, "append at %llu after %llu", (unsigned long long)first, (unsigned long long)last);
-	return -1;
-}
-
-void raft__loaded_free(raft_loaded *l)
-{
-	free(l->snap_data);
-	for (size_t i = 0; i < l->nentries; i++) free((void *)l->entries[i].data);
-	free(l->entries);
-	memset(l, 0, sizeof *l);
-}
-
 /* ---------------------------------------------------------------- queues */
 
-static void push_event(raft_t *r, raft_event_type t, const char *reason)
+void raft__push_event(raft_t *r, raft_event_type t, const char *reason)
 {
 	if (r->ev_len >= RAFT_QUEUE_CAP) return;
 	if (r->ev_len == r->ev_cap) {
@@ -377,7 +127,7 @@ int raft_pop_out(raft_t *r, raft_out *out)
 }
 
 /* Fills term and from, encodes and queues. */
-static void send_msg(raft_t *r, const char *to, raft_msg *m)
+void raft__send_msg(raft_t *r, const char *to, raft_msg *m)
 {
 	if (!m->term) m->term = r->term;
 	m->from = r->name;
@@ -390,16 +140,16 @@ static void send_msg(raft_t *r, const char *to, raft_msg *m)
 
 /* ---------------------------------------------------------------- log */
 
-static uint64_t last_index(const raft_t *r) { return r->log_start + r->nlog - 1; }
+uint64_t raft__last_index(const raft_t *r) { return r->log_start + r->nlog - 1; }
 
 static lentry *entry_at(const raft_t *r, uint64_t i)
 {
-	if (i < r->log_start || i > last_index(r)) return NULL;
+	if (i < r->log_start || i > raft__last_index(r)) return NULL;
 	return &r->log[i - r->log_start];
 }
 
 /* The term of entry i; false when unknown (compacted away). */
-static bool term_at(const raft_t *r, uint64_t i, uint64_t *term)
+bool raft__term_at(const raft_t *r, uint64_t i, uint64_t *term)
 {
 	if (i == 0) { *term = 0; return true; }
 	const lentry *e = entry_at(r, i);
@@ -411,7 +161,7 @@ static bool term_at(const raft_t *r, uint64_t i, uint64_t *term)
 static uint64_t last_term(const raft_t *r)
 {
 	uint64_t t = 0;
-	term_at(r, last_index(r), &t);
+	raft__term_at(r, raft__last_index(r), &t);
 	return t;
 }
 
@@ -419,14 +169,14 @@ static void fail(raft_t *r, const char *what, const char *err)
 {
 	char buf[RAFT_ERR_MAX];
 	snprintf(buf, sizeof buf, "storage: %s: %s", what, err);
-	if (!r->failed) push_event(r, RAFT_EV_FAILED, buf);
+	if (!r->failed) raft__push_event(r, RAFT_EV_FAILED, buf);
 	r->failed = true;
 }
 
 /* Drops entries >= from from memory. */
 static void mem_truncate(raft_t *r, uint64_t from)
 {
-	while (r->nlog && last_index(r) >= from) {
+	while (r->nlog && raft__last_index(r) >= from) {
 		free(r->log[r->nlog - 1].data);
 		r->nlog--;
 	}
@@ -459,7 +209,7 @@ static int mem_append(raft_t *r, const raft_entry *e)
 	return 0;
 }
 
-static void rebuild_peers(raft_t *r, uint64_t now);
+void raft__rebuild_peers(raft_t *r, uint64_t now);
 
 /* The latest voter set: the last VOTERS entry after the snapshot, else the
  * snapshot's. */
@@ -481,8 +231,8 @@ static void recompute_voters(raft_t *r, uint64_t now)
 		r->voters_index = r->snap.index;
 	}
 	if (memcmp(&old, &r->voters, sizeof old) != 0) {
-		if (r->role == RAFT_LEADER) rebuild_peers(r, now);
-		push_event(r, RAFT_EV_VOTERS, NULL);
+		if (r->role == RAFT_LEADER) raft__rebuild_peers(r, now);
+		raft__push_event(r, RAFT_EV_VOTERS, NULL);
 	}
 }
 
@@ -552,16 +302,16 @@ static uint64_t rand_between(raft_t *r, uint32_t lo)
 
 static size_t majority(const raft_t *r) { return r->voters.n / 2 + 1; }
 
-static bool self_voter(const raft_t *r) { return raft_voters_has(&r->voters, r->name); }
+bool raft__self_voter(const raft_t *r) { return raft_voters_has(&r->voters, r->name); }
 
-static peer *find_peer(raft_t *r, const char *name)
+peer *raft__find_peer(raft_t *r, const char *name)
 {
 	for (size_t i = 0; i < r->npeers; i++)
 		if (!strcmp(r->peers[i].name, name)) return &r->peers[i];
 	return NULL;
 }
 
-static void rebuild_peers(raft_t *r, uint64_t now)
+void raft__rebuild_peers(raft_t *r, uint64_t now)
 {
 	peer old[RAFT_VOTERS_MAX];
 	size_t nold = r->npeers;
@@ -572,7 +322,7 @@ static void rebuild_peers(raft_t *r, uint64_t now)
 		peer *p = &r->peers[r->npeers++];
 		memset(p, 0, sizeof *p);
 		snprintf(p->name, sizeof p->name, "%s", r->voters.names[i]);
-		p->next = last_index(r) + 1;
+		p->next = raft__last_index(r) + 1;
 		/* A voter new in the set counts as contacted now (a grace of
 		 * one lease, so adding a voter does not cost the lease).  Safe:
 		 * only a node holding this set counts that voter's vote, and it
@@ -587,7 +337,7 @@ static void rebuild_peers(raft_t *r, uint64_t now)
 		peer *p = &r->peers[r->npeers++]; /* replicated to, never counted */
 		memset(p, 0, sizeof *p);
 		snprintf(p->name, sizeof p->name, "%s", r->staging);
-		p->next = last_index(r) + 1;
+		p->next = raft__last_index(r) + 1;
 		p->learner = true;
 		for (size_t j = 0; j < nold; j++)
 			if (!strcmp(old[j].name, p->name)) *p = old[j];
@@ -598,27 +348,27 @@ static void set_leader(raft_t *r, const char *leader)
 {
 	if (strcmp(r->leader, leader) != 0) {
 		snprintf(r->leader, sizeof r->leader, "%s", leader);
-		if (r->role == RAFT_FOLLOWER && *leader) push_event(r, RAFT_EV_FOLLOWER, NULL);
+		if (r->role == RAFT_FOLLOWER && *leader) raft__push_event(r, RAFT_EV_FOLLOWER, NULL);
 	}
 }
 
 /* Becomes a follower of `term` (persisting a newer term first). */
-static int become_follower(raft_t *r, uint64_t now, uint64_t term, const char *leader, const char *why)
+int raft__become_follower(raft_t *r, uint64_t now, uint64_t term, const char *leader, const char *why)
 {
 	if (term > r->term) {
 		r->term = term;
 		r->vote[0] = 0;
 		if (save_hard(r) != 0) return -1;
 	}
-	if (r->role == RAFT_LEADER) push_event(r, RAFT_EV_STEPDOWN, why);
+	if (r->role == RAFT_LEADER) raft__push_event(r, RAFT_EV_STEPDOWN, why);
 	char lost[RAFT_ERR_MAX];
 	if (r->xfer_to[0]) {
 		snprintf(lost, sizeof lost, "handover to %s abandoned: no longer the leader", r->xfer_to);
-		push_event(r, RAFT_EV_TRANSFER, lost);
+		raft__push_event(r, RAFT_EV_TRANSFER, lost);
 	}
 	if (r->staging[0]) {
 		snprintf(lost, sizeof lost, "%s not added: no longer the leader", r->staging);
-		push_event(r, RAFT_EV_VOTERS, lost);
+		raft__push_event(r, RAFT_EV_VOTERS, lost);
 	}
 	r->xfer_to[0] = 0;
 	r->staging[0] = 0;
@@ -631,7 +381,7 @@ static int become_follower(raft_t *r, uint64_t now, uint64_t term, const char *l
 	return 0;
 }
 
-static void send_append(raft_t *r, peer *p, uint64_t now);
+void raft__send_append(raft_t *r, peer *p, uint64_t now);
 static void advance_commit(raft_t *r, uint64_t now);
 
 static void become_leader(raft_t *r, uint64_t now)
@@ -640,12 +390,12 @@ static void become_leader(raft_t *r, uint64_t now)
 	snprintf(r->leader, sizeof r->leader, "%s", r->name);
 	r->stats.leaderships++;
 	r->npeers = 0;
-	rebuild_peers(r, now);
+	raft__rebuild_peers(r, now);
 	for (size_t i = 0; i < r->npeers; i++) r->peers[i].contact = r->elect_start;
-	push_event(r, RAFT_EV_LEADER, NULL);
-	raft_entry noop = { last_index(r) + 1, r->term, RAFT_ENTRY_NOOP, NULL, 0 };
+	raft__push_event(r, RAFT_EV_LEADER, NULL);
+	raft_entry noop = { raft__last_index(r) + 1, r->term, RAFT_ENTRY_NOOP, NULL, 0 };
 	if (append_entries(r, &noop, 1, now) != 0) return;
-	for (size_t i = 0; i < r->npeers; i++) send_append(r, &r->peers[i], now);
+	for (size_t i = 0; i < r->npeers; i++) raft__send_append(r, &r->peers[i], now);
 	advance_commit(r, now);
 }
 
@@ -658,8 +408,8 @@ static void send_vote_reqs(raft_t *r, bool prevote)
 		raft_msg m = { .type = RAFT_MSG_VOTE_REQ, .prevote = prevote,
 			       .transfer = !prevote && r->campaign_transfer,
 			       .term = prevote ? r->term + 1 : r->term,
-			       .last_index = last_index(r), .last_term = last_term(r) };
-		send_msg(r, r->voters.names[i], &m);
+			       .last_index = raft__last_index(r), .last_term = last_term(r) };
+		raft__send_msg(r, r->voters.names[i], &m);
 	}
 }
 
@@ -688,14 +438,14 @@ static void start_prevote(raft_t *r, uint64_t now)
 	ask_votes(r, now, RAFT_PRECANDIDATE);
 }
 
-static void start_election(raft_t *r, uint64_t now)
+void raft__start_election(raft_t *r, uint64_t now)
 {
 	r->term++;
 	snprintf(r->vote, sizeof r->vote, "%s", r->name);
 	if (save_hard(r) != 0) return;
 	r->stats.elections++;
 	r->elect_start = now;
-	push_event(r, RAFT_EV_CANDIDATE, NULL);
+	raft__push_event(r, RAFT_EV_CANDIDATE, NULL);
 	ask_votes(r, now, RAFT_CANDIDATE);
 }
 
@@ -704,7 +454,7 @@ static void count_votes(raft_t *r, uint64_t now)
 	size_t n = 0;
 	for (size_t i = 0; i < r->voters.n; i++) n += r->granted[i];
 	if (n < majority(r)) return;
-	if (r->role == RAFT_PRECANDIDATE) start_election(r, now);
+	if (r->role == RAFT_PRECANDIDATE) raft__start_election(r, now);
 	else if (r->role == RAFT_CANDIDATE) become_leader(r, now);
 }
 
@@ -723,7 +473,7 @@ static uint64_t quorum_value(raft_t *r, uint64_t self, bool match)
 	size_t n = 0;
 	for (size_t i = 0; i < r->voters.n; i++) {
 		if (!strcmp(r->voters.names[i], r->name)) { v[n++] = self; continue; }
-		peer *p = find_peer(r, r->voters.names[i]);
+		peer *p = raft__find_peer(r, r->voters.names[i]);
 		v[n++] = p ? (match ? p->match : p->contact) : 0;
 	}
 	if (!n) return 0;
@@ -733,11 +483,11 @@ static uint64_t quorum_value(raft_t *r, uint64_t self, bool match)
 
 static void advance_commit(raft_t *r, uint64_t now)
 {
-	uint64_t n = quorum_value(r, last_index(r), true), t;
+	uint64_t n = quorum_value(r, raft__last_index(r), true), t;
 	/* Raft's commit rule: count replicas only for an entry of our term. */
-	if (n > r->commit && term_at(r, n, &t) && t == r->term) r->commit = n;
-	if (r->voters_index <= r->commit && !self_voter(r))
-		become_follower(r, now, r->term, "", "removed from the voter set");
+	if (n > r->commit && raft__term_at(r, n, &t) && t == r->term) r->commit = n;
+	if (r->voters_index <= r->commit && !raft__self_voter(r))
+		raft__become_follower(r, now, r->term, "", "removed from the voter set");
 }
 
 /* When the lease runs out unless a majority answers before. */
@@ -750,7 +500,7 @@ static void check_lease(raft_t *r, uint64_t now)
 {
 	if (r->role != RAFT_LEADER || now < lease_end(r, now)) return;
 	r->stats.stepdowns_lease++;
-	become_follower(r, now, r->term, "", "no contact with a majority for the leader lease");
+	raft__become_follower(r, now, r->term, "", "no contact with a majority for the leader lease");
 }
 
 /* The chunk of our snapshot that starts at off (a new transfer: 0). */
@@ -761,7 +511,7 @@ static void send_snapshot_at(raft_t *r, peer *p, uint64_t now, uint64_t off)
 	if (n > r->cfg.snapshot_chunk_bytes) n = r->cfg.snapshot_chunk_bytes;
 	raft_msg m = { .type = RAFT_MSG_SNAP_REQ, .snap = &r->snap, .data = r->snap_data + off, .len = n,
 		       .offset = off, .total = r->snap_len, .echo = now };
-	send_msg(r, p->name, &m);
+	raft__send_msg(r, p->name, &m);
 	if (off == 0) r->stats.snapshots_sent++;
 	r->stats.snapshot_chunks_sent++;
 	p->snap_off = off;
@@ -771,12 +521,12 @@ static void send_snapshot_at(raft_t *r, peer *p, uint64_t now, uint64_t off)
 
 static void send_snapshot(raft_t *r, peer *p, uint64_t now) { send_snapshot_at(r, p, now, 0); }
 
-static void send_append(raft_t *r, peer *p, uint64_t now)
+void raft__send_append(raft_t *r, peer *p, uint64_t now)
 {
 	uint64_t prev = p->next - 1, pterm = 0;
-	/* entries it needs are compacted away: the snapshot (term_at(0) is
+	/* entries it needs are compacted away: the snapshot (raft__term_at(0) is
 	 * "known", so an empty follower of a compacted log needs the first test) */
-	if (!p->snap_inflight && (p->next < r->log_start || !term_at(r, prev, &pterm))) {
+	if (!p->snap_inflight && (p->next < r->log_start || !raft__term_at(r, prev, &pterm))) {
 		send_snapshot(r, p, now);
 		return;
 	}
@@ -790,7 +540,7 @@ static void send_append(raft_t *r, peer *p, uint64_t now)
 		m.prev_index = prev;
 		m.prev_term = pterm;
 		size_t n = 0, bytes = 0;
-		for (uint64_t i = p->next; i <= last_index(r) && n < r->cfg.max_append_entries; i++) {
+		for (uint64_t i = p->next; i <= raft__last_index(r) && n < r->cfg.max_append_entries; i++) {
 			const lentry *e = entry_at(r, i);
 			if (n && bytes + e->len > r->cfg.max_append_bytes) break;
 			ents[n++] = (raft_entry){ e->index, e->term, e->type, e->data, e->len };
@@ -799,21 +549,19 @@ static void send_append(raft_t *r, peer *p, uint64_t now)
 		m.entries = ents;
 		m.nentries = n;
 	}
-	send_msg(r, p->name, &m);
+	raft__send_msg(r, p->name, &m);
 	p->inflight = true;
 	p->sent_at = now;
 }
 
-static void transfer_check(raft_t *r, uint64_t now);
-static void staging_check(raft_t *r, uint64_t now);
 
 static void leader_tick(raft_t *r, uint64_t now)
 {
 	check_lease(r, now);
 	if (r->role != RAFT_LEADER) return;
-	transfer_check(r, now);
+	raft__transfer_check(r, now);
 	if (r->role != RAFT_LEADER) return;
-	staging_check(r, now);
+	raft__staging_check(r, now);
 	for (size_t i = 0; i < r->npeers; i++) {
 		peer *p = &r->peers[i];
 		if (now >= p->sent_at + r->cfg.heartbeat_interval_ms) {
@@ -822,7 +570,7 @@ static void leader_tick(raft_t *r, uint64_t now)
 			if (p->snap_inflight && now >= p->snap_sent_at + r->cfg.heartbeat_timeout_ms)
 				send_snapshot_at(r, p, now, p->snap_off);
 			else
-				send_append(r, p, now);
+				raft__send_append(r, p, now);
 		}
 	}
 }
@@ -837,7 +585,7 @@ static void note_contact(peer *p, uint64_t echo, uint64_t now)
 static bool log_ok(const raft_t *r, uint64_t li, uint64_t lt)
 {
 	uint64_t mt = last_term(r);
-	return lt > mt || (lt == mt && li >= last_index(r));
+	return lt > mt || (lt == mt && li >= raft__last_index(r));
 }
 
 static void on_vote_req(raft_t *r, uint64_t now, const raft_msg *m)
@@ -854,20 +602,20 @@ static void on_vote_req(raft_t *r, uint64_t now, const raft_msg *m)
 			resp.term = m->term;
 		}
 		if (sticky) r->stats.votes_refused_sticky++;
-		send_msg(r, m->from, &resp);
+		raft__send_msg(r, m->from, &resp);
 		return;
 	}
-	if (m->term < r->term) { send_msg(r, m->from, &resp); return; }
+	if (m->term < r->term) { raft__send_msg(r, m->from, &resp); return; }
 	/* a leader's handover: it stepped down before the candidate heard of
 	 * it, so nobody's lease is at stake (a live leader still refuses) */
 	if (m->transfer && r->role != RAFT_LEADER) sticky = false;
 	if (sticky) {
 		/* refused without taking its term: a live leader stays */
 		r->stats.votes_refused_sticky++;
-		send_msg(r, m->from, &resp);
+		raft__send_msg(r, m->from, &resp);
 		return;
 	}
-	if (m->term > r->term && become_follower(r, now, m->term, "", "a newer term") != 0) return;
+	if (m->term > r->term && raft__become_follower(r, now, m->term, "", "a newer term") != 0) return;
 	if ((!r->vote[0] || !strcmp(r->vote, m->from)) && log_ok(r, m->last_index, m->last_term)) {
 		snprintf(r->vote, sizeof r->vote, "%s", m->from);
 		if (save_hard(r) != 0) return;
@@ -875,7 +623,7 @@ static void on_vote_req(raft_t *r, uint64_t now, const raft_msg *m)
 		r->sticky_until = now + r->cfg.heartbeat_timeout_ms;
 		r->election_at = now + rand_between(r, r->cfg.heartbeat_timeout_ms);
 	}
-	send_msg(r, m->from, &resp);
+	raft__send_msg(r, m->from, &resp);
 }
 
 static void on_vote_resp(raft_t *r, uint64_t now, const raft_msg *m)
@@ -883,7 +631,7 @@ static void on_vote_resp(raft_t *r, uint64_t now, const raft_msg *m)
 	if (m->prevote && m->granted) {
 		if (r->role == RAFT_PRECANDIDATE && m->term == r->term + 1) mark_granted(r, m->from);
 	} else if (m->term > r->term) {
-		become_follower(r, now, m->term, "", "a newer term");
+		raft__become_follower(r, now, m->term, "", "a newer term");
 		return;
 	} else if (!m->prevote && m->granted && r->role == RAFT_CANDIDATE && m->term == r->term) {
 		mark_granted(r, m->from);
@@ -898,7 +646,7 @@ static int accept_leader(raft_t *r, uint64_t now, const raft_msg *m)
 		r->stats.drop_bad_state++;   /* two leaders in one term: never */
 		return -1;
 	}
-	if (become_follower(r, now, m->term, m->from, NULL) != 0) return -1;
+	if (raft__become_follower(r, now, m->term, m->from, NULL) != 0) return -1;
 	r->sticky_until = now + r->cfg.heartbeat_timeout_ms;
 	return 0;
 }
@@ -908,12 +656,12 @@ static void on_append_req(raft_t *r, uint64_t now, const raft_msg *m)
 	raft_msg resp = { .type = RAFT_MSG_APPEND_RESP, .prev_index = m->prev_index, .echo = m->echo };
 	if (m->term < r->term) {
 		r->stats.drop_stale_term++;
-		resp.last_index = last_index(r);
-		send_msg(r, m->from, &resp);
+		resp.last_index = raft__last_index(r);
+		raft__send_msg(r, m->from, &resp);
 		return;
 	}
 	if (accept_leader(r, now, m) != 0) return;
-	resp.last_index = last_index(r);
+	resp.last_index = raft__last_index(r);
 	uint64_t t;
 	/* entries at or below the snapshot are committed: skip them */
 	size_t skip = 0;
@@ -924,15 +672,15 @@ static void on_append_req(raft_t *r, uint64_t now, const raft_msg *m)
 		}
 		skip++;
 	}
-	if (m->prev_index > last_index(r)) { send_msg(r, m->from, &resp); return; }
-	if (m->prev_index >= r->snap.index && (!term_at(r, m->prev_index, &t) || t != m->prev_term)) {
-		resp.last_index = m->prev_index - 1 < last_index(r) ? m->prev_index - 1 : last_index(r);
-		send_msg(r, m->from, &resp);
+	if (m->prev_index > raft__last_index(r)) { raft__send_msg(r, m->from, &resp); return; }
+	if (m->prev_index >= r->snap.index && (!raft__term_at(r, m->prev_index, &t) || t != m->prev_term)) {
+		resp.last_index = m->prev_index - 1 < raft__last_index(r) ? m->prev_index - 1 : raft__last_index(r);
+		raft__send_msg(r, m->from, &resp);
 		return;
 	}
 	const raft_entry *e = m->entries + skip;
 	size_t n = m->nentries - skip, k = 0;
-	while (k < n && e[k].index <= last_index(r) && term_at(r, e[k].index, &t) && t == e[k].term) k++;
+	while (k < n && e[k].index <= raft__last_index(r) && raft__term_at(r, e[k].index, &t) && t == e[k].term) k++;
 	if (k < n) {
 		for (size_t i = k; i < n; i++)
 			if (e[i].type == RAFT_ENTRY_VOTERS) {
@@ -942,7 +690,7 @@ static void on_append_req(raft_t *r, uint64_t now, const raft_msg *m)
 					return;
 				}
 			}
-		if (e[k].index <= last_index(r)) {
+		if (e[k].index <= raft__last_index(r)) {
 			if (e[k].index <= r->commit) {
 				r->stats.drop_bad_state++;   /* would undo a committed entry */
 				return;
@@ -956,7 +704,7 @@ static void on_append_req(raft_t *r, uint64_t now, const raft_msg *m)
 	if (c > r->commit) r->commit = c;
 	resp.success = true;
 	resp.last_index = matched;
-	send_msg(r, m->from, &resp);
+	raft__send_msg(r, m->from, &resp);
 }
 
 /* A reply to AppendEntries or InstallSnapshot: steps down on a newer term;
@@ -964,11 +712,11 @@ static void on_append_req(raft_t *r, uint64_t now, const raft_msg *m)
 static peer *reply_peer(raft_t *r, uint64_t now, const raft_msg *m)
 {
 	if (m->term > r->term) {
-		become_follower(r, now, m->term, "", "a newer term");
+		raft__become_follower(r, now, m->term, "", "a newer term");
 		return NULL;
 	}
 	if (r->role != RAFT_LEADER || m->term != r->term) return NULL;
-	peer *p = find_peer(r, m->from);
+	peer *p = raft__find_peer(r, m->from);
 	if (!p) {
 		r->stats.drop_not_voter++;
 		return NULL;
@@ -985,10 +733,10 @@ static peer *after_progress(raft_t *r, uint64_t now, peer *p)
 	char nm[RAFT_NAME_MAX + 1];
 	snprintf(nm, sizeof nm, "%s", p->name);
 	advance_commit(r, now);
-	if (r->role == RAFT_LEADER) transfer_check(r, now);
-	if (r->role != RAFT_LEADER || !(p = find_peer(r, nm))) return NULL;
-	if (p->learner) staging_check(r, now);
-	return r->role == RAFT_LEADER ? find_peer(r, nm) : NULL;
+	if (r->role == RAFT_LEADER) raft__transfer_check(r, now);
+	if (r->role != RAFT_LEADER || !(p = raft__find_peer(r, nm))) return NULL;
+	if (p->learner) raft__staging_check(r, now);
+	return r->role == RAFT_LEADER ? raft__find_peer(r, nm) : NULL;
 }
 
 static void on_append_resp(raft_t *r, uint64_t now, const raft_msg *m)
@@ -996,7 +744,7 @@ static void on_append_resp(raft_t *r, uint64_t now, const raft_msg *m)
 	peer *p = reply_peer(r, now, m);
 	if (!p) return;
 	if (m->success) {
-		if (m->last_index > last_index(r)) { r->stats.drop_bad_state++; return; }
+		if (m->last_index > raft__last_index(r)) { r->stats.drop_bad_state++; return; }
 		if (m->last_index > p->match) p->match = m->last_index;
 		if (p->snap_inflight) {
 			/* a heartbeat sent while the snapshot travels: only a
@@ -1017,7 +765,7 @@ static void on_append_resp(raft_t *r, uint64_t now, const raft_msg *m)
 			snprintf(why, sizeof why, "%s lost entries it had acknowledged (had %llu, now %llu): storage lost? "
 				 "sending it the log again", p->name, (unsigned long long)p->match,
 				 (unsigned long long)m->last_index);
-			push_event(r, RAFT_EV_WARNING, why);
+			raft__push_event(r, RAFT_EV_WARNING, why);
 			r->stats.peer_log_lost++;
 			p->match = m->last_index;
 		}
@@ -1026,7 +774,7 @@ static void on_append_resp(raft_t *r, uint64_t now, const raft_msg *m)
 		if (nx < p->next) p->next = nx;
 		p->inflight = false;
 	}
-	if (!p->inflight && (p->next <= last_index(r) || p->next <= r->snap.index)) send_append(r, p, now);
+	if (!p->inflight && (p->next <= raft__last_index(r) || p->next <= r->snap.index)) raft__send_append(r, p, now);
 }
 
 static void rs_reset(raft_t *r)
@@ -1042,8 +790,8 @@ static int install_snapshot(raft_t *r, uint64_t now, const raft_snap_meta *s, co
 {
 	char err[RAFT_ERR_MAX] = "";
 	uint64_t t;
-	bool keep = term_at(r, s->index, &t) && t == s->term;
-	if (!keep && last_index(r) > s->index && truncate_from(r, s->index + 1, now) != 0) return -1;
+	bool keep = raft__term_at(r, s->index, &t) && t == s->term;
+	if (!keep && raft__last_index(r) > s->index && truncate_from(r, s->index + 1, now) != 0) return -1;
 	uint8_t *copy = malloc(len ? len : 1);
 	if (!copy) { fail(r, "snapshot", "out of memory"); return -1; }
 	memcpy(copy, data, len);
@@ -1072,7 +820,7 @@ static void on_snap_req(raft_t *r, uint64_t now, const raft_msg *m)
 	raft_msg resp = { .type = RAFT_MSG_SNAP_RESP, .echo = m->echo };
 	if (m->term < r->term) {
 		r->stats.drop_stale_term++;
-		send_msg(r, m->from, &resp);
+		raft__send_msg(r, m->from, &resp);
 		return;
 	}
 	if (accept_leader(r, now, m) != 0) return;
@@ -1081,7 +829,7 @@ static void on_snap_req(raft_t *r, uint64_t now, const raft_msg *m)
 	if (s->index <= r->commit) { /* we have all of it already */
 		resp.success = true;
 		resp.offset = m->total;
-		send_msg(r, m->from, &resp);
+		raft__send_msg(r, m->from, &resp);
 		return;
 	}
 	bool same = r->rs_buf && r->rs.index == s->index && r->rs.term == s->term && r->rs_total == m->total;
@@ -1096,7 +844,7 @@ static void on_snap_req(raft_t *r, uint64_t now, const raft_msg *m)
 		/* another snapshot's chunk, or a gap: say what we hold (the leader
 		 * sends from there, or from 0 for another snapshot) */
 		resp.offset = same ? r->rs_have : 0;
-		send_msg(r, m->from, &resp);
+		raft__send_msg(r, m->from, &resp);
 		return;
 	}
 	/* a repeat of bytes we hold is harmless: they are the same bytes */
@@ -1107,7 +855,7 @@ static void on_snap_req(raft_t *r, uint64_t now, const raft_msg *m)
 	}
 	if (r->rs_have < r->rs_total) {
 		resp.offset = r->rs_have;
-		send_msg(r, m->from, &resp);
+		raft__send_msg(r, m->from, &resp);
 		return;
 	}
 	raft_snap_meta meta = r->rs;
@@ -1116,7 +864,7 @@ static void on_snap_req(raft_t *r, uint64_t now, const raft_msg *m)
 	rs_reset(r);
 	if (rc != 0) return;
 	resp.success = true;
-	send_msg(r, m->from, &resp);
+	raft__send_msg(r, m->from, &resp);
 }
 
 static void on_snap_resp(raft_t *r, uint64_t now, const raft_msg *m)
@@ -1134,12 +882,12 @@ static void on_snap_resp(raft_t *r, uint64_t now, const raft_msg *m)
 		return;
 	}
 	p->snap_inflight = p->inflight = false;
-	if (m->success && m->last_index <= last_index(r)) {
+	if (m->success && m->last_index <= raft__last_index(r)) {
 		if (m->last_index > p->match) p->match = m->last_index;
 		p->next = p->match + 1;
 		if (!(p = after_progress(r, now, p))) return;
 	}
-	send_append(r, p, now);
+	raft__send_append(r, p, now);
 }
 
 static uint64_t clamp_now(raft_t *r, uint64_t now)
@@ -1151,7 +899,7 @@ static uint64_t clamp_now(raft_t *r, uint64_t now)
 
 /* For a leader's operations: the clock clamped, the lease checked; -1 with
  * the reason (and the leader, when known) if we do not lead. */
-static int leading(raft_t *r, uint64_t *now, char *err, size_t errlen)
+int raft__leading(raft_t *r, uint64_t *now, char *err, size_t errlen)
 {
 	*now = clamp_now(r, *now);
 	check_lease(r, *now);
@@ -1159,92 +907,6 @@ static int leading(raft_t *r, uint64_t *now, char *err, size_t errlen)
 	snprintf(err, errlen, "not the leader%s%s", r->leader[0] ? "; the leader is " : "", r->leader);
 	return -1;
 }
-
-/* The leader of our term handed over to us: stand now, flagged. */
-static void on_timeout_now(raft_t *r, uint64_t now, const raft_msg *m)
-{
-	if (m->term != r->term || r->role != RAFT_FOLLOWER || strcmp(r->leader, m->from) != 0 || !self_voter(r) ||
-	    r->no_campaign) {
-		r->stats.drop_bad_state++;
-		return;
-	}
-	r->stats.transfers_received++;
-	r->campaign_transfer = true;
-	start_election(r, now);
-	r->campaign_transfer = false;
-}
-
-/* ---------------------------------------------------------------- transfer */
-
-/* Leader with a handover under way: once the target holds every entry, step
- * down first, then tell it to stand; past xfer_until, give up. */
-static void transfer_check(raft_t *r, uint64_t now)
-{
-	if (r->role != RAFT_LEADER || !r->xfer_to[0]) return;
-	char to[RAFT_NAME_MAX + 1], why[RAFT_ERR_MAX];
-	snprintf(to, sizeof to, "%s", r->xfer_to);
-	peer *p = find_peer(r, to);
-	if (!p || now >= r->xfer_until) {
-		r->xfer_to[0] = 0;
-		r->stats.transfers_failed++;
-		snprintf(why, sizeof why, "handover to %s abandoned: %s", to,
-			 p ? "it did not catch up within the election timeout" : "no longer a voter");
-		push_event(r, RAFT_EV_TRANSFER, why);
-		return;
-	}
-	/* every entry, acknowledged since we asked (an old match of a voter
-	 * that has died since would hand the cluster to nobody) */
-	if (p->match < last_index(r) || p->contact < r->xfer_start) return;
-	r->stats.transfers++;
-	r->xfer_to[0] = 0; /* done, not abandoned */
-	snprintf(why, sizeof why, "handing over to %s", to);
-	if (become_follower(r, now, r->term, "", why) != 0) return;
-	raft_msg m = { .type = RAFT_MSG_TIMEOUT_NOW };
-	send_msg(r, to, &m);
-}
-
-int raft_transfer(raft_t *r, uint64_t now, const char *name, char *target, size_t tlen, char *err, size_t errlen)
-{
-	if (leading(r, &now, err, errlen) != 0) return -1;
-	if (r->xfer_to[0]) {
-		snprintf(err, errlen, "a handover to %s is under way", r->xfer_to);
-		return -1;
-	}
-	peer *best = NULL;
-	if (name && *name) {
-		if (!strcmp(name, r->name)) {
-			snprintf(err, errlen, "%s is the leader already", name);
-			return -1;
-		}
-		if (!(best = find_peer(r, name)) || best->learner) {
-			snprintf(err, errlen, "%s is not a voter", name);
-			return -1;
-		}
-	} else {
-		/* the most of the log, then the freshest contact */
-		for (size_t i = 0; i < r->npeers; i++) {
-			peer *p = &r->peers[i];
-			if (p->learner) continue;
-			if (!best || p->match > best->match || (p->match == best->match && p->contact > best->contact))
-				best = p;
-		}
-		if (!best) {
-			snprintf(err, errlen, "no other voter to hand over to");
-			return -1;
-		}
-	}
-	snprintf(r->xfer_to, sizeof r->xfer_to, "%s", best->name);
-	r->xfer_start = now;
-	r->xfer_until = now + r->cfg.election_timeout_ms;
-	if (target) snprintf(target, tlen, "%s", best->name);
-	if (!best->inflight) send_append(r, best, now); /* its answer proves it is there */
-	transfer_check(r, now);
-	return 0;
-}
-
-const char *raft_transfer_target(const raft_t *r) { return r->xfer_to[0] ? r->xfer_to : NULL; }
-
-void raft_stop_campaigning(raft_t *r) { r->no_campaign = true; }
 
 /* ---------------------------------------------------------------- inputs */
 
@@ -1257,7 +919,7 @@ void raft_tick(raft_t *r, uint64_t now)
 		return;
 	}
 	if (now < r->election_at) return;
-	if (self_voter(r) && !r->no_campaign) start_prevote(r, now);
+	if (raft__self_voter(r) && !r->no_campaign) start_prevote(r, now);
 	else r->election_at = now + rand_between(r, r->cfg.heartbeat_timeout_ms);
 }
 
@@ -1298,7 +960,7 @@ void raft_recv(raft_t *r, uint64_t now, const uint8_t *buf, size_t len)
 		case RAFT_MSG_APPEND_RESP: on_append_resp(r, now, m); break;
 		case RAFT_MSG_SNAP_REQ: on_snap_req(r, now, m); break;
 		case RAFT_MSG_SNAP_RESP: on_snap_resp(r, now, m); break;
-		case RAFT_MSG_TIMEOUT_NOW: on_timeout_now(r, now, m); break;
+		case RAFT_MSG_TIMEOUT_NOW: raft__on_timeout_now(r, now, m); break;
 		}
 	}
 	raft_codec_free(&d);
@@ -1309,22 +971,22 @@ bool raft_leader_ok(const raft_t *r, uint64_t now_ms)
 	return !r->failed && r->role == RAFT_LEADER && now_ms < lease_end((raft_t *)r, now_ms);
 }
 
-static int leader_append(raft_t *r, uint64_t now, uint8_t type, const uint8_t *data, size_t len,
+int raft__leader_append(raft_t *r, uint64_t now, uint8_t type, const uint8_t *data, size_t len,
 			 char *err, size_t errlen)
 {
-	if (leading(r, &now, err, errlen) != 0) return -1;
+	if (raft__leading(r, &now, err, errlen) != 0) return -1;
 	if (r->xfer_to[0]) {
 		/* the target's log must stop moving for it to catch up */
 		snprintf(err, errlen, "handing leadership over to %s; retry", r->xfer_to);
 		return -1;
 	}
-	raft_entry e = { last_index(r) + 1, r->term, type, data, len };
+	raft_entry e = { raft__last_index(r) + 1, r->term, type, data, len };
 	if (append_entries(r, &e, 1, now) != 0) {
 		snprintf(err, errlen, "storage failed");
 		return -1;
 	}
 	for (size_t i = 0; i < r->npeers; i++)
-		if (!r->peers[i].inflight) send_append(r, &r->peers[i], now);
+		if (!r->peers[i].inflight) raft__send_append(r, &r->peers[i], now);
 	advance_commit(r, now);
 	return 0;
 }
@@ -1336,107 +998,10 @@ int raft_propose(raft_t *r, uint64_t now, uint8_t type, const uint8_t *data, siz
 		snprintf(err, errlen, "bad entry (type %u, %zu bytes)", type, len);
 		return -1;
 	}
-	if (leader_append(r, now, type, data, len, err, errlen) != 0) return -1;
-	*index = last_index(r);
+	if (raft__leader_append(r, now, type, data, len, err, errlen) != 0) return -1;
+	*index = raft__last_index(r);
 	*term = r->term;
 	return 0;
-}
-
-/* Appends the voter set with `name` added or removed. */
-static int append_voters(raft_t *r, uint64_t now, const char *name, bool add, char *err, size_t errlen)
-{
-	const char *names[RAFT_VOTERS_MAX + 1];
-	size_t n = 0;
-	for (size_t i = 0; i < r->voters.n; i++)
-		if (add || strcmp(r->voters.names[i], name) != 0) names[n++] = r->voters.names[i];
-	if (add) names[n++] = name;
-	raft_voters v;
-	if (raft_voters_make(&v, names, n, err, errlen) != 0) return -1;
-	uint8_t buf[RAFT__VOTERS_BYTES];
-	size_t len = raft__voters_encode(&v, buf);
-	return leader_append(r, now, RAFT_ENTRY_VOTERS, buf, len, err, errlen);
-}
-
-static int change_voters(raft_t *r, uint64_t now, const char *name, bool add, char *err, size_t errlen)
-{
-	uint64_t t;
-	if (leading(r, &now, err, errlen) != 0) return -1;
-	if (!term_at(r, r->commit, &t) || t != r->term) {
-		snprintf(err, errlen, "the leader has not committed an entry of its term yet; retry");
-		return -1;
-	}
-	if (r->voters_index > r->commit || r->staging[0]) {
-		snprintf(err, errlen, "a voter change is in flight%s%s; retry", r->staging[0] ? ": catching up " : "",
-			 r->staging);
-		return -1;
-	}
-	bool has = raft_voters_has(&r->voters, name);
-	if (add && has) {
-		snprintf(err, errlen, "%s is a voter already", name);
-		return -1;
-	}
-	if (add && r->voters.n == RAFT_VOTERS_MAX) {
-		snprintf(err, errlen, "at most %d voters", RAFT_VOTERS_MAX);
-		return -1;
-	}
-	if (!add && !has) {
-		snprintf(err, errlen, "%s is not a voter", name);
-		return -1;
-	}
-	if (!add) return append_voters(r, now, name, false, err, errlen);
-	if (!raft_name_ok(name) || strchr(name, ' ')) {
-		snprintf(err, errlen, "bad voter name");
-		return -1;
-	}
-	/* first a non-voting catch-up (staging_check appends the set) */
-	snprintf(r->staging, sizeof r->staging, "%s", name);
-	r->staging_until = now + 10ull * r->cfg.election_timeout_ms;
-	rebuild_peers(r, now);
-	peer *p = find_peer(r, name);
-	if (p) send_append(r, p, now);
-	return 0;
-}
-
-/* Leader with a voter-to-be: once its log is within one AppendEntries of the
- * commit index, append the set with it; past staging_until, drop it. */
-static void staging_check(raft_t *r, uint64_t now)
-{
-	if (r->role != RAFT_LEADER || !r->staging[0]) return;
-	char name[RAFT_NAME_MAX + 1], why[RAFT_ERR_MAX], err[RAFT_ERR_MAX];
-	snprintf(name, sizeof name, "%s", r->staging);
-	peer *p = find_peer(r, name);
-	if (!p || now >= r->staging_until) {
-		r->staging[0] = 0;
-		rebuild_peers(r, now);
-		snprintf(why, sizeof why, "%s not added: it did not catch up within %u ms", name,
-			 10u * r->cfg.election_timeout_ms);
-		push_event(r, RAFT_EV_VOTERS, why);
-		return;
-	}
-	/* it answered with entries (or a snapshot) of ours, and is close */
-	if (!p->match || p->match + r->cfg.max_append_entries < r->commit || p->snap_inflight ||
-	    now - p->contact >= r->cfg.heartbeat_timeout_ms)
-		return;
-	if (r->voters_index > r->commit || r->xfer_to[0]) return; /* not while those are under way */
-	r->staging[0] = 0;
-	p->learner = false; /* the peer entry carries over: rebuild keeps its state */
-	if (append_voters(r, now, name, true, err, sizeof err) != 0) {
-		rebuild_peers(r, now);
-		snprintf(why, sizeof why, "%s not added: %s", name, err);
-		push_event(r, RAFT_EV_VOTERS, why);
-	}
-}
-
-const char *raft_staging(const raft_t *r) { return r->staging[0] ? r->staging : NULL; }
-
-int raft_voter_add(raft_t *r, uint64_t now, const char *name, char *err, size_t errlen)
-{
-	return change_voters(r, now, name, true, err, errlen);
-}
-
-int raft_voter_remove(raft_t *r, uint64_t now, const char *name, char *err, size_t errlen)
-{
-	return change_voters(r, now, name, false, err, errlen);
 }
 
 /* ---------------------------------------------------------------- apply, snapshots */
@@ -1467,7 +1032,7 @@ int raft_snapshot_take(raft_t *r, uint64_t now, uint64_t index, const uint8_t *d
 	uint64_t t;
 	now = clamp_now(r, now);
 	if (r->failed || r->restore_pending || index <= r->snap.index || index > r->applied ||
-	    !term_at(r, index, &t) || len > RAFT_SNAPSHOT_MAX) {
+	    !raft__term_at(r, index, &t) || len > RAFT_SNAPSHOT_MAX) {
 		snprintf(err, errlen, "cannot snapshot at %llu (snapshot %llu, applied %llu)",
 			 (unsigned long long)index, (unsigned long long)r->snap.index,
 			 (unsigned long long)r->applied);
@@ -1584,9 +1149,9 @@ raft_t *raft_new(const raft_config *cfg, const raft_self *self, raft_storage *st
 int raft_bootstrap(raft_t *r, uint64_t now, const raft_voters *v, char *err, size_t errlen)
 {
 	now = clamp_now(r, now);
-	if (r->term || last_index(r) || r->snap.index) {
+	if (r->term || raft__last_index(r) || r->snap.index) {
 		snprintf(err, errlen, "already bootstrapped (term %llu, last index %llu)",
-			 (unsigned long long)r->term, (unsigned long long)last_index(r));
+			 (unsigned long long)r->term, (unsigned long long)raft__last_index(r));
 		return -1;
 	}
 	raft_voters chk;
@@ -1633,7 +1198,7 @@ uint64_t raft_term(const raft_t *r) { return r->term; }
 const char *raft_leader(const raft_t *r) { return r->leader[0] ? r->leader : NULL; }
 bool raft_is_leader(const raft_t *r) { return r->role == RAFT_LEADER; }
 uint64_t raft_commit_index(const raft_t *r) { return r->commit; }
-uint64_t raft_last_index(const raft_t *r) { return last_index(r); }
+uint64_t raft_last_index(const raft_t *r) { return raft__last_index(r); }
 uint64_t raft_snapshot_index(const raft_t *r) { return r->snap.index; }
 const raft_voters *raft_get_voters(const raft_t *r) { return &r->voters; }
 bool raft_failed(const raft_t *r) { return r->failed; }

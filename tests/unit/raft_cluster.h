@@ -1,0 +1,441 @@
+/* tests/unit/raft_cluster.h: the deterministic in-process cluster of the
+ * raft tests (raft_test.c, raft_change_test.c), included by each.
+ *
+ * The harness keeps a fake clock (ms) and a fake network: a heap of packets
+ * ordered by arrival time, with a latency drawn per packet (so packets
+ * reorder), loss, cut links (partitions), pauses (a paused node neither
+ * ticks nor reads; its packets wait, as with SIGSTOP) and crash-restarts
+ * (raft_destroy, then raft_new on the same storage).  Each node applies
+ * what raft commits to a raft_kv and snapshots when raft asks.
+ *
+ * Checked after every step of every test:
+ *  - at most one leader per term;
+ *  - at most one node whose lease holds (raft_leader_ok) at any instant;
+ *  - every node applies the same entry (term) at each index.
+ * Writes are acknowledged when committed; at the end of the randomized
+ * tests every acknowledged write must be on every node.  A failing seed is
+ * printed; TEST_SEED=... replays the run. */
+#ifndef RAFT_CLUSTER_H
+#define RAFT_CLUSTER_H
+
+/* each test file uses a part of the harness */
+#define RC_STATIC static __attribute__((unused))
+
+#include "tests/t.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/sk_heap.h"
+#include "common/sk_rng.h"
+#include "raft/raft.h"
+#include "raft/raft_codec.h"
+#include "raft/raft_int.h"
+#include "raft/raft_kv.h"
+
+enum { NMAX = 8, WMAX = 20000 };
+
+typedef struct {
+	int from, to;
+	uint8_t *data;
+	size_t len;
+} pkt;
+
+typedef struct {
+	uint64_t index, term;
+	int key;
+	bool acked;
+} write_rec;
+
+RC_STATIC struct {
+	int n;
+	uint64_t seed;
+	raft_config cfg;
+	char names[NMAX][16];
+	raft_storage *st[NMAX];
+	raft_t *r[NMAX];
+	raft_kv *kv[NMAX];
+	uint64_t applied[NMAX];
+	bool up[NMAX];
+	uint64_t paused_until[NMAX];
+	bool cut[NMAX][NMAX];
+	double loss;
+	uint32_t lat_min, lat_max;
+	sk_rng rng;
+	uint64_t now;
+	sk_heap q;
+	uint64_t restarts[NMAX];
+	/* checks */
+	int *leader_of;           /* by term: node index + 1 */
+	size_t leader_of_cap;
+	uint64_t *applied_term;   /* by index */
+	size_t applied_cap;
+	write_rec *w;
+	size_t nw;
+	int next_key;
+	uint64_t stepdown_at[NMAX], leader_at[NMAX];
+	bool file_storage;
+	char dirs[NMAX][256];
+	uint64_t tot_elections, tot_snap, tot_trunc;
+	uint64_t last_applied_term[NMAX], commit_at_lead[NMAX];
+	uint64_t transfer_abandoned[NMAX];
+} c;
+
+RC_STATIC void fail_seed(const char *what, int line)
+{
+	T_FAIL("line %d: %s (cluster seed %llu, now %llu ms)", line, what, (unsigned long long)c.seed,
+	       (unsigned long long)c.now);
+}
+#define CHECK(cond) do { if (!(cond)) fail_seed(#cond, __LINE__); } while (0)
+
+RC_STATIC int idx_of(const char *name)
+{
+	for (int i = 0; i < c.n; i++)
+		if (!strcmp(c.names[i], name)) return i;
+	return -1;
+}
+
+RC_STATIC bool paused(int i) { return c.paused_until[i] > c.now; }
+
+RC_STATIC void start_node(int i)
+{
+	char err[256] = "";
+	raft_self self = { c.names[i], sk_mix64(c.seed * 131 + (uint64_t)i * 7 + c.restarts[i] * 1000003) };
+	c.r[i] = raft_new(&c.cfg, &self, c.st[i], c.now, err, sizeof err);
+	if (!c.r[i]) T_FAIL("raft_new %s: %s", c.names[i], err);
+	raft_kv_destroy(&c.kv[i]);
+	c.kv[i] = raft_kv_new();
+	c.applied[i] = 0;
+	c.up[i] = true;
+}
+
+RC_STATIC void cluster_init(int n, uint64_t seed, const char *profile)
+{
+	memset(&c, 0, sizeof c);
+	c.n = n;
+	c.seed = seed;
+	raft_config_profile(&c.cfg, profile);
+	sk_rng_seed(&c.rng, seed);
+	sk_heap_init(&c.q);
+	c.lat_min = 1;
+	c.lat_max = 5;
+	c.now = 1000;
+	for (int i = 0; i < n; i++) {
+		snprintf(c.names[i], sizeof c.names[i], "n%d", i);
+		c.st[i] = raft_mem_storage_new();
+	}
+}
+
+RC_STATIC void cluster_start(int nvoters)
+{
+	const char *names[NMAX];
+	raft_voters v;
+	char err[256];
+	for (int i = 0; i < nvoters; i++) names[i] = c.names[i];
+	T_CHECK(raft_voters_make(&v, names, (size_t)nvoters, err, sizeof err) == 0);
+	for (int i = 0; i < c.n; i++) {
+		start_node(i);
+		if (i < nvoters && raft_bootstrap(c.r[i], c.now, &v, err, sizeof err) != 0)
+			T_FAIL("bootstrap: %s", err);
+	}
+}
+
+RC_STATIC void crash(int i)
+{
+	raft_destroy(&c.r[i]);
+	c.up[i] = false;
+}
+
+RC_STATIC void restart(int i)
+{
+	c.restarts[i]++;
+	if (c.file_storage) {
+		char err[256];
+		raft_file_storage_free(&c.st[i]);
+		c.st[i] = raft_file_storage_new(c.dirs[i], false, err, sizeof err);
+		if (!c.st[i]) T_FAIL("file storage: %s", err);
+	}
+	start_node(i);
+}
+
+RC_STATIC void cluster_free(void)
+{
+	for (int i = 0; i < c.n; i++) {
+		raft_destroy(&c.r[i]);
+		raft_kv_destroy(&c.kv[i]);
+		if (c.file_storage) raft_file_storage_free(&c.st[i]);
+		else raft_mem_storage_free(&c.st[i]);
+	}
+	sk_heap_entry e;
+	while (sk_heap_pop(&c.q, &e) == 0) {
+		free(((pkt *)e.ptr)->data);
+		free(e.ptr);
+	}
+	sk_heap_free(&c.q);
+	free(c.leader_of);
+	free(c.applied_term);
+	free(c.w);
+}
+
+RC_STATIC void grow_u64(uint64_t **a, size_t *cap, size_t need)
+{
+	if (need < *cap) return;
+	size_t nc = *cap ? *cap : 1024;
+	while (nc <= need) nc *= 2;
+	*a = realloc(*a, nc * sizeof **a);
+	memset(*a + *cap, 0, (nc - *cap) * sizeof **a);
+	*cap = nc;
+}
+
+RC_STATIC void on_apply(int i, const raft_apply *a)
+{
+	char err[256];
+	if (a->kind == RAFT_APPLY_SNAPSHOT) {
+		if (raft_kv_restore(c.kv[i], a->data, a->len, err, sizeof err) != 0)
+			T_FAIL("restore on %s: %s (seed %llu)", c.names[i], err, (unsigned long long)c.seed);
+		c.applied[i] = a->index;
+		return;
+	}
+	CHECK(a->index == c.applied[i] + 1);
+	c.applied[i] = a->index;
+	c.last_applied_term[i] = a->term;
+	grow_u64(&c.applied_term, &c.applied_cap, a->index);
+	if (!c.applied_term[a->index]) c.applied_term[a->index] = a->term;
+	else CHECK(c.applied_term[a->index] == a->term);
+	raft_kv_apply(c.kv[i], a->type, a->data, a->len);
+	for (size_t k = c.nw; k-- > 0;)
+		if (c.w[k].index == a->index && c.w[k].term == a->term) c.w[k].acked = true;
+	if (raft_snapshot_wanted(c.r[i])) {
+		uint8_t *buf;
+		size_t len;
+		T_CHECK(raft_kv_serialize(c.kv[i], &buf, &len) == 0);
+		if (raft_snapshot_take(c.r[i], c.now, a->index, buf, len, err, sizeof err) != 0)
+			T_FAIL("snapshot on %s: %s", c.names[i], err);
+		free(buf);
+	}
+}
+
+RC_STATIC void drain(int i)
+{
+	raft_out o;
+	raft_apply a;
+	raft_event ev;
+	if (!c.r[i]) return;
+	while (raft_pop_out(c.r[i], &o)) {
+		int to = idx_of(o.to);
+		if (to < 0 || c.cut[i][to] || (c.loss > 0 && sk_rng_unit(&c.rng) < c.loss)) {
+			free(o.data);
+			continue;
+		}
+		pkt *p = malloc(sizeof *p);
+		*p = (pkt){ i, to, o.data, o.len };
+		uint64_t lat = c.lat_min + sk_rng_below(&c.rng, c.lat_max - c.lat_min + 1);
+		sk_heap_push(&c.q, c.now + lat, p);
+	}
+	while (raft_pop_event(c.r[i], &ev)) {
+		if (ev.type == RAFT_EV_STEPDOWN) c.stepdown_at[i] = c.now;
+		if (ev.type == RAFT_EV_TRANSFER) c.transfer_abandoned[i]++;
+		if (ev.type == RAFT_EV_LEADER) {
+			c.leader_at[i] = c.now;
+			c.commit_at_lead[i] = raft_commit_index(c.r[i]);
+		}
+		CHECK(ev.type != RAFT_EV_FAILED);
+	}
+	while (raft_pop_apply(c.r[i], &a)) on_apply(i, &a);
+	/* the commit rule: a leader's commit moves only to an entry of its
+	 * own term (Figure 8 of the Raft paper) */
+	uint64_t ci = raft_commit_index(c.r[i]);
+	if (raft_is_leader(c.r[i]) && ci > c.commit_at_lead[i] && c.applied[i] == ci)
+		CHECK(c.last_applied_term[i] == raft_term(c.r[i]));
+}
+
+RC_STATIC void check_invariants(void)
+{
+	int ok = 0;
+	for (int i = 0; i < c.n; i++) {
+		if (!c.r[i]) continue;
+		if (raft_is_leader(c.r[i])) {
+			uint64_t t = raft_term(c.r[i]);
+			if (t >= c.leader_of_cap) {
+				size_t nc = c.leader_of_cap ? c.leader_of_cap : 1024;
+				while (nc <= t) nc *= 2;
+				c.leader_of = realloc(c.leader_of, nc * sizeof *c.leader_of);
+				memset(c.leader_of + c.leader_of_cap, 0, (nc - c.leader_of_cap) * sizeof *c.leader_of);
+				c.leader_of_cap = nc;
+			}
+			if (!c.leader_of[t]) c.leader_of[t] = i + 1;
+			CHECK(c.leader_of[t] == i + 1);
+		}
+		ok += raft_leader_ok(c.r[i], c.now);
+	}
+	CHECK(ok <= 1);
+}
+
+RC_STATIC uint64_t node_deadline(int i)
+{
+	if (!c.r[i]) return UINT64_MAX;
+	uint64_t d = raft_next_deadline(c.r[i]);
+	return d < c.paused_until[i] ? c.paused_until[i] : d;
+}
+
+RC_STATIC void run_until(uint64_t until)
+{
+	uint64_t stuck = 0, last = c.now;
+	for (;;) {
+		uint64_t t = UINT64_MAX;
+		int who = -1;
+		for (int i = 0; i < c.n; i++) {
+			uint64_t d = node_deadline(i);
+			if (d < t) { t = d; who = i; }
+		}
+		const sk_heap_entry *top = sk_heap_peek(&c.q);
+		bool is_pkt = top && top->key <= t;
+		if (is_pkt) t = top->key;
+		if (t > until) { c.now = until; return; }
+		if (t > c.now) c.now = t;
+		if (c.now == last) { if (++stuck > 1000000) fail_seed("no progress", __LINE__); }
+		else { stuck = 0; last = c.now; }
+		if (is_pkt) {
+			sk_heap_entry e;
+			sk_heap_pop(&c.q, &e);
+			pkt *p = e.ptr;
+			if (!c.r[p->to]) {
+				free(p->data);
+				free(p);
+			} else if (paused(p->to)) {
+				sk_heap_push(&c.q, c.paused_until[p->to], p);
+			} else {
+				int to = p->to;
+				raft_recv(c.r[to], c.now, p->data, p->len);
+				free(p->data);
+				free(p);
+				drain(to);
+			}
+		} else {
+			raft_tick(c.r[who], c.now);
+			drain(who);
+		}
+		check_invariants();
+	}
+}
+
+RC_STATIC int leader(void)
+{
+	int l = -1;
+	for (int i = 0; i < c.n; i++)
+		if (c.r[i] && !paused(i) && raft_leader_ok(c.r[i], c.now)) l = i;
+	return l;
+}
+
+/* Runs until a leader with a lease exists (or the time limit). */
+RC_STATIC int wait_leader(uint64_t limit_ms)
+{
+	uint64_t end = c.now + limit_ms;
+	while (c.now < end) {
+		int l = leader();
+		if (l >= 0) return l;
+		run_until(c.now + 10);
+	}
+	return leader();
+}
+
+/* Proposes a put of a fresh key on node i; records it. */
+RC_STATIC int propose(int i)
+{
+	uint8_t *buf, type;
+	size_t len;
+	char key[32], val[32], err[256];
+	int k = c.next_key++;
+	snprintf(key, sizeof key, "k%d", k);
+	snprintf(val, sizeof val, "v%d", k);
+	T_CHECK(raft_kv_encode_put(key, strlen(key), val, strlen(val), &type, &buf, &len, err, sizeof err) == 0);
+	uint64_t index, term;
+	int rc = raft_propose(c.r[i], c.now, type, buf, len, &index, &term, err, sizeof err);
+	free(buf);
+	if (rc == 0 && c.nw < WMAX) {
+		c.w = realloc(c.w, (c.nw + 1) * sizeof *c.w);
+		c.w[c.nw++] = (write_rec){ index, term, k, false };
+	}
+	drain(i);
+	return rc;
+}
+
+RC_STATIC void heal(void)
+{
+	memset(c.cut, 0, sizeof c.cut);
+	c.loss = 0;
+	for (int i = 0; i < c.n; i++) {
+		c.paused_until[i] = 0;
+		if (!c.r[i]) restart(i);
+	}
+}
+
+/* After heal: waits for a leader, commits one more write, lets every node
+ * apply it, then checks every acknowledged write is everywhere and the maps
+ * are byte for byte the same. */
+RC_STATIC void converge_and_check(void)
+{
+	int l = -1;
+	/* a write of the current leader, acknowledged (a leader that loses
+	 * its lease right after the proposal loses the write: try again) */
+	for (int tries = 0; tries < 100; tries++) {
+		l = wait_leader(60000);
+		CHECK(l >= 0);
+		if (propose(l) != 0) { run_until(c.now + 50); continue; }
+		for (int k = 0; k < 50 && !c.w[c.nw - 1].acked; k++) run_until(c.now + 100);
+		if (c.w[c.nw - 1].acked) break;
+	}
+	CHECK(c.w[c.nw - 1].acked);
+	l = wait_leader(60000);
+	CHECK(l >= 0);
+	uint64_t target = c.w[c.nw - 1].index;
+	for (int rounds = 0; rounds < 600; rounds++) {
+		bool all = true;
+		for (int i = 0; i < c.n; i++)
+			if (raft_voters_has(raft_get_voters(c.r[l]), c.names[i]) && c.applied[i] < target) all = false;
+		if (all) break;
+		run_until(c.now + 100);
+	}
+	uint8_t *ref = NULL;
+	size_t reflen = 0;
+	for (int i = 0; i < c.n; i++) {
+		if (!raft_voters_has(raft_get_voters(c.r[l]), c.names[i])) continue;
+		if (c.applied[i] < target) {
+			for (int j = 0; j < c.n; j++)
+				if (c.r[j]) printf("  %s role %s term %llu commit %llu last %llu snap %llu applied %llu\n", c.names[j],
+				       raft_role_str(raft_get_role(c.r[j])), (unsigned long long)raft_term(c.r[j]),
+				       (unsigned long long)raft_commit_index(c.r[j]), (unsigned long long)raft_last_index(c.r[j]),
+				       (unsigned long long)raft_snapshot_index(c.r[j]), (unsigned long long)c.applied[j]);
+		}
+		CHECK(c.applied[i] >= target);
+		for (size_t k = 0; k < c.nw; k++) {
+			if (!c.w[k].acked) continue;
+			char key[32], val[32];
+			const uint8_t *v;
+			size_t vl;
+			snprintf(key, sizeof key, "k%d", c.w[k].key);
+			snprintf(val, sizeof val, "v%d", c.w[k].key);
+			if (raft_kv_get(c.kv[i], key, strlen(key), &v, &vl) != 0 || vl != strlen(val) || memcmp(v, val, vl))
+				T_FAIL("acknowledged write %s lost on %s (seed %llu)", key, c.names[i],
+				       (unsigned long long)c.seed);
+		}
+		uint8_t *s;
+		size_t sl;
+		T_CHECK(raft_kv_serialize(c.kv[i], &s, &sl) == 0);
+		if (!ref) { ref = s; reflen = sl; continue; }
+		CHECK(sl == reflen && !memcmp(s, ref, sl));
+		free(s);
+	}
+	free(ref);
+}
+
+RC_STATIC size_t acked_count(void)
+{
+	size_t n = 0;
+	for (size_t k = 0; k < c.nw; k++) n += c.w[k].acked;
+	return n;
+}
+
+#endif
