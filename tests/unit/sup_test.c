@@ -311,26 +311,26 @@ T_TEST_TIMEOUT(sup_term_ignored_killed_after_grace, 20)
 	tctx c;
 	ctx_init(&c, true);
 	/* sh and its child both ignore TERM (ignored dispositions survive exec) */
-	sup_spec sp = mkspec(&c, "j/stubborn", "trap '' TERM; sleep 60 & echo $! > $DIR/gc; wait", 1);
+	sup_spec sp = mkspec(&c, "j/ignores-term", "trap '' TERM; sleep 60 & echo $! > $DIR/gc; wait", 1);
 	sp.stop_grace_ms = 300;
 	sup_set(c.s, &sp, 1);
-	WAIT_FOR(&c, is_state(&c, "j/stubborn", SUP_RUNNING) && has_line(&c, "gc"), 3000);
-	pid_t pid = pid_of(&c, "j/stubborn"), gc = pid_in(&c, "gc");
+	WAIT_FOR(&c, is_state(&c, "j/ignores-term", SUP_RUNNING) && has_line(&c, "gc"), 3000);
+	pid_t pid = pid_of(&c, "j/ignores-term"), gc = pid_in(&c, "gc");
 	T_CHECK(alive(gc));
 	T_EQ(getpgid(gc), pid);
 	uint64_t t0 = now_ms();
 	sup_set(c.s, NULL, 0);
 	run_for(&c, 150);
 	T_CHECK(alive(pid) && alive(gc)); /* TERM was ignored */
-	WAIT_FOR(&c, !has(&c, "j/stubborn"), 3000);
+	WAIT_FOR(&c, !has(&c, "j/ignores-term"), 3000);
 	uint64_t took = now_ms() - t0;
 	printf("  TERM ignored: gone after %llu ms (grace 300)\n", (unsigned long long)took);
 	T_CHECK(took >= 300);
 	T_CHECK(took < 1500);
 	T_CHECK(!alive(pid));
 	T_CHECK(!alive(gc));
-	WAIT_FOR(&c, last_ev_is(&c, "j/stubborn", SUP_STOPPED), 1000);
-	T_EQ(last_ev(&c, "j/stubborn")->last_exit, -SIGKILL);
+	WAIT_FOR(&c, last_ev_is(&c, "j/ignores-term", SUP_STOPPED), 1000);
+	T_EQ(last_ev(&c, "j/ignores-term")->last_exit, -SIGKILL);
 	ctx_fini(&c);
 }
 
@@ -642,14 +642,14 @@ T_TEST_TIMEOUT(sup_free_kills_everything, 20)
 	tctx c;
 	ctx_init(&c, true);
 	sup_spec sp[2] = {
-		mkspec(&c, "j/stubborn", "trap '' TERM; sleep 60 & echo $! > $DIR/gc; wait", 1),
+		mkspec(&c, "j/ignores-term", "trap '' TERM; sleep 60 & echo $! > $DIR/gc; wait", 1),
 		mkspec(&c, "j/plain", "exec sleep 60", 1),
 	};
 	sp[0].stop_grace_ms = 10000;
 	sup_set(c.s, sp, 2);
-	WAIT_FOR(&c, has_line(&c, "gc") && is_state(&c, "j/stubborn", SUP_RUNNING) &&
+	WAIT_FOR(&c, has_line(&c, "gc") && is_state(&c, "j/ignores-term", SUP_RUNNING) &&
 			     is_state(&c, "j/plain", SUP_RUNNING), 3000);
-	pid_t a = pid_of(&c, "j/stubborn"), b = pid_of(&c, "j/plain"), gc = pid_in(&c, "gc");
+	pid_t a = pid_of(&c, "j/ignores-term"), b = pid_of(&c, "j/plain"), gc = pid_in(&c, "gc");
 	char buf[256];
 	T_CHECK(strstr(slurp(&c, "state", buf, sizeof buf), " j/plain\n"));
 	uint64_t t0 = now_ms();
