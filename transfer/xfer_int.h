@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <sys/uio.h>
 
 /* ---- errors ---- */
 int xfer_fail(xfer_err *err, xfer_code code, const char *fmt, ...)
@@ -116,6 +117,34 @@ uint64_t xfer_journal_mem_bytes(const xfer_journal *j); /* of its chunks held in
 /* Seconds spent in the copy calls since the last reset, less the writes to
  * the device (host: the whole journaled copy). */
 double xfer_journal_seconds(const xfer_journal *j);
+
+/* ---- chunks and stripes of the p2p paths (xfer_chunk.c) ---- */
+typedef struct { uint64_t off, len; } xfer_span; /* of the back-to-back byte space */
+/* Half a bucket, page aligned: two staging slots hold one bucket. */
+uint64_t xfer_chunk_piece(uint64_t bucket_bytes);
+/* The chunks of every bucket in order (*out is realloc'd; an empty bucket is
+ * one empty chunk). */
+int xfer_chunks_make(const xfer_endpoint *ep, uint64_t bucket_bytes, xfer_span **out, size_t *n, xfer_err *err);
+/* Stripe i of nstripes of chunk c: [*a, *b), page aligned, maybe empty. */
+void xfer_stripe_of(xfer_span c, int nstripes, int i, uint64_t *a, uint64_t *b);
+/* First tensor whose bytes end after byte a. */
+size_t xfer_tensor_at(const xfer_endpoint *ep, uint64_t a);
+/* iovecs over the tensors for [a, b); *iov is realloc'd. */
+int xfer_tensor_iov(const xfer_endpoint *ep, uint64_t a, uint64_t b, struct iovec **iov, int *cap, int *n,
+		    xfer_err *err);
+/* Copies [a, b) from a staging slot that holds the byte space from slot_off
+ * into the tensors (host or device), through j when not NULL. */
+int xfer_place_stripe(const xfer_endpoint *ep, const unsigned char *slot, uint64_t slot_off, uint64_t a,
+		      uint64_t b, xfer_journal *j, xfer_err *err);
+/* A reset journal for each of the first `active` of max stripes (freed
+ * beyond), their memory held to half a bucket in all. */
+int xfer_stripe_journals(const xfer_endpoint *ep, xfer_journal **j, int max, int active, uint64_t bucket_bytes,
+			 int any_cuda, xfer_err *err);
+/* ep->stats.journal_bytes (sum) and journal_seconds (slowest stripe). */
+void xfer_stripe_journals_stats(xfer_endpoint *ep, xfer_journal *const *j, int max);
+/* After a failed version: undoes every journal (or says there was none),
+ * noting it in err and ep->stats.undo_seconds. */
+void xfer_stripe_journals_undo(xfer_endpoint *ep, xfer_journal **j, int max, xfer_err *err);
 
 /* ---- delta codec (xfer_delta.c), pure: no I/O ---- */
 typedef struct {

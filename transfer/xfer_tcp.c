@@ -47,7 +47,6 @@
 
 enum {
 	MAX_STREAMS = 64,
-	STRIPE_ALIGN = 4096,  /* stripes start on page boundaries of the byte space */
 	PIECE = 256 << 10,    /* hash and copy in pieces that stay in cache */
 	KIND_CONTROL = 0,
 	KIND_DATA = 1,
@@ -85,13 +84,11 @@ _Static_assert(sizeof(hello) == 48, "hello is 48 bytes on the wire");
 _Static_assert(sizeof(vhead) == 24, "vhead is 24 bytes on the wire");
 _Static_assert(sizeof(shead) == 40, "shead is 40 bytes on the wire");
 
-typedef struct { uint64_t off, len; } chunkdesc;
-
 typedef struct {
 	int lfd, ctl, nstreams, connected;
 	int data[MAX_STREAMS];
 	uint64_t session, bucket_bytes;
-	chunkdesc *chunks;
+	xfer_span *chunks;
 	size_t nchunks;
 	unsigned char *slot[2];
 	uint64_t slot_bytes;
@@ -122,89 +119,18 @@ static int tcp_probe(char *why, size_t n)
 	return 0;
 }
 
-/* ---- chunks and iovecs ---- */
-
-/* The piece of a bucket that travels as one chunk: half a bucket (page
- * aligned), so the two staging slots together hold one bucket and the undo
- * journals fit in the second (the target: at most two buckets of extra
- * memory).  Both sides derive it from the bucket size in the hello. */
-static uint64_t piece_of(uint64_t bucket_bytes)
-{
-	uint64_t half = bucket_bytes / 2 / STRIPE_ALIGN * STRIPE_ALIGN;
-	return half ? half : bucket_bytes;
-}
+/* ---- chunks ---- */
 
 static int make_chunks(xfer_endpoint *ep, tcp_state *s, uint64_t bucket_bytes, xfer_err *err)
 {
-	xfer_bucket *b = NULL;
-	size_t nb = 0, k = 0, cap = 0;
-	uint64_t piece = piece_of(bucket_bytes);
-	free(s->chunks);
-	s->chunks = NULL;
-	s->nchunks = 0;
-	if (xfer_buckets(ep->m, bucket_bytes, &b, &nb, err) != 0) return -1;
-	for (size_t i = 0; i < nb; i++) cap += (b[i].bytes + piece - 1) / piece + 1;
-	s->chunks = calloc(cap + 1, sizeof *s->chunks);
-	if (!s->chunks) { free(b); return xfer_fail(err, XFER_ENOMEM, "out of memory"); }
-	for (size_t i = 0; i < nb; i++) {
-		uint64_t off = ep->offsets[b[i].first];
-		for (uint64_t done = 0; done < b[i].bytes || (b[i].bytes == 0 && done == 0);) {
-			uint64_t len = b[i].bytes - done < piece ? b[i].bytes - done : piece;
-			s->chunks[k++] = (chunkdesc){ off + done, len };
-			if (len == 0) break;
-			done += len;
-		}
-	}
-	free(b);
-	s->nchunks = k;
+	if (xfer_chunks_make(ep, bucket_bytes, &s->chunks, &s->nchunks, err) != 0) return -1;
 	s->bucket_bytes = bucket_bytes;
 	return 0;
 }
 
 static void stripe_of(const tcp_state *s, size_t k, int i, uint64_t *a, uint64_t *b)
 {
-	const chunkdesc *c = &s->chunks[k];
-	uint64_t per = (c->len + (uint64_t)s->nstreams - 1) / (uint64_t)s->nstreams;
-	per = (per + STRIPE_ALIGN - 1) / STRIPE_ALIGN * STRIPE_ALIGN;
-	uint64_t lo = (uint64_t)i * per, hi = lo + per;
-	if (lo > c->len) lo = c->len;
-	if (hi > c->len) hi = c->len;
-	*a = c->off + lo;
-	*b = c->off + hi;
-}
-
-/* First tensor whose bytes end after byte a of the back-to-back space. */
-static size_t tensor_at(const xfer_endpoint *ep, uint64_t a)
-{
-	size_t lo = 0, hi = ep->m->n;
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		if (ep->offsets[mid + 1] <= a) lo = mid + 1;
-		else hi = mid;
-	}
-	return lo;
-}
-
-/* iovecs over the tensors for [a, b); *iov is realloc'd. */
-static int tensor_iov(const xfer_endpoint *ep, uint64_t a, uint64_t b, struct iovec **iov, int *cap,
-		      int *n, xfer_err *err)
-{
-	*n = 0;
-	for (size_t t = tensor_at(ep, a); t < ep->m->n && a < b; t++) {
-		uint64_t lo = ep->offsets[t], hi = ep->offsets[t + 1];
-		if (hi <= a) continue;
-		uint64_t e = hi < b ? hi : b;
-		if (*n == *cap) {
-			int nc = *cap ? *cap * 2 : 64;
-			struct iovec *v = realloc(*iov, (size_t)nc * sizeof *v);
-			if (!v) return xfer_fail(err, XFER_ENOMEM, "out of memory");
-			*iov = v;
-			*cap = nc;
-		}
-		(*iov)[(*n)++] = (struct iovec){ (char *)ep->m->t[t].ptr + (a - lo), (size_t)(e - a) };
-		a = e;
-	}
-	return 0;
+	xfer_stripe_of(s->chunks[k], s->nstreams, i, a, b);
 }
 
 /* ---- session ---- */
@@ -242,7 +168,7 @@ static void fail_version(tcp_state *s, const xfer_err *e)
 
 static int alloc_slots(tcp_state *s, xfer_err *err)
 {
-	uint64_t want = piece_of(s->bucket_bytes);
+	uint64_t want = xfer_chunk_piece(s->bucket_bytes);
 	if (s->slot[0] && s->slot_bytes >= want) return 0;
 	const xfer_cuda_api *cu = s->slot_pinned ? xfer_cuda(NULL, 0) : NULL;
 	for (int i = 0; i < 2; i++) {
@@ -400,7 +326,7 @@ static void *send_worker(void *arg)
 			iov[0] = one;
 			n = b > a;
 			cap = cap ? cap : 1;
-		} else if (tensor_iov(ep, a, b, &iov, &cap, &n, &e) != 0) {
+		} else if (xfer_tensor_iov(ep, a, b, &iov, &cap, &n, &e) != 0) {
 			goto fail;
 		}
 		long long c = xfer_hooks.corrupt_at - 1;
@@ -624,31 +550,6 @@ err:
 	return -1;
 }
 
-/* A stream's own stripe [a, b) of chunk k, from the staging slot into the
- * registered buffers (host or device), journaled once the receiver holds a
- * version.  Streams place their stripes in parallel. */
-static int place_stripe(xfer_endpoint *ep, tcp_state *s, size_t k, uint64_t a, uint64_t b, int idx, xfer_err *err)
-{
-	const xfer_manifest *m = ep->m;
-	const xfer_cuda_api *cu = s->any_cuda ? xfer_cuda(NULL, 0) : NULL;
-	xfer_journal *j = ep->stats.version ? s->j[idx] : NULL;
-	for (size_t t = tensor_at(ep, a); t < m->n && a < b; t++) {
-		uint64_t hi = ep->offsets[t + 1] < b ? ep->offsets[t + 1] : b;
-		if (hi <= a) continue;
-		char *dst = (char *)m->t[t].ptr + (a - ep->offsets[t]);
-		const unsigned char *src = s->slot[k % 2] + (a - s->chunks[k].off);
-		if (m->t[t].mem == XFER_MEM_CUDA) {
-			if (j ? xfer_journal_copy_device(j, dst, src, hi - a, err)
-			      : xfer_cuda_copy(cu, dst, XFER_MEM_CUDA, src, XFER_MEM_HOST, hi - a, err))
-				return -1;
-		} else if (xfer_journal_copy(j, dst, src, hi - a, err) != 0) {
-			return -1;
-		}
-		a = hi;
-	}
-	return 0;
-}
-
 static void *recv_worker(void *arg)
 {
 	worker *w = arg;
@@ -675,11 +576,12 @@ static void *recv_worker(void *arg)
 			goto fail;
 		}
 		if (s->direct) {
-			if (tensor_iov(ep, a, b, &iov, &cap, &n, &e) != 0) goto fail;
+			if (xfer_tensor_iov(ep, a, b, &iov, &cap, &n, &e) != 0) goto fail;
 			if (xfer_sock_recvv(fd, iov, n, "stripe", "sender", to, &e) != 0) goto fail;
 		} else if (xfer_sock_recv(fd, s->slot[k % 2] + (a - s->chunks[k].off), b - a, "stripe", "sender", to,
 					  &e) != 0 ||
-			   place_stripe(ep, s, k, a, b, w->idx, &e) != 0) {
+			   xfer_place_stripe(ep, s->slot[k % 2], s->chunks[k].off, a, b,
+					     ep->stats.version ? s->j[w->idx] : NULL, &e) != 0) {
 			goto fail;
 		}
 		pthread_mutex_lock(&s->mu);
@@ -750,23 +652,10 @@ static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 		goto err;
 	}
 	if (begin_version(s, h.version, err) != 0) goto err;
-	for (int i = 0; i < MAX_STREAMS; i++) {
-		/* a journal per stream of this session; one left from a session
-		 * with more streams would undo stripes it no longer covers */
-		if (s->direct || !ep->cfg.keep_previous || i >= s->nstreams) {
-			xfer_journal_free(&s->j[i]);
-			continue;
-		}
-		if (!s->j[i] && !(s->j[i] = xfer_journal_new(ep->cfg.journal_dir, err))) goto err;
-		xfer_journal_reset(s->j[i]);
-		/* the staging slots take one bucket; the journals' memory stays
-		 * within half of the other (their fixed buffers, 2 MiB each, and
-		 * 4 MiB pinned for device memory, counted too; with small buckets
-		 * or many streams the fixed part alone may exceed it) */
-		uint64_t fixed = (2u << 20) + (s->any_cuda ? 4u << 20 : 0);
-		uint64_t share = piece_of(s->bucket_bytes) / (uint64_t)s->nstreams;
-		xfer_journal_limit(s->j[i], share > fixed ? share - fixed : 0);
-	}
+	/* a journal per stream of this session (stripes are disjoint) */
+	if (xfer_stripe_journals(ep, s->j, MAX_STREAMS, s->direct || !ep->cfg.keep_previous ? 0 : s->nstreams,
+				 s->bucket_bytes, s->any_cuda, err) != 0)
+		goto err;
 	st = XXH3_createState();
 	if (!st) { xfer_fail(err, XFER_ENOMEM, "out of memory"); goto err; }
 	XXH3_128bits_reset(st);
@@ -814,27 +703,10 @@ static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	}
 join:
 	for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-	ep->stats.journal_bytes = 0;
-	ep->stats.journal_seconds = 0;
-	for (int i = 0; i < MAX_STREAMS; i++) {
-		ep->stats.journal_bytes += xfer_journal_bytes(s->j[i]);
-		double js = xfer_journal_seconds(s->j[i]);
-		if (js > ep->stats.journal_seconds) ep->stats.journal_seconds = js;
-	}
+	xfer_stripe_journals_stats(ep, s->j, MAX_STREAMS);
 	if (s->failed) {
 		*err = s->ferr;
-		if (s->j[0]) {
-			/* host and device buffers alike: the previous version back */
-			xfer_err u;
-			int undone = 1;
-			double u0 = xfer_now();
-			for (int i = 0; i < MAX_STREAMS; i++)
-				if (s->j[i] && xfer_journal_undo(s->j[i], &u) != 0) undone = 0;
-			ep->stats.undo_seconds = xfer_now() - u0;
-			if (!undone) xfer_err_prefix(err, "AND THE UNDO FAILED (%s)", u.msg);
-		} else {
-			xfer_err_prefix(err, "(keep_previous off: buffers partly updated)");
-		}
+		xfer_stripe_journals_undo(ep, s->j, MAX_STREAMS, err);
 		xfer_sock_send_status(s->ctl, err, to < 1000 ? to : 1000, NULL);
 		goto err;
 	}

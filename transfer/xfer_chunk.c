@@ -1,0 +1,163 @@
+/* transfer/xfer_chunk.c: how the p2p paths cut a version into pieces, and
+ * the receiver's side of placing them, shared by p2p-tcp and p2p-ucx.
+ *
+ * Buckets follow the manifest (xfer_buckets) and travel in chunks of half a
+ * bucket (a tensor larger than a bucket is cut the same way), so two staging
+ * slots hold one bucket.  Each chunk is cut into page-aligned stripes, one per
+ * stream or worker thread.  A receiver that keeps its previous version places
+ * a stripe from its staging slot into the tensors through its own undo
+ * journal (stripes are disjoint); the journals' memory is held to half a
+ * bucket in all, so staging plus journals stay under two buckets. */
+#include "transfer/xfer_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { STRIPE_ALIGN = 4096 };
+
+uint64_t xfer_chunk_piece(uint64_t bucket_bytes)
+{
+	uint64_t half = bucket_bytes / 2 / STRIPE_ALIGN * STRIPE_ALIGN;
+	return half ? half : bucket_bytes;
+}
+
+int xfer_chunks_make(const xfer_endpoint *ep, uint64_t bucket_bytes, xfer_span **out, size_t *n, xfer_err *err)
+{
+	xfer_bucket *b = NULL;
+	size_t nb = 0, k = 0, cap = 0;
+	uint64_t piece = xfer_chunk_piece(bucket_bytes);
+	free(*out);
+	*out = NULL;
+	*n = 0;
+	if (xfer_buckets(ep->m, bucket_bytes, &b, &nb, err) != 0) return -1;
+	for (size_t i = 0; i < nb; i++) cap += (b[i].bytes + piece - 1) / piece + 1;
+	xfer_span *c = calloc(cap + 1, sizeof *c);
+	if (!c) { free(b); return xfer_fail(err, XFER_ENOMEM, "out of memory"); }
+	for (size_t i = 0; i < nb; i++) {
+		uint64_t off = ep->offsets[b[i].first];
+		for (uint64_t done = 0; done < b[i].bytes || (b[i].bytes == 0 && done == 0);) {
+			uint64_t len = b[i].bytes - done < piece ? b[i].bytes - done : piece;
+			c[k++] = (xfer_span){ off + done, len };
+			if (len == 0) break;
+			done += len;
+		}
+	}
+	free(b);
+	*out = c;
+	*n = k;
+	return 0;
+}
+
+void xfer_stripe_of(xfer_span c, int nstripes, int i, uint64_t *a, uint64_t *b)
+{
+	uint64_t per = (c.len + (uint64_t)nstripes - 1) / (uint64_t)nstripes;
+	per = (per + STRIPE_ALIGN - 1) / STRIPE_ALIGN * STRIPE_ALIGN;
+	uint64_t lo = (uint64_t)i * per, hi = lo + per;
+	if (lo > c.len) lo = c.len;
+	if (hi > c.len) hi = c.len;
+	*a = c.off + lo;
+	*b = c.off + hi;
+}
+
+size_t xfer_tensor_at(const xfer_endpoint *ep, uint64_t a)
+{
+	size_t lo = 0, hi = ep->m->n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (ep->offsets[mid + 1] <= a) lo = mid + 1;
+		else hi = mid;
+	}
+	return lo;
+}
+
+int xfer_tensor_iov(const xfer_endpoint *ep, uint64_t a, uint64_t b, struct iovec **iov, int *cap, int *n,
+		    xfer_err *err)
+{
+	*n = 0;
+	for (size_t t = xfer_tensor_at(ep, a); t < ep->m->n && a < b; t++) {
+		uint64_t lo = ep->offsets[t], hi = ep->offsets[t + 1];
+		if (hi <= a) continue;
+		uint64_t e = hi < b ? hi : b;
+		if (*n == *cap) {
+			int nc = *cap ? *cap * 2 : 64;
+			struct iovec *v = realloc(*iov, (size_t)nc * sizeof *v);
+			if (!v) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+			*iov = v;
+			*cap = nc;
+		}
+		(*iov)[(*n)++] = (struct iovec){ (char *)ep->m->t[t].ptr + (a - lo), (size_t)(e - a) };
+		a = e;
+	}
+	return 0;
+}
+
+int xfer_place_stripe(const xfer_endpoint *ep, const unsigned char *slot, uint64_t slot_off, uint64_t a,
+		      uint64_t b, xfer_journal *j, xfer_err *err)
+{
+	const xfer_manifest *m = ep->m;
+	for (size_t t = xfer_tensor_at(ep, a); t < m->n && a < b; t++) {
+		uint64_t hi = ep->offsets[t + 1] < b ? ep->offsets[t + 1] : b;
+		if (hi <= a) continue;
+		char *dst = (char *)m->t[t].ptr + (a - ep->offsets[t]);
+		const unsigned char *src = slot + (a - slot_off);
+		if (m->t[t].mem == XFER_MEM_CUDA) {
+			if (j ? xfer_journal_copy_device(j, dst, src, hi - a, err)
+			      : xfer_cuda_copy(xfer_cuda(NULL, 0), dst, XFER_MEM_CUDA, src, XFER_MEM_HOST, hi - a, err))
+				return -1;
+		} else if (xfer_journal_copy(j, dst, src, hi - a, err) != 0) {
+			return -1;
+		}
+		a = hi;
+	}
+	return 0;
+}
+
+int xfer_stripe_journals(const xfer_endpoint *ep, xfer_journal **j, int max, int active, uint64_t bucket_bytes,
+			 int any_cuda, xfer_err *err)
+{
+	for (int i = 0; i < max; i++) {
+		/* one left from a session with more stripes would undo stripes
+		 * it no longer covers */
+		if (i >= active) {
+			xfer_journal_free(&j[i]);
+			continue;
+		}
+		if (!j[i] && !(j[i] = xfer_journal_new(ep->cfg.journal_dir, err))) return -1;
+		xfer_journal_reset(j[i]);
+		/* the staging slots take one bucket; the journals' memory stays
+		 * within half of the other (their fixed buffers, 2 MiB each, and
+		 * 4 MiB pinned for device memory, counted too; with small buckets
+		 * or many stripes the fixed part alone may exceed it) */
+		uint64_t fixed = (2u << 20) + (any_cuda ? 4u << 20 : 0);
+		uint64_t share = xfer_chunk_piece(bucket_bytes) / (uint64_t)active;
+		xfer_journal_limit(j[i], share > fixed ? share - fixed : 0);
+	}
+	return 0;
+}
+
+void xfer_stripe_journals_stats(xfer_endpoint *ep, xfer_journal *const *j, int max)
+{
+	ep->stats.journal_bytes = 0;
+	ep->stats.journal_seconds = 0;
+	for (int i = 0; i < max; i++) {
+		ep->stats.journal_bytes += xfer_journal_bytes(j[i]);
+		double js = xfer_journal_seconds(j[i]);
+		if (js > ep->stats.journal_seconds) ep->stats.journal_seconds = js;
+	}
+}
+
+void xfer_stripe_journals_undo(xfer_endpoint *ep, xfer_journal **j, int max, xfer_err *err)
+{
+	if (!j[0]) {
+		xfer_err_prefix(err, "(keep_previous off: buffers partly updated)");
+		return;
+	}
+	/* host and device buffers alike: the previous version back */
+	xfer_err u;
+	int undone = 1;
+	double u0 = xfer_now();
+	for (int i = 0; i < max; i++)
+		if (j[i] && xfer_journal_undo(j[i], &u) != 0) undone = 0;
+	ep->stats.undo_seconds = xfer_now() - u0;
+	if (!undone) xfer_err_prefix(err, "AND THE UNDO FAILED (%s)", u.msg);
+}
