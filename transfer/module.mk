@@ -1,8 +1,9 @@
 # transfer/: libskein, the weight-transfer library (static and shared), its
 # stand-in trainer and engine, and the benchmark program.
-# libskein needs only libxxhash and libzstd; CUDA, NCCL and rdma-core are
-# loaded with dlopen at run time (the RDMA transport is not written yet: its
-# probe says so, and whether <infiniband/verbs.h> was there at build time).
+# libskein needs only libxxhash and libzstd; CUDA, NCCL and UCX (libucp.so.0,
+# for p2p-ucx; its headers from libucx-dev when present, found with
+# __has_include) are loaded with dlopen at run time.  Hand-written verbs
+# (p2p-rdma) are not written: its probe says so.
 XFER_PROG_SRC := transfer/xfer_bench.c transfer/xfer_trainer_sim.c transfer/xfer_engine_sim.c
 XFER_SRC := $(filter-out $(XFER_PROG_SRC),$(wildcard transfer/*.c))
 XFER_OBJ := $(XFER_SRC:%.c=$(O)/%.o)

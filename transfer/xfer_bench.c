@@ -18,6 +18,13 @@
  *                      the resident size once its weights, and the
  *                      receiver's reference copy, were in place) beside
  *                      two buckets, the target.
+ *   --mode p2p-ucx     the same over p2p-ucx (UCX's transports as UCX_TLS and
+ *                      UCX_NET_DEVICES allow), run just after p2p-tcp of the
+ *                      same bytes between a fresh pair of processes: both
+ *                      beside their plain socket baseline, and tcp_seconds,
+ *                      vs_tcp (p2p-tcp seconds / p2p-ucx seconds) and the
+ *                      sender's note (which UCX lanes carried the puts).
+ *                      --mode p2p runs the chooser (xfer_p2p.c) the same way.
  *   --mode checksum    xxh3-128 over --bytes against memcpy of the same bytes.
  *
  * ratio = baseline_seconds / seconds: above 1 the figure beats its baseline.
@@ -55,15 +62,16 @@ typedef struct {
 	double seconds, baseline_seconds;
 	double encode_gbps, apply_gbps, memcpy_gbps;
 	double send_seconds, receive_seconds; /* disk-delta: the two halves */
-	int64_t sender_extra, receiver_extra; /* p2p-tcp: peak bytes beyond the weights, -1 unknown */
+	int64_t sender_extra, receiver_extra; /* p2p: peak bytes beyond the weights, -1 unknown */
+	double tcp_seconds;                   /* p2p-ucx: p2p-tcp of the same bytes, same run */
+	char path[32], note[256];             /* p2p: the path that ran, and the sender's note */
 	uint64_t bucket;
 	int exact;
-	const char *note;
 } result;
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: skein-xfer-bench --mode disk-delta|p2p-tcp|checksum --bytes N --changed FRACTION\n"
+	fprintf(f, "usage: skein-xfer-bench --mode disk-delta|p2p-tcp|p2p-ucx|p2p|checksum --bytes N --changed FRACTION\n"
 		   "                        [--tensors K] [--dir DIR] [--format text|json]\n"
 		   "  extras: --streams S (p2p, 4)  --bucket B (512M)  --keep-previous 0|1 (1)\n"
 		   "          --encoding overwrite|xor  --zstd LEVEL (0: none)\n"
@@ -78,6 +86,14 @@ static void die(const char *what, const xfer_err *e)
 }
 
 static double gbps(uint64_t b, double s) { return s > 0 ? b / s / 1e9 : 0; }
+
+/* A note inside a JSON string: quotes and backslashes become spaces. */
+static const char *json_safe(char *s)
+{
+	for (char *p = s; *p; p++)
+		if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20) *p = ' ';
+	return s;
+}
 
 /* ---- checksum ---- */
 
@@ -293,14 +309,14 @@ static int child_p2p(const opts *o, xfer_endpoint *ep, xfer_sim_model *mine, xfe
 	return 0;
 }
 
-static void bench_p2p(const opts *o, result *r)
+static void bench_p2p(const opts *o, result *r, const char *path)
 {
 	xfer_sim_model tr, rc;
 	xfer_err e;
 	if (xfer_sim_model_init(&tr, o->bytes, o->tensors, 11, o->changed, &e) != 0) die("model", &e);
 	xfer_config c;
 	xfer_config_init(&c);
-	c.path = "p2p-tcp";
+	c.path = path;
 	c.p2p.streams = o->streams;
 	c.keep_previous = o->keep_previous;
 	if (o->bucket) c.bucket_bytes = o->bucket;
@@ -363,6 +379,8 @@ static void bench_p2p(const opts *o, result *r)
 	int64_t shwm = proc_status_bytes("VmHWM");
 	r->sender_extra = shwm < 0 || sbase < 0 ? -1 : shwm - sbase;
 	r->bucket = ep->cfg.bucket_bytes;
+	snprintf(r->path, sizeof r->path, "%s", xfer_endpoint_path(ep));
+	snprintf(r->note, sizeof r->note, "%s", xfer_endpoint_note(ep));
 	int64_t rextra = -1;
 	if (xfer_read_all(pfd[0], &rextra, sizeof rextra, &e) != 0) rextra = -1;
 	r->receiver_extra = rextra;
@@ -408,21 +426,30 @@ int main(int argc, char **argv)
 	result r = { .exact = 1, .sender_extra = -1, .receiver_extra = -1 };
 	if (!strcmp(o.mode, "checksum")) bench_checksum(&o, &r);
 	else if (!strcmp(o.mode, "disk-delta")) bench_disk(&o, &r);
-	else if (!strcmp(o.mode, "p2p-tcp")) bench_p2p(&o, &r);
-	else goto bad;
+	else if (!strcmp(o.mode, "p2p-tcp")) bench_p2p(&o, &r, "p2p-tcp");
+	else if (!strcmp(o.mode, "p2p-ucx") || !strcmp(o.mode, "p2p")) {
+		result t = { .exact = 1, .sender_extra = -1, .receiver_extra = -1 };
+		bench_p2p(&o, &t, "p2p-tcp");
+		bench_p2p(&o, &r, o.mode);
+		r.tcp_seconds = t.seconds;
+		r.exact = r.exact && t.exact;
+		if (t.baseline_seconds < r.baseline_seconds) r.baseline_seconds = t.baseline_seconds;
+	} else goto bad;
 	double ratio = r.seconds > 0 ? r.baseline_seconds / r.seconds : 0;
 	if (!strcmp(o.format, "json")) {
 		printf("{\"mode\": \"%s\", \"bytes\": %llu, \"changed\": %g, \"bytes_moved\": %llu, \"seconds\": %.6f, "
 		       "\"baseline_bytes\": %llu, \"baseline_seconds\": %.6f, \"ratio\": %.4f, \"exact\": %s, "
 		       "\"gbps\": %.3f, \"baseline_gbps\": %.3f, \"bytes_fraction\": %.6f, \"encode_gbps\": %.3f, "
 		       "\"apply_gbps\": %.3f, \"memcpy_gbps\": %.3f, \"send_seconds\": %.6f, \"receive_seconds\": %.6f, "
-		       "\"sender_extra_bytes\": %lld, \"receiver_extra_bytes\": %lld, \"two_buckets_bytes\": %llu}\n",
+		       "\"sender_extra_bytes\": %lld, \"receiver_extra_bytes\": %lld, \"two_buckets_bytes\": %llu, "
+		       "\"tcp_seconds\": %.6f, \"vs_tcp\": %.4f, \"path\": \"%s\", \"note\": \"%s\"}\n",
 		       o.mode, (unsigned long long)o.bytes, o.changed, (unsigned long long)r.bytes_moved, r.seconds,
 		       (unsigned long long)r.baseline_bytes, r.baseline_seconds, ratio, r.exact ? "true" : "false",
 		       gbps(r.bytes_moved, r.seconds), gbps(r.baseline_bytes, r.baseline_seconds),
 		       o.bytes ? (double)r.bytes_moved / (double)o.bytes : 0, r.encode_gbps, r.apply_gbps, r.memcpy_gbps,
 		       r.send_seconds, r.receive_seconds, (long long)r.sender_extra, (long long)r.receiver_extra,
-		       (unsigned long long)(2 * r.bucket));
+		       (unsigned long long)(2 * r.bucket), r.tcp_seconds, r.seconds > 0 ? r.tcp_seconds / r.seconds : 0,
+		       r.path, json_safe(r.note));
 	} else {
 		printf("%s: %llu bytes moved in %.3f s (%.2f GB/s); baseline %llu bytes in %.3f s (%.2f GB/s); "
 		       "ratio %.2f; %s\n",
@@ -435,6 +462,10 @@ int main(int argc, char **argv)
 		if (r.encode_gbps > 0)
 			printf("  one core: encode %.2f GB/s, apply %.2f GB/s, memcpy %.2f GB/s\n", r.encode_gbps,
 			       r.apply_gbps, r.memcpy_gbps);
+		if (r.tcp_seconds > 0)
+			printf("  p2p-tcp of the same bytes %.3f s (%.2f GB/s): %s %.2fx p2p-tcp\n", r.tcp_seconds,
+			       gbps(r.bytes_moved, r.tcp_seconds), o.mode, r.seconds > 0 ? r.tcp_seconds / r.seconds : 0);
+		if (r.note[0]) printf("  %s: %s\n", r.path, r.note);
 		if (r.bucket)
 			printf("  peak extra memory: sender %.1f MiB, receiver %.1f MiB; two buckets %.1f MiB\n",
 			       r.sender_extra / 1048576.0, r.receiver_extra / 1048576.0, 2.0 * r.bucket / 1048576.0);

@@ -49,6 +49,9 @@ typedef struct xfer_path_ops {
 	int (*receive)(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err);
 	void (*abort)(xfer_endpoint *ep);
 	void (*teardown)(xfer_endpoint *ep);
+	/* p2p paths: whether a session with a sender is up (the p2p chooser
+	 * accepts the next one itself when not) */
+	int (*connected)(const xfer_endpoint *ep);
 } xfer_path_ops;
 
 extern const xfer_path_ops xfer_disk_ops;
@@ -57,6 +60,8 @@ extern const xfer_path_ops xfer_rdma_ops;
 extern const xfer_path_ops xfer_bcast_ops;
 extern const xfer_path_ops xfer_bcast_packed_ops;
 extern const xfer_path_ops xfer_ipc_ops;
+extern const xfer_path_ops xfer_ucx_ops;
+extern const xfer_path_ops xfer_p2p_ops; /* "p2p": UCX or p2p-tcp, chosen per peer */
 
 struct xfer_endpoint {
 	const xfer_path_ops *ops;
@@ -71,7 +76,21 @@ struct xfer_endpoint {
 	atomic_int aborted;
 	xfer_stats stats;
 	void *impl;            /* the path's own state */
+	/* p2p paths run under the p2p chooser (xfer_p2p.c) */
+	int shared_lfd;        /* receiver: listen here (the chooser's), not on a socket of its own; -1 */
+	int pending_ctl;       /* receiver: a control connection the chooser accepted; -1 */
+	int p2p_auto;          /* p2p-ucx: the peer may be told to use p2p-tcp instead */
+	const char *run_path;  /* the path that runs when not ops->name */
 };
+
+/* A path's endpoint inside another (the p2p chooser's): shares the parent's
+ * config, manifest and offsets; listens on shared_lfd when >= 0. */
+xfer_endpoint *xfer_sub_open(xfer_endpoint *parent, const xfer_path_ops *ops, int shared_lfd, int p2p_auto,
+			     xfer_err *err);
+void xfer_sub_close(xfer_endpoint **sub);
+/* p2p-ucx under the chooser: 1 when the last call ended because the two
+ * ends agreed on p2p-tcp instead (why says why), else 0. */
+int xfer_ucx_fell_back(const xfer_endpoint *ep, char *why, size_t n);
 
 /* Sets ep->stats.seconds etc. at the end of a version. */
 int xfer_check_aborted(xfer_endpoint *ep, xfer_err *err);

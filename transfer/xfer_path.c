@@ -1,18 +1,20 @@
 /* transfer/xfer_path.c: the endpoint and the table of data paths.
  *
  * xfer_open looks the path up by name, asks it whether it can run here
- * (probe), and sets it up; "p2p" tries RDMA first and falls back to TCP with
- * the reason kept in the endpoint's note.  Every later call goes through the
+ * (probe), and sets it up; "p2p" is the p2p chooser (xfer_p2p.c: UCX or
+ * p2p-tcp, agreed with each peer) where UCX can run, else p2p-tcp, with the
+ * reason kept in the endpoint's note.  Every later call goes through the
  * chosen table, so adding a path is one file and one line below. */
 #include "transfer/xfer_int.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 xfer_test_hooks xfer_hooks;
 
 static const xfer_path_ops *const paths[] = {
-	&xfer_disk_ops, &xfer_tcp_ops, &xfer_rdma_ops, &xfer_bcast_ops, &xfer_bcast_packed_ops,
+	&xfer_disk_ops, &xfer_tcp_ops, &xfer_ucx_ops, &xfer_rdma_ops, &xfer_bcast_ops, &xfer_bcast_packed_ops,
 	&xfer_ipc_ops,
 };
 enum { NPATHS = sizeof paths / sizeof paths[0] };
@@ -55,10 +57,7 @@ static const xfer_path_ops *lookup(const char *name)
 int xfer_probe(const char *path, char *why, size_t n)
 {
 	if (why && n) why[0] = 0;
-	if (path && strcmp(path, "p2p") == 0) {
-		if (xfer_rdma_ops.probe(why, n) == 0) return 0;
-		return xfer_tcp_ops.probe(why, n);
-	}
+	if (path && strcmp(path, "p2p") == 0) return xfer_p2p_ops.probe(why, n);
 	const xfer_path_ops *ops = path ? lookup(path) : NULL;
 	if (!ops) {
 		snprintf(why, n, "unknown data path \"%s\"", path ? path : "(null)");
@@ -92,20 +91,21 @@ int xfer_open(xfer_endpoint **out, const xfer_config *cfg, const xfer_manifest *
 	ep->cfg.p2p.host = ep->s_host;
 	ep->cfg.journal_dir = ep->s_jdir;
 	ep->m = m;
+	ep->shared_lfd = ep->pending_ctl = -1;
 	const char *name = cfg->path ? cfg->path : "(null)";
 	char why[256] = "";
 	if (strcmp(name, "p2p") == 0) {
-		if (xfer_rdma_ops.probe(why, sizeof why) == 0) {
-			ep->ops = &xfer_rdma_ops;
+		if (xfer_ucx_ops.probe(why, sizeof why) == 0) {
+			ep->ops = &xfer_p2p_ops;
 		} else {
 			ep->ops = &xfer_tcp_ops;
-			snprintf(ep->note, sizeof ep->note, "p2p-rdma unavailable (%s): using p2p-tcp", why);
+			snprintf(ep->note, sizeof ep->note, "p2p-ucx unavailable (%s): using p2p-tcp", why);
 		}
 	} else {
 		ep->ops = lookup(name);
 	}
 	if (!ep->ops) {
-		xfer_fail(err, XFER_EINVAL, "unknown data path \"%s\" (disk-delta, p2p, p2p-tcp, p2p-rdma, broadcast, broadcast_packed, colocated)",
+		xfer_fail(err, XFER_EINVAL, "unknown data path \"%s\" (disk-delta, p2p, p2p-tcp, p2p-ucx, p2p-rdma, broadcast, broadcast_packed, colocated)",
 			  name);
 		goto err;
 	}
@@ -126,6 +126,38 @@ int xfer_open(xfer_endpoint **out, const xfer_config *cfg, const xfer_manifest *
 err:
 	xfer_close(&ep);
 	return -1;
+}
+
+xfer_endpoint *xfer_sub_open(xfer_endpoint *parent, const xfer_path_ops *ops, int shared_lfd, int p2p_auto,
+			     xfer_err *err)
+{
+	xfer_endpoint *ep = calloc(1, sizeof *ep);
+	if (!ep) { xfer_fail(err, XFER_ENOMEM, "out of memory"); return NULL; }
+	ep->cfg = parent->cfg; /* its strings are the parent's copies */
+	ep->m = parent->m;
+	ep->buckets = parent->buckets;
+	ep->nbuckets = parent->nbuckets;
+	ep->offsets = parent->offsets;
+	ep->shared_lfd = shared_lfd;
+	ep->pending_ctl = -1;
+	ep->p2p_auto = p2p_auto;
+	ep->ops = ops;
+	if (ops->setup(ep, err) != 0) {
+		xfer_err_prefix(err, "%s setup", ops->name);
+		xfer_sub_close(&ep);
+		return NULL;
+	}
+	return ep;
+}
+
+void xfer_sub_close(xfer_endpoint **epp)
+{
+	if (!epp || !*epp) return;
+	xfer_endpoint *ep = *epp;
+	if (ep->ops && ep->ops->teardown) ep->ops->teardown(ep);
+	if (ep->pending_ctl >= 0) close(ep->pending_ctl);
+	free(ep);
+	*epp = NULL;
 }
 
 int xfer_check_aborted(xfer_endpoint *ep, xfer_err *err)
@@ -205,7 +237,10 @@ void xfer_close(xfer_endpoint **epp)
 	*epp = NULL;
 }
 
-const char *xfer_endpoint_path(const xfer_endpoint *ep) { return ep && ep->ops ? ep->ops->name : ""; }
+const char *xfer_endpoint_path(const xfer_endpoint *ep)
+{
+	return !ep || !ep->ops ? "" : ep->run_path ? ep->run_path : ep->ops->name;
+}
 const char *xfer_endpoint_note(const xfer_endpoint *ep) { return ep ? ep->note : ""; }
 int xfer_endpoint_port(const xfer_endpoint *ep) { return ep ? ep->port : 0; }
 xfer_stats xfer_endpoint_stats(const xfer_endpoint *ep)

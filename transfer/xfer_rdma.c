@@ -6,7 +6,8 @@
  * RDMA_WRITE, the last one WRITE_WITH_IMM to signal completion.  No machine
  * here has rdma-core headers or an RDMA device, so nothing of it could be
  * built or tested; rather than ship untested code this path only reports
- * itself unavailable, and "p2p" falls back to p2p-tcp with that reason. */
+ * itself unavailable.  RDMA runs through UCX instead (p2p-ucx, xfer_ucx.c),
+ * which "p2p" chooses when UCX reports an RDMA transport on both ends. */
 #include "transfer/xfer_int.h"
 
 #include <string.h>
@@ -14,10 +15,11 @@
 static int rdma_probe(char *why, size_t n)
 {
 #ifdef XFER_HAVE_VERBS
-	snprintf(why, n, "the RDMA transport is not implemented in this build (rdma-core headers were found)");
+	snprintf(why, n, "hand-written verbs are not implemented (rdma-core headers were found); p2p-ucx drives "
+		 "RDMA through UCX");
 #else
-	snprintf(why, n, "the RDMA transport is not implemented in this build, and <infiniband/verbs.h> "
-		 "(rdma-core, libibverbs-dev) was missing at build time");
+	snprintf(why, n, "hand-written verbs are not implemented, and <infiniband/verbs.h> (rdma-core, "
+		 "libibverbs-dev) was missing at build time; p2p-ucx drives RDMA through UCX");
 #endif
 	return -1;
 }

@@ -173,6 +173,30 @@ int xfer_sock_wait(int fd, int wait_ms, xfer_err *err)
 	}
 }
 
+int xfer_sock_peek(int fd, void *p, size_t n, const char *peer, int timeout_ms, xfer_err *err)
+{
+	double deadline = xfer_now() + timeout_ms / 1e3;
+	for (;;) {
+		ssize_t r = recv(fd, p, n, MSG_PEEK | MSG_DONTWAIT);
+		if (r == (ssize_t)n) return 0;
+		if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+			return io_fail(err, "first message", peer, timeout_ms, r);
+		int left = (int)((deadline - xfer_now()) * 1e3);
+		if (left <= 0) {
+			errno = EAGAIN;
+			return io_fail(err, "first message", peer, timeout_ms, -1);
+		}
+		/* a partial message: wait a little for the rest (POLLIN stays set) */
+		struct pollfd q = { .fd = fd, .events = POLLIN };
+		if (r > 0) {
+			struct timespec ts = { 0, 1000000L };
+			nanosleep(&ts, NULL);
+		} else if (poll(&q, 1, left) < 0 && errno != EINTR) {
+			return xfer_fail_errno(err, XFER_EIO, "poll");
+		}
+	}
+}
+
 /* ---- status messages: u32 code, u32 length, text ---- */
 
 int xfer_sock_send_status(int fd, const xfer_err *st, int timeout_ms, xfer_err *err)
@@ -188,6 +212,11 @@ int xfer_sock_recv_status(int fd, const char *peer, int timeout_ms, xfer_err *er
 {
 	uint32_t h[2];
 	if (xfer_sock_recv(fd, h, sizeof h, "status", peer, timeout_ms, err) != 0) return -1;
+	return xfer_sock_status_rest(fd, h, peer, timeout_ms, err);
+}
+
+int xfer_sock_status_rest(int fd, const uint32_t h[2], const char *peer, int timeout_ms, xfer_err *err)
+{
 	if (h[0] == 0) return 0;
 	char msg[sizeof err->msg];
 	size_t k = h[1] < sizeof msg - 1 ? h[1] : sizeof msg - 1;
@@ -196,4 +225,31 @@ int xfer_sock_recv_status(int fd, const char *peer, int timeout_ms, xfer_err *er
 				 xfer_code_name((xfer_code)h[0]));
 	msg[k] = 0;
 	return xfer_fail(err, h[0] <= XFER_ENOVERSION ? (xfer_code)h[0] : XFER_EPEER, "the %s reported: %s", peer, msg);
+}
+
+/* ---- p2p version headers ---- */
+
+int xfer_sock_send_vhead(int fd, const xfer_endpoint *ep, uint64_t v, xfer_err *err)
+{
+	xfer_vhead h = { .ntensors = (uint32_t)ep->m->n, .version = v, .total = ep->m->bytes };
+	memcpy(h.magic, "SKV1", 4);
+	return xfer_sock_send(fd, &h, sizeof h, "version header", "receiver", ep->cfg.timeout_ms, err);
+}
+
+int xfer_sock_recv_vhead(int fd, const xfer_endpoint *ep, int wait_ms, double t0, uint64_t *v, xfer_err *err)
+{
+	if (wait_ms >= 0) {
+		wait_ms -= (int)((xfer_now() - t0) * 1e3);
+		if (wait_ms < 0) wait_ms = 0;
+	}
+	if (xfer_sock_wait(fd, wait_ms, err) != 0) return 1;
+	xfer_vhead h;
+	if (xfer_sock_recv(fd, &h, sizeof h, "version header", "sender", ep->cfg.timeout_ms, err) != 0) return -1;
+	if (memcmp(h.magic, "SKV1", 4) != 0 || h.ntensors != ep->m->n || h.total != ep->m->bytes)
+		return xfer_fail(err, XFER_EFORMAT, "malformed version header");
+	if (h.version <= ep->stats.version)
+		return xfer_fail(err, XFER_EFORMAT, "version %llu is not newer than %llu", (unsigned long long)h.version,
+				 (unsigned long long)ep->stats.version);
+	*v = h.version;
+	return 0;
 }

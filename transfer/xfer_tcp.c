@@ -60,12 +60,6 @@ typedef struct {
 	uint64_t session, bucket_bytes, manifest_len;
 } hello;
 
-typedef struct {
-	char magic[4];
-	uint32_t ntensors;
-	uint64_t version, total;
-} vhead;
-
 /* After the data: the xxh3-128 of every tensor, computed while it was sent
  * (so the sender reads its weights once for the network and once for the
  * hash, concurrently, and a device source crosses PCIe once). */
@@ -81,11 +75,10 @@ typedef struct {
 } shead;
 
 _Static_assert(sizeof(hello) == 48, "hello is 48 bytes on the wire");
-_Static_assert(sizeof(vhead) == 24, "vhead is 24 bytes on the wire");
 _Static_assert(sizeof(shead) == 40, "shead is 40 bytes on the wire");
 
 typedef struct {
-	int lfd, ctl, nstreams, connected;
+	int lfd, lfd_shared, ctl, nstreams, connected;
 	int data[MAX_STREAMS];
 	uint64_t session, bucket_bytes;
 	xfer_span *chunks;
@@ -220,8 +213,12 @@ static int tcp_setup(xfer_endpoint *ep, xfer_err *err)
 	if (!s->sums || !s->got) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	if (ep->cfg.role == XFER_RECEIVER) {
 		s->direct = !ep->cfg.keep_previous && !s->any_cuda;
-		s->lfd = xfer_sock_listen(ep->cfg.p2p.host, ep->cfg.p2p.port, &ep->port, err);
-		if (s->lfd < 0) return -1;
+		if (ep->shared_lfd >= 0) {
+			s->lfd = ep->shared_lfd; /* the p2p chooser's */
+			s->lfd_shared = 1;
+		} else if ((s->lfd = xfer_sock_listen(ep->cfg.p2p.host, ep->cfg.p2p.port, &ep->port, err)) < 0) {
+			return -1;
+		}
 	} else {
 		if (make_chunks(ep, s, ep->cfg.bucket_bytes, err) != 0) return -1;
 		if (ep->cfg.p2p.port <= 0 || ep->cfg.p2p.port > 65535)
@@ -235,7 +232,7 @@ static void tcp_teardown(xfer_endpoint *ep)
 	tcp_state *s = ep->impl;
 	if (!s) return;
 	close_session(s);
-	if (s->lfd >= 0) close(s->lfd);
+	if (s->lfd >= 0 && !s->lfd_shared) close(s->lfd);
 	const xfer_cuda_api *cu = s->slot_pinned ? xfer_cuda(NULL, 0) : NULL;
 	for (int i = 0; i < 2; i++) {
 		if (!s->slot[i]) continue;
@@ -258,7 +255,7 @@ static void tcp_abort(xfer_endpoint *ep)
 	tcp_state *s = ep->impl;
 	if (!s) return;
 	shutdown_all(s);
-	if (s->lfd >= 0) shutdown(s->lfd, SHUT_RDWR);
+	if (s->lfd >= 0 && !s->lfd_shared) shutdown(s->lfd, SHUT_RDWR);
 	pthread_mutex_lock(&s->mu);
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
@@ -411,9 +408,7 @@ static int tcp_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 	if (s->any_cuda && alloc_slots(s, err) != 0) goto err;
 	if (begin_version(s, v, err) != 0) goto err;
 	if (cu) s->slot_gen[0] = s->slot_gen[1] = UINT64_MAX; /* staged below */
-	vhead h = { .ntensors = (uint32_t)m->n, .version = v, .total = m->bytes };
-	memcpy(h.magic, "SKV1", 4);
-	if (xfer_sock_send(s->ctl, &h, sizeof h, "version header", "receiver", to, err) != 0) goto err;
+	if (xfer_sock_send_vhead(s->ctl, ep, v, err) != 0) goto err;
 	if (run_workers(s, send_worker, th, w, &started, err) != 0) goto join;
 	if (!cu) {
 		/* Hash host tensors while the streams send them. */
@@ -495,8 +490,10 @@ static int receiver_accept(xfer_endpoint *ep, tcp_state *s, int wait_ms, xfer_er
 	char *desc = NULL;
 	xfer_manifest *theirs = NULL;
 	hello h;
-	s->ctl = xfer_sock_accept(s->lfd, wait_ms, to, err);
-	if (s->ctl < 0) {
+	if (ep->pending_ctl >= 0) { /* accepted by the p2p chooser */
+		s->ctl = ep->pending_ctl;
+		ep->pending_ctl = -1;
+	} else if ((s->ctl = xfer_sock_accept(s->lfd, wait_ms, to, err)) < 0) {
 		if (err->code == XFER_ETIMEOUT) err->code = XFER_ENOVERSION;
 		return -1;
 	}
@@ -635,23 +632,11 @@ static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	XXH3_state_t *st = NULL;
 	double t0 = xfer_now();
 	if (!s->connected && receiver_accept(ep, s, wait_ms, err) != 0) return -1;
-	if (wait_ms >= 0) {
-		wait_ms -= (int)((xfer_now() - t0) * 1e3);
-		if (wait_ms < 0) wait_ms = 0;
-	}
-	if (xfer_sock_wait(s->ctl, wait_ms, err) != 0) return -1; /* session stays */
-	vhead h;
-	if (xfer_sock_recv(s->ctl, &h, sizeof h, "version header", "sender", to, err) != 0) goto err;
-	if (memcmp(h.magic, "SKV1", 4) != 0 || h.ntensors != m->n || h.total != m->bytes) {
-		xfer_fail(err, XFER_EFORMAT, "malformed version header");
-		goto err;
-	}
-	if (h.version <= ep->stats.version) {
-		xfer_fail(err, XFER_EFORMAT, "version %llu is not newer than %llu", (unsigned long long)h.version,
-			  (unsigned long long)ep->stats.version);
-		goto err;
-	}
-	if (begin_version(s, h.version, err) != 0) goto err;
+	uint64_t hv = 0;
+	int got = xfer_sock_recv_vhead(s->ctl, ep, wait_ms, t0, &hv, err);
+	if (got > 0) return -1; /* no version yet: the session stays */
+	if (got < 0) goto err;
+	if (begin_version(s, hv, err) != 0) goto err;
 	/* a journal per stream of this session (stripes are disjoint) */
 	if (xfer_stripe_journals(ep, s->j, MAX_STREAMS, s->direct || !ep->cfg.keep_previous ? 0 : s->nstreams,
 				 s->bucket_bytes, s->any_cuda, err) != 0)
@@ -714,12 +699,18 @@ join:
 	XXH3_freeState(st);
 	ep->stats.bytes_moved = m->bytes;
 	ep->stats.staging_peak = s->direct ? 0 : 2 * s->slot_bytes;
-	*version = h.version;
+	*version = hv;
 	return 0;
 err:
 	if (st) XXH3_freeState(st);
 	close_session(s);
 	return -1;
+}
+
+static int tcp_connected(const xfer_endpoint *ep)
+{
+	const tcp_state *s = ep->impl;
+	return s && s->connected;
 }
 
 const xfer_path_ops xfer_tcp_ops = {
@@ -730,4 +721,5 @@ const xfer_path_ops xfer_tcp_ops = {
 	.receive = tcp_receive,
 	.abort = tcp_abort,
 	.teardown = tcp_teardown,
+	.connected = tcp_connected,
 };

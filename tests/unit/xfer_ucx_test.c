@@ -1,0 +1,117 @@
+/* tests/unit/xfer_ucx_test.c: p2p-ucx between two processes on one host,
+ * with UCX over TCP (UCX_TLS=tcp) and over shared memory (UCX_TLS=sm), the
+ * same scenarios as p2p-tcp (xfer_p2p_cases.h); then what "p2p" chooses
+ * and says, and what xfer_probe("p2p-ucx") lists.  UCX (libucp.so.0) must
+ * be installed: tools/deps.sh installs libucx-dev, which brings it. */
+#include "tests/unit/xfer_p2p_cases.h"
+
+#include <stdlib.h>
+
+/* Every test runs in its own process (t_main forks), so UCX_TLS set here
+ * holds for that test's sender and receiver alone. */
+static void use_ucx(const char *tls)
+{
+	char why[512];
+	setenv("UCX_TLS", tls, 1);
+	p2p_path = "p2p-ucx";
+	if (xfer_probe("p2p-ucx", why, sizeof why) != 0) T_FAIL("p2p-ucx cannot run here: %s", why);
+}
+
+/* Buckets of 8 KiB: every tensor of the model, and one of 20 kB larger
+ * than a bucket, in about 150 chunks per version. */
+#define UCX_CASES(tls, name)                                                                            \
+	T_TEST(xfer_ucx_##name##_roundtrip_staged) { use_ucx(tls); roundtrip(1, 3, 8192, 20000); }     \
+	T_TEST(xfer_ucx_##name##_roundtrip_direct) { use_ucx(tls); roundtrip(0, 2, 8192, 20000); }     \
+	T_TEST(xfer_ucx_##name##_corrupt_bucket_undone) { use_ucx(tls); corrupt_keeps_old_version(); } \
+	T_TEST(xfer_ucx_##name##_receiver_killed_ends_sender) { use_ucx(tls); receiver_vanishes(1); }  \
+	T_TEST(xfer_ucx_##name##_receiver_stopped_ends_sender_by_watchdog)                              \
+	{                                                                                               \
+		use_ucx(tls);                                                                           \
+		receiver_vanishes(0);                                                                   \
+	}                                                                                               \
+	T_TEST(xfer_ucx_##name##_sender_dies_receiver_keeps_old_version)                                \
+	{                                                                                               \
+		use_ucx(tls);                                                                           \
+		sender_dies_receiver_keeps_old_version();                                               \
+	}
+
+UCX_CASES("tcp", tcp)
+UCX_CASES("sm", sm)
+
+T_TEST(xfer_ucx_manifest_mismatch) { use_ucx("sm"); manifest_mismatch(); }
+
+T_TEST(xfer_ucx_probe_lists_transports)
+{
+	char why[512];
+	setenv("UCX_TLS", "tcp,sm", 1);
+	T_EQ(xfer_probe("p2p-ucx", why, sizeof why), 0);
+	T_CHECK(strstr(why, "tcp/lo") && strstr(why, "posix/memory"));
+	T_CHECK(strstr(why, "no RDMA transport")); /* no RDMA device on this machine */
+	T_EQ(xfer_probe("p2p", why, sizeof why), 0);
+	T_CHECK(strstr(why, "p2p-ucx") && strstr(why, "p2p-tcp"));
+	setenv("UCX_TLS", "rc", 1); /* nothing UCX can use here */
+	T_EQ(xfer_probe("p2p-ucx", why, sizeof why), -1);
+	T_CHECK(strstr(why, "UCX") && strstr(why, "could not start"));
+}
+
+/* "p2p" on both ends of one host: UCX shared memory when UCX offers it,
+ * p2p-tcp when UCX_TLS leaves only TCP; both ends say which and why. */
+static void p2p_chooses(const char *tls, const char *want_path, const char *want_note)
+{
+	setenv("UCX_TLS", tls, 1);
+	p2p_path = "p2p";
+	uint64_t seed = t_seed();
+	sk_rng r;
+	sk_rng_seed(&r, seed);
+	tmodel tr, en;
+	tm_make(&tr, &r, 20000, 1);
+	tm_make(&en, &r, 20000, 0);
+	xfer_endpoint *rcv = open_ep(XFER_RECEIVER, en.m, 0, 1, 2, 8192, 5000);
+	T_STREQ(xfer_endpoint_path(rcv), "p2p");
+	T_CHECK(strstr(xfer_endpoint_note(rcv), "chosen with each peer"));
+	int port = xfer_endpoint_port(rcv);
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		xfer_err e;
+		uint64_t v;
+		int rc = 0;
+		for (int i = 1; i <= 2 && !rc; i++) {
+			if (xfer_receive(rcv, 10000, &v, &e) != 0) {
+				printf("  receiver: %s\n", e.msg);
+				rc = 1;
+			} else if (v != (uint64_t)i || !tm_equal(&en, &tr) ||
+				   strcmp(xfer_endpoint_path(rcv), want_path) != 0 ||
+				   !strstr(xfer_endpoint_note(rcv), want_note)) {
+				printf("  receiver: v%llu on %s (%s)\n", (unsigned long long)v, xfer_endpoint_path(rcv),
+				       xfer_endpoint_note(rcv));
+				rc = 2;
+			}
+			if (i == 1) tm_step(&tr, &r, 0.1); /* as the sender does */
+		}
+		fflush(stdout);
+		_exit(rc);
+	}
+	xfer_close(&rcv);
+	xfer_endpoint *snd = open_ep(XFER_SENDER, tr.m, port, 1, 2, 8192, 5000);
+	T_XOK(xfer_send(snd, 1, err_));
+	T_STREQ(xfer_endpoint_path(snd), want_path);
+	T_CHECK(strstr(xfer_endpoint_note(snd), want_note));
+	tm_step(&tr, &r, 0.1);
+	T_XOK(xfer_send(snd, 2, err_));
+	T_STREQ(xfer_endpoint_path(snd), want_path);
+	T_EQ(t_wait_child(pid, 20000), 0);
+	xfer_close(&snd);
+	tm_free(&tr);
+	tm_free(&en);
+}
+
+T_TEST(xfer_ucx_p2p_chooses_shared_memory_on_one_host)
+{
+	p2p_chooses("sm,tcp", "p2p-ucx", "shared memory (both ends on host");
+}
+
+T_TEST(xfer_ucx_p2p_chooses_tcp_without_rdma_or_shared_memory)
+{
+	p2p_chooses("tcp", "p2p-tcp", "p2p-tcp: no RDMA transport in UCX here");
+}

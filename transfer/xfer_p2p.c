@@ -1,0 +1,166 @@
+/* transfer/xfer_p2p.c: the "p2p" path, which agrees with each peer on
+ * p2p-ucx or p2p-tcp.
+ *
+ * Whether UCX can beat TCP depends on both ends: RDMA needs a NIC that UCX
+ * drives on each side, shared memory needs both processes on one host.  So
+ * the choice is made per session, by the receiver, from what the sender's
+ * p2p-ucx hello says (its UCX transports and its boot id) and what its own
+ * UCX offers: UCX when both offer RDMA, or both share a host and offer
+ * shared memory; else p2p-tcp.  The chooser holds one endpoint of each path
+ * (xfer_sub_open) over one listening socket: it accepts each control
+ * connection itself, peeks at the magic of the first message and hands the
+ * socket to the path that speaks it.  A sender told "p2p-tcp" reconnects
+ * with p2p-tcp's hello and stays on it; its note, and the receiver's, say
+ * what was chosen and why (xfer_endpoint_note), and xfer_endpoint_path the
+ * path that ran last. */
+#include "transfer/xfer_sock.h"
+#include "transfer/xfer_ucp.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+enum { SUB_UCX = 0, SUB_TCP = 1 };
+
+typedef struct {
+	xfer_endpoint *sub[2];
+	int active; /* the sub whose session runs, or -1 */
+	int lfd;
+} p2p_state;
+
+static int p2p_probe(char *why, size_t n)
+{
+	int kinds = 0;
+	char tls[512], w[256];
+	if (xfer_ucx_offers(&kinds, tls, sizeof tls, w, sizeof w) != 0) {
+		snprintf(why, n, "p2p-tcp (p2p-ucx unavailable: %s)", w);
+		return 0;
+	}
+	snprintf(why, n, "p2p-ucx with a peer whose UCX offers RDMA too%s, or on this host (shared memory%s); "
+		 "else p2p-tcp (UCX offers %s)",
+		 kinds & XFER_UCX_RDMA ? "" : " (none here)", kinds & XFER_UCX_SHM ? "" : ": none here", tls);
+	return 0;
+}
+
+static int p2p_setup(xfer_endpoint *ep, xfer_err *err)
+{
+	p2p_state *s = calloc(1, sizeof *s);
+	if (!s) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	ep->impl = s;
+	s->active = -1;
+	s->lfd = -1;
+	if (ep->cfg.role == XFER_RECEIVER) {
+		if ((s->lfd = xfer_sock_listen(ep->cfg.p2p.host, ep->cfg.p2p.port, &ep->port, err)) < 0) return -1;
+		if (!(s->sub[SUB_UCX] = xfer_sub_open(ep, &xfer_ucx_ops, s->lfd, 1, err)) ||
+		    !(s->sub[SUB_TCP] = xfer_sub_open(ep, &xfer_tcp_ops, s->lfd, 0, err)))
+			return -1;
+	} else if (!(s->sub[SUB_UCX] = xfer_sub_open(ep, &xfer_ucx_ops, -1, 1, err))) {
+		return -1;
+	}
+	char why[384];
+	p2p_probe(why, sizeof why);
+	snprintf(ep->note, sizeof ep->note, "chosen with each peer: %s", why);
+	return 0;
+}
+
+static void p2p_teardown(xfer_endpoint *ep)
+{
+	p2p_state *s = ep->impl;
+	if (!s) return;
+	xfer_sub_close(&s->sub[SUB_UCX]);
+	xfer_sub_close(&s->sub[SUB_TCP]);
+	if (s->lfd >= 0) close(s->lfd);
+	free(s);
+	ep->impl = NULL;
+}
+
+static void p2p_abort(xfer_endpoint *ep)
+{
+	p2p_state *s = ep->impl;
+	if (!s) return;
+	for (int i = 0; i < 2; i++)
+		if (s->sub[i]) xfer_abort(s->sub[i]);
+	if (s->lfd >= 0) shutdown(s->lfd, SHUT_RDWR);
+}
+
+/* One call on a sub-endpoint, its figures passed through. */
+static int run_sub(xfer_endpoint *ep, xfer_endpoint *sub, int wait_ms, uint64_t v, uint64_t *got, xfer_err *err)
+{
+	sub->stats = ep->stats;
+	int rc = ep->cfg.role == XFER_SENDER ? sub->ops->send(sub, v, err) : sub->ops->receive(sub, wait_ms, got, err);
+	ep->stats = sub->stats;
+	if (rc == 0) ep->run_path = sub->ops->name;
+	return rc;
+}
+
+static int p2p_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
+{
+	p2p_state *s = ep->impl;
+	int i = s->active >= 0 ? s->active : SUB_UCX;
+	char why[256];
+	int rc = run_sub(ep, s->sub[i], -1, v, NULL, err);
+	if (rc != 0 && i == SUB_UCX && xfer_ucx_fell_back(s->sub[i], why, sizeof why)) {
+		/* the receiver chose p2p-tcp: connect again with it, and stay */
+		if (!s->sub[SUB_TCP] && !(s->sub[SUB_TCP] = xfer_sub_open(ep, &xfer_tcp_ops, -1, 0, err))) return -1;
+		snprintf(ep->note, sizeof ep->note, "%s", why);
+		i = SUB_TCP;
+		rc = run_sub(ep, s->sub[i], -1, v, NULL, err);
+	}
+	if (rc == 0) {
+		if (i == SUB_UCX) snprintf(ep->note, sizeof ep->note, "%s", s->sub[i]->note);
+		s->active = i;
+	}
+	return rc;
+}
+
+static int p2p_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err)
+{
+	p2p_state *s = ep->impl;
+	int to = ep->cfg.timeout_ms;
+	double t0 = xfer_now();
+	for (;;) {
+		int left = wait_ms;
+		if (wait_ms >= 0) {
+			left = wait_ms - (int)((xfer_now() - t0) * 1e3);
+			if (left < 0) left = 0;
+		}
+		if (s->active < 0 || !s->sub[s->active]->ops->connected(s->sub[s->active])) {
+			/* the next sender: which path does it speak? */
+			int fd = xfer_sock_accept(s->lfd, left, to, err);
+			if (fd < 0) {
+				if (err->code == XFER_ETIMEOUT) err->code = XFER_ENOVERSION;
+				return -1;
+			}
+			char magic[8];
+			if (xfer_sock_peek(fd, magic, sizeof magic, "sender", to, err) != 0) {
+				close(fd);
+				return -1;
+			}
+			s->active = memcmp(magic, "SKUCX1\0", 8) == 0 ? SUB_UCX : SUB_TCP;
+			s->sub[s->active]->pending_ctl = fd;
+		}
+		xfer_endpoint *sub = s->sub[s->active];
+		char why[256];
+		int rc = run_sub(ep, sub, left, 0, version, err);
+		if (rc != 0 && s->active == SUB_UCX && xfer_ucx_fell_back(sub, why, sizeof why)) {
+			snprintf(ep->note, sizeof ep->note, "%s", why); /* the sender comes back with p2p-tcp */
+			s->active = -1;
+			continue;
+		}
+		if (rc == 0 && s->active == SUB_UCX) snprintf(ep->note, sizeof ep->note, "%s", sub->note);
+		else if (rc == 0 && strncmp(ep->note, "p2p-tcp", 7) != 0)
+			snprintf(ep->note, sizeof ep->note, "p2p-tcp: the sender runs p2p-tcp (it has no UCX, or asked for it)");
+		return rc;
+	}
+}
+
+const xfer_path_ops xfer_p2p_ops = {
+	.name = "p2p",
+	.probe = p2p_probe,
+	.setup = p2p_setup,
+	.send = p2p_send,
+	.receive = p2p_receive,
+	.abort = p2p_abort,
+	.teardown = p2p_teardown,
+};
