@@ -224,7 +224,8 @@ void xfer_ucp_ep_lanes(const xfer_ucp_api *u, ucp_ep_h ep, char *out, size_t n)
 	if (!am[0] && !rma[0]) snprintf(out, n, "lanes unknown");
 	else if (puts) snprintf(out, n, "one-sided puts on %d RMA lane%s (lanes: %s%s%s)", puts, puts > 1 ? "s" : "", am,
 			       am[0] && rma[0] ? " " : "", rma);
-	else snprintf(out, n, "puts emulated over active messages on %s (UCX has no RMA lane for this memory)", am);
+	else snprintf(out, n, "lanes: %s%s%s; no RMA lane listed (UCX 1.13 then emulates puts over active messages; "
+		      "newer UCX lists its protocols elsewhere)", am, am[0] && rma[0] ? " " : "", rma);
 }
 
 /* ---- what UCX offers, kept per UCX_TLS / UCX_NET_DEVICES ---- */

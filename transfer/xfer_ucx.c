@@ -6,8 +6,12 @@
  * ucp_put_nbx, waits for remote completion with ucp_ep_flush_nbx, then tells
  * the receiver on the TCP control stream, with the chunk's checksums.  The
  * same code runs over RDMA (rc, dc, ud: the NIC writes the receiver's
- * memory), shared memory (cma: the kernel copies between the two processes)
- * or UCX's TCP, whichever UCX picks under UCX_TLS and UCX_NET_DEVICES.
+ * memory), shared memory (the receiver's slots are allocated by UCX in
+ * sysv/posix shared memory, which the sender attaches and writes with
+ * memcpy: UCX 1.13 puts need a transport with short and bcopy puts, so cma
+ * is not used) or UCX's TCP (puts emulated over active messages: the
+ * receiver makes progress while it checks), whichever UCX picks under
+ * UCX_TLS and UCX_NET_DEVICES (docs/transfer.md).
  *
  *   control  sender: hello (stripes, bucket size, its UCX kinds, boot id)
  *            + manifest text; receiver: status, then a reply (UCX, or "use
