@@ -2,7 +2,10 @@
  *
  *   agent_main.c   start-up, data directory, signals, the membership pump
  *   agent_net.c    the gossip sockets: UDP, and TCP streams on the same port
- *   agent_ctl.c    the control endpoint (ZeroMQ ROUTER) and its commands
+ *   agent_ctl.c    the control endpoints (TCP and Unix socket): who may ask what,
+ *                  and the node's own commands
+ *   agent_wire.c   the control channel's bounded framed transport
+ *   agent_auth.c   roles, command classes, the replay cache
  *   agent_rpc.c    one request/response to a control endpoint (skeinctl, fan-out)
  *   agent_crypto.c keyring and AES-GCM
  *   agent_opts.c   flags, environment, config file
@@ -21,9 +24,13 @@
 #include <ev.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
+#include "agent/agent_auth.h"
 #include "agent/agent_crypto.h"
 #include "agent/agent_opts.h"
+#include "agent/agent_rpc.h"
+#include "agent/agent_wire.h"
 #include "common/sk_buf.h"
 #include "common/sk_rng.h"
 #include "membership/mbr.h"
@@ -33,14 +40,18 @@ typedef struct agent_head agent_head;
 typedef struct agent_jobs agent_jobs;
 
 /* Who asked a control request, so that the answer can be sent later (a
- * write answered once committed, a request forwarded to the head). */
+ * write answered once committed, a request forwarded to the head), and
+ * what it proved about itself (agent_auth.h). */
 typedef struct {
-	uint8_t id[256];           /* the ROUTER identity */
-	size_t idlen;
-	void *sock;                /* the ROUTER it came in on */
-	bool remote;               /* on the cluster endpoint, not the local --rpc */
+	wire_id conn;              /* where the answer goes; 0: nobody waits */
+	agent_role role;
+	bool remote;               /* over TCP, not the local Unix socket */
 	bool sealed;               /* answer sealed with `key` (the request's key) */
+	bool operator_key;         /* ... an operator key: the operator answer's associated data */
 	agent_key key;
+	bool has_nonce;
+	uint8_t nonce[AUTH_NONCE]; /* echoed in the answer */
+	char sender[MBR_NAME_MAX + 1]; /* the sending agent, as its sealed request says */
 } agent_client;
 
 typedef struct {
@@ -59,6 +70,12 @@ typedef struct {
 	uint64_t drop_send;        /* the OS refused a send */
 	uint64_t tcp_timeouts, tcp_refused;
 	uint64_t ctl_requests, ctl_rejected;
+	uint64_t ctl_auth_failed;      /* sealed with no key of ours, or plaintext where a key is needed */
+	uint64_t ctl_refused_role;     /* authenticated, but not allowed that command */
+	uint64_t ctl_refused_replay;   /* a nonce seen before, or the replay cache full */
+	uint64_t ctl_refused_skew;     /* time outside the window */
+	uint64_t ctl_refused_recipient;/* addressed to another agent */
+	uint64_t ctl_refused_order;    /* an order not from the head we know, at its term */
 } agent_counters;
 
 typedef struct agent {
@@ -86,11 +103,15 @@ typedef struct agent {
 	double leave_started;
 
 	agent_keyring kr;          /* n == 0: plaintext */
+	agent_keyring op_rw, op_ro;/* operator keys (--operator-key-file, --operator-read-key-file) */
+	gid_t operator_gid;        /* --operator-group, or (gid_t)-1 */
 
-	void *zctx, *zrouter, *zcluster;
-	ev_io zmq_w, zcluster_w;
+	wire *wire;                /* the control endpoints and every control connection */
+	agent_replay *replay;
 	char rpc_bound[64];
 	char rpc_advertised[64];   /* where other agents reach our control endpoint */
+	char control_socket[256];  /* the Unix socket's path */
+	char run_dir[256];         /* a private 0700 folder for sockets and logs without --data-dir */
 
 	sk_rng rng;                /* debug drops */
 	double drop_in, drop_out;
@@ -120,6 +141,11 @@ void agent_net_send(agent *a, const mbr_out *o);
 /* agent_ctl.c */
 int agent_ctl_open(agent *a, char *err, size_t errlen);
 void agent_ctl_close(agent *a);
+/* How this agent seals what it sends to other agents. */
+agent_rpc_cred agent_ctl_cred(agent *a);
+/* (Re)reads --operator-key-file and --operator-read-key-file; on error the
+ * keys in use stay. */
+int agent_ctl_load_operator_keys(agent *a, char *err, size_t errlen);
 /* Answers a request whose handler deferred its reply. */
 void agent_ctl_send(agent *a, const agent_client *c, int code, const char *error, const char *body);
 void agent_reply_fail(agent_reply *r, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -158,6 +184,8 @@ int agent_head_propose(agent *a, const agent_client *c, agent_reply *r, uint8_t 
 		       const char *body, uint64_t *index);
 /* One-way control message to a member's control endpoint (sealed). */
 int agent_head_send(agent *a, const char *to, const struct Skein__Control__Request *q);
+/* The answer to a forwarded request (data NULL: none came, `why`). */
+void agent_head_answer(agent *a, void *cookie, const uint8_t *data, size_t len, const char *why);
 /* Forwards a request to the head, or to a named agent; the answer is relayed. */
 void agent_head_forward(agent *a, const struct Skein__Control__Request *q, const agent_client *c, agent_reply *r);
 void agent_head_forward_node(agent *a, const struct Skein__Control__Request *q, const agent_client *c,

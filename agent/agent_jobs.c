@@ -906,8 +906,10 @@ static void assign_local(agent *a, const Skein__Jobs__Assignment *as)
 	snprintf(J->head, sizeof J->head, "%s", as->head);
 	size_t n = as->n_members;
 	sup_spec *sp = calloc(n ? n : 1, sizeof *sp);
-	char rpc_env[100];
-	snprintf(rpc_env, sizeof rpc_env, "SKEIN_RPC=%s", a->rpc_bound);
+	/* members reach their agent on its Unix socket: they run as its user,
+	 * so they need no key (and get none, see agent_sup.c) */
+	char rpc_env[300];
+	snprintf(rpc_env, sizeof rpc_env, "SKEIN_RPC=unix:%s", a->control_socket);
 	if (!sp) return;
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -1000,9 +1002,22 @@ bool agent_jobs_dispatch(agent *a, const Skein__Control__Request *q, const agent
 {
 	const char *cmd = q->cmd;
 	if (!strcmp(cmd, "assign")) {
-		/* one-way, from the head (the term was checked by the fence) */
+		/* one-way, and only from the agent this agent's own view (Raft, or
+		 * gossip sealed with the cluster key) holds as the head, at exactly
+		 * that term: an order from anyone else, or from a head this agent
+		 * has seen replaced, or a term that would raise the fence, is not
+		 * taken (the head sends its orders again every round) */
 		r->deferred = true;
-		if (!q->term || a->jobs->closing) { a->cnt.ctl_rejected++; return true; }
+		if (a->jobs->closing) return true;
+		char head[MBR_NAME_MAX + 1];
+		uint64_t term;
+		agent_head_known(a, head, sizeof head, &term, NULL, 0);
+		if (!q->term || !c->sender[0] || strcmp(c->sender, head) || q->term != term) {
+			a->cnt.ctl_refused_order++;
+			SK_DEBUG("jobs", "order refused: from '%s' at term %llu, the head is '%s' at term %llu", c->sender,
+				 (unsigned long long)q->term, head, (unsigned long long)term);
+			return true;
+		}
 		Skein__Jobs__Assignment *as = skein__jobs__assignment__unpack(NULL, q->payload.len, q->payload.data);
 		if (!as) { a->cnt.ctl_rejected++; return true; }
 		assign_local(a, as);

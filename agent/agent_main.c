@@ -428,7 +428,10 @@ static void sig_cb(struct ev_loop *loop, ev_signal *w, int revents)
 		sk_log_level lvl;
 		if (sk_log_parse_level(a->opts.log_level, &lvl) == 0) sk_log_set_level(lvl);
 		agent_update_meta(a);
-		SK_INFO("agent", "reloaded: %d tags, log level %s", a->opts.ntag, a->opts.log_level);
+		if (agent_ctl_load_operator_keys(a, err, sizeof err) < 0)
+			SK_ERROR("agent", "operator keys not reloaded, the old ones stay: %s", err);
+		SK_INFO("agent", "reloaded: %d tags, log level %s, %d operator keys (%d read-only)", a->opts.ntag,
+			a->opts.log_level, a->op_rw.n + a->op_ro.n, a->op_ro.n);
 		return;
 	}
 	if (a->leaving) {
@@ -466,6 +469,29 @@ static int pick_advertise(agent *a, char *err, size_t errlen)
 		break;
 	}
 	freeifaddrs(ifs);
+	return 0;
+}
+
+/* Without --data-dir: a private folder for the control socket (and member
+ * logs), 0700, made by us with mkdtemp so nobody can have planted it:
+ * under $XDG_RUNTIME_DIR when that is ours, else under /tmp. */
+static int private_run_dir(agent *a, char *err, size_t errlen)
+{
+	const char *base = getenv("XDG_RUNTIME_DIR");
+	struct stat st;
+	if (!base || !*base || lstat(base, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+	    (st.st_mode & 077))
+		base = "/tmp";
+	char name[64];
+	snprintf(name, sizeof name, "%.40s", a->opts.name);
+	for (char *p = name; *p; p++)
+		if (*p == '/') *p = '_';
+	if (snprintf(a->run_dir, sizeof a->run_dir, "%s/skeind-%s.XXXXXX", base, name) >= (int)sizeof a->run_dir ||
+	    !mkdtemp(a->run_dir)) {
+		snprintf(err, errlen, "cannot make a private folder under %s: %s", base, strerror(errno));
+		a->run_dir[0] = 0;
+		return -1;
+	}
 	return 0;
 }
 
@@ -533,8 +559,20 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 	*exit_code = 1;
 	if (next_generation(a, err, sizeof err) < 0) goto fatal;
 	if (load_keys(a, err, sizeof err) < 0) goto fatal;
-	if (!a->kr.n)
-		SK_WARN("agent", "no key: gossip and control are NOT encrypted (set --key-file or SKEIN_KEY)");
+	/* A cluster without a key lets anyone who reaches a port run commands
+	 * as root on every node: refused unless the operator says --insecure. */
+	if (!a->kr.n && !a->opts.insecure && (a->opts.njoin > 0 || atoi(a->opts.bootstrap_expect) > 1)) {
+		snprintf(err, sizeof err, "a cluster needs a key (--key-file or SKEIN_KEY; `skeinctl keygen` makes one): "
+					  "without one, anyone who reaches its ports runs commands as root; --insecure "
+					  "allows it for tests on one machine");
+		*exit_code = 2;
+		goto usage;
+	}
+	if (a->opts.insecure)
+		SK_WARN("agent", "--insecure: every command is accepted from anyone who reaches the control endpoint");
+	else if (!a->kr.n)
+		SK_WARN("agent", "no key: gossip is NOT encrypted and TCP control is read-only (set --key-file)");
+	if (!a->opts.data_dir[0] && !a->opts.control_socket[0] && private_run_dir(a, err, sizeof err) < 0) goto fatal;
 
 	mbr_self self = { .name = a->opts.name, .addr = a->adv, .generation = a->generation,
 			  .seed = a->generation ^ (uint64_t)getpid() * 0x9e3779b97f4a7c15ULL };
@@ -562,9 +600,10 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 	ev_signal_start(a->loop, &a->sig_hup);
 
 	char addr[64];
-	SK_INFO("agent", "skeind %s started: gossip %s (advertised %s), control %s, profile %s, generation %llu, %d GPUs (%s)",
+	SK_INFO("agent", "skeind %s started: gossip %s (advertised %s), control %s and unix:%s, profile %s, "
+			 "generation %llu, %d GPUs (%s)",
 		a->opts.name, a->opts.bind, mbr_addr_format(&a->adv, addr, sizeof addr), a->rpc_bound,
-		a->opts.profile, (unsigned long long)a->generation, a->gpus, a->gpu_source);
+		a->control_socket, a->opts.profile, (unsigned long long)a->generation, a->gpus, a->gpu_source);
 
 	ev_timer_init(&a->join_timer, join_timer_cb, 0.0, 0);
 	a->join_timer.data = a;
@@ -591,6 +630,10 @@ static void teardown(agent *a)
 	}
 	join_dns_cancel();
 	mbr_destroy(&a->mbr);
+	if (a->run_dir[0]) {
+		if (a->control_socket[0]) unlink(a->control_socket);
+		rmdir(a->run_dir); /* only when empty: member logs stay */
+	}
 	agent_opts_free(&a->opts);
 }
 

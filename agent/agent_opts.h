@@ -24,6 +24,11 @@ typedef struct {
 	char log_level[16];
 	char log_format[16];
 	char config[OPTS_STR];
+	char control_socket[OPTS_STR];
+	char operator_key_file[OPTS_STR];
+	char operator_read_key_file[OPTS_STR];
+	char operator_group[64];
+	bool insecure;
 	bool enable_debug;
 	bool head_eligible;
 	char bootstrap_expect[16];   /* a number; "0" = never bootstrap */

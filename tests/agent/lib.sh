@@ -22,6 +22,10 @@ T_DIR=$(mktemp -d /tmp/skein-test.XXXXXX)
 T_PASS=0
 T_FAIL=0
 declare -A PIDS=()
+# Tests of everything but security run their agents --insecure (every command
+# from anyone, no key needed to --join): set INSECURE= before start_agent to
+# get the safe defaults.
+INSECURE=${INSECURE---insecure}
 
 cleanup() {
 	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
@@ -37,7 +41,7 @@ start_agent() {
 	local i=$1; shift
 	mkdir -p "$T_DIR/n$i"
 	"$SKEIND" --name "n$i" --bind "127.0.0.1:$(gport "$i")" --rpc "127.0.0.1:$(rport "$i")" \
-		--data-dir "$T_DIR/n$i" "$@" >>"$T_DIR/n$i.log" 2>&1 &
+		--data-dir "$T_DIR/n$i" $INSECURE "$@" >>"$T_DIR/n$i.log" 2>&1 &
 	PIDS[$i]=$!
 }
 
