@@ -5,7 +5,7 @@
 #   tools/deps.sh install  install what is missing (root), or print the command
 #   tools/deps.sh ensure   check, then install when something is missing
 set -u
-PKGS_REQUIRED="build-essential pkg-config libev-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libssl-dev libxxhash-dev libzstd-dev libyaml-dev"
+PKGS_REQUIRED="build-essential pkg-config libev-dev libprotobuf-c-dev protobuf-c-compiler libssl-dev libxxhash-dev libzstd-dev libyaml-dev"
 # serf is only the benchmark's baseline; iproute2 gives `ip netns` to the partition tests.
 PKGS_OPTIONAL="serf iproute2"
 
