@@ -16,6 +16,7 @@
 #include <zmq.h>
 
 #include "agent/agent_rpc.h"
+#include "common/sk_text.h"
 #include "common/sk_buf.h"
 #include "common/sk_log.h"
 #include "proto/control.pb-c.h"
@@ -145,12 +146,18 @@ static void cmd_members(agent *a, const Skein__Control__Request *q, reply *r)
 			sk_buf_printf(&r->body, "},\"generation\":%llu,\"incarnation\":%u}",
 				      (unsigned long long)mi[i].generation, mi[i].incarnation);
 		} else {
+			/* names and tags come from other agents: escaped, never raw */
 			sk_buf tags;
 			sk_buf_init(&tags);
-			for (size_t t = 0; mv.pb && t < mv.pb->n_tags; t++)
-				sk_buf_printf(&tags, "%s%s=%s", t ? "," : "", mv.pb->tags[t]->key, mv.pb->tags[t]->value);
-			sk_buf_printf(&r->body, "%-24s %-22s %-8s %-5u %s\n", mi[i].name, addr, st, mv.gpus,
-				      sk_buf_str(&tags));
+			for (size_t t = 0; mv.pb && t < mv.pb->n_tags; t++) {
+				if (t) sk_buf_add(&tags, ",", 1);
+				sk_buf_text(&tags, mv.pb->tags[t]->key);
+				sk_buf_add(&tags, "=", 1);
+				sk_buf_text(&tags, mv.pb->tags[t]->value);
+			}
+			char name[4 * MBR_NAME_MAX + 1];
+			sk_buf_printf(&r->body, "%-24s %-22s %-8s %-5u %s\n", sk_text_escape(mi[i].name, name, sizeof name),
+				      addr, st, mv.gpus, sk_buf_str(&tags));
 			sk_buf_free(&tags);
 		}
 		shown++;

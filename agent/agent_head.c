@@ -31,6 +31,7 @@
 
 #include "agent/agent_rpc.h"
 #include "common/sk_log.h"
+#include "common/sk_text.h"
 #include "proto/control.pb-c.h"
 #include "proto/gossip.pb-c.h"
 #include "raft/raft.h"
@@ -845,7 +846,9 @@ static void cmd_head(agent *a, const Skein__Control__Request *q, agent_reply *r)
 		else sk_buf_printf(&r->body, "null");
 		sk_buf_printf(&r->body, ",\"term\":%llu,\"voters\":[", (unsigned long long)term);
 	} else {
-		sk_buf_printf(&r->body, "head: %s\nterm: %llu\n", head[0] ? head : "(none)", (unsigned long long)term);
+		char shown[4 * sizeof head];
+		sk_buf_printf(&r->body, "head: %s\nterm: %llu\n", head[0] ? sk_text_escape(head, shown, sizeof shown) : "(none)",
+			      (unsigned long long)term);
 		if (v && v->n) sk_buf_printf(&r->body, "%-24s %-10s %s\n", "VOTER", "STATE", "LAST_CONTACT_MS");
 	}
 	for (size_t i = 0; v && i < v->n; i++) {
@@ -864,7 +867,9 @@ static void cmd_head(agent *a, const Skein__Control__Request *q, agent_reply *r)
 			sk_buf_json_str(&r->body, v->names[i]);
 			sk_buf_printf(&r->body, ",\"state\":\"%s\",\"last_contact_ms\":%lld}", st, (long long)lc);
 		} else {
-			sk_buf_printf(&r->body, "%-24s %-10s %lld\n", v->names[i], st, (long long)lc);
+			char shown[4 * RAFT_NAME_MAX + 1];
+			sk_buf_printf(&r->body, "%-24s %-10s %lld\n", sk_text_escape(v->names[i], shown, sizeof shown), st,
+				      (long long)lc);
 		}
 	}
 	const char *stg = leader ? raft_staging(a->head->raft) : NULL;
