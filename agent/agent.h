@@ -19,6 +19,7 @@
 #define AGENT_H
 
 #include <ev.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -64,6 +65,10 @@ typedef struct {
 typedef struct agent {
 	struct ev_loop *loop;
 	agent_opts opts;
+	/* skeind's private folder (agent_files.h): the data dir, or one of its own
+	 * when none is given; member logs and state go there (and the default
+	 * control socket).  Set in start-up before agent_ctl_open. */
+	char run_dir[PATH_MAX];
 	mbr_config mcfg;
 	mbr_t *mbr;
 	mbr_addr bind, adv;

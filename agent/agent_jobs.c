@@ -1121,36 +1121,18 @@ void agent_jobs_members_changed(agent *a)
 	ev_timer_start(a->loop, &J->grace);
 }
 
-static int mkdir_p(const char *path)
-{
-	char tmp[600];
-	snprintf(tmp, sizeof tmp, "%s", path);
-	for (char *p = tmp + 1; *p; p++) {
-		if (*p != '/') continue;
-		*p = 0;
-		mkdir(tmp, 0755);
-		*p = '/';
-	}
-	return mkdir(tmp, 0755) == 0 || access(tmp, W_OK) == 0 ? 0 : -1;
-}
-
 int agent_jobs_open(agent *a, char *err, size_t errlen)
 {
 	agent_jobs *J = calloc(1, sizeof *J);
 	if (!J) { snprintf(err, errlen, "out of memory"); return -1; }
 	a->jobs = J;
-	if (a->opts.data_dir[0]) {
-		snprintf(J->log_dir, sizeof J->log_dir, "%s/logs", a->opts.data_dir);
-		snprintf(J->state_file, sizeof J->state_file, "%s/members", a->opts.data_dir);
-	} else {
-		const char *tmp = getenv("TMPDIR");
-		snprintf(J->log_dir, sizeof J->log_dir, "%s/skeind-%s/logs", tmp && *tmp ? tmp : "/tmp", a->opts.name);
-	}
-	if (mkdir_p(J->log_dir) < 0) {
-		snprintf(err, errlen, "cannot create the member log folder %s: %m", J->log_dir);
+	/* the private folder only (agent_files.h): never a shared one of a fixed name */
+	if ((size_t)snprintf(J->log_dir, sizeof J->log_dir, "%s/logs", a->run_dir) >= sizeof J->log_dir ||
+	    (size_t)snprintf(J->state_file, sizeof J->state_file, "%s/members", a->run_dir) >= sizeof J->state_file) {
+		snprintf(err, errlen, "the member log folder path is too long: %s/logs", a->run_dir);
 		return -1;
 	}
-	J->sup = sup_new(a->loop, J->log_dir, J->state_file[0] ? J->state_file : NULL, sup_event, a, err, errlen);
+	J->sup = sup_new(a->loop, J->log_dir, J->state_file, sup_event, a, err, errlen);
 	if (!J->sup) return -1;
 	ev_init(&J->kick, kick_cb);
 	J->kick.data = a;

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/agent_files.h"
 #include "common/sk_log.h"
 #include "proto/gossip.pb-c.h"
 
@@ -38,7 +39,7 @@ static int write_atomic(const char *dir, const char *name, const char *data, siz
 	char path[600], tmp[620];
 	snprintf(path, sizeof path, "%s/%s", dir, name);
 	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
 	if (fd < 0) { snprintf(err, errlen, "cannot write %s: %m", tmp); return -1; }
 	if (write(fd, data, len) != (ssize_t)len || fsync(fd) != 0) {
 		snprintf(err, errlen, "cannot write %s: %m", tmp);
@@ -531,6 +532,8 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 	if (agent_update_meta(a) < 0) { *exit_code = 2; return -1; }
 
 	*exit_code = 1;
+	if (agent_run_dir_pick(a->opts.name, a->opts.data_dir, a->run_dir, sizeof a->run_dir, err, sizeof err) < 0)
+		goto fatal;
 	if (next_generation(a, err, sizeof err) < 0) goto fatal;
 	if (load_keys(a, err, sizeof err) < 0) goto fatal;
 	if (!a->kr.n)

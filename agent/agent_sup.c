@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/agent_files.h"
 #include "common/sk_log.h"
 
 enum {
@@ -143,33 +144,26 @@ static int sup_check_id(const char *id, char *why, size_t wl)
 	return 0;
 }
 
-/* <log_dir>/<job>/<member>.log; dir (optional) gets <log_dir>/<job>. */
-static int sup_log_path(const sup *s, const char *id, char *path, size_t cap, char *dir, size_t dcap)
+/* Opens <log_dir>/<job>/<member>.log, each step checked (agent_files.h: ours,
+ * no link, 0700 folders, 0600 file); `create` makes what is missing.  -1
+ * with why (a bad id, a link, not ours, ...). */
+static int sup_log_open(const sup *s, const char *id, int flags, bool create, char *why, size_t wl)
 {
-	char why[64];
-	if (!s->log_dir || sup_check_id(id, why, sizeof why) != 0) return -1;
-	const char *slash = strchr(id, '/');
-	int jl = (int)(slash - id);
-	if (dir && (size_t)snprintf(dir, dcap, "%s/%.*s", s->log_dir, jl, id) >= dcap) return -1;
-	if ((size_t)snprintf(path, cap, "%s/%.*s/%s.log", s->log_dir, jl, id, slash + 1) >= cap) return -1;
-	return 0;
-}
-
-static int sup_mkdir_p(const char *path)
-{
-	char p[PATH_MAX];
-	if ((size_t)snprintf(p, sizeof p, "%s", path) >= sizeof p) {
-		errno = ENAMETOOLONG;
+	if (!s->log_dir) {
+		snprintf(why, wl, "no log folder");
 		return -1;
 	}
-	for (char *q = p + 1; *q; q++) {
-		if (*q != '/') continue;
-		*q = '\0';
-		if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
-		*q = '/';
-	}
-	if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
-	return 0;
+	if (sup_check_id(id, why, wl) != 0) return -1;
+	const char *slash = strchr(id, '/');
+	char job[SUP_ID_MAX], file[SUP_ID_MAX + 8];
+	snprintf(job, sizeof job, "%.*s", (int)(slash - id), id);
+	snprintf(file, sizeof file, "%s.log", slash + 1);
+	int fd = -1, dfd = agent_dir_open(s->log_dir, create, why, wl);
+	int jfd = dfd < 0 ? -1 : agent_dir_open_at(dfd, job, create, why, wl);
+	if (jfd >= 0) fd = agent_file_open_at(jfd, file, flags, why, wl);
+	if (jfd >= 0) close(jfd);
+	if (dfd >= 0) close(dfd);
+	return fd;
 }
 
 /* Field 22 of /proc/<pid>/stat; -1 when the process is gone. */
@@ -221,8 +215,10 @@ static void sup_state_write(sup *s)
 	if (!s->state_file) return;
 	char tmp[PATH_MAX];
 	if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", s->state_file) >= sizeof tmp) return;
-	FILE *f = fopen(tmp, "we");
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
 	if (!f) {
+		if (fd >= 0) close(fd);
 		SK_WARN("sup", "state file %s: %s", tmp, strerror(errno));
 		return;
 	}
@@ -496,8 +492,21 @@ static bool sup_key_eq(const char *a, const char *b)
 	return (*a == '=' || !*a) && (*b == '=' || !*b);
 }
 
+/* What the agent holds and a member must not: the cluster key (SKEIN_KEY,
+ * SKEIN_KEY_FILE), operator credentials.  Left out of the agent's
+ * environment and of the order's. */
+static const char *const sup_secret_prefix[] = { "SKEIN_KEY", "SKEIN_OPERATOR", "SKEIN_TOKEN", "SKEIN_SECRET" };
+
+static bool sup_secret(const char *kv)
+{
+	for (size_t i = 0; i < sizeof sup_secret_prefix / sizeof sup_secret_prefix[0]; i++)
+		if (!strncmp(kv, sup_secret_prefix[i], strlen(sup_secret_prefix[i]))) return true;
+	return false;
+}
+
 /* environ + spec env (overriding same keys, a later entry winning) +
- * SKEIN_RESTART_COUNT; built before fork.  Points into environ and the spec. */
+ * SKEIN_RESTART_COUNT, secrets left out; built before fork.  Points into
+ * environ and the spec. */
 static char **sup_build_env(const sup_member *m, char *rc)
 {
 	extern char **environ;
@@ -507,12 +516,12 @@ static char **sup_build_env(const sup_member *m, char *rc)
 	if (!envp) return NULL;
 	size_t k = 0;
 	for (size_t i = 0; i < ne; i++) {
-		bool over = sup_key_eq(environ[i], rc);
+		bool over = sup_key_eq(environ[i], rc) || sup_secret(environ[i]);
 		for (size_t j = 0; j < m->spec.nenv && !over; j++) over = sup_key_eq(environ[i], m->spec.env[j]);
 		if (!over) envp[k++] = environ[i];
 	}
 	for (size_t j = 0; j < m->spec.nenv; j++) {
-		bool later = sup_key_eq(m->spec.env[j], rc);
+		bool later = sup_key_eq(m->spec.env[j], rc) || sup_secret(m->spec.env[j]);
 		for (size_t l = j + 1; l < m->spec.nenv && !later; l++) later = sup_key_eq(m->spec.env[j], m->spec.env[l]);
 		if (!later) envp[k++] = (char *)m->spec.env[j];
 	}
@@ -558,14 +567,10 @@ static int sup_open_log(sup_member *m, uint32_t rc, char *why, size_t wl)
 {
 	sup *s = m->s;
 	if (!s->log_dir) return open("/dev/null", O_WRONLY | O_CLOEXEC);
-	char path[PATH_MAX], dir[PATH_MAX];
-	if (sup_log_path(s, m->st.id, path, sizeof path, dir, sizeof dir) != 0) {
-		snprintf(why, wl, "cannot start: log path too long");
-		return -1;
-	}
-	int fd;
-	if (sup_mkdir_p(dir) != 0 || (fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)) < 0) {
-		snprintf(why, wl, "cannot start: log %s: %s", path, strerror(errno));
+	char e[200];
+	int fd = sup_log_open(s, m->st.id, O_WRONLY | O_APPEND | O_CREAT, true, e, sizeof e);
+	if (fd < 0) {
+		snprintf(why, wl, "cannot start: log of %s: %s", m->st.id, e);
 		return -1;
 	}
 	char ts[32], line[128];
@@ -785,9 +790,14 @@ sup *sup_new(struct ev_loop *loop, const char *log_dir, const char *state_file, 
 		sup_errf(err, errlen, "%s", "sup needs the default libev loop (child watchers)");
 		return NULL;
 	}
-	if (log_dir && sup_mkdir_p(log_dir) != 0) {
-		sup_errf(err, errlen, "cannot create the log directory %s", log_dir);
-		return NULL;
+	if (log_dir) {
+		char why[300];
+		int fd = agent_dir_open(log_dir, true, why, sizeof why);
+		if (fd < 0) {
+			sup_errf(err, errlen, "member log folder: %s", why);
+			return NULL;
+		}
+		close(fd);
 	}
 	sup *s = calloc(1, sizeof *s);
 	if (!s || (log_dir && !(s->log_dir = strdup(log_dir))) || (state_file && !(s->state_file = strdup(state_file)))) {
@@ -951,10 +961,12 @@ void sup_stop_prefix(sup *s, const char *prefix, const char *why)
 
 int sup_log_read(sup *s, const char *id, uint64_t offset, size_t max, sk_buf *out, uint64_t *next, uint64_t *size)
 {
-	char path[PATH_MAX];
-	if (sup_log_path(s, id, path, sizeof path, NULL, 0) != 0) return -1;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) return -1;
+	char why[200];
+	int fd = sup_log_open(s, id, O_RDONLY, false, why, sizeof why);
+	if (fd < 0) {
+		if (errno != ENOENT) SK_WARN("sup", "log of %.*s not read: %s", SUP_ID_MAX, id, why);
+		return -1;
+	}
 	struct stat sb;
 	if (fstat(fd, &sb) != 0) {
 		close(fd);

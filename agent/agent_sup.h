@@ -3,10 +3,11 @@
  * The agent hands it the desired state (every member this node must run,
  * from the head's latest order); sup_set reconciles: starts what is new,
  * restarts what changed generation, stops what is gone.  Each member runs
- * as `/bin/sh -c CMD` in its own process group (setpgid), with the order's
- * environment plus SKEIN_RESTART_COUNT, stdout and stderr appended to
- * <log_dir>/<job>/<member>.log, and PR_SET_PDEATHSIG so it dies with the
- * agent.  The process groups are recorded in <state_file> (pgid and start
+ * as `/bin/sh -c CMD` in its own process group (setpgid), with the agent's
+ * environment less its secrets (SKEIN_KEY*, SKEIN_OPERATOR*, ...), the
+ * order's environment and SKEIN_RESTART_COUNT, stdout and stderr appended to
+ * <log_dir>/<job>/<member>.log (0600 in 0700 folders, never through a link:
+ * agent_files.h), and PR_SET_PDEATHSIG so it dies with the agent.  The process groups are recorded in <state_file> (pgid and start
  * time); sup_new kills the groups a previous agent left behind.
  *
  * Exit handling (libev child watcher, so within a loop iteration of death):

@@ -1,5 +1,5 @@
 # agent/: skeind and skeinctl.
-AGENT_LIB_SRC := agent/agent_crypto.c agent/agent_rpc.c agent/agent_opts.c agent/agent_sup.c
+AGENT_LIB_SRC := agent/agent_crypto.c agent/agent_rpc.c agent/agent_opts.c agent/agent_sup.c agent/agent_files.c
 SKEIND_SRC := agent/agent_main.c agent/agent_net.c agent/agent_ctl.c agent/agent_gpu.c agent/agent_head.c agent/agent_jobs.c agent/agent_jobs_cmd.c
 SKEINCTL_SRC := agent/ctl_main.c
 LIB_AGENT := $(O)/libskagent.a
