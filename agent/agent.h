@@ -89,6 +89,7 @@ typedef struct agent {
 	ev_signal sig_term, sig_int, sig_hup;
 	bool leaving;
 	double leave_started;
+	int exit_code;             /* AGENT_EXIT_*: what main returns once the loop ends */
 
 	agent_keyring kr;          /* n == 0: plaintext */
 
@@ -108,6 +109,15 @@ typedef struct agent {
 	bool in_head_update;       /* re-entrance guard of agent_pump -> head -> meta -> pump */
 } agent;
 
+/* skeind's exit status (README, "Exit codes"): systemd's Restart=on-failure
+ * restarts it on anything but 0. */
+enum {
+	AGENT_EXIT_OK = 0,        /* left the cluster on SIGTERM/SIGINT, or --help */
+	AGENT_EXIT_ERROR = 1,     /* a runtime error: cannot bind, a state that cannot be trusted, ... */
+	AGENT_EXIT_USAGE = 2,     /* a bad flag, setting or tag */
+	AGENT_EXIT_STORAGE = 3,   /* the data dir cannot be read or written (disk full, I/O error) */
+};
+
 /* CLOCK_MONOTONIC in milliseconds: the membership logic's time. */
 uint64_t agent_now_ms(void);
 
@@ -116,6 +126,8 @@ void agent_pump(agent *a);
 int agent_save_keyring(agent *a, char *err, size_t errlen);
 int agent_update_meta(agent *a);
 void agent_start_leave(agent *a);
+/* Ends the loop at once; skeind exits with `code` (AGENT_EXIT_*). */
+void agent_exit(agent *a, int code);
 
 /* agent_net.c */
 int agent_net_open(agent *a, char *err, size_t errlen);
@@ -129,7 +141,8 @@ void agent_ctl_close(agent *a);
 void agent_ctl_send(agent *a, const agent_client *c, int code, const char *error, const char *body);
 void agent_reply_fail(agent_reply *r, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* agent_head.c: the head election (raft/) wired to the agent */
+/* agent_head.c: the head election (raft/) wired to the agent; -2 for a bad
+ * flag (usage), -1 otherwise */
 int agent_head_open(agent *a, char *err, size_t errlen);
 void agent_head_close(agent *a);
 /* After membership changed: bootstrap when enough voters are visible,
@@ -168,7 +181,7 @@ void agent_head_forward(agent *a, const struct Skein__Control__Request *q, const
 void agent_head_forward_node(agent *a, const struct Skein__Control__Request *q, const agent_client *c,
 			     agent_reply *r, const char *node);
 
-/* agent_jobs.c */
+/* agent_jobs.c; open: -2 for a bad flag (usage), -1 otherwise */
 int agent_jobs_open(agent *a, char *err, size_t errlen);
 void agent_jobs_close(agent *a);
 void agent_jobs_tick(agent *a);                 /* every 100 ms */

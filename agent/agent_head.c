@@ -367,7 +367,7 @@ static void apply_all(agent *a)
 			if (state_restore(h, ap.data, ap.len, err, sizeof err) < 0) {
 				/* going on would answer from a state that differs from the others' */
 				SK_ERROR("head", "snapshot restore failed: %s; exiting so a restart recovers", err);
-				ev_break(a->loop, EVBREAK_ALL);
+				agent_exit(a, AGENT_EXIT_ERROR);
 				return;
 			}
 			jobs_changed = true;
@@ -458,7 +458,7 @@ static void head_pump(agent *a)
 			break;
 		case RAFT_EV_FAILED:
 			SK_ERROR("head", "consensus storage failed: %s; exiting so a restart recovers", ev.reason);
-			ev_break(a->loop, EVBREAK_ALL);
+			agent_exit(a, AGENT_EXIT_STORAGE);
 			break;
 		}
 	}
@@ -1140,16 +1140,16 @@ int agent_head_open(agent *a, char *err, size_t errlen)
 	if (*end || be < 0 || be > RAFT_VOTERS_MAX) {
 		snprintf(err, errlen, "--bootstrap-expect: expected 0 to %d, got '%s'", RAFT_VOTERS_MAX,
 			 a->opts.bootstrap_expect);
-		return -1;
+		return -2; /* a usage error */
 	}
 	long ra = strtol(a->opts.voter_replace_after, &end, 10);
 	if (*end || ra < 0) {
 		snprintf(err, errlen, "--voter-replace-after: expected seconds, got '%s'", a->opts.voter_replace_after);
-		return -1;
+		return -2; /* a usage error */
 	}
 	if (!a->opts.head_eligible && be > 0) {
 		snprintf(err, errlen, "--bootstrap-expect needs --head-eligible");
-		return -1;
+		return -2; /* a usage error */
 	}
 	agent_head *h = calloc(1, sizeof *h);
 	if (!h) { snprintf(err, errlen, "out of memory"); return -1; }

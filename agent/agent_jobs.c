@@ -1143,7 +1143,7 @@ int agent_jobs_open(agent *a, char *err, size_t errlen)
 	if (*end || end == a->opts.member_fence_after || J->fence_after_s < 0 || J->fence_after_s > 86400) {
 		snprintf(err, errlen, "--member-fence-after: expected seconds (0 to 86400), got '%s'",
 			 a->opts.member_fence_after);
-		return -1;
+		return -2; /* a usage error */
 	}
 	J->last_order = ev_now(a->loop);
 	return 0;

@@ -150,8 +150,21 @@ static int load_keys(agent *a, char *err, size_t errlen)
 			fclose(f);
 		}
 	}
-	/* The persisted keyring reflects rotations done since the key file was
-	 * written; a given key it lacks still joins it, as a secondary. */
+	/* The rule: a data dir's keyring, once it holds a key, wins.  The key
+	 * given (--key-file, SKEIN_KEY) only seeds a fresh data dir (or is the
+	 * whole keyring without one).  The keyring reflects the rotations done
+	 * since (skeinctl keyring install/use/remove); re-adding a given key it
+	 * lacks would bring a removed key back at every restart. */
+	if (have_given && a->kr.n) {
+		char fp[FINGERPRINT_LEN + 1];
+		agent_key_fingerprint(&given, fp);
+		if (agent_keyring_find(&a->kr, fp) < 0) {
+			SK_WARN("agent", "the given key %s is not in the keyring of %s (removed by a rotation?): not used; "
+				"the data dir's keyring wins (remove %s/keyring to start again from the given key)", fp,
+				a->opts.data_dir, a->opts.data_dir);
+		}
+		return 0;
+	}
 	if (have_given && agent_keyring_add(&a->kr, &given, err, errlen) < 0) return -1;
 	if (a->kr.n) return agent_save_keyring(a, err, errlen);
 	return 0;
@@ -401,6 +414,12 @@ static void leave_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	ev_timer_start(loop, t);
 }
 
+void agent_exit(agent *a, int code)
+{
+	if (!a->exit_code) a->exit_code = code; /* the first cause is the one reported */
+	ev_break(a->loop, EVBREAK_ALL);
+}
+
 void agent_start_leave(agent *a)
 {
 	if (a->leaving) return;
@@ -473,9 +492,9 @@ static int pick_advertise(agent *a, char *err, size_t errlen)
 static int setup(agent *a, int argc, char **argv, int *exit_code)
 {
 	char err[600];
-	*exit_code = 2;
+	*exit_code = AGENT_EXIT_USAGE;
 	int pr = agent_opts_parse(&a->opts, argc, argv, err, sizeof err);
-	if (pr == 1) { *exit_code = 0; return -1; }
+	if (pr == 1) { *exit_code = AGENT_EXIT_OK; return -1; }
 	if (pr < 0) goto usage;
 	sk_log_level lvl;
 	if (sk_log_parse_level(a->opts.log_level, &lvl) < 0) {
@@ -529,20 +548,23 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 		snprintf(a->gpu_source, sizeof a->gpu_source, "declared");
 	}
 	/* validate the tags before anything is created (a->mbr is still NULL) */
-	if (agent_update_meta(a) < 0) { *exit_code = 2; return -1; }
+	if (agent_update_meta(a) < 0) { *exit_code = AGENT_EXIT_USAGE; return -1; }
 
-	*exit_code = 1;
+	/* the data dir: what fails here is storage (disk full, I/O error, a
+	 * corrupt file), which a restart by the service manager may cure */
+	*exit_code = AGENT_EXIT_STORAGE;
 	if (agent_run_dir_pick(a->opts.name, a->opts.data_dir, a->run_dir, sizeof a->run_dir, err, sizeof err) < 0)
 		goto fatal;
 	if (next_generation(a, err, sizeof err) < 0) goto fatal;
 	if (load_keys(a, err, sizeof err) < 0) goto fatal;
+	*exit_code = AGENT_EXIT_ERROR;
 	if (!a->kr.n)
 		SK_WARN("agent", "no key: gossip and control are NOT encrypted (set --key-file or SKEIN_KEY)");
 
 	mbr_self self = { .name = a->opts.name, .addr = a->adv, .generation = a->generation,
 			  .seed = a->generation ^ (uint64_t)getpid() * 0x9e3779b97f4a7c15ULL };
 	a->mbr = mbr_new(&a->mcfg, &self, agent_now_ms(), err, sizeof err);
-	if (!a->mbr) goto usage;
+	if (!a->mbr) { *exit_code = AGENT_EXIT_USAGE; goto usage; }
 	sk_rng_seed(&a->rng, self.seed ^ 0x5eed);
 	a->started_ms = agent_now_ms();
 
@@ -551,8 +573,17 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 	a->mbr_timer.data = a;
 	if (agent_net_open(a, err, sizeof err) < 0) goto fatal;
 	if (agent_ctl_open(a, err, sizeof err) < 0) goto fatal;
-	if (agent_head_open(a, err, sizeof err) < 0) goto fatal;
-	if (agent_jobs_open(a, err, sizeof err) < 0) goto fatal;
+	int orc = agent_head_open(a, err, sizeof err);
+	if (orc < 0) {
+		/* raft storage opened and read here */
+		if (orc == -2) *exit_code = AGENT_EXIT_USAGE;
+		else if (a->opts.head_eligible && a->opts.data_dir[0]) *exit_code = AGENT_EXIT_STORAGE;
+		goto fatal;
+	}
+	if ((orc = agent_jobs_open(a, err, sizeof err)) < 0) {
+		*exit_code = orc == -2 ? AGENT_EXIT_USAGE : AGENT_EXIT_ERROR;
+		goto fatal;
+	}
 	if (agent_update_meta(a) < 0) goto fatal;
 
 	signal(SIGPIPE, SIG_IGN);
@@ -608,5 +639,5 @@ int main(int argc, char **argv)
 	}
 	ev_run(a.loop, 0);
 	teardown(&a);
-	return 0;
+	return a.exit_code;
 }
