@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "agent/agent_jobs_int.h"
+#include "agent/agent_cgroup.h"
 #include "agent/agent_sup.h"
 #include "common/sk_log.h"
 #include "jobs/job_place.h"
@@ -1134,6 +1135,16 @@ int agent_jobs_open(agent *a, char *err, size_t errlen)
 	}
 	J->sup = sup_new(a->loop, J->log_dir, J->state_file, sup_event, a, err, errlen);
 	if (!J->sup) return -1;
+	/* members in cgroups of their own where cgroup v2 is ours to use;
+	 * SKEIN_NO_CGROUP=1 keeps to process groups (tests of that path) */
+	char cg[PATH_MAX], why[PATH_MAX + 64];
+	const char *no_cg = getenv("SKEIN_NO_CGROUP");
+	if (no_cg && *no_cg && strcmp(no_cg, "0"))
+		SK_INFO("jobs", "members in process groups (SKEIN_NO_CGROUP)");
+	else if (agent_cg_agent_dir(a->opts.name, a->run_dir, cg, sizeof cg, why, sizeof why) != 0)
+		SK_INFO("jobs", "members in process groups: %s", why);
+	else if (sup_set_cgroup(J->sup, cg) == 0)
+		SK_INFO("jobs", "members in cgroups under %s", cg);
 	ev_init(&J->kick, kick_cb);
 	J->kick.data = a;
 	ev_init(&J->grace, grace_cb);

@@ -31,12 +31,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/agent_cgroup.h"
 #include "agent/agent_files.h"
 #include "common/sk_log.h"
 
@@ -49,7 +52,15 @@ enum {
 	SUP_STATE_MAX_LINES = 4096, /* a longer state file is garbage: stop reading */
 	SUP_JOB_MAX = 64,          /* sizeof sup_status.job */
 	SUP_CLOSE_MAX = 65536,     /* fds closed one by one where close_range is missing */
+	SUP_MARK_HEX = 32,         /* the agent run's mark: 128 random bits */
+	SUP_ENVIRON_MAX = 1 << 20, /* the most of a /proc/PID/environ read when looking for the mark */
+	SUP_CLEAN_ROUNDS = 5,      /* restart clean-up: passes until no marked process is left */
 };
+
+/* Set in every member's environment: the processes a member leaves behind
+ * keep it (as long as they do not clear their environment), so an agent
+ * restarted after a crash finds them all, not only the group leaders. */
+#define SUP_MARK_VAR "SKEIN_SUP_MARK"
 
 typedef enum { SUP_THEN_NONE, SUP_THEN_START, SUP_THEN_FORGET, SUP_THEN_FAIL } sup_then;
 
@@ -60,6 +71,7 @@ typedef struct sup_member {
 	bool bad;                /* invalid id or spec: never started */
 	bool seen;               /* sup_set bookkeeping */
 	pid_t pgid;              /* group of the running leader, or of one being stopped */
+	char cg[PATH_MAX];       /* its cgroup ("" when none: the process group alone) */
 	unsigned long long starttime; /* leader's /proc starttime, for the state file */
 	uint32_t local;          /* local restarts in this generation */
 	uint32_t quick;          /* consecutive quick exits: the backoff exponent */
@@ -75,6 +87,8 @@ typedef struct sup_member {
 struct sup {
 	struct ev_loop *loop;
 	char *log_dir, *state_file;
+	char *cg_root;           /* the agent's cgroup folder (agent_cgroup.h), NULL when none */
+	char mark[SUP_MARK_HEX + 1];
 	sup_event_fn cb;
 	void *ud;
 	sup_member **m;          /* sorted by st.id */
@@ -205,6 +219,55 @@ static void sup_kill_group(pid_t pgid, int sig)
 	if (pgid > 1) kill(-pgid, sig);
 }
 
+/* Anything of the member left: its group, or its cgroup (which also holds
+ * what left the group with setsid). */
+static bool sup_member_alive(const sup_member *m)
+{
+	return sup_group_alive(m->pgid) || (m->cg[0] && agent_cg_populated(m->cg));
+}
+
+static void sup_member_kill(const sup_member *m, int sig)
+{
+	sup_kill_group(m->pgid, sig);
+	if (m->cg[0]) agent_cg_signal(m->cg, sig);
+}
+
+/* Every process whose environment holds SKEIN_SUP_MARK=mark gets SIGKILL;
+ * how many were found. */
+static int sup_kill_marked(const char *mark)
+{
+	char want[sizeof SUP_MARK_VAR + SUP_MARK_HEX + 2];
+	int wl = snprintf(want, sizeof want, "%s=%s", SUP_MARK_VAR, mark);
+	DIR *d = opendir("/proc");
+	char *buf = malloc(SUP_ENVIRON_MAX);
+	int found = 0;
+	struct dirent *e;
+	while (d && buf && (e = readdir(d))) {
+		char *end;
+		long pid = strtol(e->d_name, &end, 10);
+		if (*end || pid <= 1 || pid == (long)getpid()) continue;
+		char path[64];
+		snprintf(path, sizeof path, "/proc/%ld/environ", pid);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) continue;
+		size_t n = 0;
+		ssize_t r;
+		while (n < SUP_ENVIRON_MAX && (r = read(fd, buf + n, SUP_ENVIRON_MAX - n)) > 0) n += (size_t)r;
+		close(fd);
+		for (size_t off = 0; off < n;) { /* NUL-separated KEY=VALUE */
+			size_t len = strnlen(buf + off, n - off);
+			if (len == (size_t)wl && !memcmp(buf + off, want, (size_t)wl)) {
+				if (kill((pid_t)pid, SIGKILL) == 0) found++;
+				break;
+			}
+			off += len + 1;
+		}
+	}
+	if (d) closedir(d);
+	free(buf);
+	return found;
+}
+
 /* ---- state file ---- */
 
 /* One line per running leader; tmp + rename so a crash leaves the old file
@@ -222,6 +285,8 @@ static void sup_state_write(sup *s)
 		SK_WARN("sup", "state file %s: %s", tmp, strerror(errno));
 		return;
 	}
+	fprintf(f, "mark %s\n", s->mark);
+	if (s->cg_root) fprintf(f, "cgroup %s\n", s->cg_root);
 	for (size_t i = 0; i < s->n; i++) {
 		const sup_member *m = s->m[i];
 		if (m->st.pid) fprintf(f, "%d %llu %s\n", (int)m->pgid, m->starttime, m->st.id);
@@ -260,7 +325,7 @@ static void sup_state_cleanup(const char *path)
 		if (errno != ENOENT) SK_WARN("sup", "state file %s: %s", path, strerror(errno));
 		return;
 	}
-	char line[512];
+	char line[PATH_MAX + 16], mark[SUP_MARK_HEX + 1] = "", cg[PATH_MAX] = "";
 	int lines = 0, bad = 0;
 	while (fgets(line, sizeof line, f)) {
 		if (++lines > SUP_STATE_MAX_LINES) {
@@ -272,6 +337,17 @@ static void sup_state_cleanup(const char *path)
 			int c;
 			while ((c = fgetc(f)) != EOF && c != '\n') {}
 			bad++;
+			continue;
+		}
+		if (!strncmp(line, "mark ", 5)) {
+			line[strcspn(line, "\n")] = 0;
+			if (strlen(line + 5) == SUP_MARK_HEX && strspn(line + 5, "0123456789abcdef") == SUP_MARK_HEX)
+				snprintf(mark, sizeof mark, "%s", line + 5);
+			continue;
+		}
+		if (!strncmp(line, "cgroup ", 7)) {
+			line[strcspn(line, "\n")] = 0;
+			snprintf(cg, sizeof cg, "%s", line + 7);
 			continue;
 		}
 		long long pg;
@@ -291,6 +367,24 @@ static void sup_state_cleanup(const char *path)
 	}
 	if (bad) SK_WARN("sup", "state file %s: %d unreadable lines ignored", path, bad);
 	fclose(f);
+	/* what the leaders left: the previous agent's cgroup, whole, and every
+	 * process carrying its mark (a group whose leader is gone, a setsid) */
+	if (cg[0] && agent_cg_path_ok(cg)) {
+		int n = agent_cg_signal(cg, SIGKILL);
+		uint64_t until = sup_now_ms() + SUP_GONE_CAP_MS;
+		while (agent_cg_populated(cg) && sup_now_ms() < until) usleep(SUP_GONE_POLL_MS * 1000);
+		if (n) SK_WARN("sup", "killed what a previous agent left in cgroup %s", cg);
+		if (agent_cg_remove(cg) != 0) SK_WARN("sup", "cgroup %s of a previous agent not removed: %s", cg, strerror(errno));
+	} else if (cg[0]) {
+		SK_WARN("sup", "state file %s: '%s' is not a cgroup of ours: ignored", path, cg);
+	}
+	int total = 0;
+	for (int round = 0; mark[0] && round < SUP_CLEAN_ROUNDS; round++) {
+		int n = sup_kill_marked(mark); /* again: one may have forked while we looked */
+		total += n;
+		if (!n) break;
+	}
+	if (total) SK_WARN("sup", "killed %d processes left by members of a previous agent", total);
 }
 
 /* ---- events ---- */
@@ -507,25 +601,27 @@ static bool sup_secret(const char *kv)
 /* environ + spec env (overriding same keys, a later entry winning) +
  * SKEIN_RESTART_COUNT, secrets left out; built before fork.  Points into
  * environ and the spec. */
-static char **sup_build_env(const sup_member *m, char *rc)
+static char **sup_build_env(const sup_member *m, char *rc, char *mark)
 {
 	extern char **environ;
 	size_t ne = 0;
 	while (environ[ne]) ne++;
-	char **envp = calloc(ne + m->spec.nenv + 2, sizeof *envp);
+	char **envp = calloc(ne + m->spec.nenv + 3, sizeof *envp);
 	if (!envp) return NULL;
 	size_t k = 0;
 	for (size_t i = 0; i < ne; i++) {
-		bool over = sup_key_eq(environ[i], rc) || sup_secret(environ[i]);
+		bool over = sup_key_eq(environ[i], rc) || sup_key_eq(environ[i], mark) || sup_secret(environ[i]);
 		for (size_t j = 0; j < m->spec.nenv && !over; j++) over = sup_key_eq(environ[i], m->spec.env[j]);
 		if (!over) envp[k++] = environ[i];
 	}
 	for (size_t j = 0; j < m->spec.nenv; j++) {
-		bool later = sup_key_eq(m->spec.env[j], rc) || sup_secret(m->spec.env[j]);
+		bool later = sup_key_eq(m->spec.env[j], rc) || sup_key_eq(m->spec.env[j], mark) ||
+			     sup_secret(m->spec.env[j]);
 		for (size_t l = j + 1; l < m->spec.nenv && !later; l++) later = sup_key_eq(m->spec.env[j], m->spec.env[l]);
 		if (!later) envp[k++] = (char *)m->spec.env[j];
 	}
 	envp[k++] = rc;
+	envp[k++] = mark;
 	envp[k] = NULL;
 	return envp;
 }
@@ -541,10 +637,13 @@ static int sup_fd_high(int fd)
 }
 
 /* Between fork and exec: async-signal-safe calls only. */
-static void __attribute__((noreturn)) sup_child(pid_t ppid, int nullfd, int logfd, int maxfd,
+static void __attribute__((noreturn)) sup_child(pid_t ppid, int nullfd, int logfd, int cgfd, int maxfd,
 						 const struct sigaction *dfl, char *const argv[], char *const envp[])
 {
 	setpgid(0, 0);
+	/* into the member's cgroup before exec: whatever it starts is born there
+	 * (the parent writes the pid too and checks) */
+	if (cgfd >= 0) agent_cg_enter(cgfd, getpid());
 	/* the agent may have died before prctl: then nobody would kill us */
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != ppid) _exit(127);
 	for (int sig = 1; sig < NSIG; sig++)
@@ -593,7 +692,21 @@ static int sup_spawn(sup_member *m)
 	snprintf(rcvar, sizeof rcvar, "SKEIN_RESTART_COUNT=%u", rc);
 	int logfd = sup_fd_high(sup_open_log(m, rc, why, sizeof why));
 	int nullfd = sup_fd_high(open("/dev/null", O_RDONLY | O_CLOEXEC));
-	char **envp = sup_build_env(m, rcvar);
+	char markvar[sizeof SUP_MARK_VAR + SUP_MARK_HEX + 2];
+	snprintf(markvar, sizeof markvar, "%s=%s", SUP_MARK_VAR, s->mark);
+	char **envp = sup_build_env(m, rcvar, markvar);
+	int cgfd = -1;
+	if (s->cg_root && !m->cg[0]) {
+		char cwhy[300];
+		if (agent_cg_member_dir(s->cg_root, m->st.id, m->cg, sizeof m->cg, cwhy, sizeof cwhy) != 0) {
+			SK_WARN("sup", "%s: no cgroup of its own (%s): its process group only", m->st.id, cwhy);
+			m->cg[0] = 0;
+		}
+	}
+	if (m->cg[0] && (cgfd = agent_cg_procs_fd(m->cg)) < 0) {
+		SK_WARN("sup", "%s: cgroup %s: %s: its process group only", m->st.id, m->cg, strerror(errno));
+		m->cg[0] = 0;
+	}
 	pid_t pid = -1;
 	if (logfd < 0 || nullfd < 0 || !envp) {
 		if (!why[0]) snprintf(why, sizeof why, "cannot start: %s", envp ? strerror(errno) : "out of memory");
@@ -611,7 +724,7 @@ static int sup_spawn(sup_member *m)
 		if (maxfd < 0 || maxfd > SUP_CLOSE_MAX) maxfd = SUP_CLOSE_MAX;
 		pid_t ppid = getpid();
 		pid = fork();
-		if (pid == 0) sup_child(ppid, nullfd, logfd, (int)maxfd, &dfl, argv, envp);
+		if (pid == 0) sup_child(ppid, nullfd, logfd, cgfd, (int)maxfd, &dfl, argv, envp);
 		int e = errno;
 		sigprocmask(SIG_SETMASK, &old, NULL);
 		if (pid < 0) snprintf(why, sizeof why, "cannot start: fork: %s", strerror(e));
@@ -620,6 +733,7 @@ static int sup_spawn(sup_member *m)
 	if (nullfd >= 0) close(nullfd);
 	free(envp);
 	if (pid < 0) {
+		if (cgfd >= 0) close(cgfd);
 		SK_WARN("sup", "%s: %s", m->st.id, why);
 		m->st.pid = 0;
 		sup_set_state(m, SUP_FAILED, why);
@@ -628,6 +742,12 @@ static int sup_spawn(sup_member *m)
 	/* the child does the same: whichever runs first, the group exists before
 	 * we ever signal it (EACCES once it has exec'd is harmless) */
 	setpgid(pid, pid);
+	if (cgfd >= 0 && agent_cg_enter(cgfd, pid) != 0 && errno != ESRCH) {
+		SK_WARN("sup", "%s: cannot enter cgroup %s: %s: its process group only", m->st.id, m->cg, strerror(errno));
+		agent_cg_remove(m->cg);
+		m->cg[0] = 0;
+	}
+	if (cgfd >= 0) close(cgfd);
 	m->pgid = pid;
 	m->st.pid = pid;
 	m->st.restarts = rc;
@@ -656,6 +776,7 @@ static void sup_stop_done(sup_member *m)
 	m->stopping = false;
 	m->killed = false;
 	m->pgid = 0;
+	if (m->cg[0] && agent_cg_remove(m->cg) == 0) m->cg[0] = 0;
 	ev_timer_stop(s->loop, &m->stop_w);
 	switch (m->then) {
 	case SUP_THEN_START:
@@ -683,9 +804,9 @@ static void sup_stop_step(sup_member *m)
 	uint64_t now = sup_now_ms();
 	ev_timer_stop(s->loop, &m->stop_w);
 	if (!m->killed && now >= m->kill_at) {
-		if (sup_group_alive(m->pgid)) {
+		if (sup_member_alive(m)) {
 			SK_INFO("sup", "%s: group %d still there after the grace: SIGKILL", m->st.id, (int)m->pgid);
-			sup_kill_group(m->pgid, SIGKILL);
+			sup_member_kill(m, SIGKILL);
 		}
 		m->killed = true;
 		m->kill_at = now;
@@ -694,7 +815,7 @@ static void sup_stop_step(sup_member *m)
 	if (m->st.pid) { /* its exit wakes us; until then only the KILL deadline matters */
 		if (m->killed) return;
 		wait = m->kill_at - now;
-	} else if (!sup_group_alive(m->pgid)) {
+	} else if (!sup_member_alive(m)) {
 		sup_stop_done(m);
 		return;
 	} else if (m->killed && now - m->kill_at >= SUP_GONE_CAP_MS) {
@@ -724,8 +845,8 @@ static void sup_stop(sup_member *m, sup_then then)
 	m->stopping = true;
 	m->killed = false;
 	m->kill_at = sup_now_ms() + m->spec.stop_grace_ms;
-	sup_kill_group(m->pgid, SIGTERM);
-	sup_kill_group(m->pgid, SIGCONT); /* a stopped (SIGSTOP) group would hold the TERM until the KILL */
+	sup_member_kill(m, SIGTERM);
+	sup_member_kill(m, SIGCONT); /* a stopped (SIGSTOP) group would hold the TERM until the KILL */
 	sup_stop_step(m); /* the leader is not reaped yet: only arms the KILL timer */
 }
 
@@ -747,9 +868,9 @@ static void sup_child_cb(struct ev_loop *loop, ev_child *w, int revents)
 		return;
 	}
 	/* the leader is the member: what it leaves behind dies with it */
-	if (sup_group_alive(m->pgid)) {
+	if (sup_member_alive(m)) {
 		SK_INFO("sup", "%s: killing what its group %d left behind", m->st.id, (int)m->pgid);
-		sup_kill_group(m->pgid, SIGKILL);
+		sup_member_kill(m, SIGKILL);
 	}
 	m->pgid = 0;
 	char what[48], why[sizeof m->st.reason];
@@ -813,6 +934,13 @@ sup *sup_new(struct ev_loop *loop, const char *log_dir, const char *state_file, 
 	s->evq_w.data = s;
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
 		SK_WARN("sup", "cannot become a child subreaper (%s): orphans of members go to init", strerror(errno));
+	uint8_t r[SUP_MARK_HEX / 2];
+	if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+		/* not secret, only unique: time and pid will do */
+		uint64_t t = sup_now_ms() ^ (uint64_t)getpid() << 40;
+		for (size_t i = 0; i < sizeof r; i++) r[i] = (uint8_t)(t >> (i % 8 * 8)) ^ (uint8_t)i;
+	}
+	for (size_t i = 0; i < sizeof r; i++) snprintf(s->mark + 2 * i, 3, "%02x", r[i]);
 	if (state_file) {
 		sup_state_cleanup(state_file);
 		sup_state_write(s);
@@ -1029,7 +1157,7 @@ void sup_free(sup **ps, double max_wait_s)
 			sup_member *m = s->m[i];
 			if (!m->stopping) continue;
 			SK_WARN("sup", "%s: still running at shutdown: SIGKILL to group %d", m->st.id, (int)m->pgid);
-			sup_kill_group(m->pgid, SIGKILL);
+			sup_member_kill(m, SIGKILL);
 			m->killed = true;
 			m->kill_at = sup_now_ms();
 		}
@@ -1043,9 +1171,12 @@ void sup_free(sup **ps, double max_wait_s)
 		ev_child_stop(s->loop, &m->cw);
 		ev_timer_stop(s->loop, &m->start_w);
 		ev_timer_stop(s->loop, &m->stop_w);
+		if (m->cg[0]) agent_cg_remove(m->cg);
 		sup_spec_free(&m->spec);
 		free(m);
 	}
+	if (s->cg_root && agent_cg_remove(s->cg_root) != 0)
+		SK_WARN("sup", "cgroup %s not removed at shutdown: %s", s->cg_root, strerror(errno));
 	if (s->state_file) {
 		unlink(s->state_file);
 		char tmp[PATH_MAX];
@@ -1055,5 +1186,16 @@ void sup_free(sup **ps, double max_wait_s)
 	free(s->evq);
 	free(s->log_dir);
 	free(s->state_file);
+	free(s->cg_root);
 	free(s);
+}
+
+int sup_set_cgroup(sup *s, const char *dir)
+{
+	char *d = strdup(dir);
+	if (!d) return -1;
+	free(s->cg_root);
+	s->cg_root = d;
+	sup_state_write(s);
+	return 0;
 }
