@@ -102,7 +102,7 @@ int agent_cg_agent_dir(const char *name, const char *run_dir, char *out, size_t 
 		snprintf(why, wl, "cgroup path too long");
 		return -1;
 	}
-	return cg_mkdir(out, why, wl);
+	return 0; /* made with the first member: an agent that runs none leaves nothing */
 }
 
 int agent_cg_member_dir(const char *agent_dir, const char *id, char *out, size_t cap, char *why, size_t wl)
@@ -112,7 +112,7 @@ int agent_cg_member_dir(const char *agent_dir, const char *id, char *out, size_t
 		snprintf(why, wl, "bad member id or cgroup path too long");
 		return -1;
 	}
-	return cg_mkdir(out, why, wl);
+	return cg_mkdir(agent_dir, why, wl) == 0 ? cg_mkdir(out, why, wl) : -1;
 }
 
 int agent_cg_procs_fd(const char *dir)

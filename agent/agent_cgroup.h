@@ -26,10 +26,10 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* The per-agent folder S/skeind-NAME-HASH, created; -1 with why when
- * cgroups cannot be used here. */
+/* The per-agent folder S/skeind-NAME-HASH (made with the first member's);
+ * -1 with why when cgroups cannot be used here. */
 int agent_cg_agent_dir(const char *name, const char *run_dir, char *out, size_t cap, char *why, size_t wl);
-/* The member's leaf under the agent folder, created. */
+/* The member's leaf under the agent folder, both created. */
 int agent_cg_member_dir(const char *agent_dir, const char *id, char *out, size_t cap, char *why, size_t wl);
 /* Opens dir/cgroup.procs for writing (close-on-exec), for agent_cg_enter. */
 int agent_cg_procs_fd(const char *dir);

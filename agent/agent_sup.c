@@ -375,7 +375,7 @@ static void sup_state_cleanup(const char *path)
 		while (agent_cg_populated(cg) && sup_now_ms() < until) usleep(SUP_GONE_POLL_MS * 1000);
 		if (n) SK_WARN("sup", "killed what a previous agent left in cgroup %s", cg);
 		if (agent_cg_remove(cg) != 0) SK_WARN("sup", "cgroup %s of a previous agent not removed: %s", cg, strerror(errno));
-	} else if (cg[0]) {
+	} else if (cg[0] && access(cg, F_OK) == 0) { /* (a folder never made is no news) */
 		SK_WARN("sup", "state file %s: '%s' is not a cgroup of ours: ignored", path, cg);
 	}
 	int total = 0;
