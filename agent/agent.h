@@ -22,6 +22,7 @@
 #define AGENT_H
 
 #include <ev.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -81,6 +82,10 @@ typedef struct {
 typedef struct agent {
 	struct ev_loop *loop;
 	agent_opts opts;
+	/* skeind's private folder (agent_files.h): the data dir, or one of its own
+	 * when none is given; member logs and state go there (and the default
+	 * control socket).  Set in start-up before agent_ctl_open. */
+	char run_dir[PATH_MAX];
 	mbr_config mcfg;
 	mbr_t *mbr;
 	mbr_addr bind, adv;
@@ -101,6 +106,7 @@ typedef struct agent {
 	ev_signal sig_term, sig_int, sig_hup;
 	bool leaving;
 	double leave_started;
+	int exit_code;             /* AGENT_EXIT_*: what main returns once the loop ends */
 
 	agent_keyring kr;          /* n == 0: plaintext */
 	agent_keyring op_rw, op_ro;/* operator keys (--operator-key-file, --operator-read-key-file) */
@@ -111,7 +117,6 @@ typedef struct agent {
 	char rpc_bound[64];
 	char rpc_advertised[64];   /* where other agents reach our control endpoint */
 	char control_socket[256];  /* the Unix socket's path */
-	char run_dir[256];         /* a private 0700 folder for sockets and logs without --data-dir */
 
 	sk_rng rng;                /* debug drops */
 	double drop_in, drop_out;
@@ -124,6 +129,15 @@ typedef struct agent {
 	bool in_head_update;       /* re-entrance guard of agent_pump -> head -> meta -> pump */
 } agent;
 
+/* skeind's exit status (README, "Exit codes"): systemd's Restart=on-failure
+ * restarts it on anything but 0. */
+enum {
+	AGENT_EXIT_OK = 0,        /* left the cluster on SIGTERM/SIGINT, or --help */
+	AGENT_EXIT_ERROR = 1,     /* a runtime error: cannot bind, a state that cannot be trusted, ... */
+	AGENT_EXIT_USAGE = 2,     /* a bad flag, setting or tag */
+	AGENT_EXIT_STORAGE = 3,   /* the data dir cannot be read or written (disk full, I/O error) */
+};
+
 /* CLOCK_MONOTONIC in milliseconds: the membership logic's time. */
 uint64_t agent_now_ms(void);
 
@@ -132,6 +146,8 @@ void agent_pump(agent *a);
 int agent_save_keyring(agent *a, char *err, size_t errlen);
 int agent_update_meta(agent *a);
 void agent_start_leave(agent *a);
+/* Ends the loop at once; skeind exits with `code` (AGENT_EXIT_*). */
+void agent_exit(agent *a, int code);
 
 /* agent_net.c */
 int agent_net_open(agent *a, char *err, size_t errlen);
@@ -150,7 +166,8 @@ int agent_ctl_load_operator_keys(agent *a, char *err, size_t errlen);
 void agent_ctl_send(agent *a, const agent_client *c, int code, const char *error, const char *body);
 void agent_reply_fail(agent_reply *r, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* agent_head.c: the head election (raft/) wired to the agent */
+/* agent_head.c: the head election (raft/) wired to the agent; -2 for a bad
+ * flag (usage), -1 otherwise */
 int agent_head_open(agent *a, char *err, size_t errlen);
 void agent_head_close(agent *a);
 /* After membership changed: bootstrap when enough voters are visible,
@@ -191,7 +208,7 @@ void agent_head_forward(agent *a, const struct Skein__Control__Request *q, const
 void agent_head_forward_node(agent *a, const struct Skein__Control__Request *q, const agent_client *c,
 			     agent_reply *r, const char *node);
 
-/* agent_jobs.c */
+/* agent_jobs.c; open: -2 for a bad flag (usage), -1 otherwise */
 int agent_jobs_open(agent *a, char *err, size_t errlen);
 void agent_jobs_close(agent *a);
 void agent_jobs_tick(agent *a);                 /* every 100 ms */

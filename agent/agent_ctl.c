@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "agent/agent_rpc.h"
+#include "common/sk_text.h"
 #include "common/sk_buf.h"
 #include "common/sk_log.h"
 #include "proto/control.pb-c.h"
@@ -151,12 +152,18 @@ static void cmd_members(agent *a, const Skein__Control__Request *q, reply *r)
 			sk_buf_printf(&r->body, "},\"generation\":%llu,\"incarnation\":%u}",
 				      (unsigned long long)mi[i].generation, mi[i].incarnation);
 		} else {
+			/* names and tags come from other agents: escaped, never raw */
 			sk_buf tags;
 			sk_buf_init(&tags);
-			for (size_t t = 0; mv.pb && t < mv.pb->n_tags; t++)
-				sk_buf_printf(&tags, "%s%s=%s", t ? "," : "", mv.pb->tags[t]->key, mv.pb->tags[t]->value);
-			sk_buf_printf(&r->body, "%-24s %-22s %-8s %-5u %s\n", mi[i].name, addr, st, mv.gpus,
-				      sk_buf_str(&tags));
+			for (size_t t = 0; mv.pb && t < mv.pb->n_tags; t++) {
+				if (t) sk_buf_add(&tags, ",", 1);
+				sk_buf_text(&tags, mv.pb->tags[t]->key);
+				sk_buf_add(&tags, "=", 1);
+				sk_buf_text(&tags, mv.pb->tags[t]->value);
+			}
+			char name[4 * MBR_NAME_MAX + 1];
+			sk_buf_printf(&r->body, "%-24s %-22s %-8s %-5u %s\n", sk_text_escape(mi[i].name, name, sizeof name),
+				      addr, st, mv.gpus, sk_buf_str(&tags));
 			sk_buf_free(&tags);
 		}
 		shown++;
@@ -652,25 +659,17 @@ int agent_ctl_load_operator_keys(agent *a, char *err, size_t errlen)
 	return 0;
 }
 
+/* --control-socket, else control.sock in the data dir or, without one, in
+ * the private folder agent_run_dir_pick made (agent_files.c). */
 static int socket_path(agent *a, char *err, size_t errlen)
 {
-	if (a->opts.control_socket[0]) {
-		snprintf(a->control_socket, sizeof a->control_socket, "%s", a->opts.control_socket);
-		return 0;
-	}
-	if (a->opts.data_dir[0]) {
-		if (snprintf(a->control_socket, sizeof a->control_socket, "%s/control.sock", a->opts.data_dir) >=
-		    (int)sizeof a->control_socket) {
-			snprintf(err, errlen, "--data-dir is too long for a control socket path: give --control-socket");
-			return -1;
-		}
-		return 0;
-	}
-	if (!a->run_dir[0]) {
-		snprintf(err, errlen, "no folder for the control socket: give --data-dir or --control-socket");
+	const char *given = a->opts.control_socket;
+	int n = given[0] ? snprintf(a->control_socket, sizeof a->control_socket, "%s", given)
+			 : snprintf(a->control_socket, sizeof a->control_socket, "%s/control.sock", a->run_dir);
+	if (n >= (int)sizeof a->control_socket) {
+		snprintf(err, errlen, "the control socket path is too long: give a shorter --control-socket");
 		return -1;
 	}
-	snprintf(a->control_socket, sizeof a->control_socket, "%s/control.sock", a->run_dir);
 	return 0;
 }
 

@@ -32,6 +32,7 @@
 
 #include "agent/agent_rpc.h"
 #include "common/sk_log.h"
+#include "common/sk_text.h"
 #include "proto/control.pb-c.h"
 #include "proto/gossip.pb-c.h"
 #include "raft/raft.h"
@@ -344,7 +345,7 @@ static void apply_all(agent *a)
 			if (state_restore(h, ap.data, ap.len, err, sizeof err) < 0) {
 				/* going on would answer from a state that differs from the others' */
 				SK_ERROR("head", "snapshot restore failed: %s; exiting so a restart recovers", err);
-				ev_break(a->loop, EVBREAK_ALL);
+				agent_exit(a, AGENT_EXIT_ERROR);
 				return;
 			}
 			jobs_changed = true;
@@ -435,7 +436,7 @@ static void head_pump(agent *a)
 			break;
 		case RAFT_EV_FAILED:
 			SK_ERROR("head", "consensus storage failed: %s; exiting so a restart recovers", ev.reason);
-			ev_break(a->loop, EVBREAK_ALL);
+			agent_exit(a, AGENT_EXIT_STORAGE);
 			break;
 		}
 	}
@@ -801,7 +802,9 @@ static void cmd_head(agent *a, const Skein__Control__Request *q, agent_reply *r)
 		else sk_buf_printf(&r->body, "null");
 		sk_buf_printf(&r->body, ",\"term\":%llu,\"voters\":[", (unsigned long long)term);
 	} else {
-		sk_buf_printf(&r->body, "head: %s\nterm: %llu\n", head[0] ? head : "(none)", (unsigned long long)term);
+		char shown[4 * sizeof head];
+		sk_buf_printf(&r->body, "head: %s\nterm: %llu\n", head[0] ? sk_text_escape(head, shown, sizeof shown) : "(none)",
+			      (unsigned long long)term);
 		if (v && v->n) sk_buf_printf(&r->body, "%-24s %-10s %s\n", "VOTER", "STATE", "LAST_CONTACT_MS");
 	}
 	for (size_t i = 0; v && i < v->n; i++) {
@@ -820,7 +823,9 @@ static void cmd_head(agent *a, const Skein__Control__Request *q, agent_reply *r)
 			sk_buf_json_str(&r->body, v->names[i]);
 			sk_buf_printf(&r->body, ",\"state\":\"%s\",\"last_contact_ms\":%lld}", st, (long long)lc);
 		} else {
-			sk_buf_printf(&r->body, "%-24s %-10s %lld\n", v->names[i], st, (long long)lc);
+			char shown[4 * RAFT_NAME_MAX + 1];
+			sk_buf_printf(&r->body, "%-24s %-10s %lld\n", sk_text_escape(v->names[i], shown, sizeof shown), st,
+				      (long long)lc);
 		}
 	}
 	const char *stg = leader ? raft_staging(a->head->raft) : NULL;
@@ -1091,16 +1096,16 @@ int agent_head_open(agent *a, char *err, size_t errlen)
 	if (*end || be < 0 || be > RAFT_VOTERS_MAX) {
 		snprintf(err, errlen, "--bootstrap-expect: expected 0 to %d, got '%s'", RAFT_VOTERS_MAX,
 			 a->opts.bootstrap_expect);
-		return -1;
+		return -2; /* a usage error */
 	}
 	long ra = strtol(a->opts.voter_replace_after, &end, 10);
 	if (*end || ra < 0) {
 		snprintf(err, errlen, "--voter-replace-after: expected seconds, got '%s'", a->opts.voter_replace_after);
-		return -1;
+		return -2; /* a usage error */
 	}
 	if (!a->opts.head_eligible && be > 0) {
 		snprintf(err, errlen, "--bootstrap-expect needs --head-eligible");
-		return -1;
+		return -2; /* a usage error */
 	}
 	agent_head *h = calloc(1, sizeof *h);
 	if (!h) { snprintf(err, errlen, "out of memory"); return -1; }

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/agent_files.h"
 #include "common/sk_log.h"
 #include "proto/gossip.pb-c.h"
 
@@ -38,7 +39,7 @@ static int write_atomic(const char *dir, const char *name, const char *data, siz
 	char path[600], tmp[620];
 	snprintf(path, sizeof path, "%s/%s", dir, name);
 	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
 	if (fd < 0) { snprintf(err, errlen, "cannot write %s: %m", tmp); return -1; }
 	if (write(fd, data, len) != (ssize_t)len || fsync(fd) != 0) {
 		snprintf(err, errlen, "cannot write %s: %m", tmp);
@@ -149,8 +150,21 @@ static int load_keys(agent *a, char *err, size_t errlen)
 			fclose(f);
 		}
 	}
-	/* The persisted keyring reflects rotations done since the key file was
-	 * written; a given key it lacks still joins it, as a secondary. */
+	/* The rule: a data dir's keyring, once it holds a key, wins.  The key
+	 * given (--key-file, SKEIN_KEY) only seeds a fresh data dir (or is the
+	 * whole keyring without one).  The keyring reflects the rotations done
+	 * since (skeinctl keyring install/use/remove); re-adding a given key it
+	 * lacks would bring a removed key back at every restart. */
+	if (have_given && a->kr.n) {
+		char fp[FINGERPRINT_LEN + 1];
+		agent_key_fingerprint(&given, fp);
+		if (agent_keyring_find(&a->kr, fp) < 0) {
+			SK_WARN("agent", "the given key %s is not in the keyring of %s (removed by a rotation?): not used; "
+				"the data dir's keyring wins (remove %s/keyring to start again from the given key)", fp,
+				a->opts.data_dir, a->opts.data_dir);
+		}
+		return 0;
+	}
 	if (have_given && agent_keyring_add(&a->kr, &given, err, errlen) < 0) return -1;
 	if (a->kr.n) return agent_save_keyring(a, err, errlen);
 	return 0;
@@ -400,6 +414,12 @@ static void leave_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	ev_timer_start(loop, t);
 }
 
+void agent_exit(agent *a, int code)
+{
+	if (!a->exit_code) a->exit_code = code; /* the first cause is the one reported */
+	ev_break(a->loop, EVBREAK_ALL);
+}
+
 void agent_start_leave(agent *a)
 {
 	if (a->leaving) return;
@@ -472,35 +492,12 @@ static int pick_advertise(agent *a, char *err, size_t errlen)
 	return 0;
 }
 
-/* Without --data-dir: a private folder for the control socket (and member
- * logs), 0700, made by us with mkdtemp so nobody can have planted it:
- * under $XDG_RUNTIME_DIR when that is ours, else under /tmp. */
-static int private_run_dir(agent *a, char *err, size_t errlen)
-{
-	const char *base = getenv("XDG_RUNTIME_DIR");
-	struct stat st;
-	if (!base || !*base || lstat(base, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
-	    (st.st_mode & 077))
-		base = "/tmp";
-	char name[64];
-	snprintf(name, sizeof name, "%.40s", a->opts.name);
-	for (char *p = name; *p; p++)
-		if (*p == '/') *p = '_';
-	if (snprintf(a->run_dir, sizeof a->run_dir, "%s/skeind-%s.XXXXXX", base, name) >= (int)sizeof a->run_dir ||
-	    !mkdtemp(a->run_dir)) {
-		snprintf(err, errlen, "cannot make a private folder under %s: %s", base, strerror(errno));
-		a->run_dir[0] = 0;
-		return -1;
-	}
-	return 0;
-}
-
 static int setup(agent *a, int argc, char **argv, int *exit_code)
 {
 	char err[600];
-	*exit_code = 2;
+	*exit_code = AGENT_EXIT_USAGE;
 	int pr = agent_opts_parse(&a->opts, argc, argv, err, sizeof err);
-	if (pr == 1) { *exit_code = 0; return -1; }
+	if (pr == 1) { *exit_code = AGENT_EXIT_OK; return -1; }
 	if (pr < 0) goto usage;
 	sk_log_level lvl;
 	if (sk_log_parse_level(a->opts.log_level, &lvl) < 0) {
@@ -554,30 +551,34 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 		snprintf(a->gpu_source, sizeof a->gpu_source, "declared");
 	}
 	/* validate the tags before anything is created (a->mbr is still NULL) */
-	if (agent_update_meta(a) < 0) { *exit_code = 2; return -1; }
+	if (agent_update_meta(a) < 0) { *exit_code = AGENT_EXIT_USAGE; return -1; }
 
-	*exit_code = 1;
+	/* the data dir: what fails here is storage (disk full, I/O error, a
+	 * corrupt file), which a restart by the service manager may cure */
+	*exit_code = AGENT_EXIT_STORAGE;
+	if (agent_run_dir_pick(a->opts.name, a->opts.data_dir, a->run_dir, sizeof a->run_dir, err, sizeof err) < 0)
+		goto fatal;
 	if (next_generation(a, err, sizeof err) < 0) goto fatal;
 	if (load_keys(a, err, sizeof err) < 0) goto fatal;
+	*exit_code = AGENT_EXIT_ERROR;
 	/* A cluster without a key lets anyone who reaches a port run commands
 	 * as root on every node: refused unless the operator says --insecure. */
 	if (!a->kr.n && !a->opts.insecure && (a->opts.njoin > 0 || atoi(a->opts.bootstrap_expect) > 1)) {
 		snprintf(err, sizeof err, "a cluster needs a key (--key-file or SKEIN_KEY; `skeinctl keygen` makes one): "
 					  "without one, anyone who reaches its ports runs commands as root; --insecure "
 					  "allows it for tests on one machine");
-		*exit_code = 2;
+		*exit_code = AGENT_EXIT_USAGE;
 		goto usage;
 	}
 	if (a->opts.insecure)
 		SK_WARN("agent", "--insecure: every command is accepted from anyone who reaches the control endpoint");
 	else if (!a->kr.n)
 		SK_WARN("agent", "no key: gossip is NOT encrypted and TCP control is read-only (set --key-file)");
-	if (!a->opts.data_dir[0] && !a->opts.control_socket[0] && private_run_dir(a, err, sizeof err) < 0) goto fatal;
 
 	mbr_self self = { .name = a->opts.name, .addr = a->adv, .generation = a->generation,
 			  .seed = a->generation ^ (uint64_t)getpid() * 0x9e3779b97f4a7c15ULL };
 	a->mbr = mbr_new(&a->mcfg, &self, agent_now_ms(), err, sizeof err);
-	if (!a->mbr) goto usage;
+	if (!a->mbr) { *exit_code = AGENT_EXIT_USAGE; goto usage; }
 	sk_rng_seed(&a->rng, self.seed ^ 0x5eed);
 	a->started_ms = agent_now_ms();
 
@@ -586,8 +587,17 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 	a->mbr_timer.data = a;
 	if (agent_net_open(a, err, sizeof err) < 0) goto fatal;
 	if (agent_ctl_open(a, err, sizeof err) < 0) goto fatal;
-	if (agent_head_open(a, err, sizeof err) < 0) goto fatal;
-	if (agent_jobs_open(a, err, sizeof err) < 0) goto fatal;
+	int orc = agent_head_open(a, err, sizeof err);
+	if (orc < 0) {
+		/* raft storage opened and read here */
+		if (orc == -2) *exit_code = AGENT_EXIT_USAGE;
+		else if (a->opts.head_eligible && a->opts.data_dir[0]) *exit_code = AGENT_EXIT_STORAGE;
+		goto fatal;
+	}
+	if ((orc = agent_jobs_open(a, err, sizeof err)) < 0) {
+		*exit_code = orc == -2 ? AGENT_EXIT_USAGE : AGENT_EXIT_ERROR;
+		goto fatal;
+	}
 	if (agent_update_meta(a) < 0) goto fatal;
 
 	signal(SIGPIPE, SIG_IGN);
@@ -630,10 +640,6 @@ static void teardown(agent *a)
 	}
 	join_dns_cancel();
 	mbr_destroy(&a->mbr);
-	if (a->run_dir[0]) {
-		if (a->control_socket[0]) unlink(a->control_socket);
-		rmdir(a->run_dir); /* only when empty: member logs stay */
-	}
 	agent_opts_free(&a->opts);
 }
 
@@ -648,5 +654,5 @@ int main(int argc, char **argv)
 	}
 	ev_run(a.loop, 0);
 	teardown(&a);
-	return 0;
+	return a.exit_code;
 }

@@ -6,10 +6,10 @@
 # and the replay cache at the agent).  `skeinctl state bench N` runs against
 # the head of each in turn, ROUNDS times, so both see the same machine load;
 # the table gives each round's commit p50 and the ratio B/A.
-#   AUTH_BENCH_WRITES=500 AUTH_BENCH_ROUNDS=3 tests/agent/auth_bench.sh
+#   AUTH_BENCH_WRITES=100 AUTH_BENCH_ROUNDS=10 tests/agent/auth_bench.sh
 . "$(dirname "$0")/lib.sh"
-WRITES=${AUTH_BENCH_WRITES:-500}
-ROUNDS=${AUTH_BENCH_ROUNDS:-3}
+WRITES=${AUTH_BENCH_WRITES:-100}
+ROUNDS=${AUTH_BENCH_ROUNDS:-10}
 K=$T_DIR/cluster.key; OP=$T_DIR/op.key
 "$SKEINCTL" keygen >"$K"; "$SKEINCTL" keygen >"$OP"; chmod 600 "$K" "$OP"
 

@@ -30,6 +30,12 @@ INSECURE=${INSECURE---insecure}
 cleanup() {
 	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
 	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+	# the (empty) member cgroups of agents killed with SIGKILL: named in their state file
+	local cg d
+	for cg in $(sed -n 's/^cgroup //p' "$T_DIR"/*/members 2>/dev/null); do
+		for d in "$cg"/m-*; do [ -d "$d" ] && rmdir "$d" 2>/dev/null; done
+		[ -d "$cg" ] && rmdir "$cg" 2>/dev/null
+	done
 	if [ "$T_FAIL" = 0 ]; then rm -rf "$T_DIR"; else echo "  logs kept in $T_DIR"; fi
 }
 trap cleanup EXIT
