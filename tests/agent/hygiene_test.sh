@@ -96,7 +96,7 @@ chown nobody "$T_DIR/victim" "$T_DIR/xdg"; chmod 700 "$T_DIR/xdg"
 setpriv --reuid=65534 --regid=65534 --clear-groups ln -s "$T_DIR/victim" "$T_DIR/tmp/skeind-r$U"
 setpriv --reuid=65534 --regid=65534 --clear-groups mkdir -p "$T_DIR/tmp/skeind-r$U.logs" "$T_DIR/xdg/skeind-r$U"
 echo "root-only secret line" > "$T_DIR/secret"; chmod 600 "$T_DIR/secret"
-TMPDIR=$T_DIR/tmp XDG_RUNTIME_DIR=$T_DIR/xdg "$SKEIND" --name "r$U" --bind "127.0.0.1:$(gport 3)" \
+TMPDIR=$T_DIR/tmp XDG_RUNTIME_DIR=$T_DIR/xdg "$SKEIND" --insecure --name "r$U" --bind "127.0.0.1:$(gport 3)" \
 	--rpc "127.0.0.1:$(rport 3)" --profile fast --head-eligible --bootstrap-expect 1 --gpus 1 >>"$T_DIR/n3.log" 2>&1 &
 PIDS[3]=$!
 RUNDIRS+=("/run/skeind-r$U")
@@ -115,7 +115,7 @@ out=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$SKEINCTL" --rpc "127.
 check "skeinctl logs as nobody does not follow a log replaced by a link" bash -c "! echo '$out' | grep -q secret"
 kill_agent 3 15; wait "${PIDS[3]}" 2>/dev/null
 # unprivileged, no XDG_RUNTIME_DIR: a fresh mkdtemp folder, never the planted one
-setpriv --reuid=65534 --regid=65534 --clear-groups env -u XDG_RUNTIME_DIR TMPDIR="$T_DIR/tmp" "$SKEIND" --name "r$U" \
+setpriv --reuid=65534 --regid=65534 --clear-groups env -u XDG_RUNTIME_DIR TMPDIR="$T_DIR/tmp" "$SKEIND" --insecure --name "r$U" \
 	--bind "127.0.0.1:$(gport 4)" --rpc "127.0.0.1:$(rport 4)" --profile fast --head-eligible --bootstrap-expect 1 \
 	--gpus 1 >>"$T_DIR/n4.log" 2>&1 &
 PIDS[4]=$!
