@@ -41,6 +41,7 @@ $(FZ)/gen_corpus: tests/fuzz/gen_corpus.c $(FUZZ_LIB)
 
 .PHONY: fuzz-build fuzz-corpus fuzz-for-test
 fuzz-build: $(FUZZ_TARGETS)
+	@:
 
 fuzz-corpus: $(FZ)/gen_corpus
 	$(FZ)/gen_corpus tests/fuzz/corpus
