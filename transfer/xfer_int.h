@@ -35,8 +35,9 @@ struct xfer_manifest {
 uint64_t *xfer_manifest_offsets(const xfer_manifest *m);
 /* One line per tensor, "name dtype d0xd1x.. nbytes", for handshakes. */
 char *xfer_manifest_describe(const xfer_manifest *m, size_t *len);
-/* Parses what xfer_manifest_describe wrote into a manifest with NULL ptrs. */
-xfer_manifest *xfer_manifest_parse(const char *text, size_t len, xfer_err *err);
+/* Parses what xfer_manifest_describe wrote into a manifest with NULL ptrs;
+ * more than max_tensors lines is an error. */
+xfer_manifest *xfer_manifest_parse(const char *text, size_t len, size_t max_tensors, xfer_err *err);
 int xfer_shape_format(const xfer_tensor *t, char *out, size_t n);
 
 /* ---- data path table ---- */
@@ -141,6 +142,77 @@ int xfer_delta_apply(xfer_encoding enc, size_t esz, void *dst, size_t n, const v
 /* zstd wrappers (level 0 copies). */
 int xfer_zstd_compress(int level, const void *src, size_t n, xfer_buf *out, xfer_err *err);
 int xfer_zstd_decompress(const void *src, size_t n, xfer_buf *out, size_t max, xfer_err *err);
+
+/* ---- disk-delta index (xfer_disk.c), pure: the text format is described
+ * there; the parser checks every line and the checksum line ---- */
+typedef struct {
+	char name[XFER_NAME_MAX + 1];
+	char dtype[16], shape[160];
+	uint64_t nbytes, offset, stored, changed, stored_sum;
+	xfer_sum sum;
+} xfer_disk_tensor;
+
+typedef struct {
+	uint64_t chain, version, base, data_bytes;
+	int full, enc, zstd; /* enc: XFER_ENC_* for deltas */
+	size_t n;
+	xfer_disk_tensor *t;
+} xfer_disk_index;
+
+/* The index text of a version, malloc'd (its length in *len). */
+char *xfer_disk_index_format(const xfer_disk_index *x, size_t *len);
+/* Parses len bytes of index text (no NUL needed) that must be version v's;
+ * path names it in errors.  0, or -1 with XFER_EFORMAT (x then holds
+ * nothing to free). */
+int xfer_disk_index_parse(const char *text, size_t len, uint64_t v, const char *path, xfer_disk_index *x,
+			  xfer_err *err);
+void xfer_disk_index_free(xfer_disk_index *x);
+
+/* ---- p2p-tcp wire (xfer_tcp.c): the structs, in host order, and the pure
+ * checks a receiver makes of what a sender sends before any of it is used ---- */
+enum { XFER_TCP_HELLO_BYTES = 48, XFER_TCP_CONTROL = 0, XFER_TCP_DATA = 1, XFER_TCP_MAX_STREAMS = 64 };
+typedef struct {
+	char magic[8];
+	uint32_t kind, stream, nstreams, pad;
+	uint64_t session, bucket_bytes, manifest_len;
+} xfer_tcp_hello;
+typedef struct {
+	char magic[4];
+	uint32_t ntensors;
+	uint64_t version, total;
+} xfer_tcp_vhead;
+/* After the data: the xxh3-128 of every tensor, computed while it was sent
+ * (so the sender reads its weights once for the network and once for the
+ * hash, concurrently, and a device source crosses PCIe once). */
+typedef struct {
+	char magic[4];
+	uint32_t ntensors;
+} xfer_tcp_vtrail;
+typedef struct {
+	char magic[4];
+	uint32_t stream;
+	uint64_t version, chunk, off, len;
+} xfer_tcp_shead;
+typedef struct { uint64_t off, len; } xfer_tcp_chunk;
+
+/* Sets the magic and writes the 48 bytes. */
+void xfer_tcp_hello_pack(const xfer_tcp_hello *h, unsigned char out[XFER_TCP_HELLO_BYTES]);
+/* A hello of either kind; a control hello's stream count and sizes are checked. */
+int xfer_tcp_hello_parse(const void *buf, size_t n, xfer_tcp_hello *h, xfer_err *err);
+/* The receiver's answer to a control hello and its manifest text: the text
+ * must describe the receiver's own manifest; *chunks (malloc'd) cut the
+ * byte space as the hello's bucket size says. */
+int xfer_tcp_session_plan(const xfer_manifest *mine, const uint64_t *offsets, const xfer_tcp_hello *h,
+			  const char *desc, size_t len, xfer_tcp_chunk **chunks, size_t *nchunks, xfer_err *err);
+/* Chunks of half a bucket over the byte space (offsets: n+1 entries). */
+int xfer_tcp_chunks(const xfer_manifest *m, const uint64_t *offsets, uint64_t bucket_bytes, xfer_tcp_chunk **out,
+		    size_t *n, xfer_err *err);
+/* Stream i's stripe [*a, *b) of a chunk. */
+void xfer_tcp_stripe(const xfer_tcp_chunk *c, int nstreams, int i, uint64_t *a, uint64_t *b);
+int xfer_tcp_vhead_parse(const void *buf, size_t n, const xfer_manifest *m, uint64_t have, uint64_t *version,
+			 xfer_err *err);
+int xfer_tcp_shead_parse(const void *buf, size_t n, const xfer_tcp_shead *want, xfer_err *err);
+int xfer_tcp_vtrail_parse(const void *buf, size_t n, size_t ntensors, xfer_err *err);
 
 /* ---- the CUDA runtime and driver, dlopen'd (xfer_cuda.c) ---- */
 typedef struct { unsigned char b[64]; } xfer_cuda_ipc_handle; /* cudaIpcMemHandle_t */

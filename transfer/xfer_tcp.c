@@ -46,46 +46,27 @@
 #include "transfer/xfer_hash.h"
 
 enum {
-	MAX_STREAMS = 64,
+	MAX_STREAMS = XFER_TCP_MAX_STREAMS,
 	STRIPE_ALIGN = 4096,  /* stripes start on page boundaries of the byte space */
 	PIECE = 256 << 10,    /* hash and copy in pieces that stay in cache */
-	KIND_CONTROL = 0,
-	KIND_DATA = 1,
+	KIND_CONTROL = XFER_TCP_CONTROL,
+	KIND_DATA = XFER_TCP_DATA,
+	MANIFEST_MAX = 64 << 20, /* bytes of manifest text a receiver takes */
+	CHUNKS_MAX = 1 << 20,    /* a hello's bucket size may not cut the weights finer */
 };
 
 static const char HELLO_MAGIC[8] = "SKXFER2"; /* 2: chunks of half a bucket */
 
-typedef struct {
-	char magic[8];
-	uint32_t kind, stream, nstreams, pad;
-	uint64_t session, bucket_bytes, manifest_len;
-} hello;
-
-typedef struct {
-	char magic[4];
-	uint32_t ntensors;
-	uint64_t version, total;
-} vhead;
-
-/* After the data: the xxh3-128 of every tensor, computed while it was sent
- * (so the sender reads its weights once for the network and once for the
- * hash, concurrently, and a device source crosses PCIe once). */
-typedef struct {
-	char magic[4];
-	uint32_t ntensors;
-} vtrail;
-
-typedef struct {
-	char magic[4];
-	uint32_t stream;
-	uint64_t version, chunk, off, len;
-} shead;
+/* The wire structs (xfer_int.h), in host order: both ends are one build. */
+typedef xfer_tcp_hello hello;
+typedef xfer_tcp_vhead vhead;
+typedef xfer_tcp_vtrail vtrail;
+typedef xfer_tcp_shead shead;
+typedef xfer_tcp_chunk chunkdesc;
 
 _Static_assert(sizeof(hello) == 48, "hello is 48 bytes on the wire");
 _Static_assert(sizeof(vhead) == 24, "vhead is 24 bytes on the wire");
 _Static_assert(sizeof(shead) == 40, "shead is 40 bytes on the wire");
-
-typedef struct { uint64_t off, len; } chunkdesc;
 
 typedef struct {
 	int lfd, ctl, nstreams, connected;
@@ -134,43 +115,65 @@ static uint64_t piece_of(uint64_t bucket_bytes)
 	return half ? half : bucket_bytes;
 }
 
-static int make_chunks(xfer_endpoint *ep, tcp_state *s, uint64_t bucket_bytes, xfer_err *err)
+int xfer_tcp_chunks(const xfer_manifest *m, const uint64_t *offsets, uint64_t bucket_bytes, xfer_tcp_chunk **out,
+		    size_t *nout, xfer_err *err)
 {
 	xfer_bucket *b = NULL;
 	size_t nb = 0, k = 0, cap = 0;
 	uint64_t piece = piece_of(bucket_bytes);
-	free(s->chunks);
-	s->chunks = NULL;
-	s->nchunks = 0;
-	if (xfer_buckets(ep->m, bucket_bytes, &b, &nb, err) != 0) return -1;
-	for (size_t i = 0; i < nb; i++) cap += (b[i].bytes + piece - 1) / piece + 1;
-	s->chunks = calloc(cap + 1, sizeof *s->chunks);
-	if (!s->chunks) { free(b); return xfer_fail(err, XFER_ENOMEM, "out of memory"); }
+	*out = NULL;
+	*nout = 0;
+	if (!bucket_bytes) return xfer_fail(err, XFER_EFORMAT, "a bucket of 0 bytes");
+	if (xfer_buckets(m, bucket_bytes, &b, &nb, err) != 0) return -1;
+	/* counted before anything is allocated: a hello's bucket size of a few
+	 * bytes must not make a table larger than the weights */
+	for (size_t i = 0; i < nb && cap <= CHUNKS_MAX; i++) cap += (b[i].bytes + piece - 1) / piece + 1;
+	if (cap > CHUNKS_MAX) {
+		free(b);
+		return xfer_fail(err, XFER_EFORMAT, "buckets of %llu bytes cut the weights into over %d chunks",
+				 (unsigned long long)bucket_bytes, CHUNKS_MAX);
+	}
+	xfer_tcp_chunk *c = calloc(cap + 1, sizeof *c);
+	if (!c) { free(b); return xfer_fail(err, XFER_ENOMEM, "out of memory"); }
 	for (size_t i = 0; i < nb; i++) {
-		uint64_t off = ep->offsets[b[i].first];
+		uint64_t off = offsets[b[i].first];
 		for (uint64_t done = 0; done < b[i].bytes || (b[i].bytes == 0 && done == 0);) {
 			uint64_t len = b[i].bytes - done < piece ? b[i].bytes - done : piece;
-			s->chunks[k++] = (chunkdesc){ off + done, len };
+			c[k++] = (chunkdesc){ off + done, len };
 			if (len == 0) break;
 			done += len;
 		}
 	}
 	free(b);
-	s->nchunks = k;
+	*out = c;
+	*nout = k;
+	return 0;
+}
+
+static int make_chunks(xfer_endpoint *ep, tcp_state *s, uint64_t bucket_bytes, xfer_err *err)
+{
+	free(s->chunks);
+	s->chunks = NULL;
+	s->nchunks = 0;
+	if (xfer_tcp_chunks(ep->m, ep->offsets, bucket_bytes, &s->chunks, &s->nchunks, err) != 0) return -1;
 	s->bucket_bytes = bucket_bytes;
 	return 0;
 }
 
-static void stripe_of(const tcp_state *s, size_t k, int i, uint64_t *a, uint64_t *b)
+void xfer_tcp_stripe(const xfer_tcp_chunk *c, int nstreams, int i, uint64_t *a, uint64_t *b)
 {
-	const chunkdesc *c = &s->chunks[k];
-	uint64_t per = (c->len + (uint64_t)s->nstreams - 1) / (uint64_t)s->nstreams;
+	uint64_t per = (c->len + (uint64_t)nstreams - 1) / (uint64_t)nstreams;
 	per = (per + STRIPE_ALIGN - 1) / STRIPE_ALIGN * STRIPE_ALIGN;
 	uint64_t lo = (uint64_t)i * per, hi = lo + per;
 	if (lo > c->len) lo = c->len;
 	if (hi > c->len) hi = c->len;
 	*a = c->off + lo;
 	*b = c->off + hi;
+}
+
+static void stripe_of(const tcp_state *s, size_t k, int i, uint64_t *a, uint64_t *b)
+{
+	xfer_tcp_stripe(&s->chunks[k], s->nstreams, i, a, b);
 }
 
 /* First tensor whose bytes end after byte a of the back-to-back space. */
@@ -204,6 +207,80 @@ static int tensor_iov(const xfer_endpoint *ep, uint64_t a, uint64_t b, struct io
 		(*iov)[(*n)++] = (struct iovec){ (char *)ep->m->t[t].ptr + (a - lo), (size_t)(e - a) };
 		a = e;
 	}
+	return 0;
+}
+
+/* ---- what a receiver checks, pure (tests/fuzz/fuzz_p2p.c feeds them) ---- */
+
+int xfer_tcp_hello_parse(const void *buf, size_t n, xfer_tcp_hello *h, xfer_err *err)
+{
+	if (n != sizeof *h) return xfer_fail(err, XFER_EFORMAT, "a hello of %zu bytes", n);
+	memcpy(h, buf, sizeof *h);
+	if (memcmp(h->magic, HELLO_MAGIC, 8) != 0 || (h->kind != KIND_CONTROL && h->kind != KIND_DATA))
+		return xfer_fail(err, XFER_EFORMAT, "not a skein p2p sender's hello");
+	if (h->kind == KIND_CONTROL && (h->nstreams < 1 || h->nstreams > MAX_STREAMS ||
+					 h->manifest_len > MANIFEST_MAX || h->bucket_bytes == 0))
+		return xfer_fail(err, XFER_EFORMAT, "a control hello with %u streams, %llu manifest bytes, buckets of %llu",
+				 h->nstreams, (unsigned long long)h->manifest_len, (unsigned long long)h->bucket_bytes);
+	return 0;
+}
+
+void xfer_tcp_hello_pack(const xfer_tcp_hello *h, unsigned char out[XFER_TCP_HELLO_BYTES])
+{
+	hello t = *h;
+	memcpy(t.magic, HELLO_MAGIC, 8);
+	memcpy(out, &t, sizeof t);
+}
+
+int xfer_tcp_session_plan(const xfer_manifest *mine, const uint64_t *offsets, const xfer_tcp_hello *h,
+			  const char *desc, size_t len, xfer_tcp_chunk **chunks, size_t *nchunks, xfer_err *err)
+{
+	*chunks = NULL;
+	*nchunks = 0;
+	/* no more tensors than ours: each parsed name is looked up among the
+	 * earlier ones, so a long manifest of tiny lines would cost n^2 */
+	xfer_manifest *theirs = xfer_manifest_parse(desc, len, mine->n, err);
+	int rc = theirs && xfer_manifest_compare(theirs, mine, err) == 0
+			 ? xfer_tcp_chunks(mine, offsets, h->bucket_bytes, chunks, nchunks, err)
+			 : -1;
+	xfer_manifest_free(&theirs);
+	return rc;
+}
+
+int xfer_tcp_vhead_parse(const void *buf, size_t n, const xfer_manifest *m, uint64_t have, uint64_t *version,
+			 xfer_err *err)
+{
+	vhead h;
+	if (n != sizeof h) return xfer_fail(err, XFER_EFORMAT, "malformed version header");
+	memcpy(&h, buf, sizeof h);
+	if (memcmp(h.magic, "SKV1", 4) != 0 || h.ntensors != m->n || h.total != m->bytes)
+		return xfer_fail(err, XFER_EFORMAT, "malformed version header");
+	if (h.version <= have)
+		return xfer_fail(err, XFER_EFORMAT, "version %llu is not newer than %llu", (unsigned long long)h.version,
+				 (unsigned long long)have);
+	*version = h.version;
+	return 0;
+}
+
+int xfer_tcp_shead_parse(const void *buf, size_t n, const xfer_tcp_shead *want, xfer_err *err)
+{
+	shead h;
+	if (n != sizeof h) return xfer_fail(err, XFER_EFORMAT, "a stripe header of %zu bytes", n);
+	memcpy(&h, buf, sizeof h);
+	if (memcmp(h.magic, "SKS1", 4) != 0 || h.version != want->version || h.chunk != want->chunk ||
+	    h.off != want->off || h.len != want->len || h.stream != want->stream)
+		return xfer_fail(err, XFER_EFORMAT, "unexpected stripe header (version %llu bucket %llu offset %llu)",
+				 (unsigned long long)h.version, (unsigned long long)h.chunk, (unsigned long long)h.off);
+	return 0;
+}
+
+int xfer_tcp_vtrail_parse(const void *buf, size_t n, size_t ntensors, xfer_err *err)
+{
+	vtrail t;
+	if (n != sizeof t) return xfer_fail(err, XFER_EFORMAT, "malformed checksum trailer");
+	memcpy(&t, buf, sizeof t);
+	if (memcmp(t.magic, "SKT1", 4) != 0 || t.ntensors != ntensors)
+		return xfer_fail(err, XFER_EFORMAT, "malformed checksum trailer");
 	return 0;
 }
 
@@ -351,7 +428,7 @@ static int sender_connect(xfer_endpoint *ep, tcp_state *s, xfer_err *err)
 	if (!desc) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	hello h = { .kind = KIND_CONTROL, .nstreams = (uint32_t)s->nstreams, .session = s->session,
 		    .bucket_bytes = s->bucket_bytes, .manifest_len = dlen };
-	memcpy(h.magic, HELLO_MAGIC, 8);
+	xfer_tcp_hello_pack(&h, (unsigned char *)&h);
 	s->ctl = xfer_sock_connect(ep->cfg.p2p.host, ep->cfg.p2p.port, to, err);
 	if (s->ctl < 0) goto err;
 	struct iovec v[2] = { { &h, sizeof h }, { desc, dlen } };
@@ -567,16 +644,15 @@ static int receiver_accept(xfer_endpoint *ep, tcp_state *s, int wait_ms, xfer_er
 {
 	int to = ep->cfg.timeout_ms, fd = -1;
 	char *desc = NULL;
-	xfer_manifest *theirs = NULL;
 	hello h;
 	s->ctl = xfer_sock_accept(s->lfd, wait_ms, to, err);
 	if (s->ctl < 0) {
 		if (err->code == XFER_ETIMEOUT) err->code = XFER_ENOVERSION;
 		return -1;
 	}
-	if (xfer_sock_recv(s->ctl, &h, sizeof h, "hello", "sender", to, err) != 0) goto err;
-	if (memcmp(h.magic, HELLO_MAGIC, 8) != 0 || h.kind != KIND_CONTROL || h.nstreams < 1 ||
-	    h.nstreams > MAX_STREAMS || h.manifest_len > (64u << 20) || h.bucket_bytes == 0) {
+	unsigned char raw[sizeof h];
+	if (xfer_sock_recv(s->ctl, raw, sizeof raw, "hello", "sender", to, err) != 0) goto err;
+	if (xfer_tcp_hello_parse(raw, sizeof raw, &h, err) != 0 || h.kind != KIND_CONTROL) {
 		xfer_fail(err, XFER_EFORMAT, "the first connection is not a skein p2p sender's control stream");
 		goto err;
 	}
@@ -590,9 +666,10 @@ static int receiver_accept(xfer_endpoint *ep, tcp_state *s, int wait_ms, xfer_er
 		hello d;
 		fd = xfer_sock_accept(s->lfd, to, to, err);
 		if (fd < 0) goto err;
-		if (xfer_sock_recv(fd, &d, sizeof d, "hello", "sender", to, err) != 0) goto err;
-		if (memcmp(d.magic, HELLO_MAGIC, 8) != 0 || d.kind != KIND_DATA || d.session != s->session ||
-		    d.stream >= h.nstreams || s->data[d.stream] >= 0) {
+		xfer_err ignored;
+		if (xfer_sock_recv(fd, raw, sizeof raw, "hello", "sender", to, err) != 0) goto err;
+		if (xfer_tcp_hello_parse(raw, sizeof raw, &d, &ignored) != 0 || d.kind != KIND_DATA ||
+		    d.session != s->session || d.stream >= h.nstreams || s->data[d.stream] >= 0) {
 			close(fd); /* a stale or foreign connection */
 			fd = -1;
 			continue;
@@ -602,23 +679,22 @@ static int receiver_accept(xfer_endpoint *ep, tcp_state *s, int wait_ms, xfer_er
 		seen++;
 	}
 	xfer_err st = { 0 };
-	theirs = xfer_manifest_parse(desc, h.manifest_len, &st);
-	if (theirs && xfer_manifest_compare(theirs, ep->m, &st) == 0 && make_chunks(ep, s, h.bucket_bytes, &st) == 0 &&
-	    (s->direct || alloc_slots(s, &st) == 0))
-		st.code = XFER_OK;
+	free(s->chunks);
+	if (xfer_tcp_session_plan(ep->m, ep->offsets, &h, desc, h.manifest_len, &s->chunks, &s->nchunks, &st) == 0) {
+		s->bucket_bytes = h.bucket_bytes;
+		if (s->direct || alloc_slots(s, &st) == 0) st.code = XFER_OK;
+	}
 	if (st.code != XFER_OK) xfer_err_prefix(&st, "sender's manifest vs receiver's");
 	if (xfer_sock_send_status(s->ctl, &st, to, err) != 0) goto err;
 	if (st.code != XFER_OK) {
 		*err = st;
 		goto err;
 	}
-	xfer_manifest_free(&theirs);
 	free(desc);
 	s->connected = 1;
 	return 0;
 err:
 	if (fd >= 0) close(fd);
-	xfer_manifest_free(&theirs);
 	free(desc);
 	close_session(s);
 	return -1;
@@ -667,13 +743,10 @@ static void *recv_worker(void *arg)
 			pthread_mutex_unlock(&s->mu);
 			if (s->failed) goto out;
 		}
-		if (xfer_sock_recv(fd, &h, sizeof h, "stripe header", "sender", to, &e) != 0) goto fail;
-		if (memcmp(h.magic, "SKS1", 4) != 0 || h.version != s->version || h.chunk != k || h.off != a ||
-		    h.len != b - a || h.stream != (uint32_t)w->idx) {
-			xfer_fail(&e, XFER_EFORMAT, "unexpected stripe header (version %llu bucket %llu offset %llu)",
-				  (unsigned long long)h.version, (unsigned long long)h.chunk, (unsigned long long)h.off);
+		shead want = { .stream = (uint32_t)w->idx, .version = s->version, .chunk = k, .off = a, .len = b - a };
+		if (xfer_sock_recv(fd, &h, sizeof h, "stripe header", "sender", to, &e) != 0 ||
+		    xfer_tcp_shead_parse(&h, sizeof h, &want, &e) != 0)
 			goto fail;
-		}
 		if (s->direct) {
 			if (tensor_iov(ep, a, b, &iov, &cap, &n, &e) != 0) goto fail;
 			if (xfer_sock_recvv(fd, iov, n, "stripe", "sender", to, &e) != 0) goto fail;
@@ -739,17 +812,11 @@ static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	}
 	if (xfer_sock_wait(s->ctl, wait_ms, err) != 0) return -1; /* session stays */
 	vhead h;
-	if (xfer_sock_recv(s->ctl, &h, sizeof h, "version header", "sender", to, err) != 0) goto err;
-	if (memcmp(h.magic, "SKV1", 4) != 0 || h.ntensors != m->n || h.total != m->bytes) {
-		xfer_fail(err, XFER_EFORMAT, "malformed version header");
+	uint64_t ver;
+	if (xfer_sock_recv(s->ctl, &h, sizeof h, "version header", "sender", to, err) != 0 ||
+	    xfer_tcp_vhead_parse(&h, sizeof h, m, ep->stats.version, &ver, err) != 0)
 		goto err;
-	}
-	if (h.version <= ep->stats.version) {
-		xfer_fail(err, XFER_EFORMAT, "version %llu is not newer than %llu", (unsigned long long)h.version,
-			  (unsigned long long)ep->stats.version);
-		goto err;
-	}
-	if (begin_version(s, h.version, err) != 0) goto err;
+	if (begin_version(s, ver, err) != 0) goto err;
 	for (int i = 0; i < MAX_STREAMS; i++) {
 		/* a journal per stream of this session; one left from a session
 		 * with more streams would undo stripes it no longer covers */
@@ -798,9 +865,8 @@ static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 		xfer_err e;
 		vtrail tr;
 		if (xfer_sock_recv(s->ctl, &tr, sizeof tr, "checksums", "sender", to, &e) != 0 ||
-		    (memcmp(tr.magic, "SKT1", 4) != 0 || tr.ntensors != m->n
-			     ? xfer_fail(&e, XFER_EFORMAT, "malformed checksum trailer")
-			     : xfer_sock_recv(s->ctl, s->sums, m->n * sizeof *s->sums, "checksums", "sender", to, &e)) != 0) {
+		    xfer_tcp_vtrail_parse(&tr, sizeof tr, m->n, &e) != 0 ||
+		    xfer_sock_recv(s->ctl, s->sums, m->n * sizeof *s->sums, "checksums", "sender", to, &e) != 0) {
 			fail_version(s, &e);
 		} else {
 			for (size_t i = 0; i < m->n; i++) {
@@ -842,7 +908,7 @@ join:
 	XXH3_freeState(st);
 	ep->stats.bytes_moved = m->bytes;
 	ep->stats.staging_peak = s->direct ? 0 : 2 * s->slot_bytes;
-	*version = h.version;
+	*version = ver;
 	return 0;
 err:
 	if (st) XXH3_freeState(st);
