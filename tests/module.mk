@@ -14,3 +14,4 @@ $(O)/tests/%_test: $(O)/tests/unit/%_test.o $(T_MAIN_OBJ) $(SK_LIBS) $(TEST_EXTR
 
 -include tests/sim/module.mk
 -include tests/fuzz/module.mk
+-include tests/tools/module.mk
