@@ -68,7 +68,8 @@ typedef struct {
 	uint64_t tcp_in_first_byte_timeouts, tcp_in_idle_timeouts;
 	uint64_t drop_stream_type;     /* stream over its message type's cap, or not gossip */
 	uint64_t tcp_out_shed;         /* our stream dropped to fit the outbound budget */
-	uint64_t tcp_accept_no_fd;     /* connection closed at accept: out of fds (EMFILE/ENFILE) */
+	uint64_t tcp_accept_no_fd;     /* accept failed for want of fds (EMFILE/ENFILE): the
+				* connection closed through the reserve fd, or the listener rested */
 	uint64_t ctl_requests, ctl_rejected;
 } agent_counters;
 

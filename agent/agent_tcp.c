@@ -416,7 +416,7 @@ static bool accept_no_fd(agent *a, int err)
 		t->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	}
 	if (now - t->warned >= WARN_EVERY_S) {
-		SK_WARN("net", "gossip TCP: out of file descriptors (%s): %llu connections closed at accept so far",
+		SK_WARN("net", "gossip TCP: out of file descriptors (%s): %llu accepts failed so far",
 			strerror(err), (unsigned long long)a->cnt.tcp_accept_no_fd);
 		t->warned = now;
 	}
