@@ -25,10 +25,10 @@
  *    is read at accept, and it is shed only after every older idle one.
  *    The per-source cap sheds among that source's connections only, so
  *    one address cannot push out the others.
- *  - out of fds (EMFILE/ENFILE) at accept: shed a quiet connection, else
- *    give up the reserve fd to accept and close the pending connection (the
- *    listener would otherwise wake the loop forever); if the reserve cannot
- *    be had back, the listener rests ACCEPT_PAUSE_S.
+ *  - out of fds (EMFILE/ENFILE) at accept: shed an inbound connection as
+ *    at a cap, else give up the reserve fd to accept and close the pending
+ *    connection (the listener would otherwise wake the loop forever); if
+ *    the reserve cannot be had back, the listener rests ACCEPT_PAUSE_S.
  * Every drop is counted by reason (agent_counters, `skeinctl info`). */
 #include "agent/agent.h"
 
