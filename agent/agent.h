@@ -138,8 +138,9 @@ const uint8_t *agent_net_unseal(agent *a, const char *aad, const uint8_t *in, si
 int agent_tcp_open(agent *a, char *err, size_t errlen);
 void agent_tcp_close(agent *a);
 void agent_tcp_send(agent *a, const mbr_out *o);
-/* Open inbound and outbound connections, bytes held by half-received streams. */
-void agent_tcp_gauges(const agent *a, uint64_t g[3]);
+/* Open inbound and outbound connections, bytes held by half-received
+ * streams, the most inbound connections one source address holds. */
+void agent_tcp_gauges(const agent *a, uint64_t g[4]);
 
 /* agent_ctl.c */
 int agent_ctl_open(agent *a, char *err, size_t errlen);

@@ -187,7 +187,7 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 	const agent_counters *c = &a->cnt;
 	char addr[64];
 	mbr_addr_format(&a->adv, addr, sizeof addr);
-	uint64_t wire_drops = 0, rc[6], tg[3];
+	uint64_t wire_drops = 0, rc[6], tg[4];
 	for (int i = 0; i < 8; i++) wire_drops += s->drop[i];
 	agent_head_counters(a, rc);
 	agent_tcp_gauges(a, tg);
@@ -201,7 +201,8 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 		{ "dropped_oversize", c->drop_oversize }, { "dropped_send_error", c->drop_send },
 		{ "dropped_debug_in", c->drop_debug_in }, { "dropped_debug_out", c->drop_debug_out },
 		{ "tcp_timeouts", c->tcp_timeouts }, { "tcp_refused", c->tcp_refused },
-		{ "tcp_in_open", tg[0] }, { "tcp_out_open", tg[1] }, { "tcp_in_buffered_bytes", tg[2] },
+		{ "tcp_in_open", tg[0] }, { "tcp_in_open_one_source", tg[3] }, { "tcp_out_open", tg[1] },
+		{ "tcp_in_buffered_bytes", tg[2] },
 		{ "tcp_in_shed_idle", c->tcp_in_shed_idle }, { "tcp_in_shed_busy", c->tcp_in_shed_busy },
 		{ "tcp_in_dropped_budget", c->tcp_in_budget },
 		{ "tcp_in_first_byte_timeouts", c->tcp_in_first_byte_timeouts },

@@ -503,11 +503,19 @@ void agent_tcp_send(agent *a, const mbr_out *o)
 	a->tcp->out.bytes += c->cap;
 }
 
-void agent_tcp_gauges(const agent *a, uint64_t g[3])
+void agent_tcp_gauges(const agent *a, uint64_t g[4])
 {
-	g[0] = a->tcp ? (uint64_t)a->tcp->in.n : 0;
-	g[1] = a->tcp ? (uint64_t)a->tcp->out.n : 0;
-	g[2] = a->tcp ? a->tcp->in.bytes : 0;
+	memset(g, 0, 4 * sizeof *g);
+	if (!a->tcp) return;
+	g[0] = (uint64_t)a->tcp->in.n;
+	g[1] = (uint64_t)a->tcp->out.n;
+	g[2] = a->tcp->in.bytes;
+	/* IN_MAX^2 comparisons at most, and only when asked */
+	for (agent_conn *c = a->tcp->in.head; c; c = c->next) {
+		uint64_t same = 0;
+		for (agent_conn *x = a->tcp->in.head; x; x = x->next) same += same_ip(&c->peer, &x->peer);
+		if (same > g[3]) g[3] = same;
+	}
 }
 
 int agent_tcp_open(agent *a, char *err, size_t errlen)
