@@ -6,6 +6,7 @@
  *                  and the node's own commands
  *   agent_wire.c   the control channel's bounded framed transport
  *   agent_auth.c   roles, command classes, the replay cache
+ *   agent_tcp.c    the gossip TCP streams, bounded in memory, fds and time
  *   agent_rpc.c    one request/response to a control endpoint (skeinctl, fan-out)
  *   agent_crypto.c keyring and AES-GCM
  *   agent_opts.c   flags, environment, config file
@@ -25,6 +26,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "agent/agent_auth.h"
@@ -36,7 +38,7 @@
 #include "common/sk_rng.h"
 #include "membership/mbr.h"
 
-typedef struct agent_conn agent_conn;
+typedef struct agent_tcp agent_tcp;
 typedef struct agent_head agent_head;
 typedef struct agent_jobs agent_jobs;
 
@@ -70,6 +72,16 @@ typedef struct {
 	uint64_t drop_oversize;    /* stream or datagram over the limit */
 	uint64_t drop_send;        /* the OS refused a send */
 	uint64_t tcp_timeouts, tcp_refused;
+	/* gossip TCP limits (agent_tcp.c), each drop by its reason */
+	/* inbound connection closed to let a new one in (at the cap, in total or
+	 * per source): one quiet or silent, else the oldest */
+	uint64_t tcp_in_shed_idle, tcp_in_shed_busy;
+	uint64_t tcp_in_budget;        /* half-received stream dropped: inbound byte budget spent */
+	uint64_t tcp_in_first_byte_timeouts, tcp_in_idle_timeouts;
+	uint64_t drop_stream_type;     /* stream over its message type's cap, or not gossip */
+	uint64_t tcp_out_shed;         /* our stream dropped to fit the outbound budget */
+	uint64_t tcp_accept_no_fd;     /* accept failed for want of fds (EMFILE/ENFILE): the
+				* connection closed through the reserve fd, or the listener rested */
 	uint64_t ctl_requests, ctl_rejected;
 	uint64_t ctl_auth_failed;      /* sealed with no key of ours, or plaintext where a key is needed */
 	uint64_t ctl_refused_role;     /* authenticated, but not allowed that command */
@@ -95,8 +107,7 @@ typedef struct agent {
 
 	int udp_fd, tcp_fd;
 	ev_io udp_w, tcp_w;
-	agent_conn *conns;
-	int nconns;
+	agent_tcp *tcp;
 
 	ev_timer mbr_timer;
 	ev_timer join_timer;
@@ -153,6 +164,20 @@ void agent_exit(agent *a, int code);
 int agent_net_open(agent *a, char *err, size_t errlen);
 void agent_net_close(agent *a);
 void agent_net_send(agent *a, const mbr_out *o);
+void agent_net_to_sockaddr(const mbr_addr *a, struct sockaddr_storage *ss, socklen_t *sl);
+void agent_net_from_sockaddr(const struct sockaddr_storage *ss, mbr_addr *a);
+/* Opens (or passes through, without a keyring) a sealed payload; NULL when
+ * it does not open (counted). */
+const uint8_t *agent_net_unseal(agent *a, const char *aad, const uint8_t *in, size_t n,
+				uint8_t *scratch, size_t *outlen);
+
+/* agent_tcp.c */
+int agent_tcp_open(agent *a, char *err, size_t errlen);
+void agent_tcp_close(agent *a);
+void agent_tcp_send(agent *a, const mbr_out *o);
+/* Open inbound and outbound connections, bytes held by half-received
+ * streams, the most inbound connections one source address holds. */
+void agent_tcp_gauges(const agent *a, uint64_t g[4]);
 
 /* agent_ctl.c */
 int agent_ctl_open(agent *a, char *err, size_t errlen);

@@ -201,9 +201,10 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 	const wire_stats *ws = wire_get_stats(a->wire);
 	char addr[64];
 	mbr_addr_format(&a->adv, addr, sizeof addr);
-	uint64_t wire_drops = 0, rc[6];
+	uint64_t wire_drops = 0, rc[6], tg[4];
 	for (int i = 0; i < 8; i++) wire_drops += s->drop[i];
 	agent_head_counters(a, rc);
+	agent_tcp_gauges(a, tg);
 	struct { const char *k; unsigned long long v; } ctr[] = {
 		{ "udp_sent", c->udp_out }, { "udp_received", c->udp_in },
 		{ "tcp_sent", c->tcp_out }, { "tcp_received", c->tcp_in },
@@ -214,6 +215,13 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 		{ "dropped_oversize", c->drop_oversize }, { "dropped_send_error", c->drop_send },
 		{ "dropped_debug_in", c->drop_debug_in }, { "dropped_debug_out", c->drop_debug_out },
 		{ "tcp_timeouts", c->tcp_timeouts }, { "tcp_refused", c->tcp_refused },
+		{ "tcp_in_open", tg[0] }, { "tcp_in_open_one_source", tg[3] }, { "tcp_out_open", tg[1] },
+		{ "tcp_in_buffered_bytes", tg[2] },
+		{ "tcp_in_shed_idle", c->tcp_in_shed_idle }, { "tcp_in_shed_busy", c->tcp_in_shed_busy },
+		{ "tcp_in_dropped_budget", c->tcp_in_budget },
+		{ "tcp_in_first_byte_timeouts", c->tcp_in_first_byte_timeouts },
+		{ "tcp_in_idle_timeouts", c->tcp_in_idle_timeouts }, { "dropped_stream_type", c->drop_stream_type },
+		{ "tcp_out_shed", c->tcp_out_shed }, { "tcp_accept_no_fd", c->tcp_accept_no_fd },
 		{ "probes", s->probes }, { "probe_failures", s->probe_fails },
 		{ "indirect_probes", s->indirect_probes }, { "tcp_pings", s->tcp_pings },
 		{ "suspicions_raised", s->suspects_raised }, { "refutations", s->refutes },

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -492,6 +493,25 @@ static int pick_advertise(agent *a, char *err, size_t errlen)
 	return 0;
 }
 
+/* The soft fd limit up to the hard one (1,024 by default is soon spent by
+ * connections; the budgets of agent_tcp.c scale with it). */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0) return;
+	rlim_t was = rl.rlim_cur;
+	rlim_t want = rl.rlim_max == RLIM_INFINITY ? 1 << 20 : rl.rlim_max; /* the kernel's nr_open default */
+	if (rl.rlim_cur < want) {
+		rl.rlim_cur = want;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+			SK_WARN("agent", "cannot raise the file descriptor limit from %llu: %m", (unsigned long long)was);
+			return;
+		}
+	}
+	SK_INFO("agent", "file descriptor limit: %llu (was %llu)", (unsigned long long)rl.rlim_cur,
+		(unsigned long long)was);
+}
+
 static int setup(agent *a, int argc, char **argv, int *exit_code)
 {
 	char err[600];
@@ -558,6 +578,7 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 	*exit_code = AGENT_EXIT_STORAGE;
 	if (agent_run_dir_pick(a->opts.name, a->opts.data_dir, a->run_dir, sizeof a->run_dir, err, sizeof err) < 0)
 		goto fatal;
+	raise_nofile();
 	if (next_generation(a, err, sizeof err) < 0) goto fatal;
 	if (load_keys(a, err, sizeof err) < 0) goto fatal;
 	*exit_code = AGENT_EXIT_ERROR;

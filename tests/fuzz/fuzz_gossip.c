@@ -33,6 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static uint64_t now = 1;
 	wire_frame f;
 	(void)wire_frame_parse(data, size, WIRE_STREAM_MAX, &f);
+	(void)mbr_peek_stream(data, size);
 	mbr_decoded d;
 	if (mbr_codec_decode(data, size, WIRE_STREAM_MAX, &d) == WIRE_OK) mbr_codec_free(&d);
 
