@@ -73,8 +73,8 @@ $(O)/gen/%.o: $(O)/gen/%.c | $(DEPS_OK)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-shadow -c -o $@ $<
 
-test: $(PROGRAMS) $(TESTS)
-	@SKEIN_BIN=$(abspath $(BIN)) tests/run.sh $(TESTS) $(TEST_SCRIPTS)
+test: $(PROGRAMS) $(TESTS) $(TOOL_BIN)
+	@SKEIN_BIN=$(abspath $(BIN)) SKEIN_TOOLS=$(abspath $(O)/tests/tools) tests/run.sh $(TESTS) $(TEST_SCRIPTS)
 
 # Each module appends its benchmark scripts to BENCH_SCRIPTS; they print tables.
 bench: $(PROGRAMS)

@@ -2,7 +2,11 @@
  *
  *   agent_main.c   start-up, data directory, signals, the membership pump
  *   agent_net.c    the gossip sockets: UDP, and TCP streams on the same port
- *   agent_ctl.c    the control endpoint (ZeroMQ ROUTER) and its commands
+ *   agent_ctl.c    the control endpoints (TCP and Unix socket): who may ask what,
+ *                  and the node's own commands
+ *   agent_wire.c   the control channel's bounded framed transport
+ *   agent_auth.c   roles, command classes, the replay cache
+ *   agent_tcp.c    the gossip TCP streams, bounded in memory, fds and time
  *   agent_rpc.c    one request/response to a control endpoint (skeinctl, fan-out)
  *   agent_crypto.c keyring and AES-GCM
  *   agent_opts.c   flags, environment, config file
@@ -19,28 +23,38 @@
 #define AGENT_H
 
 #include <ev.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
 
+#include "agent/agent_auth.h"
 #include "agent/agent_crypto.h"
 #include "agent/agent_opts.h"
+#include "agent/agent_rpc.h"
+#include "agent/agent_wire.h"
 #include "common/sk_buf.h"
 #include "common/sk_rng.h"
 #include "membership/mbr.h"
 
-typedef struct agent_conn agent_conn;
+typedef struct agent_tcp agent_tcp;
 typedef struct agent_head agent_head;
 typedef struct agent_jobs agent_jobs;
 
 /* Who asked a control request, so that the answer can be sent later (a
- * write answered once committed, a request forwarded to the head). */
+ * write answered once committed, a request forwarded to the head), and
+ * what it proved about itself (agent_auth.h). */
 typedef struct {
-	uint8_t id[256];           /* the ROUTER identity */
-	size_t idlen;
-	void *sock;                /* the ROUTER it came in on */
-	bool remote;               /* on the cluster endpoint, not the local --rpc */
+	wire_id conn;              /* where the answer goes; 0: nobody waits */
+	agent_role role;
+	bool remote;               /* over TCP, not the local Unix socket */
 	bool sealed;               /* answer sealed with `key` (the request's key) */
+	bool operator_key;         /* ... an operator key: the operator answer's associated data */
 	agent_key key;
+	bool has_nonce;
+	uint8_t nonce[AUTH_NONCE]; /* echoed in the answer */
+	char sender[MBR_NAME_MAX + 1]; /* the sending agent, as its sealed request says */
 } agent_client;
 
 typedef struct {
@@ -58,12 +72,32 @@ typedef struct {
 	uint64_t drop_oversize;    /* stream or datagram over the limit */
 	uint64_t drop_send;        /* the OS refused a send */
 	uint64_t tcp_timeouts, tcp_refused;
+	/* gossip TCP limits (agent_tcp.c), each drop by its reason */
+	/* inbound connection closed to let a new one in (at the cap, in total or
+	 * per source): one quiet or silent, else the oldest */
+	uint64_t tcp_in_shed_idle, tcp_in_shed_busy;
+	uint64_t tcp_in_budget;        /* half-received stream dropped: inbound byte budget spent */
+	uint64_t tcp_in_first_byte_timeouts, tcp_in_idle_timeouts;
+	uint64_t drop_stream_type;     /* stream over its message type's cap, or not gossip */
+	uint64_t tcp_out_shed;         /* our stream dropped to fit the outbound budget */
+	uint64_t tcp_accept_no_fd;     /* accept failed for want of fds (EMFILE/ENFILE): the
+				* connection closed through the reserve fd, or the listener rested */
 	uint64_t ctl_requests, ctl_rejected;
+	uint64_t ctl_auth_failed;      /* sealed with no key of ours, or plaintext where a key is needed */
+	uint64_t ctl_refused_role;     /* authenticated, but not allowed that command */
+	uint64_t ctl_refused_replay;   /* a nonce seen before, or the replay cache full */
+	uint64_t ctl_refused_skew;     /* time outside the window */
+	uint64_t ctl_refused_recipient;/* addressed to another agent */
+	uint64_t ctl_refused_order;    /* an order not from the head we know, at its term */
 } agent_counters;
 
 typedef struct agent {
 	struct ev_loop *loop;
 	agent_opts opts;
+	/* skeind's private folder (agent_files.h): the data dir, or one of its own
+	 * when none is given; member logs and state go there (and the default
+	 * control socket).  Set in start-up before agent_ctl_open. */
+	char run_dir[PATH_MAX];
 	mbr_config mcfg;
 	mbr_t *mbr;
 	mbr_addr bind, adv;
@@ -73,8 +107,7 @@ typedef struct agent {
 
 	int udp_fd, tcp_fd;
 	ev_io udp_w, tcp_w;
-	agent_conn *conns;
-	int nconns;
+	agent_tcp *tcp;
 
 	ev_timer mbr_timer;
 	ev_timer join_timer;
@@ -84,13 +117,17 @@ typedef struct agent {
 	ev_signal sig_term, sig_int, sig_hup;
 	bool leaving;
 	double leave_started;
+	int exit_code;             /* AGENT_EXIT_*: what main returns once the loop ends */
 
 	agent_keyring kr;          /* n == 0: plaintext */
+	agent_keyring op_rw, op_ro;/* operator keys (--operator-key-file, --operator-read-key-file) */
+	gid_t operator_gid;        /* --operator-group, or (gid_t)-1 */
 
-	void *zctx, *zrouter, *zcluster;
-	ev_io zmq_w, zcluster_w;
+	wire *wire;                /* the control endpoints and every control connection */
+	agent_replay *replay;
 	char rpc_bound[64];
 	char rpc_advertised[64];   /* where other agents reach our control endpoint */
+	char control_socket[256];  /* the Unix socket's path */
 
 	sk_rng rng;                /* debug drops */
 	double drop_in, drop_out;
@@ -103,6 +140,15 @@ typedef struct agent {
 	bool in_head_update;       /* re-entrance guard of agent_pump -> head -> meta -> pump */
 } agent;
 
+/* skeind's exit status (README, "Exit codes"): systemd's Restart=on-failure
+ * restarts it on anything but 0. */
+enum {
+	AGENT_EXIT_OK = 0,        /* left the cluster on SIGTERM/SIGINT, or --help */
+	AGENT_EXIT_ERROR = 1,     /* a runtime error: cannot bind, a state that cannot be trusted, ... */
+	AGENT_EXIT_USAGE = 2,     /* a bad flag, setting or tag */
+	AGENT_EXIT_STORAGE = 3,   /* the data dir cannot be read or written (disk full, I/O error) */
+};
+
 /* CLOCK_MONOTONIC in milliseconds: the membership logic's time. */
 uint64_t agent_now_ms(void);
 
@@ -111,20 +157,42 @@ void agent_pump(agent *a);
 int agent_save_keyring(agent *a, char *err, size_t errlen);
 int agent_update_meta(agent *a);
 void agent_start_leave(agent *a);
+/* Ends the loop at once; skeind exits with `code` (AGENT_EXIT_*). */
+void agent_exit(agent *a, int code);
 
 /* agent_net.c */
 int agent_net_open(agent *a, char *err, size_t errlen);
 void agent_net_close(agent *a);
 void agent_net_send(agent *a, const mbr_out *o);
+void agent_net_to_sockaddr(const mbr_addr *a, struct sockaddr_storage *ss, socklen_t *sl);
+void agent_net_from_sockaddr(const struct sockaddr_storage *ss, mbr_addr *a);
+/* Opens (or passes through, without a keyring) a sealed payload; NULL when
+ * it does not open (counted). */
+const uint8_t *agent_net_unseal(agent *a, const char *aad, const uint8_t *in, size_t n,
+				uint8_t *scratch, size_t *outlen);
+
+/* agent_tcp.c */
+int agent_tcp_open(agent *a, char *err, size_t errlen);
+void agent_tcp_close(agent *a);
+void agent_tcp_send(agent *a, const mbr_out *o);
+/* Open inbound and outbound connections, bytes held by half-received
+ * streams, the most inbound connections one source address holds. */
+void agent_tcp_gauges(const agent *a, uint64_t g[4]);
 
 /* agent_ctl.c */
 int agent_ctl_open(agent *a, char *err, size_t errlen);
 void agent_ctl_close(agent *a);
+/* How this agent seals what it sends to other agents. */
+agent_rpc_cred agent_ctl_cred(agent *a);
+/* (Re)reads --operator-key-file and --operator-read-key-file; on error the
+ * keys in use stay. */
+int agent_ctl_load_operator_keys(agent *a, char *err, size_t errlen);
 /* Answers a request whose handler deferred its reply. */
 void agent_ctl_send(agent *a, const agent_client *c, int code, const char *error, const char *body);
 void agent_reply_fail(agent_reply *r, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* agent_head.c: the head election (raft/) wired to the agent */
+/* agent_head.c: the head election (raft/) wired to the agent; -2 for a bad
+ * flag (usage), -1 otherwise */
 int agent_head_open(agent *a, char *err, size_t errlen);
 void agent_head_close(agent *a);
 /* After membership changed: bootstrap when enough voters are visible,
@@ -158,12 +226,14 @@ int agent_head_propose(agent *a, const agent_client *c, agent_reply *r, uint8_t 
 		       const char *body, uint64_t *index);
 /* One-way control message to a member's control endpoint (sealed). */
 int agent_head_send(agent *a, const char *to, const struct Skein__Control__Request *q);
+/* The answer to a forwarded request (data NULL: none came, `why`). */
+void agent_head_answer(agent *a, void *cookie, const uint8_t *data, size_t len, const char *why);
 /* Forwards a request to the head, or to a named agent; the answer is relayed. */
 void agent_head_forward(agent *a, const struct Skein__Control__Request *q, const agent_client *c, agent_reply *r);
 void agent_head_forward_node(agent *a, const struct Skein__Control__Request *q, const agent_client *c,
 			     agent_reply *r, const char *node);
 
-/* agent_jobs.c */
+/* agent_jobs.c; open: -2 for a bad flag (usage), -1 otherwise */
 int agent_jobs_open(agent *a, char *err, size_t errlen);
 void agent_jobs_close(agent *a);
 void agent_jobs_tick(agent *a);                 /* every 100 ms */

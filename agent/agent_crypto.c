@@ -204,3 +204,29 @@ int agent_open(const agent_keyring *kr, const char *aad, const uint8_t *in, size
 	}
 	return -1;
 }
+
+int agent_keyring_read_file(const char *path, agent_keyring *kr, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "re");
+	if (!f) { snprintf(err, errlen, "cannot read key file %s: %m", path); return -1; }
+	agent_keyring next = { .n = 0 };
+	char line[256];
+	int lineno = 0;
+	while (fgets(line, sizeof line, f)) {
+		lineno++;
+		const char *p = line;
+		while (isspace((unsigned char)*p)) p++;
+		if (!*p || *p == '#') continue;
+		agent_key k;
+		char why[160];
+		if (agent_key_decode(p, &k, why, sizeof why) < 0 || agent_keyring_add(&next, &k, why, sizeof why) < 0) {
+			snprintf(err, errlen, "%s:%d: %s", path, lineno, why);
+			fclose(f);
+			return -1;
+		}
+	}
+	fclose(f);
+	if (!next.n) { snprintf(err, errlen, "key file %s holds no key", path); return -1; }
+	*kr = next;
+	return 0;
+}

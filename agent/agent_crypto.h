@@ -44,6 +44,9 @@ int agent_key_decode(const char *b64, agent_key *k, char *err, size_t errlen);
 void agent_key_encode(const agent_key *k, char *out, size_t cap);
 /* Reads a key file (base64 text); -1 with a message. */
 int agent_key_read_file(const char *path, agent_key *k, char *err, size_t errlen);
+/* Reads a file of keys, one base64 key a line ('#' comments), into kr
+ * (replaced only on success); -1 with a message. */
+int agent_keyring_read_file(const char *path, agent_keyring *kr, char *err, size_t errlen);
 /* A fresh random 32-byte key. */
 int agent_key_generate(agent_key *k);
 void agent_key_fingerprint(const agent_key *k, char out[FINGERPRINT_LEN + 1]);

@@ -1,21 +1,26 @@
-/* agent/agent_ctl: the control endpoint.
+/* agent/agent_ctl: the control endpoints and the node's own commands.
  *
- * A ZeroMQ ROUTER socket driven from the libev loop.  ZMQ_FD is
- * edge-triggered: after every wake-up and after every send we read
- * ZMQ_EVENTS and drain until nothing is left (CZMQ's rule, kept in this one
- * file).  Requests are protobuf (proto/control.proto), sealed with the
- * keyring when the agent has one; a plaintext request to such an agent is
- * refused with a clear error, in plaintext, so the CLI can show it. */
+ * Two endpoints share one transport (agent_wire.c): the Unix socket
+ * (--control-socket, 0600 or 0660 with --operator-group; the peer's uid and
+ * groups checked with SO_PEERCRED) for operators on this node, and TCP
+ * (--rpc) for other agents and remote operators.  Every request is
+ * authenticated first (handle_one: which key sealed it, its recipient,
+ * time and nonce), then its command checked against the role that gives
+ * (agent_auth.h), and only then decoded further or dispatched.  A refusal
+ * is answered in plaintext with a one-line reason, so the CLI can show it,
+ * and counted in `info`.  docs/security.md has the whole model. */
 #include "agent/agent.h"
 
+#include <grp.h>
 #include <regex.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zmq.h>
+#include <unistd.h>
 
 #include "agent/agent_rpc.h"
+#include "common/sk_text.h"
 #include "common/sk_buf.h"
 #include "common/sk_log.h"
 #include "proto/control.pb-c.h"
@@ -31,6 +36,8 @@ void agent_reply_fail(agent_reply *r, int code, const char *fmt, ...)
 }
 #define fail agent_reply_fail
 typedef agent_reply reply;
+
+enum { CTL_PAYLOAD_MAX = 2 << 20 }; /* a job spec, an order, a report: Raft alone rides bigger */
 
 /* ---- member metadata ---- */
 
@@ -145,12 +152,18 @@ static void cmd_members(agent *a, const Skein__Control__Request *q, reply *r)
 			sk_buf_printf(&r->body, "},\"generation\":%llu,\"incarnation\":%u}",
 				      (unsigned long long)mi[i].generation, mi[i].incarnation);
 		} else {
+			/* names and tags come from other agents: escaped, never raw */
 			sk_buf tags;
 			sk_buf_init(&tags);
-			for (size_t t = 0; mv.pb && t < mv.pb->n_tags; t++)
-				sk_buf_printf(&tags, "%s%s=%s", t ? "," : "", mv.pb->tags[t]->key, mv.pb->tags[t]->value);
-			sk_buf_printf(&r->body, "%-24s %-22s %-8s %-5u %s\n", mi[i].name, addr, st, mv.gpus,
-				      sk_buf_str(&tags));
+			for (size_t t = 0; mv.pb && t < mv.pb->n_tags; t++) {
+				if (t) sk_buf_add(&tags, ",", 1);
+				sk_buf_text(&tags, mv.pb->tags[t]->key);
+				sk_buf_add(&tags, "=", 1);
+				sk_buf_text(&tags, mv.pb->tags[t]->value);
+			}
+			char name[4 * MBR_NAME_MAX + 1];
+			sk_buf_printf(&r->body, "%-24s %-22s %-8s %-5u %s\n", sk_text_escape(mi[i].name, name, sizeof name),
+				      addr, st, mv.gpus, sk_buf_str(&tags));
 			sk_buf_free(&tags);
 		}
 		shown++;
@@ -185,11 +198,13 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 {
 	const mbr_stats *s = mbr_get_stats(a->mbr);
 	const agent_counters *c = &a->cnt;
+	const wire_stats *ws = wire_get_stats(a->wire);
 	char addr[64];
 	mbr_addr_format(&a->adv, addr, sizeof addr);
-	uint64_t wire_drops = 0, rc[6];
+	uint64_t wire_drops = 0, rc[6], tg[4];
 	for (int i = 0; i < 8; i++) wire_drops += s->drop[i];
 	agent_head_counters(a, rc);
+	agent_tcp_gauges(a, tg);
 	struct { const char *k; unsigned long long v; } ctr[] = {
 		{ "udp_sent", c->udp_out }, { "udp_received", c->udp_in },
 		{ "tcp_sent", c->tcp_out }, { "tcp_received", c->tcp_in },
@@ -200,12 +215,29 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 		{ "dropped_oversize", c->drop_oversize }, { "dropped_send_error", c->drop_send },
 		{ "dropped_debug_in", c->drop_debug_in }, { "dropped_debug_out", c->drop_debug_out },
 		{ "tcp_timeouts", c->tcp_timeouts }, { "tcp_refused", c->tcp_refused },
+		{ "tcp_in_open", tg[0] }, { "tcp_in_open_one_source", tg[3] }, { "tcp_out_open", tg[1] },
+		{ "tcp_in_buffered_bytes", tg[2] },
+		{ "tcp_in_shed_idle", c->tcp_in_shed_idle }, { "tcp_in_shed_busy", c->tcp_in_shed_busy },
+		{ "tcp_in_dropped_budget", c->tcp_in_budget },
+		{ "tcp_in_first_byte_timeouts", c->tcp_in_first_byte_timeouts },
+		{ "tcp_in_idle_timeouts", c->tcp_in_idle_timeouts }, { "dropped_stream_type", c->drop_stream_type },
+		{ "tcp_out_shed", c->tcp_out_shed }, { "tcp_accept_no_fd", c->tcp_accept_no_fd },
 		{ "probes", s->probes }, { "probe_failures", s->probe_fails },
 		{ "indirect_probes", s->indirect_probes }, { "tcp_pings", s->tcp_pings },
 		{ "suspicions_raised", s->suspects_raised }, { "refutations", s->refutes },
 		{ "failures_declared", s->dead_declared }, { "push_pulls", s->pushpulls },
 		{ "time_jumps", s->time_jumps }, { "control_requests", c->ctl_requests },
-		{ "control_rejected", c->ctl_rejected },
+		{ "control_rejected", c->ctl_rejected }, { "control_auth_failed", c->ctl_auth_failed },
+		{ "control_refused_role", c->ctl_refused_role }, { "control_refused_replay", c->ctl_refused_replay },
+		{ "control_refused_clock_skew", c->ctl_refused_skew },
+		{ "control_refused_recipient", c->ctl_refused_recipient },
+		{ "control_refused_order", c->ctl_refused_order },
+		{ "control_connections", (unsigned long long)wire_count(a->wire, false) },
+		{ "control_connections_untrusted", (unsigned long long)wire_count(a->wire, true) },
+		{ "control_accepted", ws->accepted }, { "control_shed_idle", ws->shed_idle },
+		{ "control_shed_bytes", ws->shed_bytes }, { "control_refused_cap", ws->refused_cap },
+		{ "control_timeouts", ws->timeouts }, { "control_oversize", ws->oversize },
+		{ "control_fd_exhausted", ws->emfile },
 		{ "raft_sent", rc[0] }, { "raft_received", rc[1] }, { "raft_send_dropped", rc[2] },
 		{ "raft_elections", rc[3] }, { "raft_lease_stepdowns", rc[4] }, { "raft_received_dropped", rc[5] },
 	};
@@ -218,6 +250,10 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 			      addr, a->rpc_bound, a->opts.profile, (unsigned long long)a->generation,
 			      0u, a->gpus);
 		sk_buf_json_str(&r->body, a->gpu_source);
+		sk_buf_printf(&r->body, ",\"control_socket\":");
+		sk_buf_json_str(&r->body, a->control_socket);
+		sk_buf_printf(&r->body, ",\"insecure\":%s,\"operator_keys\":%d,\"operator_read_keys\":%d",
+			      a->opts.insecure ? "true" : "false", a->op_rw.n, a->op_ro.n);
 		sk_buf_printf(&r->body, ",\"encrypted\":%s,\"keys\":%d,\"members\":%zu,\"alive\":%zu,\"health\":%u,"
 			      "\"uptime_ms\":%llu,\"counters\":{",
 			      a->kr.n ? "true" : "false", a->kr.n, mbr_member_count(a->mbr),
@@ -228,6 +264,10 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 		sk_buf_printf(&r->body, "}}\n");
 		return;
 	}
+	if (a->opts.insecure)
+		sk_buf_printf(&r->body, "WARNING: --insecure: anyone who reaches %s may run any command\n", a->rpc_bound);
+	sk_buf_printf(&r->body, "control socket: %s\noperator keys: %d (%d read-only)\n", a->control_socket,
+		      a->op_rw.n + a->op_ro.n, a->op_ro.n);
 	sk_buf_printf(&r->body,
 		      "name: %s\naddress: %s\nrpc: %s\nprofile: %s\ngeneration: %llu\ngpus: %d (%s)\n"
 		      "encrypted: %s (%d keys)\nmembers: %zu (%zu alive)\nhealth: %u\nuptime_ms: %llu\n",
@@ -374,18 +414,10 @@ static bool fence_ok(agent *a, uint64_t term, reply *r)
 	return true;
 }
 
+
 static void dispatch(agent *a, const Skein__Control__Request *q, const agent_client *c, reply *r)
 {
 	const char *cmd = q->cmd;
-	if (c->remote && !(!strcmp(cmd, "raft") || !strcmp(cmd, "head") || !strcmp(cmd, "state") ||
-			   !strcmp(cmd, "voters") || !strcmp(cmd, "keyring") || !strcmp(cmd, "peers") ||
-			   !strcmp(cmd, "members") || !strcmp(cmd, "info") || !strcmp(cmd, "health") ||
-			   !strcmp(cmd, "job") || !strcmp(cmd, "placement") || !strcmp(cmd, "assign") ||
-			   !strcmp(cmd, "report") || !strcmp(cmd, "logs"))) {
-		fail(r, 1, "'%s' is only served on the local control endpoint (--rpc)", cmd);
-		return;
-	}
-	if (!fence_ok(a, q->term, r)) return;
 	if (agent_head_dispatch(a, q, c, r)) return;
 	if (agent_jobs_dispatch(a, q, c, r)) return;
 	if (!strcmp(cmd, "members")) cmd_members(a, q, r);
@@ -401,152 +433,219 @@ static void dispatch(agent *a, const Skein__Control__Request *q, const agent_cli
 	else fail(r, 2, "unknown command '%s'", cmd);
 }
 
-/* ---- the socket ---- */
+/* ---- authentication (agent_auth.h, docs/security.md) ---- */
+
+agent_rpc_cred agent_ctl_cred(agent *a)
+{
+	return (agent_rpc_cred){ .kr = &a->kr, .operator_key = false, .sender = a->opts.name };
+}
 
 void agent_ctl_send(agent *a, const agent_client *c, int code, const char *error, const char *body)
 {
+	if (!c->conn || !a->wire) return;
 	Skein__Control__Response resp = SKEIN__CONTROL__RESPONSE__INIT;
 	resp.code = code;
 	resp.error = (char *)(error ? error : "");
 	resp.body = (char *)(body ? body : "");
+	if (c->has_nonce) {
+		resp.nonce.data = (uint8_t *)c->nonce;
+		resp.nonce.len = AUTH_NONCE;
+	}
 	size_t n = skein__control__response__get_packed_size(&resp);
 	uint8_t *buf = malloc(n + CRYPTO_OVERHEAD);
 	if (!buf) return;
 	skein__control__response__pack(&resp, buf);
 	size_t len = n;
-	if (c->sealed && agent_seal_replace(&c->key, AGENT_RPC_AAD_RESP, &buf, &len) < 0) return;
-	void *sock = c->sock ? c->sock : a->zrouter;
-	zmq_send(sock, c->id, c->idlen, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-	zmq_send(sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-	zmq_send(sock, buf, len, ZMQ_DONTWAIT);
+	if (c->sealed &&
+	    agent_seal_replace(&c->key, c->operator_key ? AGENT_RPC_AAD_OP_RESP : AGENT_RPC_AAD_RESP, &buf, &len) < 0)
+		return;
+	wire_send(a->wire, c->conn, buf, len);
 	free(buf);
 }
 
-static void handle_one(agent *a, agent_client *c, const uint8_t *data, size_t n)
+/* May this peer of the Unix socket steer the agent?  root, our own user,
+ * and members of --operator-group (the socket's mode says the same; this
+ * holds even if someone loosened the mode). */
+static bool local_allowed(agent *a, const wire_peer *p)
+{
+	if (!p->cred) return false;
+	if (p->uid == 0 || p->uid == geteuid()) return true;
+	if (a->operator_gid == (gid_t)-1) return false;
+	if (p->gid == a->operator_gid) return true;
+	for (int i = 0; i < p->ngroups; i++)
+		if (p->groups[i] == a->operator_gid) return true;
+	return false;
+}
+
+/* Tries the cluster keyring, then the operator keys; sets the role and the
+ * key the answer goes back under.  -1 when no key opens it. */
+static int open_sealed(agent *a, agent_client *c, const uint8_t *data, size_t n, uint8_t *plain, size_t *mlen)
+{
+	struct { const agent_keyring *kr; const char *aad; agent_role role; bool op; } tries[] = {
+		{ &a->kr, AGENT_RPC_AAD_REQ, ROLE_AGENT, false },
+		{ &a->op_rw, AGENT_RPC_AAD_OP_REQ, ROLE_WRITE, true },
+		{ &a->op_ro, AGENT_RPC_AAD_OP_REQ, ROLE_READ, true },
+	};
+	for (size_t i = 0; i < sizeof tries / sizeof tries[0]; i++) {
+		if (!tries[i].kr->n) continue;
+		int ki = agent_open(tries[i].kr, tries[i].aad, data, n, plain, mlen);
+		if (ki < 0) continue;
+		c->role = tries[i].role;
+		c->key = tries[i].kr->keys[ki];
+		c->operator_key = tries[i].op;
+		c->sealed = true;
+		return 0;
+	}
+	return -1;
+}
+
+static bool for_us(agent *a, const char *to)
+{
+	if (!to[0]) return false;
+	if (!strcmp(to, a->opts.name) || !strcmp(to, a->rpc_bound) || !strcmp(to, a->rpc_advertised)) return true;
+	return !strncmp(to, "unix:", 5) && !strcmp(to + 5, a->control_socket);
+}
+
+/* The sealed envelope: addressed to us, fresh, never seen.  false with r
+ * filled (and counted) otherwise. */
+static bool envelope_ok(agent *a, const Skein__Control__Request *q, reply *r)
+{
+	uint64_t now = agent_wall_ms();
+	if (q->nonce.len != AUTH_NONCE) {
+		a->cnt.ctl_rejected++;
+		fail(r, 1, "request without a nonce (a skeinctl older than this agent?)");
+		return false;
+	}
+	int64_t skew = (int64_t)(q->time_ms - now);
+	if (skew > AUTH_WINDOW_MS || skew < -AUTH_WINDOW_MS) {
+		a->cnt.ctl_refused_skew++;
+		fail(r, 1, "request time is %+.1f s off this agent's clock, outside the %d s window: check the clocks (NTP)",
+		     (double)skew / 1000.0, AUTH_WINDOW_MS / 1000);
+		return false;
+	}
+	if (!for_us(a, q->recipient)) {
+		a->cnt.ctl_refused_recipient++;
+		fail(r, 1, "request addressed to '%s', not to this agent (%s at %s)", q->recipient, a->opts.name,
+		     a->rpc_advertised);
+		return false;
+	}
+	/* Raft alone skips the cache: it is built for duplicated and reordered
+	 * messages, and its rate would fill the cache for nothing. */
+	if (strcmp(q->cmd, "raft") != 0) {
+		int rc = agent_replay_check(a->replay, q->nonce.data, now, q->time_ms + AUTH_WINDOW_MS);
+		if (rc != 0) {
+			a->cnt.ctl_refused_replay++;
+			fail(r, 1, rc > 0 ? "replayed request: its nonce was seen in the last %d s"
+					  : "too many requests in the last %d s to remember them all: retry",
+			     AUTH_WINDOW_MS / 1000);
+			return false;
+		}
+	}
+	return true;
+}
+
+static const char *needs_what(agent_role need)
+{
+	return need == ROLE_AGENT ? "is for agents only (the cluster key)"
+	       : need == ROLE_WRITE ? "changes the cluster: it needs an operator key (--operator-key-file), the "
+				      "cluster key, or this node's control socket"
+				    : "needs a read key (--operator-read-key-file) or better";
+}
+
+static void handle_one(agent *a, wire_id id, const wire_peer *p, uint8_t *data, size_t n)
 {
 	reply r = { 0 };
 	sk_buf_init(&r.body);
+	agent_client c = { .conn = id, .remote = p->transport == WIRE_TCP };
 	a->cnt.ctl_requests++;
 	uint8_t *plain = NULL;
 	const uint8_t *msg = data;
 	size_t mlen = n;
 	bool sealed = n > 0 && data[0] == CRYPTO_VERSION;
-	c->sealed = false;
-	if (a->kr.n && !sealed) {
-		a->cnt.ctl_rejected++;
-		fail(&r, 1, "this agent requires the cluster key: set SKEIN_KEY_FILE or pass --key-file");
-		goto answer;
-	}
-	if (!a->kr.n && sealed) {
-		a->cnt.ctl_rejected++;
-		fail(&r, 1, "this agent runs without encryption: run skeinctl without a key");
+	Skein__Control__Request *q = NULL;
+	if (!c.remote && !local_allowed(a, p)) {
+		a->cnt.ctl_auth_failed++;
+		fail(&r, 1, "uid %u may not use this control socket (root, skeind's user and --operator-group may)",
+		     (unsigned)p->uid);
 		goto answer;
 	}
 	if (sealed) {
-		int ki;
 		plain = malloc(n);
-		if (!plain || (ki = agent_open(&a->kr, AGENT_RPC_AAD_REQ, data, n, plain, &mlen)) < 0) {
-			a->cnt.ctl_rejected++;
-			fail(&r, 1, "request did not authenticate: wrong key");
+		if (!plain || open_sealed(a, &c, data, n, plain, &mlen) < 0) {
+			a->cnt.ctl_auth_failed++;
+			fail(&r, 1, "request did not authenticate: wrong key (neither the cluster key nor an operator key "
+				    "of this agent)");
 			goto answer;
 		}
-		/* the answer goes back under the key the request came with */
-		c->sealed = true;
-		c->key = a->kr.keys[ki];
 		msg = plain;
 	}
-	Skein__Control__Request *q = skein__control__request__unpack(NULL, mlen, msg);
+	q = skein__control__request__unpack(NULL, mlen, msg);
 	if (!q) {
 		a->cnt.ctl_rejected++;
 		fail(&r, 1, "malformed control request");
 		goto answer;
 	}
-	dispatch(a, q, c, &r);
-	skein__control__request__free_unpacked(q, NULL);
+	if (q->nonce.len == AUTH_NONCE) {
+		c.has_nonce = true;
+		memcpy(c.nonce, q->nonce.data, AUTH_NONCE);
+	}
+	if (q->oneway) c.conn = 0; /* nobody reads an answer */
+	if (sealed) {
+		if (!envelope_ok(a, q, &r)) goto answer;
+		if (c.role == ROLE_AGENT) snprintf(c.sender, sizeof c.sender, "%s", q->sender);
+		if (!c.remote && c.role < ROLE_WRITE) c.role = ROLE_WRITE;
+	} else if (!c.remote) {
+		c.role = ROLE_WRITE;
+	} else if (a->opts.insecure) {
+		c.role = ROLE_AGENT;
+	} else if (a->kr.n || a->op_rw.n || a->op_ro.n) {
+		a->cnt.ctl_auth_failed++;
+		fail(&r, 1, "this agent requires the cluster key or an operator key (SKEIN_KEY_FILE or "
+			    "SKEIN_OPERATOR_KEY_FILE), or its control socket on its node");
+		goto answer;
+	} else {
+		c.role = ROLE_READ; /* a lone agent without keys: look, do not touch */
+	}
+	if (a->opts.insecure) {
+		c.role = ROLE_AGENT;
+		if (!c.sender[0]) snprintf(c.sender, sizeof c.sender, "%s", q->sender);
+	}
+	agent_role need = agent_auth_needs(q->cmd, (const char *const *)q->args, q->n_args, q->forwarded);
+	if (c.role < need) {
+		a->cnt.ctl_refused_role++;
+		fail(&r, 1, "'%s%s%s' %s", q->cmd, q->n_args ? " " : "", q->n_args ? q->args[0] : "", needs_what(need));
+		goto answer;
+	}
+	if (c.sealed || c.role >= ROLE_WRITE) wire_trust(a->wire, id);
+	if (strcmp(q->cmd, "raft") && q->payload.len > CTL_PAYLOAD_MAX) {
+		a->cnt.ctl_rejected++;
+		fail(&r, 1, "'%s' payload of %zu bytes is over the %d MiB limit", q->cmd, q->payload.len,
+		     CTL_PAYLOAD_MAX >> 20);
+		goto answer;
+	}
+	dispatch(a, q, &c, &r);
 	if (r.body.oom) fail(&r, 1, "out of memory");
 answer:
-	if (!r.deferred) agent_ctl_send(a, c, r.code, r.error, sk_buf_str(&r.body));
+	if (r.code && !r.deferred) SK_DEBUG("agent", "control request from %s refused: %s", p->addr, r.error);
+	if (!r.deferred) agent_ctl_send(a, &c, r.code, r.error, sk_buf_str(&r.body));
+	if (q) skein__control__request__free_unpacked(q, NULL);
 	free(plain);
 	sk_buf_free(&r.body);
 }
 
-/* The biggest request taken: a Raft AppendEntries or a snapshot of the
- * cluster state rides in one.  ZeroMQ drops a peer that sends more. */
-enum { CTL_MSG_MAX = 64 << 20 };
-
-/* Reads every whole request waiting on one socket (ZMQ_FD is
- * edge-triggered: drain until ZMQ_EVENTS says nothing is left). */
-static void drain(agent *a, void *sock, bool remote)
+static void on_request(void *ctx, wire_id id, const wire_peer *p, uint8_t *data, size_t len)
 {
-	for (;;) {
-		int ev = 0;
-		size_t sz = sizeof ev;
-		if (zmq_getsockopt(sock, ZMQ_EVENTS, &ev, &sz) != 0 || !(ev & ZMQ_POLLIN)) return;
-		zmq_msg_t id, part;
-		zmq_msg_init(&id);
-		if (zmq_msg_recv(&id, sock, ZMQ_DONTWAIT) < 0) { zmq_msg_close(&id); return; }
-		/* [identity][empty][payload]; anything else is dropped whole */
-		uint8_t *payload = NULL;
-		size_t plen = 0;
-		int frames = 0;
-		bool more = zmq_msg_more(&id);
-		while (more) {
-			zmq_msg_init(&part);
-			if (zmq_msg_recv(&part, sock, ZMQ_DONTWAIT) < 0) { zmq_msg_close(&part); break; }
-			frames++;
-			if (frames == 2 && zmq_msg_size(&part) > 0 && zmq_msg_size(&part) <= CTL_MSG_MAX) {
-				plen = zmq_msg_size(&part);
-				payload = malloc(plen);
-				if (payload) memcpy(payload, zmq_msg_data(&part), plen);
-			}
-			more = zmq_msg_more(&part);
-			zmq_msg_close(&part);
-		}
-		if (frames == 2 && payload && zmq_msg_size(&id) <= sizeof(((agent_client *)0)->id)) {
-			agent_client c = { .idlen = zmq_msg_size(&id), .sock = sock, .remote = remote };
-			memcpy(c.id, zmq_msg_data(&id), c.idlen);
-			handle_one(a, &c, payload, plen);
-		} else {
-			a->cnt.ctl_rejected++;
-		}
-		free(payload);
-		zmq_msg_close(&id);
-	}
+	handle_one(ctx, id, p, data, len);
+	free(data);
 }
 
-static void zmq_cb(struct ev_loop *loop, ev_io *w, int revents)
+static void on_answer(void *ctx, void *cookie, uint8_t *data, size_t len, const char *why)
 {
-	agent *a = w->data;
-	(void)loop; (void)revents;
-	drain(a, w == &a->zmq_w ? a->zrouter : a->zcluster, w != &a->zmq_w);
+	agent_head_answer(ctx, cookie, data, len, why);
+	free(data);
 }
 
-static void *router_open(agent *a, const char *addr, ev_io *w, char *err, size_t errlen)
-{
-	void *s = zmq_socket(a->zctx, ZMQ_ROUTER);
-	if (!s) {
-		snprintf(err, errlen, "cannot create a control socket: %s", zmq_strerror(zmq_errno()));
-		return NULL;
-	}
-	int zero = 0;
-	int64_t maxsz = CTL_MSG_MAX;
-	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
-	zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxsz, sizeof maxsz);
-	char ep[300];
-	snprintf(ep, sizeof ep, "tcp://%s", addr);
-	if (zmq_bind(s, ep) != 0) {
-		snprintf(err, errlen, "cannot bind the control endpoint %s: %s", addr, zmq_strerror(zmq_errno()));
-		zmq_close(s);
-		return NULL;
-	}
-	int fd;
-	size_t sz = sizeof fd;
-	zmq_getsockopt(s, ZMQ_FD, &fd, &sz);
-	ev_io_init(w, zmq_cb, fd, EV_READ);
-	w->data = a;
-	ev_io_start(a->loop, w);
-	return s;
-}
+/* ---- opening ---- */
 
 static bool is_loopback(const mbr_addr *x)
 {
@@ -554,19 +653,50 @@ static bool is_loopback(const mbr_addr *x)
 	       (x->len == 16 && !memcmp(x->ip, "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\1", 16));
 }
 
-/* Binds --rpc for skeinctl.  When that is a loopback address and the agent
- * gossips on another one, a second endpoint on the gossip IP, same port,
- * serves other agents (Raft between voters, requests forwarded to the head,
- * cluster-wide keyring changes); it refuses local-only commands. */
-int agent_ctl_open(agent *a, char *err, size_t errlen)
+/* Reads the operator key files (start-up and SIGHUP). */
+int agent_ctl_load_operator_keys(agent *a, char *err, size_t errlen)
 {
-	a->zctx = zmq_ctx_new();
-	if (!a->zctx) {
-		snprintf(err, errlen, "cannot create the ZeroMQ context");
+	agent_keyring rw = { .n = 0 }, ro = { .n = 0 };
+	if (a->opts.operator_key_file[0] && agent_keyring_read_file(a->opts.operator_key_file, &rw, err, errlen) < 0)
+		return -1;
+	if (a->opts.operator_read_key_file[0] &&
+	    agent_keyring_read_file(a->opts.operator_read_key_file, &ro, err, errlen) < 0)
+		return -1;
+	a->op_rw = rw;
+	a->op_ro = ro;
+	return 0;
+}
+
+/* --control-socket, else control.sock in the data dir or, without one, in
+ * the private folder agent_run_dir_pick made (agent_files.c). */
+static int socket_path(agent *a, char *err, size_t errlen)
+{
+	const char *given = a->opts.control_socket;
+	int n = given[0] ? snprintf(a->control_socket, sizeof a->control_socket, "%s", given)
+			 : snprintf(a->control_socket, sizeof a->control_socket, "%s/control.sock", a->run_dir);
+	if (n >= (int)sizeof a->control_socket) {
+		snprintf(err, errlen, "the control socket path is too long: give a shorter --control-socket");
 		return -1;
 	}
-	a->zrouter = router_open(a, a->opts.rpc, &a->zmq_w, err, errlen);
-	if (!a->zrouter) return -1;
+	return 0;
+}
+
+/* Binds --rpc (TCP) and the Unix socket.  When --rpc is a loopback address
+ * and the agent gossips on another one, TCP is also bound on the gossip IP,
+ * same port, so other agents reach us (that address is what we advertise). */
+int agent_ctl_open(agent *a, char *err, size_t errlen)
+{
+	a->replay = agent_replay_new();
+	a->wire = wire_new(a->loop, a, on_request, on_answer);
+	if (!a->replay || !a->wire) { snprintf(err, errlen, "out of memory"); return -1; }
+	a->operator_gid = (gid_t)-1;
+	if (a->opts.operator_group[0]) {
+		struct group *g = getgrnam(a->opts.operator_group);
+		if (!g) { snprintf(err, errlen, "--operator-group: no group '%s'", a->opts.operator_group); return -1; }
+		a->operator_gid = g->gr_gid;
+	}
+	if (agent_ctl_load_operator_keys(a, err, errlen) < 0) return -1;
+	if (wire_listen_tcp(a->wire, a->opts.rpc, err, errlen) < 0) return -1;
 	mbr_addr rpc;
 	mbr_addr_parse(a->opts.rpc, &rpc);
 	snprintf(a->rpc_bound, sizeof a->rpc_bound, "%s", a->opts.rpc);
@@ -577,29 +707,18 @@ int agent_ctl_open(agent *a, char *err, size_t errlen)
 		c.port = rpc.port;
 		mbr_addr_format(&c, a->rpc_advertised, sizeof a->rpc_advertised);
 	}
-	if (!any && is_loopback(&rpc) && !is_loopback(&a->adv)) {
-		a->zcluster = router_open(a, a->rpc_advertised, &a->zcluster_w, err, errlen);
-		if (!a->zcluster) return -1;
-	}
-	drain(a, a->zrouter, false);
-	if (a->zcluster) drain(a, a->zcluster, true);
-	return 0;
+	if (!any && is_loopback(&rpc) && !is_loopback(&a->adv) &&
+	    wire_listen_tcp(a->wire, a->rpc_advertised, err, errlen) < 0)
+		return -1;
+	if (socket_path(a, err, errlen) < 0) return -1;
+	mode_t mode = a->operator_gid != (gid_t)-1 ? 0660 : 0600;
+	return wire_listen_unix(a->wire, a->control_socket, mode, a->operator_gid, err, errlen);
 }
 
 void agent_ctl_close(agent *a)
 {
-	if (a->zcluster) {
-		ev_io_stop(a->loop, &a->zcluster_w);
-		zmq_close(a->zcluster);
-		a->zcluster = NULL;
-	}
-	if (a->zrouter) {
-		ev_io_stop(a->loop, &a->zmq_w);
-		zmq_close(a->zrouter);
-		a->zrouter = NULL;
-	}
-	if (a->zctx) {
-		zmq_ctx_term(a->zctx);
-		a->zctx = NULL;
-	}
+	wire_free(a->wire);
+	a->wire = NULL;
+	agent_replay_free(a->replay);
+	a->replay = NULL;
 }

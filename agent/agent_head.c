@@ -8,12 +8,14 @@
  * replicates the cluster state (raft_kv), persisted in <data-dir>/raft.
  *
  * Transport: Raft messages ride the control channel (Request "raft" with a
- * payload), one ZeroMQ DEALER per peer voter, connected to the control
- * endpoint that voter advertises in its gossip metadata, kept open to every
- * voter of the current set (periodic_cb), not only those written to so far.
- * Sends never block
- * (ZMQ_DONTWAIT, ZMQ_IMMEDIATE, a small high-water mark): a message that
- * cannot go now is dropped and counted; Raft retries on its own.
+ * payload, one-way), one connection per peer voter (agent_wire.c), to the
+ * control endpoint that voter advertises in its gossip metadata, kept open
+ * to every voter of the current set (periodic_cb), not only those written
+ * to so far.  Sends never block: frames queue while a connection is made,
+ * up to a bound; past it a message is dropped and counted, and Raft retries
+ * on its own.  Every request is sealed with the cluster key and addressed
+ * to its recipient by name (agent_rpc.c), so it cannot be replayed to
+ * another agent.
  *
  * Head-only requests (state put/get/list/del, voters, head) that reach a
  * follower or a non-voter are forwarded to the head and the answer relayed;
@@ -27,10 +29,10 @@
 #include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #include "agent/agent_rpc.h"
 #include "common/sk_log.h"
+#include "common/sk_text.h"
 #include "proto/control.pb-c.h"
 #include "proto/gossip.pb-c.h"
 #include "raft/raft.h"
@@ -48,7 +50,7 @@ static const double FORWARD_TIMEOUT_S = 5.0;
 typedef struct {
 	char name[RAFT_NAME_MAX + 1];
 	char rpc[64];
-	void *sock;
+	wire_id conn;
 } peer;
 
 typedef struct {
@@ -60,12 +62,12 @@ typedef struct {
 
 typedef struct fwd {
 	agent *a;
-	void *sock;
-	uint8_t *req;             /* the packed request, to send again to a new head */
+	wire_id conn;             /* the call in flight; 0 when it failed (sent again) */
+	uint8_t *req;             /* the packed request, unsealed, to send again to a new head */
 	size_t reqlen;
+	uint8_t nonce[AUTH_NONCE];/* of the copy in flight: its answer must carry it */
 	char target[RAFT_NAME_MAX + 1];
 	bool to_node;             /* sent to a named agent, not the head: never follows the head */
-	ev_io w;
 	ev_timer t;
 	agent_client client;
 	struct fwd *next;
@@ -198,9 +200,9 @@ static peer *peer_get(agent *a, const char *name)
 	if (!rpc[0]) return NULL;
 	for (int i = 0; i < h->npeers; i++) {
 		if (strcmp(h->peers[i].name, name)) continue;
-		if (!strcmp(h->peers[i].rpc, rpc)) return &h->peers[i];
-		/* it moved (a restart on a new address): reconnect */
-		zmq_close(h->peers[i].sock);
+		if (!strcmp(h->peers[i].rpc, rpc) && wire_alive(a->wire, h->peers[i].conn)) return &h->peers[i];
+		/* it moved (a restart on a new address), or the connection broke: reconnect */
+		wire_close(a->wire, h->peers[i].conn);
 		h->peers[i] = h->peers[--h->npeers];
 		break;
 	}
@@ -211,35 +213,13 @@ static peer *peer_get(agent *a, const char *name)
 		h->peers = np;
 		h->peers_cap = cap;
 	}
-	void *s = zmq_socket(a->zctx, ZMQ_DEALER);
-	if (!s) return NULL;
-	int zero = 0, one = 1, hwm = 256;
-	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
-	zmq_setsockopt(s, ZMQ_IMMEDIATE, &one, sizeof one);
-	zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
-	char ep[100];
-	snprintf(ep, sizeof ep, "tcp://%s", rpc);
-	if (zmq_connect(s, ep) != 0) {
-		zmq_close(s);
-		return NULL;
-	}
+	wire_id conn = wire_connect(a->wire, rpc);
+	if (!conn) return NULL;
 	peer *p = &h->peers[h->npeers++];
 	snprintf(p->name, sizeof p->name, "%s", name);
 	snprintf(p->rpc, sizeof p->rpc, "%s", rpc);
-	p->sock = s;
+	p->conn = conn;
 	return p;
-}
-
-/* Packs (and seals, with the primary key) one control request. */
-static uint8_t *pack_request(agent *a, const Skein__Control__Request *q, size_t *len)
-{
-	size_t n = skein__control__request__get_packed_size(q);
-	uint8_t *buf = malloc(n + CRYPTO_OVERHEAD);
-	if (!buf) return NULL;
-	skein__control__request__pack(q, buf);
-	*len = n;
-	if (a->kr.n && agent_seal_replace(&a->kr.keys[0], AGENT_RPC_AAD_REQ, &buf, len) < 0) return NULL;
-	return buf;
 }
 
 int agent_head_send(agent *a, const char *to, const Skein__Control__Request *q)
@@ -247,15 +227,14 @@ int agent_head_send(agent *a, const char *to, const Skein__Control__Request *q)
 	agent_head *h = a->head;
 	peer *p = peer_get(a, to);
 	if (!p) { h->drop_send++; return -1; }
+	Skein__Control__Request oq = *q;
+	oq.oneway = 1;
+	agent_rpc_cred cred = agent_ctl_cred(a);
+	uint8_t nonce[AUTH_NONCE];
 	size_t len;
-	uint8_t *buf = pack_request(a, q, &len);
-	if (!buf) { h->drop_send++; return -1; }
-	int rc = 0;
-	if (zmq_send(p->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-	    zmq_send(p->sock, buf, len, ZMQ_DONTWAIT) < 0) {
-		h->drop_send++;
-		rc = -1;
-	}
+	uint8_t *buf = agent_req_pack(&oq, &cred, to, nonce, &len);
+	int rc = buf ? wire_send(a->wire, p->conn, buf, len) : -1;
+	if (rc < 0) h->drop_send++;
 	free(buf);
 	return rc;
 }
@@ -366,7 +345,7 @@ static void apply_all(agent *a)
 			if (state_restore(h, ap.data, ap.len, err, sizeof err) < 0) {
 				/* going on would answer from a state that differs from the others' */
 				SK_ERROR("head", "snapshot restore failed: %s; exiting so a restart recovers", err);
-				ev_break(a->loop, EVBREAK_ALL);
+				agent_exit(a, AGENT_EXIT_ERROR);
 				return;
 			}
 			jobs_changed = true;
@@ -457,7 +436,7 @@ static void head_pump(agent *a)
 			break;
 		case RAFT_EV_FAILED:
 			SK_ERROR("head", "consensus storage failed: %s; exiting so a restart recovers", ev.reason);
-			ev_break(a->loop, EVBREAK_ALL);
+			agent_exit(a, AGENT_EXIT_STORAGE);
 			break;
 		}
 	}
@@ -602,9 +581,8 @@ void agent_head_members_changed(agent *a)
 static void fwd_free(fwd *f)
 {
 	agent *a = f->a;
-	ev_io_stop(a->loop, &f->w);
 	ev_timer_stop(a->loop, &f->t);
-	if (f->sock) zmq_close(f->sock);
+	wire_close(a->wire, f->conn); /* its answer, if it comes, goes nowhere */
 	for (fwd **p = &a->head->fwds; *p; p = &(*p)->next) {
 		if (*p == f) { *p = f->next; break; }
 	}
@@ -613,39 +591,31 @@ static void fwd_free(fwd *f)
 	free(f);
 }
 
-static void fwd_read(fwd *f)
+/* The answer to a forwarded request (agent_wire calls this through
+ * agent_ctl.c), or why none came. */
+void agent_head_answer(agent *a, void *cookie, const uint8_t *data, size_t len, const char *why)
 {
-	agent *a = f->a;
-	for (;;) {
-		int ev = 0;
-		size_t sz = sizeof ev;
-		if (zmq_getsockopt(f->sock, ZMQ_EVENTS, &ev, &sz) != 0 || !(ev & ZMQ_POLLIN)) return;
-		uint8_t *data = NULL;
-		size_t dlen = 0;
-		agent_zmq_recv_payload(f->sock, ZMQ_DONTWAIT, &data, &dlen);
-		uint8_t *plain = NULL;
-		const uint8_t *msg = data;
-		size_t mlen = dlen;
-		if (data && a->kr.n && dlen && data[0] == CRYPTO_VERSION) {
-			plain = malloc(dlen);
-			if (!plain || agent_open(&a->kr, AGENT_RPC_AAD_RESP, data, dlen, plain, &mlen) < 0) msg = NULL;
-			else msg = plain;
+	fwd *f = cookie;
+	(void)a;
+	f->conn = 0; /* the transport closed it */
+	if (!data) {
+		/* a named agent is asked once; a request for the head goes again
+		 * to whoever is the head on the next round (fwd_follow_head) */
+		if (f->to_node) {
+			char msg[300];
+			snprintf(msg, sizeof msg, "%s did not answer: %s", f->target, why ? why : "connection lost");
+			agent_ctl_send(f->a, &f->client, 1, msg, NULL);
+			fwd_free(f);
 		}
-		Skein__Control__Response *r = msg ? skein__control__response__unpack(NULL, mlen, msg) : NULL;
-		if (r) agent_ctl_send(a, &f->client, r->code, r->error, r->body);
-		else agent_ctl_send(a, &f->client, 1, "the head's answer could not be read", NULL);
-		if (r) skein__control__response__free_unpacked(r, NULL);
-		free(plain);
-		free(data);
-		fwd_free(f);
 		return;
 	}
-}
-
-static void fwd_io_cb(struct ev_loop *loop, ev_io *w, int revents)
-{
-	(void)loop; (void)revents;
-	fwd_read(w->data);
+	char err[256];
+	agent_rpc_cred cred = agent_ctl_cred(f->a);
+	Skein__Control__Response *r = agent_resp_open(data, len, &cred, f->nonce, err, sizeof err);
+	if (r) agent_ctl_send(f->a, &f->client, r->code, r->error, r->body);
+	else agent_ctl_send(f->a, &f->client, 1, "the head's answer could not be read", NULL);
+	if (r) skein__control__response__free_unpacked(r, NULL);
+	fwd_free(f);
 }
 
 static void fwd_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
@@ -656,34 +626,27 @@ static void fwd_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	fwd_free(f);
 }
 
-/* (Re)connects a forward to `head` at `rpc` and sends its request. */
+/* (Re)sends a forward to `head` at `rpc`, sealed and addressed to it. */
 static int fwd_send(fwd *f, const char *head, const char *rpc)
 {
 	agent *a = f->a;
-	if (f->sock) {
-		ev_io_stop(a->loop, &f->w);
-		zmq_close(f->sock);
-		f->sock = NULL;
-	}
-	void *s = zmq_socket(a->zctx, ZMQ_DEALER);
-	if (!s) return -1;
-	int zero = 0;
-	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
-	char ep[100];
-	snprintf(ep, sizeof ep, "tcp://%s", rpc);
-	if (zmq_connect(s, ep) != 0 || zmq_send(s, "", 0, ZMQ_SNDMORE) < 0 ||
-	    zmq_send(s, f->req, f->reqlen, 0) < 0) {
-		zmq_close(s);
-		return -1;
-	}
-	f->sock = s;
+	wire_close(a->wire, f->conn);
+	f->conn = 0;
 	snprintf(f->target, sizeof f->target, "%s", head);
-	int fd;
-	size_t sz = sizeof fd;
-	zmq_getsockopt(s, ZMQ_FD, &fd, &sz);
-	ev_io_set(&f->w, fd, EV_READ);
-	ev_io_start(a->loop, &f->w);
-	return 0;
+	Skein__Control__Request *q = skein__control__request__unpack(NULL, f->reqlen, f->req);
+	if (!q) return -1;
+	agent_rpc_cred cred = agent_ctl_cred(a);
+	size_t len;
+	uint8_t *buf = agent_req_pack(q, &cred, head, f->nonce, &len);
+	/* the envelope's fields point into our buffers: detach before freeing */
+	q->sender = q->recipient = NULL;
+	q->nonce.data = NULL;
+	q->nonce.len = 0;
+	skein__control__request__free_unpacked(q, NULL);
+	if (!buf) return -1;
+	f->conn = wire_call(a->wire, rpc, buf, len, f);
+	free(buf);
+	return f->conn ? 0 : -1;
 }
 
 static void forward_to(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r,
@@ -734,17 +697,24 @@ static void forward_to(agent *a, const Skein__Control__Request *q, const agent_c
 	}
 	Skein__Control__Request fq = *q;
 	fq.forwarded = 1;
+	fq.oneway = 0;
+	fq.sender = fq.recipient = (char *)"";
+	fq.nonce.len = 0;
+	fq.time_ms = 0;
 	fwd *f = calloc(1, sizeof *f);
-	if (!f || !(f->req = pack_request(a, &fq, &f->reqlen))) {
-		free(f);
+	if (f) {
+		f->reqlen = skein__control__request__get_packed_size(&fq);
+		f->req = malloc(f->reqlen ? f->reqlen : 1);
+	}
+	if (!f || !f->req) {
+		if (f) free(f);
 		agent_reply_fail(r, 1, "out of memory");
 		return;
 	}
+	skein__control__request__pack(&fq, f->req);
 	f->a = a;
 	f->to_node = to_node;
 	f->client = *c;
-	ev_init(&f->w, fwd_io_cb);
-	f->w.data = f;
 	ev_timer_init(&f->t, fwd_timeout_cb, FORWARD_TIMEOUT_S, 0);
 	f->t.data = f;
 	f->next = h->fwds;
@@ -752,13 +722,12 @@ static void forward_to(agent *a, const Skein__Control__Request *q, const agent_c
 	h->nfwds++;
 	if (fwd_send(f, head, rpc) < 0) {
 		agent_reply_fail(r, 1, "cannot reach the head %s at %s", head, rpc);
-		f->client.idlen = 0;
+		f->client.conn = 0;
 		fwd_free(f);
 		return;
 	}
 	ev_timer_start(a->loop, &f->t);
 	r->deferred = true;
-	fwd_read(f); /* edge-triggered: the answer may already be there */
 }
 
 /* We became the head while a request waited on the old one: handle it
@@ -766,24 +735,12 @@ static void forward_to(agent *a, const Skein__Control__Request *q, const agent_c
 static void fwd_take_over(fwd *f)
 {
 	agent *a = f->a;
-	const uint8_t *msg = f->req;
-	size_t mlen = f->reqlen;
-	uint8_t *plain = NULL;
-	if (a->kr.n) {
-		plain = malloc(f->reqlen);
-		if (!plain || agent_open(&a->kr, AGENT_RPC_AAD_REQ, f->req, f->reqlen, plain, &mlen) < 0) {
-			free(plain);
-			return;
-		}
-		msg = plain;
-	}
-	Skein__Control__Request *q = skein__control__request__unpack(NULL, mlen, msg);
-	free(plain);
+	Skein__Control__Request *q = skein__control__request__unpack(NULL, f->reqlen, f->req);
 	if (!q) return;
 	agent_reply r = { 0 };
 	sk_buf_init(&r.body);
 	agent_client c = f->client;
-	f->client.idlen = 0;
+	f->client.conn = 0;
 	fwd_free(f);
 	if (!agent_head_dispatch(a, q, &c, &r) && !agent_jobs_dispatch(a, q, &c, &r))
 		agent_reply_fail(&r, 2, "unknown command");
@@ -805,7 +762,7 @@ static void fwd_follow_head(agent *a)
 	if (self && !is_head(a)) return;
 	for (fwd *f = a->head->fwds, *next; f; f = next) {
 		next = f->next;
-		if (f->to_node || !strcmp(f->target, head)) continue;
+		if (f->to_node || (f->conn && !strcmp(f->target, head))) continue;
 		if (self) fwd_take_over(f);
 		else fwd_send(f, head, rpc);
 	}
@@ -845,7 +802,9 @@ static void cmd_head(agent *a, const Skein__Control__Request *q, agent_reply *r)
 		else sk_buf_printf(&r->body, "null");
 		sk_buf_printf(&r->body, ",\"term\":%llu,\"voters\":[", (unsigned long long)term);
 	} else {
-		sk_buf_printf(&r->body, "head: %s\nterm: %llu\n", head[0] ? head : "(none)", (unsigned long long)term);
+		char shown[4 * sizeof head];
+		sk_buf_printf(&r->body, "head: %s\nterm: %llu\n", head[0] ? sk_text_escape(head, shown, sizeof shown) : "(none)",
+			      (unsigned long long)term);
 		if (v && v->n) sk_buf_printf(&r->body, "%-24s %-10s %s\n", "VOTER", "STATE", "LAST_CONTACT_MS");
 	}
 	for (size_t i = 0; v && i < v->n; i++) {
@@ -864,7 +823,9 @@ static void cmd_head(agent *a, const Skein__Control__Request *q, agent_reply *r)
 			sk_buf_json_str(&r->body, v->names[i]);
 			sk_buf_printf(&r->body, ",\"state\":\"%s\",\"last_contact_ms\":%lld}", st, (long long)lc);
 		} else {
-			sk_buf_printf(&r->body, "%-24s %-10s %lld\n", v->names[i], st, (long long)lc);
+			char shown[4 * RAFT_NAME_MAX + 1];
+			sk_buf_printf(&r->body, "%-24s %-10s %lld\n", sk_text_escape(v->names[i], shown, sizeof shown), st,
+				      (long long)lc);
 		}
 	}
 	const char *stg = leader ? raft_staging(a->head->raft) : NULL;
@@ -1135,16 +1096,16 @@ int agent_head_open(agent *a, char *err, size_t errlen)
 	if (*end || be < 0 || be > RAFT_VOTERS_MAX) {
 		snprintf(err, errlen, "--bootstrap-expect: expected 0 to %d, got '%s'", RAFT_VOTERS_MAX,
 			 a->opts.bootstrap_expect);
-		return -1;
+		return -2; /* a usage error */
 	}
 	long ra = strtol(a->opts.voter_replace_after, &end, 10);
 	if (*end || ra < 0) {
 		snprintf(err, errlen, "--voter-replace-after: expected seconds, got '%s'", a->opts.voter_replace_after);
-		return -1;
+		return -2; /* a usage error */
 	}
 	if (!a->opts.head_eligible && be > 0) {
 		snprintf(err, errlen, "--bootstrap-expect needs --head-eligible");
-		return -1;
+		return -2; /* a usage error */
 	}
 	agent_head *h = calloc(1, sizeof *h);
 	if (!h) { snprintf(err, errlen, "out of memory"); return -1; }
@@ -1197,7 +1158,7 @@ void agent_head_close(agent *a)
 		ev_timer_stop(a->loop, &h->periodic);
 		if (h->raft) ev_timer_stop(a->loop, &h->timer);
 	}
-	for (int i = 0; i < h->npeers; i++) zmq_close(h->peers[i].sock);
+	for (int i = 0; i < h->npeers; i++) wire_close(a->wire, h->peers[i].conn);
 	raft_destroy(&h->raft);
 	raft_kv_destroy(&h->kv);
 	job_state_free(&h->jobs);

@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "agent/agent_jobs_int.h"
+#include "agent/agent_cgroup.h"
 #include "agent/agent_sup.h"
 #include "common/sk_log.h"
 #include "jobs/job_place.h"
@@ -426,6 +427,26 @@ static void fresh_port(agent *a, lay *L)
 	if (p) L->master_port = p;
 }
 
+/* Every restart of the trainer group, whatever caused it (a rank died, a
+ * rank runs in a new process of its generation, a trainer unit moved off a
+ * lost node), is one of the --max-restarts the job may have: true and L
+ * advanced to the next generation when one is left; false when the policy
+ * is spent (`why` then says so and the job must fail). */
+static bool trainer_restart(agent *a, const job_spec *s, lay *L, const char *cause, char *why, size_t wl)
+{
+	if (s->max_restarts >= 0 && L->trainer_failures >= (uint32_t)s->max_restarts) {
+		snprintf(why, wl, "the trainer group restarted %u times (--max-restarts %d); last: %s", L->trainer_failures,
+			 s->max_restarts, cause);
+		return false;
+	}
+	L->trainer_gen++;
+	L->trainer_failures++;
+	fresh_port(a, L);
+	snprintf(why, wl, "%s; restarting the trainer group (generation %llu, restart %u of %d)", cause,
+		 (unsigned long long)L->trainer_gen, L->trainer_failures, s->max_restarts);
+	return true;
+}
+
 /* Fills a place_layout from node names (unknown names: unplaced). */
 static int to_place(const lay *L, const place_node *nodes, size_t n, place_layout *pl)
 {
@@ -509,8 +530,12 @@ static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec
 		/* one new generation per move, once every rank has a place again
 		 * (while a unit is pending no rank runs, so nothing restarts) */
 		if ((changed & 1) && trainer_all_placed(&L, job_spec_trainer_ranks(s))) {
-			L.trainer_gen++;
-			fresh_port(a, &L);
+			char cause[sizeof why];
+			snprintf(cause, sizeof cause, "%s", why);
+			if (!trainer_restart(a, s, &L, cause, why, sizeof why)) {
+				propose_update(a, j, "failed", why, &L, why);
+				goto out;
+			}
 		}
 		for (uint32_t e = 0; e < L.neng; e++) {
 			/* once per move: when it has a place again (not when it loses one) */
@@ -581,7 +606,12 @@ static void reconcile_trainer(agent *a, const Skein__Jobs__Job *j, const job_spe
 		char key[SUP_ID_MAX + 24];
 		snprintf(key, sizeof key, "%s#%llu", id, (unsigned long long)j->seq); /* a resubmitted name starts afresh */
 		rank_seen *rs = seen_get(a, key);
-		if (rs && st->pid > 0) {
+		/* running only: a rank whose order moved to this generation while its
+		 * old process is still stopping reports that old pid with the new
+		 * generation (state pending); taking it for the new generation's
+		 * process made its real start look like a rebirth: one rank death
+		 * restarted the group twice, or in a loop */
+		if (rs && st->pid > 0 && !strcmp(st->state, "running")) {
 			if (rs->gen == st->gen && rs->pid > 0 && rs->pid != st->pid && !reborn) reborn = st;
 			rs->gen = st->gen;
 			rs->pid = st->pid;
@@ -590,27 +620,15 @@ static void reconcile_trainer(agent *a, const Skein__Jobs__Job *j, const job_spe
 		if (!strcmp(st->state, "failed") && (!dead || !strncmp(dead->reason, "stopped by the agent", 20))) dead = st;
 		if (!strcmp(st->state, "stopped") && st->last_exit == 0 && st->pid == 0) done++;
 	}
-	char why[300];
-	if (!dead && reborn) {
-		L.trainer_gen++;
-		fresh_port(a, &L);
-		snprintf(why, sizeof why, "%s runs in a new process of the same generation (its agent restarted or "
-			 "fenced it); restarting the trainer group (generation %llu)", reborn->id,
-			 (unsigned long long)L.trainer_gen);
-		propose_update(a, j, "running", "", &L, why);
-	} else if (dead) {
-		if (s->max_restarts >= 0 && L.trainer_failures >= (uint32_t)s->max_restarts) {
-			snprintf(why, sizeof why, "the trainer group restarted %u times (--max-restarts %d); last: %s %s",
-				 L.trainer_failures, s->max_restarts, dead->id, dead->reason);
-			propose_update(a, j, "failed", why, &L, why);
-		} else {
-			L.trainer_gen++;
-			L.trainer_failures++;
-			fresh_port(a, &L);
-			snprintf(why, sizeof why, "%s: %s; restarting the trainer group (generation %llu)", dead->id,
-				 dead->reason, (unsigned long long)L.trainer_gen);
-			propose_update(a, j, "running", "", &L, why);
-		}
+	char why[400], cause[300];
+	if (dead || reborn) {
+		if (dead)
+			snprintf(cause, sizeof cause, "%s: %s", dead->id, dead->reason);
+		else
+			snprintf(cause, sizeof cause, "%s runs in a new process of the same generation (its agent "
+				 "restarted or fenced it)", reborn->id);
+		if (trainer_restart(a, s, &L, cause, why, sizeof why)) propose_update(a, j, "running", "", &L, why);
+		else propose_update(a, j, "failed", why, &L, why);
 	} else if (done == A) {
 		propose_update(a, j, "completed", "every trainer rank exited 0", &L, "completed");
 	}
@@ -906,8 +924,10 @@ static void assign_local(agent *a, const Skein__Jobs__Assignment *as)
 	snprintf(J->head, sizeof J->head, "%s", as->head);
 	size_t n = as->n_members;
 	sup_spec *sp = calloc(n ? n : 1, sizeof *sp);
-	char rpc_env[100];
-	snprintf(rpc_env, sizeof rpc_env, "SKEIN_RPC=%s", a->rpc_bound);
+	/* members reach their agent on its Unix socket: they run as its user,
+	 * so they need no key (and get none, see agent_sup.c) */
+	char rpc_env[300];
+	snprintf(rpc_env, sizeof rpc_env, "SKEIN_RPC=unix:%s", a->control_socket);
 	if (!sp) return;
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -1000,9 +1020,22 @@ bool agent_jobs_dispatch(agent *a, const Skein__Control__Request *q, const agent
 {
 	const char *cmd = q->cmd;
 	if (!strcmp(cmd, "assign")) {
-		/* one-way, from the head (the term was checked by the fence) */
+		/* one-way, and only from the agent this agent's own view (Raft, or
+		 * gossip sealed with the cluster key) holds as the head, at exactly
+		 * that term: an order from anyone else, or from a head this agent
+		 * has seen replaced, or a term that would raise the fence, is not
+		 * taken (the head sends its orders again every round) */
 		r->deferred = true;
-		if (!q->term || a->jobs->closing) { a->cnt.ctl_rejected++; return true; }
+		if (a->jobs->closing) return true;
+		char head[MBR_NAME_MAX + 1];
+		uint64_t term;
+		agent_head_known(a, head, sizeof head, &term, NULL, 0);
+		if (!q->term || !c->sender[0] || strcmp(c->sender, head) || q->term != term) {
+			a->cnt.ctl_refused_order++;
+			SK_DEBUG("jobs", "order refused: from '%s' at term %llu, the head is '%s' at term %llu", c->sender,
+				 (unsigned long long)q->term, head, (unsigned long long)term);
+			return true;
+		}
 		Skein__Jobs__Assignment *as = skein__jobs__assignment__unpack(NULL, q->payload.len, q->payload.data);
 		if (!as) { a->cnt.ctl_rejected++; return true; }
 		assign_local(a, as);
@@ -1104,37 +1137,29 @@ void agent_jobs_members_changed(agent *a)
 	ev_timer_start(a->loop, &J->grace);
 }
 
-static int mkdir_p(const char *path)
-{
-	char tmp[600];
-	snprintf(tmp, sizeof tmp, "%s", path);
-	for (char *p = tmp + 1; *p; p++) {
-		if (*p != '/') continue;
-		*p = 0;
-		mkdir(tmp, 0755);
-		*p = '/';
-	}
-	return mkdir(tmp, 0755) == 0 || access(tmp, W_OK) == 0 ? 0 : -1;
-}
-
 int agent_jobs_open(agent *a, char *err, size_t errlen)
 {
 	agent_jobs *J = calloc(1, sizeof *J);
 	if (!J) { snprintf(err, errlen, "out of memory"); return -1; }
 	a->jobs = J;
-	if (a->opts.data_dir[0]) {
-		snprintf(J->log_dir, sizeof J->log_dir, "%s/logs", a->opts.data_dir);
-		snprintf(J->state_file, sizeof J->state_file, "%s/members", a->opts.data_dir);
-	} else {
-		const char *tmp = getenv("TMPDIR");
-		snprintf(J->log_dir, sizeof J->log_dir, "%s/skeind-%s/logs", tmp && *tmp ? tmp : "/tmp", a->opts.name);
-	}
-	if (mkdir_p(J->log_dir) < 0) {
-		snprintf(err, errlen, "cannot create the member log folder %s: %m", J->log_dir);
+	/* the private folder only (agent_files.h): never a shared one of a fixed name */
+	if ((size_t)snprintf(J->log_dir, sizeof J->log_dir, "%s/logs", a->run_dir) >= sizeof J->log_dir ||
+	    (size_t)snprintf(J->state_file, sizeof J->state_file, "%s/members", a->run_dir) >= sizeof J->state_file) {
+		snprintf(err, errlen, "the member log folder path is too long: %s/logs", a->run_dir);
 		return -1;
 	}
-	J->sup = sup_new(a->loop, J->log_dir, J->state_file[0] ? J->state_file : NULL, sup_event, a, err, errlen);
+	J->sup = sup_new(a->loop, J->log_dir, J->state_file, sup_event, a, err, errlen);
 	if (!J->sup) return -1;
+	/* members in cgroups of their own where cgroup v2 is ours to use;
+	 * SKEIN_NO_CGROUP=1 keeps to process groups (tests of that path) */
+	char cg[PATH_MAX], why[PATH_MAX + 64];
+	const char *no_cg = getenv("SKEIN_NO_CGROUP");
+	if (no_cg && *no_cg && strcmp(no_cg, "0"))
+		SK_INFO("jobs", "members in process groups (SKEIN_NO_CGROUP)");
+	else if (agent_cg_agent_dir(a->opts.name, a->run_dir, cg, sizeof cg, why, sizeof why) != 0)
+		SK_INFO("jobs", "members in process groups: %s", why);
+	else if (sup_set_cgroup(J->sup, cg) == 0)
+		SK_INFO("jobs", "members in cgroups under %s", cg);
 	ev_init(&J->kick, kick_cb);
 	J->kick.data = a;
 	ev_init(&J->grace, grace_cb);
@@ -1144,7 +1169,7 @@ int agent_jobs_open(agent *a, char *err, size_t errlen)
 	if (*end || end == a->opts.member_fence_after || J->fence_after_s < 0 || J->fence_after_s > 86400) {
 		snprintf(err, errlen, "--member-fence-after: expected seconds (0 to 86400), got '%s'",
 			 a->opts.member_fence_after);
-		return -1;
+		return -2; /* a usage error */
 	}
 	J->last_order = ev_now(a->loop);
 	return 0;

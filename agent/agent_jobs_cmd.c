@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/sk_text.h"
+
 enum { LOG_READ_MAX = 256 << 10 };
 
 
@@ -139,8 +141,10 @@ static void print_members(agent *a, const Skein__Jobs__Job *j, sk_buf *o, bool j
 			sk_buf_json_str(o, v.reason);
 			sk_buf_printf(o, "}");
 		} else {
+			char node[4 * MBR_NAME_MAX + 1], why[4 * sizeof v.reason];
 			sk_buf_printf(o, "%-28s %-8s %-16s %-10s %-8d %-10s %-8u %s\n", v.id, tr ? "trainer" : "rollout",
-				      v.node[0] ? v.node : "-", gl[0] ? gl : "-", v.pid, v.state, v.restarts, v.reason);
+				      v.node[0] ? sk_text_escape(v.node, node, sizeof node) : "-", gl[0] ? gl : "-", v.pid,
+				      v.state, v.restarts, sk_text_escape(v.reason, why, sizeof why));
 		}
 	}
 	aj_lay_free(&L);
@@ -186,7 +190,9 @@ static void job_line(const Skein__Jobs__Job *j, sk_buf *o, bool json)
 		sk_buf_json_str(o, m);
 		sk_buf_printf(o, ",\"seq\":%llu}", (unsigned long long)j->seq);
 	} else {
-		sk_buf_printf(o, "%-20s %-10s %-8u %-8u %-11llu %s\n", s->name, j->state, A, E, gen, j->reason);
+		sk_buf_printf(o, "%-20s %-10s %-8u %-8u %-11llu ", s->name, j->state, A, E, gen);
+		sk_buf_text(o, j->reason);
+		sk_buf_add(o, "\n", 1);
 	}
 }
 
@@ -219,7 +225,11 @@ void aj_cmd_job(agent *a, const Skein__Control__Request *q, const agent_client *
 			sk_buf_printf(&r->body, "]}\n");
 		} else {
 			sk_buf_printf(&r->body, "job:        %s\nstate:      %s\n", j->spec->name, j->state);
-			if (j->reason[0]) sk_buf_printf(&r->body, "reason:     %s\n", j->reason);
+			if (j->reason[0]) {
+				sk_buf_printf(&r->body, "reason:     ");
+				sk_buf_text(&r->body, j->reason);
+				sk_buf_add(&r->body, "\n", 1);
+			}
 			if (j->layout && j->layout->master_port)
 				sk_buf_printf(&r->body, "master:     %s:%u\n", j->layout->master_addr, j->layout->master_port);
 			sk_buf_printf(&r->body, "generation: %llu (trainer group)\n\n",

@@ -30,7 +30,7 @@ typedef struct {
 
 struct agent_jobs {
 	sup *sup;
-	char log_dir[600], state_file[600];
+	char log_dir[PATH_MAX + 16], state_file[PATH_MAX + 16];
 	ev_timer kick;            /* reconcile and send orders soon, outside the Raft pump */
 	ev_timer grace;           /* a kick once a failed node's grace is over */
 	/* head side */

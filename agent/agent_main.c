@@ -11,10 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/agent_files.h"
 #include "common/sk_log.h"
 #include "proto/gossip.pb-c.h"
 
@@ -38,7 +40,7 @@ static int write_atomic(const char *dir, const char *name, const char *data, siz
 	char path[600], tmp[620];
 	snprintf(path, sizeof path, "%s/%s", dir, name);
 	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
 	if (fd < 0) { snprintf(err, errlen, "cannot write %s: %m", tmp); return -1; }
 	if (write(fd, data, len) != (ssize_t)len || fsync(fd) != 0) {
 		snprintf(err, errlen, "cannot write %s: %m", tmp);
@@ -149,8 +151,21 @@ static int load_keys(agent *a, char *err, size_t errlen)
 			fclose(f);
 		}
 	}
-	/* The persisted keyring reflects rotations done since the key file was
-	 * written; a given key it lacks still joins it, as a secondary. */
+	/* The rule: a data dir's keyring, once it holds a key, wins.  The key
+	 * given (--key-file, SKEIN_KEY) only seeds a fresh data dir (or is the
+	 * whole keyring without one).  The keyring reflects the rotations done
+	 * since (skeinctl keyring install/use/remove); re-adding a given key it
+	 * lacks would bring a removed key back at every restart. */
+	if (have_given && a->kr.n) {
+		char fp[FINGERPRINT_LEN + 1];
+		agent_key_fingerprint(&given, fp);
+		if (agent_keyring_find(&a->kr, fp) < 0) {
+			SK_WARN("agent", "the given key %s is not in the keyring of %s (removed by a rotation?): not used; "
+				"the data dir's keyring wins (remove %s/keyring to start again from the given key)", fp,
+				a->opts.data_dir, a->opts.data_dir);
+		}
+		return 0;
+	}
 	if (have_given && agent_keyring_add(&a->kr, &given, err, errlen) < 0) return -1;
 	if (a->kr.n) return agent_save_keyring(a, err, errlen);
 	return 0;
@@ -400,6 +415,12 @@ static void leave_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	ev_timer_start(loop, t);
 }
 
+void agent_exit(agent *a, int code)
+{
+	if (!a->exit_code) a->exit_code = code; /* the first cause is the one reported */
+	ev_break(a->loop, EVBREAK_ALL);
+}
+
 void agent_start_leave(agent *a)
 {
 	if (a->leaving) return;
@@ -428,7 +449,10 @@ static void sig_cb(struct ev_loop *loop, ev_signal *w, int revents)
 		sk_log_level lvl;
 		if (sk_log_parse_level(a->opts.log_level, &lvl) == 0) sk_log_set_level(lvl);
 		agent_update_meta(a);
-		SK_INFO("agent", "reloaded: %d tags, log level %s", a->opts.ntag, a->opts.log_level);
+		if (agent_ctl_load_operator_keys(a, err, sizeof err) < 0)
+			SK_ERROR("agent", "operator keys not reloaded, the old ones stay: %s", err);
+		SK_INFO("agent", "reloaded: %d tags, log level %s, %d operator keys (%d read-only)", a->opts.ntag,
+			a->opts.log_level, a->op_rw.n + a->op_ro.n, a->op_ro.n);
 		return;
 	}
 	if (a->leaving) {
@@ -469,12 +493,31 @@ static int pick_advertise(agent *a, char *err, size_t errlen)
 	return 0;
 }
 
+/* The soft fd limit up to the hard one (1,024 by default is soon spent by
+ * connections; the budgets of agent_tcp.c scale with it). */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0) return;
+	rlim_t was = rl.rlim_cur;
+	rlim_t want = rl.rlim_max == RLIM_INFINITY ? 1 << 20 : rl.rlim_max; /* the kernel's nr_open default */
+	if (rl.rlim_cur < want) {
+		rl.rlim_cur = want;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+			SK_WARN("agent", "cannot raise the file descriptor limit from %llu: %m", (unsigned long long)was);
+			return;
+		}
+	}
+	SK_INFO("agent", "file descriptor limit: %llu (was %llu)", (unsigned long long)rl.rlim_cur,
+		(unsigned long long)was);
+}
+
 static int setup(agent *a, int argc, char **argv, int *exit_code)
 {
 	char err[600];
-	*exit_code = 2;
+	*exit_code = AGENT_EXIT_USAGE;
 	int pr = agent_opts_parse(&a->opts, argc, argv, err, sizeof err);
-	if (pr == 1) { *exit_code = 0; return -1; }
+	if (pr == 1) { *exit_code = AGENT_EXIT_OK; return -1; }
 	if (pr < 0) goto usage;
 	sk_log_level lvl;
 	if (sk_log_parse_level(a->opts.log_level, &lvl) < 0) {
@@ -528,18 +571,35 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 		snprintf(a->gpu_source, sizeof a->gpu_source, "declared");
 	}
 	/* validate the tags before anything is created (a->mbr is still NULL) */
-	if (agent_update_meta(a) < 0) { *exit_code = 2; return -1; }
+	if (agent_update_meta(a) < 0) { *exit_code = AGENT_EXIT_USAGE; return -1; }
 
-	*exit_code = 1;
+	/* the data dir: what fails here is storage (disk full, I/O error, a
+	 * corrupt file), which a restart by the service manager may cure */
+	*exit_code = AGENT_EXIT_STORAGE;
+	if (agent_run_dir_pick(a->opts.name, a->opts.data_dir, a->run_dir, sizeof a->run_dir, err, sizeof err) < 0)
+		goto fatal;
+	raise_nofile();
 	if (next_generation(a, err, sizeof err) < 0) goto fatal;
 	if (load_keys(a, err, sizeof err) < 0) goto fatal;
-	if (!a->kr.n)
-		SK_WARN("agent", "no key: gossip and control are NOT encrypted (set --key-file or SKEIN_KEY)");
+	*exit_code = AGENT_EXIT_ERROR;
+	/* A cluster without a key lets anyone who reaches a port run commands
+	 * as root on every node: refused unless the operator says --insecure. */
+	if (!a->kr.n && !a->opts.insecure && (a->opts.njoin > 0 || atoi(a->opts.bootstrap_expect) > 1)) {
+		snprintf(err, sizeof err, "a cluster needs a key (--key-file or SKEIN_KEY; `skeinctl keygen` makes one): "
+					  "without one, anyone who reaches its ports runs commands as root; --insecure "
+					  "allows it for tests on one machine");
+		*exit_code = AGENT_EXIT_USAGE;
+		goto usage;
+	}
+	if (a->opts.insecure)
+		SK_WARN("agent", "--insecure: every command is accepted from anyone who reaches the control endpoint");
+	else if (!a->kr.n)
+		SK_WARN("agent", "no key: gossip is NOT encrypted and TCP control is read-only (set --key-file)");
 
 	mbr_self self = { .name = a->opts.name, .addr = a->adv, .generation = a->generation,
 			  .seed = a->generation ^ (uint64_t)getpid() * 0x9e3779b97f4a7c15ULL };
 	a->mbr = mbr_new(&a->mcfg, &self, agent_now_ms(), err, sizeof err);
-	if (!a->mbr) goto usage;
+	if (!a->mbr) { *exit_code = AGENT_EXIT_USAGE; goto usage; }
 	sk_rng_seed(&a->rng, self.seed ^ 0x5eed);
 	a->started_ms = agent_now_ms();
 
@@ -548,8 +608,17 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 	a->mbr_timer.data = a;
 	if (agent_net_open(a, err, sizeof err) < 0) goto fatal;
 	if (agent_ctl_open(a, err, sizeof err) < 0) goto fatal;
-	if (agent_head_open(a, err, sizeof err) < 0) goto fatal;
-	if (agent_jobs_open(a, err, sizeof err) < 0) goto fatal;
+	int orc = agent_head_open(a, err, sizeof err);
+	if (orc < 0) {
+		/* raft storage opened and read here */
+		if (orc == -2) *exit_code = AGENT_EXIT_USAGE;
+		else if (a->opts.head_eligible && a->opts.data_dir[0]) *exit_code = AGENT_EXIT_STORAGE;
+		goto fatal;
+	}
+	if ((orc = agent_jobs_open(a, err, sizeof err)) < 0) {
+		*exit_code = orc == -2 ? AGENT_EXIT_USAGE : AGENT_EXIT_ERROR;
+		goto fatal;
+	}
 	if (agent_update_meta(a) < 0) goto fatal;
 
 	signal(SIGPIPE, SIG_IGN);
@@ -562,9 +631,10 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 	ev_signal_start(a->loop, &a->sig_hup);
 
 	char addr[64];
-	SK_INFO("agent", "skeind %s started: gossip %s (advertised %s), control %s, profile %s, generation %llu, %d GPUs (%s)",
+	SK_INFO("agent", "skeind %s started: gossip %s (advertised %s), control %s and unix:%s, profile %s, "
+			 "generation %llu, %d GPUs (%s)",
 		a->opts.name, a->opts.bind, mbr_addr_format(&a->adv, addr, sizeof addr), a->rpc_bound,
-		a->opts.profile, (unsigned long long)a->generation, a->gpus, a->gpu_source);
+		a->control_socket, a->opts.profile, (unsigned long long)a->generation, a->gpus, a->gpu_source);
 
 	ev_timer_init(&a->join_timer, join_timer_cb, 0.0, 0);
 	a->join_timer.data = a;
@@ -605,5 +675,5 @@ int main(int argc, char **argv)
 	}
 	ev_run(a.loop, 0);
 	teardown(&a);
-	return 0;
+	return a.exit_code;
 }

@@ -6,8 +6,9 @@
  * (push-pull reply, ack of a fallback ping) is a new connection back to the
  * sender's advertised address.  With a keyring, every datagram and every
  * stream payload is sealed (agent_crypto.h) and anything that does not open
- * is dropped and counted.  Nothing read from the network is trusted: lengths
- * are bounded, connections time out, at most CONN_MAX are open at once. */
+ * is dropped and counted.  Nothing read from the network is trusted: a
+ * datagram is read into a fixed buffer; the streams and their limits are in
+ * agent_tcp.c. */
 #include "agent/agent.h"
 
 #include <arpa/inet.h>
@@ -24,28 +25,10 @@
 #include "common/sk_log.h"
 #include "proto/wire_frame.h"
 
-enum {
-	CONN_MAX = 256,          /* memberlist allows 128 concurrent push-pulls */
-	UDP_RECV_MAX = 65536,
-	STREAM_MAX = WIRE_HDR_LEN + WIRE_STREAM_MAX + CRYPTO_OVERHEAD,
-};
-static const double CONN_TIMEOUT_S = 10.0; /* memberlist LAN TCPTimeout */
+enum { UDP_RECV_MAX = 65536 };
 static const char AAD_UDP[] = "skein/gossip/udp/1";
-static const char AAD_STREAM[] = "skein/gossip/stream/1";
 
-struct agent_conn {
-	agent *a;
-	int fd;
-	bool outgoing;
-	ev_io w;
-	ev_timer t;
-	uint8_t *buf;
-	size_t len, cap, off;   /* outgoing: bytes to write / written; incoming: read so far */
-	mbr_addr peer;
-	agent_conn *next;
-};
-
-static void to_sockaddr(const mbr_addr *a, struct sockaddr_storage *ss, socklen_t *sl)
+void agent_net_to_sockaddr(const mbr_addr *a, struct sockaddr_storage *ss, socklen_t *sl)
 {
 	memset(ss, 0, sizeof *ss);
 	if (a->len == 4) {
@@ -63,7 +46,7 @@ static void to_sockaddr(const mbr_addr *a, struct sockaddr_storage *ss, socklen_
 	}
 }
 
-static void from_sockaddr(const struct sockaddr_storage *ss, mbr_addr *a)
+void agent_net_from_sockaddr(const struct sockaddr_storage *ss, mbr_addr *a)
 {
 	memset(a, 0, sizeof *a);
 	if (ss->ss_family == AF_INET) {
@@ -79,9 +62,8 @@ static void from_sockaddr(const struct sockaddr_storage *ss, mbr_addr *a)
 	}
 }
 
-/* Unseals (or passes through) one payload; returns the frame or NULL. */
-static const uint8_t *unseal(agent *a, const char *aad, const uint8_t *in, size_t n,
-			     uint8_t *scratch, size_t *outlen)
+const uint8_t *agent_net_unseal(agent *a, const char *aad, const uint8_t *in, size_t n,
+				uint8_t *scratch, size_t *outlen)
 {
 	if (a->kr.n == 0) {
 		if (n > 0 && in[0] == CRYPTO_VERSION) {
@@ -117,10 +99,10 @@ static void udp_cb(struct ev_loop *loop, ev_io *w, int revents)
 			continue;
 		}
 		size_t flen;
-		const uint8_t *frame = unseal(a, AAD_UDP, buf, (size_t)n, plain, &flen);
+		const uint8_t *frame = agent_net_unseal(a, AAD_UDP, buf, (size_t)n, plain, &flen);
 		if (!frame) continue;
 		mbr_addr from;
-		from_sockaddr(&ss, &from);
+		agent_net_from_sockaddr(&ss, &from);
 		mbr_recv(a->mbr, agent_now_ms(), &from, frame, flen, false);
 	}
 	agent_pump(a);
@@ -145,7 +127,7 @@ static void udp_send(agent *a, const mbr_out *o)
 	}
 	struct sockaddr_storage ss;
 	socklen_t sl;
-	to_sockaddr(&o->to, &ss, &sl);
+	agent_net_to_sockaddr(&o->to, &ss, &sl);
 	if (sendto(a->udp_fd, data, len, MSG_DONTWAIT, (struct sockaddr *)&ss, sl) < 0) {
 		a->cnt.drop_send++;
 		return;
@@ -154,181 +136,9 @@ static void udp_send(agent *a, const mbr_out *o)
 	a->cnt.bytes_out += len;
 }
 
-/* ---- TCP streams ---- */
-
-static void conn_close(agent_conn *c)
-{
-	agent *a = c->a;
-	ev_io_stop(a->loop, &c->w);
-	ev_timer_stop(a->loop, &c->t);
-	close(c->fd);
-	for (agent_conn **p = &a->conns; *p; p = &(*p)->next) {
-		if (*p == c) {
-			*p = c->next;
-			break;
-		}
-	}
-	a->nconns--;
-	free(c->buf);
-	free(c);
-}
-
-static void conn_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
-{
-	agent_conn *c = t->data;
-	(void)loop; (void)revents;
-	c->a->cnt.tcp_timeouts++;
-	conn_close(c);
-}
-
-static void conn_deliver(agent_conn *c)
-{
-	agent *a = c->a;
-	const uint8_t *payload = c->buf + 4;
-	size_t n = c->len - 4, flen;
-	uint8_t *plain = a->kr.n ? malloc(n) : NULL;
-	if (a->kr.n && !plain) return;
-	const uint8_t *frame = unseal(a, AAD_STREAM, payload, n, plain, &flen);
-	if (frame) {
-		a->cnt.tcp_in++;
-		mbr_recv(a->mbr, agent_now_ms(), &c->peer, frame, flen, true);
-	}
-	free(plain);
-}
-
-static void conn_io_cb(struct ev_loop *loop, ev_io *w, int revents)
-{
-	agent_conn *c = w->data;
-	agent *a = c->a;
-	(void)loop; (void)revents;
-	if (c->outgoing) {
-		while (c->off < c->len) {
-			ssize_t n = send(c->fd, c->buf + c->off, c->len - c->off, MSG_NOSIGNAL);
-			if (n < 0) {
-				if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-				a->cnt.tcp_refused++;
-				conn_close(c);
-				return;
-			}
-			c->off += (size_t)n;
-		}
-		a->cnt.tcp_out++;
-		a->cnt.bytes_out += c->len;
-		conn_close(c);
-		return;
-	}
-	for (;;) {
-		size_t want = c->len < 4 ? 4 - c->len : c->cap - c->len;
-		ssize_t n = recv(c->fd, c->buf + c->len, want, 0);
-		if (n == 0) { conn_close(c); return; } /* closed before a whole message */
-		if (n < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-			conn_close(c);
-			return;
-		}
-		c->len += (size_t)n;
-		a->cnt.bytes_in += (uint64_t)n;
-		if (c->len == 4 && c->cap == 4) {
-			uint32_t L = (uint32_t)c->buf[0] << 24 | (uint32_t)c->buf[1] << 16 |
-				     (uint32_t)c->buf[2] << 8 | c->buf[3];
-			if (L == 0 || L > STREAM_MAX) {
-				a->cnt.drop_oversize++;
-				conn_close(c);
-				return;
-			}
-			uint8_t *nb = realloc(c->buf, 4 + (size_t)L);
-			if (!nb) { conn_close(c); return; }
-			c->buf = nb;
-			c->cap = 4 + (size_t)L;
-		}
-		if (c->cap > 4 && c->len == c->cap) {
-			conn_deliver(c);
-			conn_close(c);
-			agent_pump(a);
-			return;
-		}
-	}
-}
-
-static agent_conn *conn_new(agent *a, int fd, bool outgoing)
-{
-	agent_conn *c = calloc(1, sizeof *c);
-	if (!c) return NULL;
-	c->a = a;
-	c->fd = fd;
-	c->outgoing = outgoing;
-	ev_io_init(&c->w, conn_io_cb, fd, outgoing ? EV_WRITE : EV_READ);
-	c->w.data = c;
-	ev_timer_init(&c->t, conn_timeout_cb, CONN_TIMEOUT_S, 0);
-	c->t.data = c;
-	ev_io_start(a->loop, &c->w);
-	ev_timer_start(a->loop, &c->t);
-	c->next = a->conns;
-	a->conns = c;
-	a->nconns++;
-	return c;
-}
-
-static void tcp_accept_cb(struct ev_loop *loop, ev_io *w, int revents)
-{
-	agent *a = w->data;
-	(void)loop; (void)revents;
-	for (int i = 0; i < 64; i++) {
-		struct sockaddr_storage ss;
-		socklen_t sl = sizeof ss;
-		int fd = accept4(a->tcp_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0) return;
-		if (a->nconns >= CONN_MAX) {
-			a->cnt.drop_oversize++;
-			close(fd);
-			continue;
-		}
-		agent_conn *c = conn_new(a, fd, false);
-		if (!c) { close(fd); continue; }
-		c->buf = malloc(4);
-		c->cap = 4;
-		from_sockaddr(&ss, &c->peer);
-	}
-}
-
-static void stream_send(agent *a, const mbr_out *o)
-{
-	if (a->nconns >= CONN_MAX) { a->cnt.drop_send++; return; }
-	size_t plen = o->len + (a->kr.n ? CRYPTO_OVERHEAD : 0);
-	uint8_t *buf = malloc(4 + plen);
-	if (!buf) return;
-	buf[0] = (uint8_t)(plen >> 24);
-	buf[1] = (uint8_t)(plen >> 16);
-	buf[2] = (uint8_t)(plen >> 8);
-	buf[3] = (uint8_t)plen;
-	if (a->kr.n) {
-		if (agent_seal(&a->kr, AAD_STREAM, o->data, o->len, buf + 4) < 0) { free(buf); return; }
-	} else {
-		memcpy(buf + 4, o->data, o->len);
-	}
-	struct sockaddr_storage ss;
-	socklen_t sl;
-	to_sockaddr(&o->to, &ss, &sl);
-	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0) { free(buf); a->cnt.drop_send++; return; }
-	int one = 1;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	if (connect(fd, (struct sockaddr *)&ss, sl) < 0 && errno != EINPROGRESS) {
-		close(fd);
-		free(buf);
-		a->cnt.tcp_refused++;
-		return;
-	}
-	agent_conn *c = conn_new(a, fd, true);
-	if (!c) { close(fd); free(buf); return; }
-	c->buf = buf;
-	c->len = 4 + plen;
-	c->peer = o->to;
-}
-
 void agent_net_send(agent *a, const mbr_out *o)
 {
-	if (o->stream) stream_send(a, o);
+	if (o->stream) agent_tcp_send(a, o);
 	else udp_send(a, o);
 }
 
@@ -337,7 +147,7 @@ int agent_net_open(agent *a, char *err, size_t errlen)
 	struct sockaddr_storage ss;
 	socklen_t sl;
 	char b[64];
-	to_sockaddr(&a->bind, &ss, &sl);
+	agent_net_to_sockaddr(&a->bind, &ss, &sl);
 	a->udp_fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	a->tcp_fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (a->udp_fd < 0 || a->tcp_fd < 0) {
@@ -358,15 +168,11 @@ int agent_net_open(agent *a, char *err, size_t errlen)
 	ev_io_init(&a->udp_w, udp_cb, a->udp_fd, EV_READ);
 	a->udp_w.data = a;
 	ev_io_start(a->loop, &a->udp_w);
-	ev_io_init(&a->tcp_w, tcp_accept_cb, a->tcp_fd, EV_READ);
-	a->tcp_w.data = a;
-	ev_io_start(a->loop, &a->tcp_w);
-	return 0;
+	return agent_tcp_open(a, err, errlen);
 }
 
 void agent_net_close(agent *a)
 {
-	while (a->conns) conn_close(a->conns);
+	agent_tcp_close(a);
 	if (a->udp_fd >= 0) { ev_io_stop(a->loop, &a->udp_w); close(a->udp_fd); a->udp_fd = -1; }
-	if (a->tcp_fd >= 0) { ev_io_stop(a->loop, &a->tcp_w); close(a->tcp_fd); a->tcp_fd = -1; }
 }

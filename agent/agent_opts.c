@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/sk_text.h"
+
 typedef enum { T_STR, T_BOOL, T_LIST } otype;
 
 typedef struct {
@@ -27,7 +29,16 @@ static const opt table[] = {
 	S("bind", bind, "IP:PORT", "gossip address, UDP and TCP (default 0.0.0.0:7946)"),
 	S("advertise", advertise, "IP:PORT", "address others reach us at (default: --bind, or the first non-loopback IP)"),
 	L("join", join, "HOST:PORT", "a seed to join; repeatable; retried until one answers; a name resolves to all its addresses"),
-	S("rpc", rpc, "IP:PORT", "control endpoint for skeinctl and other agents (default 127.0.0.1:7373)"),
+	S("rpc", rpc, "IP:PORT", "control endpoint (TCP) for other agents and remote operators (default 127.0.0.1:7373)"),
+	S("control-socket", control_socket, "PATH",
+	  "Unix socket for operators on this node, skeinctl's default (default <data-dir>/control.sock)"),
+	S("operator-key-file", operator_key_file, "FILE",
+	  "operator keys (base64, one a line) whose holders may steer this agent over TCP; SIGHUP re-reads"),
+	S("operator-read-key-file", operator_read_key_file, "FILE",
+	  "operator keys whose holders may only look (members, info, job list, logs) over TCP"),
+	S("operator-group", operator_group, "GROUP", "this group may use the control socket too (mode 0660)"),
+	{ "insecure", T_BOOL, offsetof(agent_opts, insecure), 0, 0, NULL,
+	  "accept every command from anyone, and --join without a key: tests and demos on one machine only" },
 	S("data-dir", data_dir, "DIR", "keeps the generation and the keyring across restarts"),
 	S("profile", profile, "lan|fast", "gossip timing: lan (memberlist's LAN numbers) or fast (one GPU fabric)"),
 	S("gpus", gpus, "N|auto", "GPUs this node offers; auto counts them through NVML or CUDA (0 without)"),
@@ -260,6 +271,37 @@ static int read_env(layer *l, char *err, size_t errlen)
 
 static layer g_cli; /* kept for SIGHUP: flags still win after a reload */
 
+/* Tags travel in gossip and are printed by every agent: KEY=VALUE, the key
+ * non-empty, both printable UTF-8 (no control characters) and bounded. */
+static int tags_check(const agent_opts *o, char *err, size_t errlen)
+{
+	for (int i = 0; i < o->ntag; i++) {
+		const char *kv = o->tag[i], *eq = strchr(kv, '=');
+		char why[96], key[OPTS_TAG_KEY_MAX + 1];
+		char shown[80];
+		sk_text_escape(kv, shown, sizeof shown);
+		if (!eq || eq == kv) {
+			snprintf(err, errlen, "--tag '%s': expected KEY=VALUE", shown);
+			return -1;
+		}
+		size_t kl = (size_t)(eq - kv);
+		if (kl > OPTS_TAG_KEY_MAX) {
+			snprintf(err, errlen, "--tag '%s': key longer than %d bytes", shown, OPTS_TAG_KEY_MAX);
+			return -1;
+		}
+		memcpy(key, kv, kl);
+		key[kl] = 0;
+		const char *part = "key";
+		if (sk_text_check(key, OPTS_TAG_KEY_MAX, why, sizeof why) < 0 ||
+		    (part = "value", sk_text_check(eq + 1, OPTS_TAG_VALUE_MAX, why, sizeof why) < 0)) {
+			snprintf(err, errlen, "--tag '%s': %s: %s (printable UTF-8, key up to %d, value up to %d bytes)",
+				 shown, part, why, OPTS_TAG_KEY_MAX, OPTS_TAG_VALUE_MAX);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 static int build(agent_opts *o, bool reload, char *err, size_t errlen)
 {
 	layer file = { 0 }, env = { 0 };
@@ -267,16 +309,32 @@ static int build(agent_opts *o, bool reload, char *err, size_t errlen)
 	const char *cfg = g_cli.set[(int)(find("config") - table)] ? g_cli.v.config : getenv("SKEIN_CONFIG");
 	if (cfg && *cfg && read_file(&file, cfg, err, errlen) < 0) goto out;
 	if (read_env(&env, err, errlen) < 0) goto out;
+	/* a reload that fails keeps the tags and level in force */
+	char *old_tag[OPTS_LIST_MAX], old_level[sizeof o->log_level];
+	int old_ntag = 0;
 	if (!reload) {
 		agent_opts_defaults(o);
 	} else {
+		memcpy(old_tag, o->tag, sizeof old_tag);
+		old_ntag = o->ntag;
+		memcpy(old_level, o->log_level, sizeof old_level);
 		/* what the sources no longer say goes back to the default */
-		list_clear(o->tag, &o->ntag);
+		o->ntag = 0;
 		snprintf(o->log_level, sizeof o->log_level, "info");
 	}
 	layer_merge(o, &file, reload);
 	layer_merge(o, &env, reload);
 	layer_merge(o, &g_cli, reload);
+	if (tags_check(o, err, errlen) < 0) {
+		if (reload) {
+			list_clear(o->tag, &o->ntag);
+			memcpy(o->tag, old_tag, sizeof old_tag);
+			o->ntag = old_ntag;
+			memcpy(o->log_level, old_level, sizeof old_level);
+		}
+		goto out;
+	}
+	if (reload) list_clear(old_tag, &old_ntag);
 	if (cfg && *cfg) snprintf(o->config, sizeof o->config, "%s", cfg);
 	rc = 0;
 out:

@@ -3,14 +3,20 @@
  * < command-line flags.  Every flag has the same name in the three places:
  *   --log-level debug   |   SKEIN_LOG_LEVEL=debug   |   log-level = debug
  * Repeatable flags (--join, --tag, --set) accumulate; in the environment they
- * are comma-separated (SKEIN_JOIN=a:1,b:2). */
+ * are comma-separated (SKEIN_JOIN=a:1,b:2).  Tags are checked here (KEY=VALUE,
+ * printable UTF-8, bounded): a bad one fails the parse or the reload. */
 #ifndef AGENT_OPTS_H
 #define AGENT_OPTS_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-enum { OPTS_LIST_MAX = 64, OPTS_STR = 256 };
+enum {
+	OPTS_LIST_MAX = 64,
+	OPTS_STR = 256,
+	OPTS_TAG_KEY_MAX = 64,     /* a tag's key and value, in bytes: KEY=VALUE fits OPTS_STR */
+	OPTS_TAG_VALUE_MAX = 190,
+};
 
 typedef struct {
 	char name[OPTS_STR];
@@ -24,6 +30,11 @@ typedef struct {
 	char log_level[16];
 	char log_format[16];
 	char config[OPTS_STR];
+	char control_socket[OPTS_STR];
+	char operator_key_file[OPTS_STR];
+	char operator_read_key_file[OPTS_STR];
+	char operator_group[64];
+	bool insecure;
 	bool enable_debug;
 	bool head_eligible;
 	char bootstrap_expect[16];   /* a number; "0" = never bootstrap */

@@ -1,16 +1,93 @@
 /* agent/agent_rpc: see agent_rpc.h. */
 #include "agent/agent_rpc.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
-#include <zmq.h>
+#include <unistd.h>
 
+#include "agent/agent_wire.h"
 #include "proto/control.pb-c.h"
 
 const char AGENT_RPC_AAD_REQ[] = "skein/control/request/1";
 const char AGENT_RPC_AAD_RESP[] = "skein/control/response/1";
+const char AGENT_RPC_AAD_OP_REQ[] = "skein/control/operator-request/1";
+const char AGENT_RPC_AAD_OP_RESP[] = "skein/control/operator-response/1";
+
+static bool sealing(const agent_rpc_cred *cred)
+{
+	return cred && cred->kr && cred->kr->n > 0;
+}
+
+uint8_t *agent_req_pack(Skein__Control__Request *q, const agent_rpc_cred *cred, const char *recipient,
+			uint8_t nonce[AUTH_NONCE], size_t *len)
+{
+	if (getrandom(nonce, AUTH_NONCE, 0) != AUTH_NONCE) return NULL;
+	q->sender = (char *)(cred && cred->sender ? cred->sender : "");
+	q->recipient = (char *)(recipient ? recipient : "");
+	q->time_ms = agent_wall_ms();
+	q->nonce.data = nonce;
+	q->nonce.len = AUTH_NONCE;
+	size_t n = skein__control__request__get_packed_size(q);
+	uint8_t *buf = malloc(n + CRYPTO_OVERHEAD);
+	if (!buf) return NULL;
+	skein__control__request__pack(q, buf);
+	*len = n;
+	if (sealing(cred) &&
+	    agent_seal_replace(&cred->kr->keys[0], cred->operator_key ? AGENT_RPC_AAD_OP_REQ : AGENT_RPC_AAD_REQ, &buf,
+			       len) < 0)
+		return NULL;
+	return buf;
+}
+
+Skein__Control__Response *agent_resp_open(const uint8_t *data, size_t n, const agent_rpc_cred *cred,
+					  const uint8_t nonce[AUTH_NONCE], char *why, size_t cap)
+{
+	uint8_t *plain = NULL;
+	const uint8_t *msg = data;
+	size_t mlen = n;
+	bool sealed = n > 0 && data[0] == CRYPTO_VERSION;
+	if (sealed) {
+		if (!sealing(cred)) {
+			snprintf(why, cap, "the agent answered encrypted: it has a key; give the cluster key "
+					   "(SKEIN_KEY_FILE) or an operator key (SKEIN_OPERATOR_KEY_FILE)");
+			return NULL;
+		}
+		plain = malloc(n);
+		if (!plain || agent_open(cred->kr, cred->operator_key ? AGENT_RPC_AAD_OP_RESP : AGENT_RPC_AAD_RESP, data,
+					 n, plain, &mlen) < 0) {
+			snprintf(why, cap, "the agent's answer did not authenticate with our key");
+			free(plain);
+			return NULL;
+		}
+		msg = plain;
+	}
+	Skein__Control__Response *r = skein__control__response__unpack(NULL, mlen, msg);
+	free(plain);
+	if (!r) {
+		snprintf(why, cap, "the agent's answer is not a control response");
+		return NULL;
+	}
+	if (sealed && (r->nonce.len != AUTH_NONCE || memcmp(r->nonce.data, nonce, AUTH_NONCE))) {
+		snprintf(why, cap, "the agent's answer belongs to another request (a replayed answer?)");
+		skein__control__response__free_unpacked(r, NULL);
+		return NULL;
+	}
+	return r;
+}
+
+/* ---- the client: every call a non-blocking socket, all polled together ---- */
 
 static long long now_ms(void)
 {
@@ -19,80 +96,149 @@ static long long now_ms(void)
 	return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
-int agent_zmq_recv_payload(void *sock, int flags, uint8_t **data, size_t *len)
+typedef struct {
+	int fd;
+	bool connecting;
+	uint8_t *out;
+	size_t olen, ooff;
+	uint8_t hdr[4];
+	size_t hgot;
+	uint8_t *in;
+	size_t want, got;
+	uint8_t nonce[AUTH_NONCE];
+} call_io;
+
+static int dial(const char *endpoint, char *err, size_t errlen)
 {
-	zmq_msg_t part;
-	int more = 1, got = 0;
-	*data = NULL;
-	*len = 0;
-	while (more) {
-		zmq_msg_init(&part);
-		if (zmq_msg_recv(&part, sock, flags) < 0) {
-			zmq_msg_close(&part);
-			break;
+	int fd = -1, rc;
+	if (!strncmp(endpoint, "unix:", 5)) {
+		struct sockaddr_un su = { .sun_family = AF_UNIX };
+		if (strlen(endpoint + 5) >= sizeof su.sun_path) {
+			snprintf(err, errlen, "control socket path too long: %s", endpoint + 5);
+			return -1;
 		}
-		got = 1;
-		if (zmq_msg_size(&part) > 0) {
-			free(*data);
-			*len = zmq_msg_size(&part);
-			*data = malloc(*len);
-			if (*data) memcpy(*data, zmq_msg_data(&part), *len);
+		snprintf(su.sun_path, sizeof su.sun_path, "%s", endpoint + 5);
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		rc = fd < 0 ? -1 : connect(fd, (struct sockaddr *)&su, sizeof su);
+	} else {
+		char host[256];
+		const char *colon = strrchr(endpoint, ':');
+		if (!colon || colon == endpoint || (size_t)(colon - endpoint) >= sizeof host) {
+			snprintf(err, errlen, "bad control address '%s': expected IP:PORT or unix:PATH", endpoint);
+			return -1;
 		}
-		more = zmq_msg_more(&part);
-		zmq_msg_close(&part);
+		memcpy(host, endpoint, (size_t)(colon - endpoint));
+		host[colon - endpoint] = 0;
+		if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+			memmove(host, host + 1, strlen(host));
+			host[strlen(host) - 1] = 0;
+		}
+		struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
+		int g = getaddrinfo(host, colon + 1, &hints, &ai);
+		if (g != 0 || !ai) {
+			snprintf(err, errlen, "bad control address '%s': %s", endpoint, gai_strerror(g));
+			return -1;
+		}
+		fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		rc = fd < 0 ? -1 : connect(fd, ai->ai_addr, ai->ai_addrlen);
+		if (fd >= 0) {
+			int one = 1;
+			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+		}
+		freeaddrinfo(ai);
 	}
-	return got ? 0 : -1;
+	if (fd < 0 || (rc < 0 && errno != EINPROGRESS && errno != EAGAIN)) {
+		snprintf(err, errlen, "cannot reach %s: %s%s", endpoint, strerror(errno),
+			 errno == ENOENT || errno == ECONNREFUSED ? " (is skeind running there?)" :
+			 errno == EACCES ? " (the control socket is for root and --operator-group)" : "");
+		if (fd >= 0) close(fd);
+		return -1;
+	}
+	return fd;
 }
 
-static void parse_reply(agent_rpc *c, const agent_keyring *kr, const uint8_t *data, size_t n)
+static void call_done(call_io *io)
 {
-	uint8_t *plain = NULL;
-	const uint8_t *msg = data;
-	size_t mlen = n;
-	bool sealed = n > 0 && data[0] == CRYPTO_VERSION;
-	if (sealed) {
-		if (!kr || kr->n == 0) {
-			snprintf(c->error, sizeof c->error,
-				 "the agent answered encrypted: it has a key; set SKEIN_KEY_FILE or pass --key-file");
-			return;
-		}
-		plain = malloc(n);
-		if (!plain || agent_open(kr, AGENT_RPC_AAD_RESP, data, n, plain, &mlen) < 0) {
-			snprintf(c->error, sizeof c->error, "the agent's answer did not authenticate with our key");
-			free(plain);
-			return;
-		}
-		msg = plain;
-	}
-	Skein__Control__Response *r = skein__control__response__unpack(NULL, mlen, msg);
-	free(plain);
-	if (!r) {
-		snprintf(c->error, sizeof c->error, "the agent's answer is not a control response");
-		return;
-	}
-	c->answered = true;
-	c->code = r->code;
-	snprintf(c->error, sizeof c->error, "%s", r->error);
-	c->body = strdup(r->body);
-	skein__control__response__free_unpacked(r, NULL);
+	if (io->fd >= 0) close(io->fd);
+	io->fd = -1;
+	free(io->out);
+	free(io->in);
+	io->out = io->in = NULL;
 }
 
-int agent_rpc_run(agent_rpc *calls, int n, const agent_keyring *kr, int timeout_ms)
+/* One step of a call's I/O; true when it is over (answered or failed). */
+static bool call_step(agent_rpc *c, call_io *io, const agent_rpc_cred *cred, short revents)
 {
-	void *ctx = zmq_ctx_new();
-	if (!ctx) {
-		for (int i = 0; i < n; i++) snprintf(calls[i].error, sizeof calls[i].error, "zmq_ctx_new failed");
-		return 0;
+	if (revents & (POLLERR | POLLNVAL) && io->connecting) {
+		int e = 0;
+		socklen_t sl = sizeof e;
+		getsockopt(io->fd, SOL_SOCKET, SO_ERROR, &e, &sl);
+		snprintf(c->error, sizeof c->error, "cannot reach %s: %s", c->endpoint, strerror(e ? e : ECONNREFUSED));
+		return true;
 	}
-	void **socks = calloc((size_t)n, sizeof *socks);
-	zmq_pollitem_t *items = calloc((size_t)n, sizeof *items);
+	if (io->connecting && (revents & POLLOUT)) io->connecting = false;
+	while (!io->connecting && io->ooff < io->olen) {
+		ssize_t n = send(io->fd, io->out + io->ooff, io->olen - io->ooff, MSG_NOSIGNAL);
+		if (n > 0) { io->ooff += (size_t)n; continue; }
+		if (n < 0 && (errno == EAGAIN || errno == EINTR)) return false;
+		snprintf(c->error, sizeof c->error, "%s closed the connection while we sent (%s)", c->endpoint,
+			 strerror(errno));
+		return true;
+	}
+	if (io->connecting || !(revents & (POLLIN | POLLHUP))) return false;
+	for (;;) {
+		ssize_t n;
+		if (io->hgot < 4) {
+			n = recv(io->fd, io->hdr + io->hgot, 4 - io->hgot, 0);
+			if (n > 0 && (io->hgot += (size_t)n) == 4) {
+				uint32_t be;
+				memcpy(&be, io->hdr, 4);
+				io->want = ntohl(be);
+				io->in = io->want && io->want <= WIRE_ANSWER_MAX ? malloc(io->want) : NULL;
+				if (!io->in) {
+					snprintf(c->error, sizeof c->error, "the answer from %s is empty or over %d MiB",
+						 c->endpoint, WIRE_ANSWER_MAX >> 20);
+					return true;
+				}
+			}
+		} else {
+			n = recv(io->fd, io->in + io->got, io->want - io->got, 0);
+			if (n > 0 && (io->got += (size_t)n) == io->want) {
+				char why[256];
+				Skein__Control__Response *r = agent_resp_open(io->in, io->got, cred, io->nonce, why, sizeof why);
+				if (!r) {
+					snprintf(c->error, sizeof c->error, "%s", why);
+					return true;
+				}
+				c->answered = true;
+				c->code = r->code;
+				snprintf(c->error, sizeof c->error, "%s", r->error);
+				c->body = strdup(r->body);
+				skein__control__response__free_unpacked(r, NULL);
+				return true;
+			}
+		}
+		if (n > 0) continue;
+		if (n < 0 && (errno == EAGAIN || errno == EINTR)) return false;
+		snprintf(c->error, sizeof c->error, "%s closed the connection without an answer%s", c->endpoint,
+			 io->hgot == 0 && io->got == 0 ? " (refused: too many connections, or not a skein agent?)" : "");
+		return true;
+	}
+}
+
+int agent_rpc_run(agent_rpc *calls, int n, const agent_rpc_cred *cred, int timeout_ms)
+{
+	call_io *io = calloc((size_t)n, sizeof *io);
+	struct pollfd *pf = calloc((size_t)n, sizeof *pf);
 	int answered = 0, pending = 0;
-	for (int i = 0; i < n && socks && items; i++) {
+	for (int i = 0; i < n; i++) {
 		agent_rpc *c = &calls[i];
 		c->answered = false;
 		c->body = NULL;
 		c->code = 1;
 		c->error[0] = 0;
+		if (!io || !pf) { snprintf(c->error, sizeof c->error, "out of memory"); continue; }
+		io[i].fd = -1;
 		Skein__Control__Request req = SKEIN__CONTROL__REQUEST__INIT;
 		req.cmd = (char *)c->cmd;
 		req.args = (char **)c->args;
@@ -101,30 +247,23 @@ int agent_rpc_run(agent_rpc *calls, int n, const agent_keyring *kr, int timeout_
 		req.local_only = c->local_only;
 		req.payload.data = (uint8_t *)c->payload;
 		req.payload.len = c->payload_len;
-		size_t plen = skein__control__request__get_packed_size(&req);
-		uint8_t *buf = malloc(plen + CRYPTO_OVERHEAD + 1);
-		if (!buf) continue;
-		skein__control__request__pack(&req, buf);
-		size_t slen = plen;
-		if (kr && kr->n && agent_seal_replace(&kr->keys[0], AGENT_RPC_AAD_REQ, &buf, &slen) < 0) continue;
-		void *s = zmq_socket(ctx, ZMQ_DEALER);
-		int zero = 0;
-		zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
-		char ep[300];
-		snprintf(ep, sizeof ep, "tcp://%s", c->endpoint);
-		if (zmq_connect(s, ep) != 0) {
-			snprintf(c->error, sizeof c->error, "bad control address %s: %s", c->endpoint,
-				 zmq_strerror(zmq_errno()));
-			zmq_close(s);
+		size_t plen;
+		uint8_t *buf = agent_req_pack(&req, cred, c->recipient ? c->recipient : c->endpoint, io[i].nonce, &plen);
+		if (!buf || plen > WIRE_FRAME_MAX) {
+			snprintf(c->error, sizeof c->error, buf ? "request too large" : "cannot build the request");
 			free(buf);
 			continue;
 		}
-		zmq_send(s, "", 0, ZMQ_SNDMORE);
-		zmq_send(s, buf, slen, 0);
+		io[i].out = malloc(plen + 4);
+		if (!io[i].out) { free(buf); continue; }
+		uint32_t be = htonl((uint32_t)plen);
+		memcpy(io[i].out, &be, 4);
+		memcpy(io[i].out + 4, buf, plen);
+		io[i].olen = plen + 4;
 		free(buf);
-		socks[i] = s;
-		items[i].socket = s;
-		items[i].events = ZMQ_POLLIN;
+		io[i].fd = dial(c->endpoint, c->error, sizeof c->error);
+		if (io[i].fd < 0) { call_done(&io[i]); continue; }
+		io[i].connecting = true;
 		snprintf(c->error, sizeof c->error, "no answer from %s within %d ms (is skeind running there?)",
 			 c->endpoint, timeout_ms);
 		pending++;
@@ -133,27 +272,23 @@ int agent_rpc_run(agent_rpc *calls, int n, const agent_keyring *kr, int timeout_
 	while (pending > 0) {
 		long long left = deadline - now_ms();
 		if (left <= 0) break;
-		if (zmq_poll(items, n, (long)left) < 0) break;
 		for (int i = 0; i < n; i++) {
-			if (!socks[i] || !(items[i].revents & ZMQ_POLLIN)) continue;
-			uint8_t *data = NULL;
-			size_t dlen = 0;
-			agent_zmq_recv_payload(socks[i], 0, &data, &dlen);
-			if (data) parse_reply(&calls[i], kr, data, dlen);
-			free(data);
+			pf[i].fd = io[i].fd;
+			pf[i].events = io[i].fd < 0 ? 0 : io[i].connecting || io[i].ooff < io[i].olen ? POLLOUT : POLLIN;
+			pf[i].revents = 0;
+		}
+		if (poll(pf, (nfds_t)n, (int)left) < 0 && errno != EINTR) break;
+		for (int i = 0; i < n; i++) {
+			if (io[i].fd < 0 || !pf[i].revents) continue;
+			if (!call_step(&calls[i], &io[i], cred, pf[i].revents)) continue;
 			if (calls[i].answered) answered++;
-			zmq_close(socks[i]);
-			socks[i] = NULL;
-			items[i].socket = NULL;
-			items[i].events = 0;
+			call_done(&io[i]);
 			pending--;
 		}
 	}
-	for (int i = 0; i < n && socks; i++)
-		if (socks[i]) zmq_close(socks[i]);
-	free(socks);
-	free(items);
-	zmq_ctx_term(ctx);
+	for (int i = 0; io && i < n; i++) call_done(&io[i]);
+	free(io);
+	free(pf);
 	return answered;
 }
 

@@ -31,12 +31,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/agent_cgroup.h"
+#include "agent/agent_files.h"
 #include "common/sk_log.h"
 
 enum {
@@ -48,7 +52,15 @@ enum {
 	SUP_STATE_MAX_LINES = 4096, /* a longer state file is garbage: stop reading */
 	SUP_JOB_MAX = 64,          /* sizeof sup_status.job */
 	SUP_CLOSE_MAX = 65536,     /* fds closed one by one where close_range is missing */
+	SUP_MARK_HEX = 32,         /* the agent run's mark: 128 random bits */
+	SUP_ENVIRON_MAX = 1 << 20, /* the most of a /proc/PID/environ read when looking for the mark */
+	SUP_CLEAN_ROUNDS = 5,      /* restart clean-up: passes until no marked process is left */
 };
+
+/* Set in every member's environment: the processes a member leaves behind
+ * keep it (as long as they do not clear their environment), so an agent
+ * restarted after a crash finds them all, not only the group leaders. */
+#define SUP_MARK_VAR "SKEIN_SUP_MARK"
 
 typedef enum { SUP_THEN_NONE, SUP_THEN_START, SUP_THEN_FORGET, SUP_THEN_FAIL } sup_then;
 
@@ -59,6 +71,7 @@ typedef struct sup_member {
 	bool bad;                /* invalid id or spec: never started */
 	bool seen;               /* sup_set bookkeeping */
 	pid_t pgid;              /* group of the running leader, or of one being stopped */
+	char cg[PATH_MAX];       /* its cgroup ("" when none: the process group alone) */
 	unsigned long long starttime; /* leader's /proc starttime, for the state file */
 	uint32_t local;          /* local restarts in this generation */
 	uint32_t quick;          /* consecutive quick exits: the backoff exponent */
@@ -74,6 +87,8 @@ typedef struct sup_member {
 struct sup {
 	struct ev_loop *loop;
 	char *log_dir, *state_file;
+	char *cg_root;           /* the agent's cgroup folder (agent_cgroup.h), NULL when none */
+	char mark[SUP_MARK_HEX + 1];
 	sup_event_fn cb;
 	void *ud;
 	sup_member **m;          /* sorted by st.id */
@@ -143,33 +158,26 @@ static int sup_check_id(const char *id, char *why, size_t wl)
 	return 0;
 }
 
-/* <log_dir>/<job>/<member>.log; dir (optional) gets <log_dir>/<job>. */
-static int sup_log_path(const sup *s, const char *id, char *path, size_t cap, char *dir, size_t dcap)
+/* Opens <log_dir>/<job>/<member>.log, each step checked (agent_files.h: ours,
+ * no link, 0700 folders, 0600 file); `create` makes what is missing.  -1
+ * with why (a bad id, a link, not ours, ...). */
+static int sup_log_open(const sup *s, const char *id, int flags, bool create, char *why, size_t wl)
 {
-	char why[64];
-	if (!s->log_dir || sup_check_id(id, why, sizeof why) != 0) return -1;
-	const char *slash = strchr(id, '/');
-	int jl = (int)(slash - id);
-	if (dir && (size_t)snprintf(dir, dcap, "%s/%.*s", s->log_dir, jl, id) >= dcap) return -1;
-	if ((size_t)snprintf(path, cap, "%s/%.*s/%s.log", s->log_dir, jl, id, slash + 1) >= cap) return -1;
-	return 0;
-}
-
-static int sup_mkdir_p(const char *path)
-{
-	char p[PATH_MAX];
-	if ((size_t)snprintf(p, sizeof p, "%s", path) >= sizeof p) {
-		errno = ENAMETOOLONG;
+	if (!s->log_dir) {
+		snprintf(why, wl, "no log folder");
 		return -1;
 	}
-	for (char *q = p + 1; *q; q++) {
-		if (*q != '/') continue;
-		*q = '\0';
-		if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
-		*q = '/';
-	}
-	if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
-	return 0;
+	if (sup_check_id(id, why, wl) != 0) return -1;
+	const char *slash = strchr(id, '/');
+	char job[SUP_ID_MAX], file[SUP_ID_MAX + 8];
+	snprintf(job, sizeof job, "%.*s", (int)(slash - id), id);
+	snprintf(file, sizeof file, "%s.log", slash + 1);
+	int fd = -1, dfd = agent_dir_open(s->log_dir, create, why, wl);
+	int jfd = dfd < 0 ? -1 : agent_dir_open_at(dfd, job, create, why, wl);
+	if (jfd >= 0) fd = agent_file_open_at(jfd, file, flags, why, wl);
+	if (jfd >= 0) close(jfd);
+	if (dfd >= 0) close(dfd);
+	return fd;
 }
 
 /* Field 22 of /proc/<pid>/stat; -1 when the process is gone. */
@@ -211,6 +219,55 @@ static void sup_kill_group(pid_t pgid, int sig)
 	if (pgid > 1) kill(-pgid, sig);
 }
 
+/* Anything of the member left: its group, or its cgroup (which also holds
+ * what left the group with setsid). */
+static bool sup_member_alive(const sup_member *m)
+{
+	return sup_group_alive(m->pgid) || (m->cg[0] && agent_cg_populated(m->cg));
+}
+
+static void sup_member_kill(const sup_member *m, int sig)
+{
+	sup_kill_group(m->pgid, sig);
+	if (m->cg[0]) agent_cg_signal(m->cg, sig);
+}
+
+/* Every process whose environment holds SKEIN_SUP_MARK=mark gets SIGKILL;
+ * how many were found. */
+static int sup_kill_marked(const char *mark)
+{
+	char want[sizeof SUP_MARK_VAR + SUP_MARK_HEX + 2];
+	int wl = snprintf(want, sizeof want, "%s=%s", SUP_MARK_VAR, mark);
+	DIR *d = opendir("/proc");
+	char *buf = malloc(SUP_ENVIRON_MAX);
+	int found = 0;
+	struct dirent *e;
+	while (d && buf && (e = readdir(d))) {
+		char *end;
+		long pid = strtol(e->d_name, &end, 10);
+		if (*end || pid <= 1 || pid == (long)getpid()) continue;
+		char path[64];
+		snprintf(path, sizeof path, "/proc/%ld/environ", pid);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) continue;
+		size_t n = 0;
+		ssize_t r;
+		while (n < SUP_ENVIRON_MAX && (r = read(fd, buf + n, SUP_ENVIRON_MAX - n)) > 0) n += (size_t)r;
+		close(fd);
+		for (size_t off = 0; off < n;) { /* NUL-separated KEY=VALUE */
+			size_t len = strnlen(buf + off, n - off);
+			if (len == (size_t)wl && !memcmp(buf + off, want, (size_t)wl)) {
+				if (kill((pid_t)pid, SIGKILL) == 0) found++;
+				break;
+			}
+			off += len + 1;
+		}
+	}
+	if (d) closedir(d);
+	free(buf);
+	return found;
+}
+
 /* ---- state file ---- */
 
 /* One line per running leader; tmp + rename so a crash leaves the old file
@@ -221,11 +278,15 @@ static void sup_state_write(sup *s)
 	if (!s->state_file) return;
 	char tmp[PATH_MAX];
 	if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", s->state_file) >= sizeof tmp) return;
-	FILE *f = fopen(tmp, "we");
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
 	if (!f) {
+		if (fd >= 0) close(fd);
 		SK_WARN("sup", "state file %s: %s", tmp, strerror(errno));
 		return;
 	}
+	fprintf(f, "mark %s\n", s->mark);
+	if (s->cg_root) fprintf(f, "cgroup %s\n", s->cg_root);
 	for (size_t i = 0; i < s->n; i++) {
 		const sup_member *m = s->m[i];
 		if (m->st.pid) fprintf(f, "%d %llu %s\n", (int)m->pgid, m->starttime, m->st.id);
@@ -264,7 +325,7 @@ static void sup_state_cleanup(const char *path)
 		if (errno != ENOENT) SK_WARN("sup", "state file %s: %s", path, strerror(errno));
 		return;
 	}
-	char line[512];
+	char line[PATH_MAX + 16], mark[SUP_MARK_HEX + 1] = "", cg[PATH_MAX] = "";
 	int lines = 0, bad = 0;
 	while (fgets(line, sizeof line, f)) {
 		if (++lines > SUP_STATE_MAX_LINES) {
@@ -276,6 +337,17 @@ static void sup_state_cleanup(const char *path)
 			int c;
 			while ((c = fgetc(f)) != EOF && c != '\n') {}
 			bad++;
+			continue;
+		}
+		if (!strncmp(line, "mark ", 5)) {
+			line[strcspn(line, "\n")] = 0;
+			if (strlen(line + 5) == SUP_MARK_HEX && strspn(line + 5, "0123456789abcdef") == SUP_MARK_HEX)
+				snprintf(mark, sizeof mark, "%s", line + 5);
+			continue;
+		}
+		if (!strncmp(line, "cgroup ", 7)) {
+			line[strcspn(line, "\n")] = 0;
+			snprintf(cg, sizeof cg, "%s", line + 7);
 			continue;
 		}
 		long long pg;
@@ -295,6 +367,24 @@ static void sup_state_cleanup(const char *path)
 	}
 	if (bad) SK_WARN("sup", "state file %s: %d unreadable lines ignored", path, bad);
 	fclose(f);
+	/* what the leaders left: the previous agent's cgroup, whole, and every
+	 * process carrying its mark (a group whose leader is gone, a setsid) */
+	if (cg[0] && agent_cg_path_ok(cg)) {
+		int n = agent_cg_signal(cg, SIGKILL);
+		uint64_t until = sup_now_ms() + SUP_GONE_CAP_MS;
+		while (agent_cg_populated(cg) && sup_now_ms() < until) usleep(SUP_GONE_POLL_MS * 1000);
+		if (n) SK_WARN("sup", "killed what a previous agent left in cgroup %s", cg);
+		if (agent_cg_remove(cg) != 0) SK_WARN("sup", "cgroup %s of a previous agent not removed: %s", cg, strerror(errno));
+	} else if (cg[0] && access(cg, F_OK) == 0) { /* (a folder never made is no news) */
+		SK_WARN("sup", "state file %s: '%s' is not a cgroup of ours: ignored", path, cg);
+	}
+	int total = 0;
+	for (int round = 0; mark[0] && round < SUP_CLEAN_ROUNDS; round++) {
+		int n = sup_kill_marked(mark); /* again: one may have forked while we looked */
+		total += n;
+		if (!n) break;
+	}
+	if (total) SK_WARN("sup", "killed %d processes left by members of a previous agent", total);
 }
 
 /* ---- events ---- */
@@ -496,27 +586,42 @@ static bool sup_key_eq(const char *a, const char *b)
 	return (*a == '=' || !*a) && (*b == '=' || !*b);
 }
 
+/* What the agent holds and a member must not: the cluster key (SKEIN_KEY,
+ * SKEIN_KEY_FILE), operator credentials.  Left out of the agent's
+ * environment and of the order's. */
+static const char *const sup_secret_prefix[] = { "SKEIN_KEY", "SKEIN_OPERATOR", "SKEIN_TOKEN", "SKEIN_SECRET" };
+
+static bool sup_secret(const char *kv)
+{
+	for (size_t i = 0; i < sizeof sup_secret_prefix / sizeof sup_secret_prefix[0]; i++)
+		if (!strncmp(kv, sup_secret_prefix[i], strlen(sup_secret_prefix[i]))) return true;
+	return false;
+}
+
 /* environ + spec env (overriding same keys, a later entry winning) +
- * SKEIN_RESTART_COUNT; built before fork.  Points into environ and the spec. */
-static char **sup_build_env(const sup_member *m, char *rc)
+ * SKEIN_RESTART_COUNT, secrets left out; built before fork.  Points into
+ * environ and the spec. */
+static char **sup_build_env(const sup_member *m, char *rc, char *mark)
 {
 	extern char **environ;
 	size_t ne = 0;
 	while (environ[ne]) ne++;
-	char **envp = calloc(ne + m->spec.nenv + 2, sizeof *envp);
+	char **envp = calloc(ne + m->spec.nenv + 3, sizeof *envp);
 	if (!envp) return NULL;
 	size_t k = 0;
 	for (size_t i = 0; i < ne; i++) {
-		bool over = sup_key_eq(environ[i], rc);
+		bool over = sup_key_eq(environ[i], rc) || sup_key_eq(environ[i], mark) || sup_secret(environ[i]);
 		for (size_t j = 0; j < m->spec.nenv && !over; j++) over = sup_key_eq(environ[i], m->spec.env[j]);
 		if (!over) envp[k++] = environ[i];
 	}
 	for (size_t j = 0; j < m->spec.nenv; j++) {
-		bool later = sup_key_eq(m->spec.env[j], rc);
+		bool later = sup_key_eq(m->spec.env[j], rc) || sup_key_eq(m->spec.env[j], mark) ||
+			     sup_secret(m->spec.env[j]);
 		for (size_t l = j + 1; l < m->spec.nenv && !later; l++) later = sup_key_eq(m->spec.env[j], m->spec.env[l]);
 		if (!later) envp[k++] = (char *)m->spec.env[j];
 	}
 	envp[k++] = rc;
+	envp[k++] = mark;
 	envp[k] = NULL;
 	return envp;
 }
@@ -532,10 +637,13 @@ static int sup_fd_high(int fd)
 }
 
 /* Between fork and exec: async-signal-safe calls only. */
-static void __attribute__((noreturn)) sup_child(pid_t ppid, int nullfd, int logfd, int maxfd,
+static void __attribute__((noreturn)) sup_child(pid_t ppid, int nullfd, int logfd, int cgfd, int maxfd,
 						 const struct sigaction *dfl, char *const argv[], char *const envp[])
 {
 	setpgid(0, 0);
+	/* into the member's cgroup before exec: whatever it starts is born there
+	 * (the parent writes the pid too and checks) */
+	if (cgfd >= 0) agent_cg_enter(cgfd, getpid());
 	/* the agent may have died before prctl: then nobody would kill us */
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != ppid) _exit(127);
 	for (int sig = 1; sig < NSIG; sig++)
@@ -558,14 +666,10 @@ static int sup_open_log(sup_member *m, uint32_t rc, char *why, size_t wl)
 {
 	sup *s = m->s;
 	if (!s->log_dir) return open("/dev/null", O_WRONLY | O_CLOEXEC);
-	char path[PATH_MAX], dir[PATH_MAX];
-	if (sup_log_path(s, m->st.id, path, sizeof path, dir, sizeof dir) != 0) {
-		snprintf(why, wl, "cannot start: log path too long");
-		return -1;
-	}
-	int fd;
-	if (sup_mkdir_p(dir) != 0 || (fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)) < 0) {
-		snprintf(why, wl, "cannot start: log %s: %s", path, strerror(errno));
+	char e[200];
+	int fd = sup_log_open(s, m->st.id, O_WRONLY | O_APPEND | O_CREAT, true, e, sizeof e);
+	if (fd < 0) {
+		snprintf(why, wl, "cannot start: log of %s: %s", m->st.id, e);
 		return -1;
 	}
 	char ts[32], line[128];
@@ -588,7 +692,21 @@ static int sup_spawn(sup_member *m)
 	snprintf(rcvar, sizeof rcvar, "SKEIN_RESTART_COUNT=%u", rc);
 	int logfd = sup_fd_high(sup_open_log(m, rc, why, sizeof why));
 	int nullfd = sup_fd_high(open("/dev/null", O_RDONLY | O_CLOEXEC));
-	char **envp = sup_build_env(m, rcvar);
+	char markvar[sizeof SUP_MARK_VAR + SUP_MARK_HEX + 2];
+	snprintf(markvar, sizeof markvar, "%s=%s", SUP_MARK_VAR, s->mark);
+	char **envp = sup_build_env(m, rcvar, markvar);
+	int cgfd = -1;
+	if (s->cg_root && !m->cg[0]) {
+		char cwhy[300];
+		if (agent_cg_member_dir(s->cg_root, m->st.id, m->cg, sizeof m->cg, cwhy, sizeof cwhy) != 0) {
+			SK_WARN("sup", "%s: no cgroup of its own (%s): its process group only", m->st.id, cwhy);
+			m->cg[0] = 0;
+		}
+	}
+	if (m->cg[0] && (cgfd = agent_cg_procs_fd(m->cg)) < 0) {
+		SK_WARN("sup", "%s: cgroup %s: %s: its process group only", m->st.id, m->cg, strerror(errno));
+		m->cg[0] = 0;
+	}
 	pid_t pid = -1;
 	if (logfd < 0 || nullfd < 0 || !envp) {
 		if (!why[0]) snprintf(why, sizeof why, "cannot start: %s", envp ? strerror(errno) : "out of memory");
@@ -606,7 +724,7 @@ static int sup_spawn(sup_member *m)
 		if (maxfd < 0 || maxfd > SUP_CLOSE_MAX) maxfd = SUP_CLOSE_MAX;
 		pid_t ppid = getpid();
 		pid = fork();
-		if (pid == 0) sup_child(ppid, nullfd, logfd, (int)maxfd, &dfl, argv, envp);
+		if (pid == 0) sup_child(ppid, nullfd, logfd, cgfd, (int)maxfd, &dfl, argv, envp);
 		int e = errno;
 		sigprocmask(SIG_SETMASK, &old, NULL);
 		if (pid < 0) snprintf(why, sizeof why, "cannot start: fork: %s", strerror(e));
@@ -615,6 +733,7 @@ static int sup_spawn(sup_member *m)
 	if (nullfd >= 0) close(nullfd);
 	free(envp);
 	if (pid < 0) {
+		if (cgfd >= 0) close(cgfd);
 		SK_WARN("sup", "%s: %s", m->st.id, why);
 		m->st.pid = 0;
 		sup_set_state(m, SUP_FAILED, why);
@@ -623,6 +742,12 @@ static int sup_spawn(sup_member *m)
 	/* the child does the same: whichever runs first, the group exists before
 	 * we ever signal it (EACCES once it has exec'd is harmless) */
 	setpgid(pid, pid);
+	if (cgfd >= 0 && agent_cg_enter(cgfd, pid) != 0 && errno != ESRCH) {
+		SK_WARN("sup", "%s: cannot enter cgroup %s: %s: its process group only", m->st.id, m->cg, strerror(errno));
+		agent_cg_remove(m->cg);
+		m->cg[0] = 0;
+	}
+	if (cgfd >= 0) close(cgfd);
 	m->pgid = pid;
 	m->st.pid = pid;
 	m->st.restarts = rc;
@@ -651,6 +776,7 @@ static void sup_stop_done(sup_member *m)
 	m->stopping = false;
 	m->killed = false;
 	m->pgid = 0;
+	if (m->cg[0] && agent_cg_remove(m->cg) == 0) m->cg[0] = 0;
 	ev_timer_stop(s->loop, &m->stop_w);
 	switch (m->then) {
 	case SUP_THEN_START:
@@ -678,9 +804,9 @@ static void sup_stop_step(sup_member *m)
 	uint64_t now = sup_now_ms();
 	ev_timer_stop(s->loop, &m->stop_w);
 	if (!m->killed && now >= m->kill_at) {
-		if (sup_group_alive(m->pgid)) {
+		if (sup_member_alive(m)) {
 			SK_INFO("sup", "%s: group %d still there after the grace: SIGKILL", m->st.id, (int)m->pgid);
-			sup_kill_group(m->pgid, SIGKILL);
+			sup_member_kill(m, SIGKILL);
 		}
 		m->killed = true;
 		m->kill_at = now;
@@ -689,7 +815,7 @@ static void sup_stop_step(sup_member *m)
 	if (m->st.pid) { /* its exit wakes us; until then only the KILL deadline matters */
 		if (m->killed) return;
 		wait = m->kill_at - now;
-	} else if (!sup_group_alive(m->pgid)) {
+	} else if (!sup_member_alive(m)) {
 		sup_stop_done(m);
 		return;
 	} else if (m->killed && now - m->kill_at >= SUP_GONE_CAP_MS) {
@@ -719,8 +845,8 @@ static void sup_stop(sup_member *m, sup_then then)
 	m->stopping = true;
 	m->killed = false;
 	m->kill_at = sup_now_ms() + m->spec.stop_grace_ms;
-	sup_kill_group(m->pgid, SIGTERM);
-	sup_kill_group(m->pgid, SIGCONT); /* a stopped (SIGSTOP) group would hold the TERM until the KILL */
+	sup_member_kill(m, SIGTERM);
+	sup_member_kill(m, SIGCONT); /* a stopped (SIGSTOP) group would hold the TERM until the KILL */
 	sup_stop_step(m); /* the leader is not reaped yet: only arms the KILL timer */
 }
 
@@ -742,9 +868,9 @@ static void sup_child_cb(struct ev_loop *loop, ev_child *w, int revents)
 		return;
 	}
 	/* the leader is the member: what it leaves behind dies with it */
-	if (sup_group_alive(m->pgid)) {
+	if (sup_member_alive(m)) {
 		SK_INFO("sup", "%s: killing what its group %d left behind", m->st.id, (int)m->pgid);
-		sup_kill_group(m->pgid, SIGKILL);
+		sup_member_kill(m, SIGKILL);
 	}
 	m->pgid = 0;
 	char what[48], why[sizeof m->st.reason];
@@ -785,9 +911,14 @@ sup *sup_new(struct ev_loop *loop, const char *log_dir, const char *state_file, 
 		sup_errf(err, errlen, "%s", "sup needs the default libev loop (child watchers)");
 		return NULL;
 	}
-	if (log_dir && sup_mkdir_p(log_dir) != 0) {
-		sup_errf(err, errlen, "cannot create the log directory %s", log_dir);
-		return NULL;
+	if (log_dir) {
+		char why[300];
+		int fd = agent_dir_open(log_dir, true, why, sizeof why);
+		if (fd < 0) {
+			sup_errf(err, errlen, "member log folder: %s", why);
+			return NULL;
+		}
+		close(fd);
 	}
 	sup *s = calloc(1, sizeof *s);
 	if (!s || (log_dir && !(s->log_dir = strdup(log_dir))) || (state_file && !(s->state_file = strdup(state_file)))) {
@@ -803,6 +934,13 @@ sup *sup_new(struct ev_loop *loop, const char *log_dir, const char *state_file, 
 	s->evq_w.data = s;
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
 		SK_WARN("sup", "cannot become a child subreaper (%s): orphans of members go to init", strerror(errno));
+	uint8_t r[SUP_MARK_HEX / 2];
+	if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+		/* not secret, only unique: time and pid will do */
+		uint64_t t = sup_now_ms() ^ (uint64_t)getpid() << 40;
+		for (size_t i = 0; i < sizeof r; i++) r[i] = (uint8_t)(t >> (i % 8 * 8)) ^ (uint8_t)i;
+	}
+	for (size_t i = 0; i < sizeof r; i++) snprintf(s->mark + 2 * i, 3, "%02x", r[i]);
 	if (state_file) {
 		sup_state_cleanup(state_file);
 		sup_state_write(s);
@@ -951,10 +1089,12 @@ void sup_stop_prefix(sup *s, const char *prefix, const char *why)
 
 int sup_log_read(sup *s, const char *id, uint64_t offset, size_t max, sk_buf *out, uint64_t *next, uint64_t *size)
 {
-	char path[PATH_MAX];
-	if (sup_log_path(s, id, path, sizeof path, NULL, 0) != 0) return -1;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) return -1;
+	char why[200];
+	int fd = sup_log_open(s, id, O_RDONLY, false, why, sizeof why);
+	if (fd < 0) {
+		if (errno != ENOENT) SK_WARN("sup", "log of %.*s not read: %s", SUP_ID_MAX, id, why);
+		return -1;
+	}
 	struct stat sb;
 	if (fstat(fd, &sb) != 0) {
 		close(fd);
@@ -1017,7 +1157,7 @@ void sup_free(sup **ps, double max_wait_s)
 			sup_member *m = s->m[i];
 			if (!m->stopping) continue;
 			SK_WARN("sup", "%s: still running at shutdown: SIGKILL to group %d", m->st.id, (int)m->pgid);
-			sup_kill_group(m->pgid, SIGKILL);
+			sup_member_kill(m, SIGKILL);
 			m->killed = true;
 			m->kill_at = sup_now_ms();
 		}
@@ -1031,9 +1171,12 @@ void sup_free(sup **ps, double max_wait_s)
 		ev_child_stop(s->loop, &m->cw);
 		ev_timer_stop(s->loop, &m->start_w);
 		ev_timer_stop(s->loop, &m->stop_w);
+		if (m->cg[0]) agent_cg_remove(m->cg);
 		sup_spec_free(&m->spec);
 		free(m);
 	}
+	if (s->cg_root && agent_cg_remove(s->cg_root) != 0)
+		SK_WARN("sup", "cgroup %s not removed at shutdown: %s", s->cg_root, strerror(errno));
 	if (s->state_file) {
 		unlink(s->state_file);
 		char tmp[PATH_MAX];
@@ -1043,5 +1186,16 @@ void sup_free(sup **ps, double max_wait_s)
 	free(s->evq);
 	free(s->log_dir);
 	free(s->state_file);
+	free(s->cg_root);
 	free(s);
+}
+
+int sup_set_cgroup(sup *s, const char *dir)
+{
+	char *d = strdup(dir);
+	if (!d) return -1;
+	free(s->cg_root);
+	s->cg_root = d;
+	sup_state_write(s);
+	return 0;
 }

@@ -3,11 +3,18 @@
  * The agent hands it the desired state (every member this node must run,
  * from the head's latest order); sup_set reconciles: starts what is new,
  * restarts what changed generation, stops what is gone.  Each member runs
- * as `/bin/sh -c CMD` in its own process group (setpgid), with the order's
- * environment plus SKEIN_RESTART_COUNT, stdout and stderr appended to
- * <log_dir>/<job>/<member>.log, and PR_SET_PDEATHSIG so it dies with the
- * agent.  The process groups are recorded in <state_file> (pgid and start
- * time); sup_new kills the groups a previous agent left behind.
+ * as `/bin/sh -c CMD` in its own process group (setpgid), with the agent's
+ * environment less its secrets (SKEIN_KEY*, SKEIN_OPERATOR*, ...), the
+ * order's environment and SKEIN_RESTART_COUNT, stdout and stderr appended to
+ * <log_dir>/<job>/<member>.log (0600 in 0700 folders, never through a link:
+ * agent_files.h), and PR_SET_PDEATHSIG so it dies with the agent.  Where
+ * the agent gives it a cgroup folder (sup_set_cgroup), each member also runs
+ * in a cgroup of its own, which holds all its descendants (agent_cgroup.h).
+ * Every member carries SKEIN_SUP_MARK, random per agent run.  <state_file>
+ * records the mark, the cgroup folder and the process groups (pgid and
+ * leader start time); sup_new kills everything a previous agent left: its
+ * cgroups, its live groups, and every process with its mark (what a group
+ * leader left when it died with the agent).
  *
  * Exit handling (libev child watcher, so within a loop iteration of death):
  *   - local_restart (engines): restarted after backoff min*2^k capped at max
@@ -79,12 +86,17 @@ typedef void (*sup_event_fn)(void *ud, const sup_status *st);
 
 /* log_dir and state_file may be NULL (no logs / no stale cleanup).
  * `loop` must be the default loop (ev_default_loop): libev child watchers
- * only work there.  Kills the process groups recorded in state_file that
- * still run, and makes this process a child subreaper (PR_SET_CHILD_SUBREAPER)
- * so that members' orphans are reaped here.  Returns NULL with a message on
- * failure. */
+ * only work there.  Kills what a previous agent left (see the top: its
+ * cgroup, its live groups, its marked processes), and makes this process a
+ * child subreaper (PR_SET_CHILD_SUBREAPER) so that members' orphans are
+ * reaped here.  Returns NULL with a message on failure. */
 sup *sup_new(struct ev_loop *loop, const char *log_dir, const char *state_file, sup_event_fn cb, void *ud,
 	     char *err, size_t errlen);
+/* Members run in cgroups under `dir` from now on (agent_cgroup.h), each in a
+ * leaf of its own; without it, process groups alone.  The folder is
+ * recorded in the state file: a restarted agent kills all that is in it.
+ * Call before the first sup_set.  -1 on out of memory. */
+int sup_set_cgroup(sup *s, const char *dir);
 /* Stops every member (TERM, then KILL after its grace) and waits for them,
  * running the loop at most `max_wait_s`; then SIGKILLs what is left, frees,
  * removes the state file and sets *s to NULL (safe twice).  No events are

@@ -17,16 +17,23 @@
 #include "jobs/job_spec.h"
 #include "proto/jobs.pb-c.h"
 
+/* The packaged data dir's socket (deploy/), else the TCP default. */
+static const char DEFAULT_SOCKET[] = "/var/lib/skein/control.sock";
 static const char *g_rpc = "127.0.0.1:7373";
 static int g_timeout_ms = 5000;
 static agent_keyring g_kr;
+static agent_rpc_cred g_cred = { .kr = &g_kr, .operator_key = false, .sender = "" };
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: skeinctl [--rpc IP:PORT] [--key-file FILE] [--timeout MS] COMMAND [ARGS]\n\n"
-		"Talks to a skeind's control endpoint (default $SKEIN_RPC or 127.0.0.1:7373).\n"
-		"The key comes from --key-file, $SKEIN_KEY_FILE or $SKEIN_KEY (base64), never argv.\n\n"
+		"usage: skeinctl [--rpc IP:PORT|unix:PATH] [--key-file FILE | --operator-key-file FILE]\n"
+		"                [--timeout MS] COMMAND [ARGS]\n\n"
+		"Talks to a skeind's control endpoint: --rpc, else $SKEIN_RPC, else the Unix socket\n"
+		"unix:/var/lib/skein/control.sock when it exists, else 127.0.0.1:7373.  On the Unix\n"
+		"socket root, skeind's user and its --operator-group need no key.  Over TCP an agent\n"
+		"with keys wants one: an operator key (--operator-key-file, $SKEIN_OPERATOR_KEY_FILE),\n"
+		"or the cluster key (--key-file, $SKEIN_KEY_FILE or $SKEIN_KEY); never on argv.\n\n"
 		"commands:\n"
 		"  members [--status REGEX] [--tag KEY=REGEX] [--format text|json]\n"
 		"                         the members this agent knows: name, address, status, GPUs, tags\n"
@@ -82,11 +89,19 @@ static int die(int code, const char *fmt, const char *arg)
 	return code;
 }
 
-static int load_key(const char *key_file)
+static int load_key(const char *key_file, const char *op_file)
 {
 	agent_key k;
 	char err[300];
 	const char *env = getenv("SKEIN_KEY");
+	if (!op_file || !*op_file) op_file = getenv("SKEIN_OPERATOR_KEY_FILE");
+	if (op_file && *op_file) {
+		if (key_file && *key_file) return die(2, "give --key-file or --operator-key-file, not both%s", "");
+		if (agent_key_read_file(op_file, &k, err, sizeof err) < 0) return die(1, "%s", err);
+		g_cred.operator_key = true;
+		agent_keyring_add(&g_kr, &k, err, sizeof err);
+		return 0;
+	}
 	if (!key_file || !*key_file) key_file = getenv("SKEIN_KEY_FILE");
 	if (key_file && *key_file) {
 		if (agent_key_read_file(key_file, &k, err, sizeof err) < 0) return die(1, "%s", err);
@@ -115,7 +130,7 @@ static int call_payload(const char *cmd, char **args, int nargs, const char *for
 	long long deadline = mono_us() + (long long)g_timeout_ms * 1000;
 	for (;;) {
 		long long left_ms = (deadline - mono_us()) / 1000;
-		agent_rpc_run(&c, 1, &g_kr, left_ms > 0 ? (int)left_ms : 1);
+		agent_rpc_run(&c, 1, &g_cred, left_ms > 0 ? (int)left_ms : 1);
 		if (!head_only || !c.answered || c.code != 1 || !strstr(c.error, "retry")) break;
 		if (mono_us() + 50000 >= deadline) break;
 		agent_rpc_free(&c, 1);
@@ -240,7 +255,7 @@ static int cmd_logs(char **args, int nargs)
 		snprintf(offs, sizeof offs, "%llu", off);
 		const char *a3[] = { id, offs, "262144" };
 		agent_rpc c = { .endpoint = g_rpc, .cmd = "logs", .args = a3, .nargs = 3, .format = "text" };
-		agent_rpc_run(&c, 1, &g_kr, g_timeout_ms);
+		agent_rpc_run(&c, 1, &g_cred, g_timeout_ms);
 		unsigned long long next = off, size = 0;
 		if (!c.answered || c.code) {
 			if (!follow) {
@@ -319,7 +334,7 @@ static int cmd_keyring(char **args, int nargs, const char *format)
 	}
 	/* every live member's control endpoint */
 	agent_rpc peers = { .endpoint = g_rpc, .cmd = "peers", .format = "text" };
-	agent_rpc_run(&peers, 1, &g_kr, g_timeout_ms);
+	agent_rpc_run(&peers, 1, &g_cred, g_timeout_ms);
 	if (!peers.answered || peers.code) {
 		fprintf(stderr, "skeinctl: %s\n", peers.error);
 		agent_rpc_free(&peers, 1);
@@ -344,10 +359,11 @@ static int cmd_keyring(char **args, int nargs, const char *format)
 		calls[n].format = "text";
 		calls[n].local_only = true;
 		names[n] = strdup(name);
+		calls[n].recipient = names[n];
 		n++;
 	}
 	agent_rpc_free(&peers, 1);
-	agent_rpc_run(calls, n, &g_kr, g_timeout_ms);
+	agent_rpc_run(calls, n, &g_cred, g_timeout_ms);
 	int failed = 0;
 	bool json = !strcmp(format, "json");
 	if (!strcmp(op, "list")) {
@@ -440,7 +456,7 @@ static int cmd_state_bench(const char *count)
 		const char *args[] = { "put", key, val };
 		agent_rpc c = { .endpoint = g_rpc, .cmd = "state", .args = args, .nargs = 3, .format = "text" };
 		long long t0 = mono_us();
-		agent_rpc_run(&c, 1, &g_kr, g_timeout_ms);
+		agent_rpc_run(&c, 1, &g_cred, g_timeout_ms);
 		lat[i] = mono_us() - t0;
 		if (!c.answered || c.code) {
 			failed++;
@@ -458,14 +474,21 @@ static int cmd_state_bench(const char *count)
 int main(int argc, char **argv)
 {
 	const char *env_rpc = getenv("SKEIN_RPC");
-	const char *key_file = NULL;
-	if (env_rpc && *env_rpc) g_rpc = env_rpc;
+	const char *key_file = NULL, *op_file = NULL;
+	static char default_sock[sizeof DEFAULT_SOCKET + 8];
+	if (env_rpc && *env_rpc) {
+		g_rpc = env_rpc;
+	} else if (access(DEFAULT_SOCKET, F_OK) == 0) {
+		snprintf(default_sock, sizeof default_sock, "unix:%s", DEFAULT_SOCKET);
+		g_rpc = default_sock;
+	}
 	int i = 1;
 	for (; i < argc && !strncmp(argv[i], "--", 2); i++) {
 		if (!strcmp(argv[i], "--help")) { usage(stdout); return 0; }
 		if (i + 1 >= argc) return die(2, "%s needs a value (see skeinctl --help)", argv[i]);
 		if (!strcmp(argv[i], "--rpc")) g_rpc = argv[++i];
 		else if (!strcmp(argv[i], "--key-file")) key_file = argv[++i];
+		else if (!strcmp(argv[i], "--operator-key-file")) op_file = argv[++i];
 		else if (!strcmp(argv[i], "--timeout")) {
 			char *end;
 			long t = strtol(argv[++i], &end, 10);
@@ -476,7 +499,8 @@ int main(int argc, char **argv)
 		}
 	}
 	if (i >= argc) { usage(stderr); return 2; }
-	if (load_key(key_file)) return 1;
+	int lk = load_key(key_file, op_file);
+	if (lk) return lk;
 	const char *cmd = argv[i++];
 	char **args = argv + i;
 	int nargs = argc - i;

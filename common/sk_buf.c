@@ -2,9 +2,12 @@
 #include "common/sk_buf.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/sk_text.h"
 
 void sk_buf_init(sk_buf *b) { memset(b, 0, sizeof *b); }
 
@@ -49,18 +52,31 @@ void sk_buf_printf(sk_buf *b, const char *fmt, ...)
 	b->len += (size_t)n;
 }
 
+/* Invalid UTF-8 (a tag or name from another agent may hold anything)
+ * becomes U+FFFD, one per bad byte; control characters, C1 included,
+ * become \u00XX: the output is always valid JSON and safe on a terminal. */
 void sk_buf_json_str(sk_buf *b, const char *s)
 {
+	const unsigned char *p = (const unsigned char *)s;
+	size_t n = strlen(s);
 	sk_buf_add(b, "\"", 1);
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		if (*p == '"' || *p == '\\') {
-			char e[2] = { '\\', (char)*p };
-			sk_buf_add(b, e, 2);
-		} else if (*p < 0x20 || *p == 0x7f) {
-			sk_buf_printf(b, "\\u%04x", *p);
-		} else {
-			sk_buf_add(b, p, 1);
+	for (size_t i = 0; i < n;) {
+		uint32_t cp;
+		size_t k = sk_utf8_next(p + i, n - i, &cp);
+		if (!k) {
+			sk_buf_add(b, "\\ufffd", 6);
+			i++;
+			continue;
 		}
+		if (cp == '"' || cp == '\\') {
+			char e[2] = { '\\', (char)cp };
+			sk_buf_add(b, e, 2);
+		} else if (sk_text_is_control(cp)) {
+			sk_buf_printf(b, "\\u%04x", (unsigned)cp);
+		} else {
+			sk_buf_add(b, p + i, k);
+		}
+		i += k;
 	}
 	sk_buf_add(b, "\"", 1);
 }

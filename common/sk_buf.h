@@ -17,7 +17,8 @@ void sk_buf_init(sk_buf *b);
 void sk_buf_free(sk_buf *b);
 void sk_buf_add(sk_buf *b, const void *data, size_t n);
 void sk_buf_printf(sk_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Appends s as a JSON string, quotes included. */
+/* Appends s as a JSON string, quotes included: always valid JSON (invalid
+ * UTF-8 as \ufffd, control characters as \u00XX; see sk_text.h). */
 void sk_buf_json_str(sk_buf *b, const char *s);
 /* NUL-terminated contents ("" when empty); valid until the next append. */
 const char *sk_buf_str(sk_buf *b);

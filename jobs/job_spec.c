@@ -495,6 +495,26 @@ static int job_yaml_load(job_spec *s, const char *path, char *err, size_t errlen
 	return rc;
 }
 
+int job_spec_parse_yaml_buf(job_spec *s, const char *name, const uint8_t *buf, size_t len, char *err,
+			    size_t errlen)
+{
+	yaml_parser_t p;
+	if (!s || !name || (len && !buf)) {
+		job_err(err, errlen, "bad arguments");
+		return -1;
+	}
+	if (!yaml_parser_initialize(&p)) {
+		job_err(err, errlen, "%s: out of memory", name);
+		return -1;
+	}
+	yaml_parser_set_input_string(&p, len ? buf : (const uint8_t *)"", len);
+	job_spec t = *s;
+	int rc = job_yaml_doc(&t, &p, name, err, errlen);
+	yaml_parser_delete(&p);
+	if (rc == 0) *s = t;
+	return rc;
+}
+
 int job_spec_parse_yaml(job_spec *s, const char *path, char *err, size_t errlen)
 {
 	if (!s || !path) {

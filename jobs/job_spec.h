@@ -54,6 +54,9 @@ void job_spec_defaults(job_spec *s);
  * -1 and one line naming the flag on unknown flags, missing or bad values. */
 int job_spec_parse_args(job_spec *s, int argc, char **argv, char *err, size_t errlen);
 int job_spec_parse_yaml(job_spec *s, const char *path, char *err, size_t errlen);
+/* The same from len bytes in memory (name stands for the file in errors). */
+int job_spec_parse_yaml_buf(job_spec *s, const char *name, const uint8_t *buf, size_t len, char *err,
+			    size_t errlen);
 
 /* The rules, each error naming the flag (--rollout-num-gpus: 6 is not a
  * multiple of --rollout-num-gpus-per-engine 4; --update-weight-transfer-mode

@@ -187,4 +187,12 @@ typedef struct {
 } mbr_stats;
 const mbr_stats *mbr_get_stats(const mbr_t *m);
 
+/* ---- streams ---- */
+/* What the first bytes of a stream frame say of its first message, so that
+ * a transport can cap a stream by type before the whole of it is in:
+ * MORE (too few bytes yet), PUSHPULL, OTHER (any other type, or an empty
+ * packet), BAD (not a gossip frame). */
+typedef enum { MBR_PEEK_MORE = 0, MBR_PEEK_PUSHPULL, MBR_PEEK_OTHER, MBR_PEEK_BAD } mbr_peek;
+mbr_peek mbr_peek_stream(const uint8_t *frame, size_t n);
+
 #endif

@@ -149,6 +149,25 @@ static size_t varint_len(size_t v)
 
 size_t mbr_codec_blob_cost(size_t len) { return 1 + varint_len(len) + len; }
 
+/* A packet is the frame header, then blobs as Packet field 1 (0x0a, varint
+ * length); a blob is a Msg whose only field is the oneof: its first byte is
+ * the body's tag, (field << 3) | 2. */
+mbr_peek mbr_peek_stream(const uint8_t *b, size_t n)
+{
+	if (n >= 2 && ((unsigned)b[0] << 8 | b[1]) != WIRE_MAGIC) return MBR_PEEK_BAD;
+	if (n >= 3 && (b[2] < WIRE_VERSION_MIN || b[2] > WIRE_VERSION)) return MBR_PEEK_BAD;
+	size_t i = WIRE_HDR_LEN;
+	if (n <= i) return n == WIRE_HDR_LEN && !b[4] && !b[5] && !b[6] && !b[7] ? MBR_PEEK_OTHER : MBR_PEEK_MORE;
+	if (b[i++] != 0x0a) return MBR_PEEK_BAD;
+	for (int k = 0;; k++) {
+		if (i >= n) return MBR_PEEK_MORE;
+		if (k == 5) return MBR_PEEK_BAD;
+		if (!(b[i++] & 0x80)) break;
+	}
+	if (i >= n) return MBR_PEEK_MORE;
+	return b[i] == (SKEIN__GOSSIP__MSG__BODY_PUSH_PULL << 3 | 2) ? MBR_PEEK_PUSHPULL : MBR_PEEK_OTHER;
+}
+
 int mbr_pkt_init(mbr_pkt *p, size_t cap)
 {
 	if (cap < WIRE_HDR_LEN) cap = WIRE_HDR_LEN;

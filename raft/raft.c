@@ -678,7 +678,8 @@ static void on_append_req(raft_t *r, uint64_t now, const raft_msg *m)
 		raft__send_msg(r, m->from, &resp);
 		return;
 	}
-	const raft_entry *e = m->entries + skip;
+	/* a heartbeat has no entries array: NULL + 0 is undefined in C */
+	const raft_entry *e = m->nentries ? m->entries + skip : m->entries;
 	size_t n = m->nentries - skip, k = 0;
 	while (k < n && e[k].index <= raft__last_index(r) && raft__term_at(r, e[k].index, &t) && t == e[k].term) k++;
 	if (k < n) {

@@ -12,5 +12,14 @@ TESTS += $(UNIT_BIN)
 $(O)/tests/%_test: $(O)/tests/unit/%_test.o $(T_MAIN_OBJ) $(SK_LIBS) $(TEST_EXTRA_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $< $(T_MAIN_OBJ) $(TEST_EXTRA_LIBS) $(SK_LIBS) $(LDLIBS)
 
+# Test tools (tests/tools/*.c): programs the shell tests drive, one file each,
+# in $(O)/tests/tools/; make test tells the tests where (SKEIN_TOOLS).
+TOOL_SRC := $(wildcard tests/tools/*.c)
+TOOL_BIN := $(TOOL_SRC:tests/tools/%.c=$(O)/tests/tools/%)
+$(O)/tests/tools/%: $(O)/tests/tools/%.o $(SK_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $< $(SK_LIBS) -lev $(LDLIBS)
+all: $(TOOL_BIN)
+
 -include tests/sim/module.mk
 -include tests/fuzz/module.mk
+-include tests/tools/module.mk

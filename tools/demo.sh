@@ -22,6 +22,9 @@ BIN=${SKEIN_BIN:-$ROOT/bin}
 DIR=$(mktemp -d /tmp/skein-demo.XXXXXX)
 BASE=${DEMO_PORT_BASE:-27900}
 declare -A PIDS=()
+# The cluster key: agents refuse to form a cluster without one (docs/security.md);
+# skeinctl presents it over TCP (each agent's own Unix socket needs none).
+"$BIN/skeinctl" keygen >"$DIR/cluster.key" && chmod 600 "$DIR/cluster.key"
 
 cleanup() {
 	for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
@@ -32,12 +35,13 @@ trap cleanup EXIT
 trap 'echo; echo "interrupted: stopping the agents"; exit 130' INT TERM
 
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
-ctl() { "$BIN/skeinctl" --rpc "127.0.0.1:$((BASE + 50 + $1))" --timeout 3000 "${@:2}"; }
+ctl() { SKEIN_KEY_FILE="$DIR/cluster.key" "$BIN/skeinctl" --rpc "127.0.0.1:$((BASE + 50 + $1))" --timeout 3000 "${@:2}"; }
 start() {
 	mkdir -p "$DIR/n$1"
 	local gpus=0; [ "$1" -ge 4 ] && gpus=8
 	SKEIN_DEMO_BIN=$BIN "$BIN/skeind" --name "node$1" --bind "127.0.0.$1:$((BASE + $1))" \
 		--rpc "127.0.0.1:$((BASE + 50 + $1))" --data-dir "$DIR/n$1" --profile fast --gpus $gpus \
+		--key-file "$DIR/cluster.key" \
 		$( [ "$1" -le 3 ] && echo --head-eligible --bootstrap-expect 3 ) \
 		--join "127.0.0.1:$((BASE + 1))" >>"$DIR/n$1.log" 2>&1 &
 	PIDS[$1]=$!

@@ -5,7 +5,9 @@
 #   tools/deps.sh install  install what is missing (root), or print the command
 #   tools/deps.sh ensure   check, then install when something is missing
 set -u
-PKGS_REQUIRED="build-essential pkg-config libev-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libssl-dev libxxhash-dev libzstd-dev libyaml-dev libucx-dev"
+PKGS_REQUIRED="build-essential pkg-config libev-dev libprotobuf-c-dev protobuf-c-compiler libssl-dev libxxhash-dev libzstd-dev libyaml-dev clang libclang-rt-14-dev libucx-dev"
+# clang and its runtime (libFuzzer, ASan, UBSan) build tests/fuzz/, whose short runs are part of
+# make test; libclang-rt-14-dev is only recommended by clang-14, so it is named.
 # libucx-dev: UCX's headers for p2p-ucx (libskein loads libucp.so.0 at run time,
 # and builds without them: p2p-ucx then says it was built without UCX).
 # serf is only the benchmark's baseline; iproute2 gives `ip netns` to the partition tests.

@@ -7,13 +7,21 @@
  * stream or worker thread.  A receiver that keeps its previous version places
  * a stripe from its staging slot into the tensors through its own undo
  * journal (stripes are disjoint); the journals' memory is held to half a
- * bucket in all, so staging plus journals stay under two buckets. */
+ * bucket in all, so staging plus journals stay under two buckets.
+ *
+ * What a receiver takes from a sender's hello is checked here too, for both
+ * paths, before anything is allocated from it: the manifest text must
+ * describe the receiver's own (and is parsed no further than its tensor
+ * count), and the hello's bucket size may not cut the weights into more
+ * than XFER_P2P_CHUNKS_MAX chunks. */
 #include "transfer/xfer_int.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-enum { STRIPE_ALIGN = 4096 };
+_Static_assert(sizeof(xfer_vhead) == 24, "a version header is 24 bytes on the wire");
+
+enum { STRIPE_ALIGN = 4096 }; /* stripes start on page boundaries of the byte space */
 
 uint64_t xfer_chunk_piece(uint64_t bucket_bytes)
 {
@@ -21,20 +29,28 @@ uint64_t xfer_chunk_piece(uint64_t bucket_bytes)
 	return half ? half : bucket_bytes;
 }
 
-int xfer_chunks_make(const xfer_endpoint *ep, uint64_t bucket_bytes, xfer_span **out, size_t *n, xfer_err *err)
+int xfer_chunks(const xfer_manifest *m, const uint64_t *offsets, uint64_t bucket_bytes, xfer_span **out, size_t *n,
+		xfer_err *err)
 {
 	xfer_bucket *b = NULL;
 	size_t nb = 0, k = 0, cap = 0;
 	uint64_t piece = xfer_chunk_piece(bucket_bytes);
-	free(*out);
 	*out = NULL;
 	*n = 0;
-	if (xfer_buckets(ep->m, bucket_bytes, &b, &nb, err) != 0) return -1;
-	for (size_t i = 0; i < nb; i++) cap += (b[i].bytes + piece - 1) / piece + 1;
+	if (!bucket_bytes) return xfer_fail(err, XFER_EFORMAT, "a bucket of 0 bytes");
+	if (xfer_buckets(m, bucket_bytes, &b, &nb, err) != 0) return -1;
+	/* counted before anything is allocated: a hello's bucket size of a few
+	 * bytes must not make a table larger than the weights */
+	for (size_t i = 0; i < nb && cap <= XFER_P2P_CHUNKS_MAX; i++) cap += (b[i].bytes + piece - 1) / piece + 1;
+	if (cap > XFER_P2P_CHUNKS_MAX) {
+		free(b);
+		return xfer_fail(err, XFER_EFORMAT, "buckets of %llu bytes cut the weights into over %d chunks",
+				 (unsigned long long)bucket_bytes, XFER_P2P_CHUNKS_MAX);
+	}
 	xfer_span *c = calloc(cap + 1, sizeof *c);
 	if (!c) { free(b); return xfer_fail(err, XFER_ENOMEM, "out of memory"); }
 	for (size_t i = 0; i < nb; i++) {
-		uint64_t off = ep->offsets[b[i].first];
+		uint64_t off = offsets[b[i].first];
 		for (uint64_t done = 0; done < b[i].bytes || (b[i].bytes == 0 && done == 0);) {
 			uint64_t len = b[i].bytes - done < piece ? b[i].bytes - done : piece;
 			c[k++] = (xfer_span){ off + done, len };
@@ -45,6 +61,42 @@ int xfer_chunks_make(const xfer_endpoint *ep, uint64_t bucket_bytes, xfer_span *
 	free(b);
 	*out = c;
 	*n = k;
+	return 0;
+}
+
+int xfer_chunks_make(const xfer_endpoint *ep, uint64_t bucket_bytes, xfer_span **out, size_t *n, xfer_err *err)
+{
+	free(*out);
+	return xfer_chunks(ep->m, ep->offsets, bucket_bytes, out, n, err);
+}
+
+int xfer_chunk_plan(const xfer_manifest *mine, const uint64_t *offsets, uint64_t bucket_bytes, const char *desc,
+		    size_t len, xfer_span **chunks, size_t *nchunks, xfer_err *err)
+{
+	*chunks = NULL;
+	*nchunks = 0;
+	/* no more tensors than ours: each parsed name is looked up among the
+	 * earlier ones, so a long manifest of tiny lines would cost n^2 */
+	xfer_manifest *theirs = xfer_manifest_parse(desc, len, mine->n, err);
+	int rc = theirs && xfer_manifest_compare(theirs, mine, err) == 0
+			 ? xfer_chunks(mine, offsets, bucket_bytes, chunks, nchunks, err)
+			 : -1;
+	xfer_manifest_free(&theirs);
+	return rc;
+}
+
+int xfer_vhead_parse(const void *buf, size_t n, const xfer_manifest *m, uint64_t have, uint64_t *version,
+		     xfer_err *err)
+{
+	xfer_vhead h;
+	if (n != sizeof h) return xfer_fail(err, XFER_EFORMAT, "malformed version header");
+	memcpy(&h, buf, sizeof h);
+	if (memcmp(h.magic, "SKV1", 4) != 0 || h.ntensors != m->n || h.total != m->bytes)
+		return xfer_fail(err, XFER_EFORMAT, "malformed version header");
+	if (h.version <= have)
+		return xfer_fail(err, XFER_EFORMAT, "version %llu is not newer than %llu", (unsigned long long)h.version,
+				 (unsigned long long)have);
+	*version = h.version;
 	return 0;
 }
 

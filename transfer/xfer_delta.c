@@ -266,7 +266,8 @@ int xfer_delta_apply(xfer_encoding enc, size_t esz, void *dst_, size_t n, const 
 	memcpy(&glen, p + 24, 8);
 	if (p[4] != (unsigned char)enc)
 		return xfer_fail(err, XFER_EFORMAT, "delta payload: encoding %u, index says %u", p[4], (unsigned)enc);
-	if (p[5] != esz || nel * esz != n)
+	/* nel * esz could wrap around to n: divide instead */
+	if (p[5] != esz || esz == 0 || n % esz || nel != n / esz)
 		return xfer_fail(err, XFER_EMISMATCH,
 				 "delta payload is for %llu elements of %u bytes; the tensor has %zu bytes of %zu-byte elements",
 				 (unsigned long long)nel, p[5], n, esz);

@@ -48,19 +48,8 @@ enum {
 	INDEX_MAGIC_VERSION = 1,
 };
 
-typedef struct {
-	char name[XFER_NAME_MAX + 1];
-	char dtype[16], shape[160];
-	uint64_t nbytes, offset, stored, changed, stored_sum;
-	xfer_sum sum;
-} disk_tensor;
-
-typedef struct {
-	uint64_t chain, version, base, data_bytes;
-	int full, enc, zstd; /* enc: XFER_ENC_* for deltas */
-	size_t n;
-	disk_tensor *t;
-} disk_index;
+typedef xfer_disk_tensor disk_tensor;
+typedef xfer_disk_index disk_index;
 
 typedef struct {
 	/* sender */
@@ -75,7 +64,7 @@ typedef struct {
 	int threads;
 } disk_state;
 
-static void index_free(disk_index *x)
+void xfer_disk_index_free(disk_index *x)
 {
 	free(x->t);
 	memset(x, 0, sizeof *x);
@@ -101,7 +90,7 @@ static const char *enc_name(int full, int enc)
 	return enc == XFER_ENC_XOR ? "xor" : "overwrite";
 }
 
-static char *index_format(const disk_index *x, size_t *len)
+char *xfer_disk_index_format(const disk_index *x, size_t *len)
 {
 	size_t cap = 512 + x->n * (XFER_NAME_MAX + 300), k = 0;
 	char *s = malloc(cap), hex[33];
@@ -125,17 +114,14 @@ static char *index_format(const disk_index *x, size_t *len)
 	return s;
 }
 
-static int index_read(const char *dir, uint64_t v, disk_index *x, xfer_err *err)
+int xfer_disk_index_parse(const char *text, size_t len, uint64_t v, const char *path, disk_index *x,
+			  xfer_err *err)
 {
-	char path[4200], vd[4096], *txt = NULL, *save = NULL;
-	size_t len;
+	char *txt = malloc(len + 1), *save = NULL;
 	memset(x, 0, sizeof *x);
-	vdir(vd, sizeof vd, dir, v);
-	snprintf(path, sizeof path, "%s/index", vd);
-	if (xfer_read_file(path, &txt, &len, err) != 0) {
-		if (err) err->code = XFER_ECHAIN;
-		return -1;
-	}
+	if (!txt) return xfer_fail(err, XFER_ENOMEM, "index: out of memory");
+	memcpy(txt, text, len);
+	txt[len] = 0;
 	/* The last line must be "end <hash of the bytes before it>". */
 	char *end = len >= 21 ? txt + len - 21 : NULL;
 	if (!end || strncmp(end, "end ", 4) != 0 || txt[len - 1] != '\n' || (end > txt && end[-1] != '\n')) {
@@ -169,10 +155,6 @@ static int index_read(const char *dir, uint64_t v, disk_index *x, xfer_err *err)
 			t->stored = st;
 			t->changed = ch;
 			t->stored_sum = ss;
-			if (off + st < off || off + st > data) {
-				xfer_fail(err, XFER_EFORMAT, "%s: tensor %s lies outside the data", path, t->name);
-				goto err;
-			}
 			got++;
 			continue;
 		}
@@ -191,9 +173,22 @@ static int index_read(const char *dir, uint64_t v, disk_index *x, xfer_err *err)
 		else if (!strcmp(key, "data_bytes")) data = strtoull(val, NULL, 10);
 		else if (!strcmp(key, "tensors")) {
 			n = strtoull(val, NULL, 10);
-			if (n > (1u << 24) || x->t) { xfer_fail(err, XFER_EFORMAT, "%s: bad tensor count", path); goto err; }
+			/* every tensor line holds a 32-digit checksum: a count the
+			 * text cannot hold is refused before it is allocated */
+			if (n > (1u << 24) || n > len / 32 || x->t) {
+				xfer_fail(err, XFER_EFORMAT, "%s: bad tensor count", path);
+				goto err;
+			}
 			x->t = calloc(n + 1, sizeof *x->t);
 			if (!x->t) { xfer_fail(err, XFER_ENOMEM, "index: out of memory"); goto err; }
+		}
+	}
+	/* checked once every line is read: a later data_bytes line counts */
+	for (size_t i = 0; i < got; i++) {
+		const disk_tensor *t = &x->t[i];
+		if (t->offset + t->stored < t->offset || t->offset + t->stored > data) {
+			xfer_fail(err, XFER_EFORMAT, "%s: tensor %s lies outside the data", path, t->name);
+			goto err;
 		}
 	}
 	if (magic != INDEX_MAGIC_VERSION || got != n || ver != v ||
@@ -221,6 +216,22 @@ err:
 	free(x->t);
 	x->t = NULL;
 	return -1;
+}
+
+static int index_read(const char *dir, uint64_t v, disk_index *x, xfer_err *err)
+{
+	char path[4200], vd[4096], *txt = NULL;
+	size_t len;
+	memset(x, 0, sizeof *x);
+	vdir(vd, sizeof vd, dir, v);
+	snprintf(path, sizeof path, "%s/index", vd);
+	if (xfer_read_file(path, &txt, &len, err) != 0) {
+		if (err) err->code = XFER_ECHAIN;
+		return -1;
+	}
+	int rc = xfer_disk_index_parse(txt, len, v, path, x, err);
+	free(txt);
+	return rc;
 }
 
 /* The receiver's manifest must match the index: names, dtypes, shapes. */
@@ -331,7 +342,7 @@ int xfer_disk_gc(const char *dir, int keep_newest, int *deleted, xfer_err *err)
 		disk_index x;
 		if (index_read(dir, v[i], &x, NULL) != 0) continue;
 		int full = x.full;
-		index_free(&x);
+		xfer_disk_index_free(&x);
 		if (full) { newest_full = v[i]; break; }
 	}
 	if (keep_newest < 1) keep_newest = 1;
@@ -608,7 +619,7 @@ static int disk_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 	fd = -1;
 	x.data_bytes = off;
 	size_t ilen;
-	itxt = index_format(&x, &ilen);
+	itxt = xfer_disk_index_format(&x, &ilen);
 	if (!itxt) { xfer_fail(err, XFER_ENOMEM, "out of memory"); goto err; }
 	if (xfer_write_file_atomic(tmp, "index", itxt, ilen, err) != 0) goto err;
 	if (rename(tmp, dst) != 0) { xfer_fail_errno(err, XFER_EIO, "rename %s to %s", tmp, dst); goto err; }
@@ -618,13 +629,13 @@ static int disk_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 	ep->stats.bytes_moved = off + ilen;
 	if (ep->cfg.disk.gc) xfer_disk_gc(dir, 1, NULL, NULL);
 	free(itxt);
-	index_free(&x);
+	xfer_disk_index_free(&x);
 	return 0;
 err:
 	if (fd >= 0) close(fd);
 	xfer_rmtree(tmp);
 	free(itxt);
-	index_free(&x);
+	xfer_disk_index_free(&x);
 	return -1;
 }
 
@@ -845,7 +856,7 @@ static int disk_receive_once(xfer_endpoint *ep, int wait_ms, uint64_t *version, 
 	ep->stats.full_loaded = plan[np - 1].full;
 	if (record_receiver(ep, err) != 0) goto err;
 	*version = latest;
-	for (size_t i = 0; i < np; i++) index_free(&plan[i]);
+	for (size_t i = 0; i < np; i++) xfer_disk_index_free(&plan[i]);
 	free(plan);
 	return 0;
 err:
@@ -854,7 +865,7 @@ err:
 		vdir(vd, sizeof vd, dir, plan[np - 1].version);
 		*vanished = access(vd, F_OK) != 0;
 	}
-	for (size_t i = 0; i < np; i++) index_free(&plan[i]);
+	for (size_t i = 0; i < np; i++) xfer_disk_index_free(&plan[i]);
 	free(plan);
 	return -1;
 }

@@ -36,8 +36,9 @@ struct xfer_manifest {
 uint64_t *xfer_manifest_offsets(const xfer_manifest *m);
 /* One line per tensor, "name dtype d0xd1x.. nbytes", for handshakes. */
 char *xfer_manifest_describe(const xfer_manifest *m, size_t *len);
-/* Parses what xfer_manifest_describe wrote into a manifest with NULL ptrs. */
-xfer_manifest *xfer_manifest_parse(const char *text, size_t len, xfer_err *err);
+/* Parses what xfer_manifest_describe wrote into a manifest with NULL ptrs;
+ * more than max_tensors lines is an error. */
+xfer_manifest *xfer_manifest_parse(const char *text, size_t len, size_t max_tensors, xfer_err *err);
 int xfer_shape_format(const xfer_tensor *t, char *out, size_t n);
 
 /* ---- data path table ---- */
@@ -137,15 +138,42 @@ uint64_t xfer_journal_mem_bytes(const xfer_journal *j); /* of its chunks held in
  * the device (host: the whole journaled copy). */
 double xfer_journal_seconds(const xfer_journal *j);
 
-/* ---- chunks and stripes of the p2p paths (xfer_chunk.c) ---- */
+/* ---- chunks and stripes of the p2p paths (xfer_chunk.c), and what both
+ * p2p receivers check of a sender before any of its bytes is used (pure:
+ * tests/fuzz/fuzz_p2p.c feeds them) ---- */
+enum {
+	XFER_P2P_MANIFEST_MAX = 64 << 20, /* bytes of manifest text a receiver takes */
+	XFER_P2P_CHUNKS_MAX = 1 << 20,    /* a hello's bucket size may not cut the weights finer */
+};
 typedef struct { uint64_t off, len; } xfer_span; /* of the back-to-back byte space */
 /* Half a bucket, page aligned: two staging slots hold one bucket. */
 uint64_t xfer_chunk_piece(uint64_t bucket_bytes);
-/* The chunks of every bucket in order (*out is realloc'd; an empty bucket is
- * one empty chunk). */
+/* The chunks of every bucket in order over the byte space (offsets: n+1
+ * entries); an empty bucket is one empty chunk.  *out is malloc'd; a bucket
+ * size of 0, or one that makes over XFER_P2P_CHUNKS_MAX chunks, is refused
+ * before anything is allocated. */
+int xfer_chunks(const xfer_manifest *m, const uint64_t *offsets, uint64_t bucket_bytes, xfer_span **out, size_t *n,
+		xfer_err *err);
+/* xfer_chunks over ep's manifest; frees *out first. */
 int xfer_chunks_make(const xfer_endpoint *ep, uint64_t bucket_bytes, xfer_span **out, size_t *n, xfer_err *err);
+/* A receiver's plan from a sender's hello and manifest text: the text must
+ * describe the receiver's own manifest (at most mine->n tensors are parsed);
+ * then its chunks for the hello's bucket size (*chunks as xfer_chunks). */
+int xfer_chunk_plan(const xfer_manifest *mine, const uint64_t *offsets, uint64_t bucket_bytes, const char *desc,
+		    size_t len, xfer_span **chunks, size_t *nchunks, xfer_err *err);
 /* Stripe i of nstripes of chunk c: [*a, *b), page aligned, maybe empty. */
 void xfer_stripe_of(xfer_span c, int nstripes, int i, uint64_t *a, uint64_t *b);
+/* A version header, on both p2p paths' control stream: "SKV1", tensors,
+ * version, total bytes (xfer_sock_send_vhead / xfer_sock_recv_vhead). */
+typedef struct {
+	char magic[4];
+	uint32_t ntensors;
+	uint64_t version, total;
+} xfer_vhead;
+/* Checks one against the manifest and the version held (have): 0 with
+ * *version newer than have. */
+int xfer_vhead_parse(const void *buf, size_t n, const xfer_manifest *m, uint64_t have, uint64_t *version,
+		     xfer_err *err);
 /* First tensor whose bytes end after byte a. */
 size_t xfer_tensor_at(const xfer_endpoint *ep, uint64_t a);
 /* iovecs over the tensors for [a, b); *iov is realloc'd. */
@@ -189,6 +217,77 @@ int xfer_delta_apply(xfer_encoding enc, size_t esz, void *dst, size_t n, const v
 /* zstd wrappers (level 0 copies). */
 int xfer_zstd_compress(int level, const void *src, size_t n, xfer_buf *out, xfer_err *err);
 int xfer_zstd_decompress(const void *src, size_t n, xfer_buf *out, size_t max, xfer_err *err);
+
+/* ---- disk-delta index (xfer_disk.c), pure: the text format is described
+ * there; the parser checks every line and the checksum line ---- */
+typedef struct {
+	char name[XFER_NAME_MAX + 1];
+	char dtype[16], shape[160];
+	uint64_t nbytes, offset, stored, changed, stored_sum;
+	xfer_sum sum;
+} xfer_disk_tensor;
+
+typedef struct {
+	uint64_t chain, version, base, data_bytes;
+	int full, enc, zstd; /* enc: XFER_ENC_* for deltas */
+	size_t n;
+	xfer_disk_tensor *t;
+} xfer_disk_index;
+
+/* The index text of a version, malloc'd (its length in *len). */
+char *xfer_disk_index_format(const xfer_disk_index *x, size_t *len);
+/* Parses len bytes of index text (no NUL needed) that must be version v's;
+ * path names it in errors.  0, or -1 with XFER_EFORMAT (x then holds
+ * nothing to free). */
+int xfer_disk_index_parse(const char *text, size_t len, uint64_t v, const char *path, xfer_disk_index *x,
+			  xfer_err *err);
+void xfer_disk_index_free(xfer_disk_index *x);
+
+/* ---- p2p-tcp wire (xfer_tcp.c): the structs, in host order, and the pure
+ * checks a receiver makes of what a sender sends before any of it is used ---- */
+enum { XFER_TCP_HELLO_BYTES = 48, XFER_TCP_CONTROL = 0, XFER_TCP_DATA = 1, XFER_TCP_MAX_STREAMS = 64 };
+typedef struct {
+	char magic[8];
+	uint32_t kind, stream, nstreams, pad;
+	uint64_t session, bucket_bytes, manifest_len;
+} xfer_tcp_hello;
+/* After the data: the xxh3-128 of every tensor, computed while it was sent
+ * (so the sender reads its weights once for the network and once for the
+ * hash, concurrently, and a device source crosses PCIe once). */
+typedef struct {
+	char magic[4];
+	uint32_t ntensors;
+} xfer_tcp_vtrail;
+typedef struct {
+	char magic[4];
+	uint32_t stream;
+	uint64_t version, chunk, off, len;
+} xfer_tcp_shead;
+
+/* Sets the magic and writes the 48 bytes. */
+void xfer_tcp_hello_pack(const xfer_tcp_hello *h, unsigned char out[XFER_TCP_HELLO_BYTES]);
+/* A hello of either kind; a control hello's stream count and sizes are checked. */
+int xfer_tcp_hello_parse(const void *buf, size_t n, xfer_tcp_hello *h, xfer_err *err);
+/* (The receiver's plan from a control hello: xfer_chunk_plan.)  A stripe
+ * header must be the one want says; a trailer must announce ntensors sums. */
+int xfer_tcp_shead_parse(const void *buf, size_t n, const xfer_tcp_shead *want, xfer_err *err);
+int xfer_tcp_vtrail_parse(const void *buf, size_t n, size_t ntensors, xfer_err *err);
+
+/* ---- p2p-ucx wire (xfer_ucx.c): the sender's hello, in host order, and
+ * the receiver's pure check of it (built with or without UCX) ---- */
+enum { XFER_UCX_HELLO_BYTES = 144, XFER_UCX_MAX_STRIPES = 16, XFER_UCX_F_AUTO = 1 /* under the p2p chooser */ };
+typedef struct {
+	char magic[8];
+	uint32_t flags, kinds, nstripes, pad; /* kinds: XFER_UCX_RDMA etc. (xfer_ucp.h) */
+	uint64_t bucket_bytes, manifest_len;
+	char boot_id[40]; /* /proc/sys/kernel/random/boot_id: one host when equal */
+	char host[64];
+} xfer_ucx_hello;
+/* Sets the magic and writes the 144 bytes. */
+void xfer_ucx_hello_pack(const xfer_ucx_hello *h, unsigned char out[XFER_UCX_HELLO_BYTES]);
+/* Checks the magic, stripe count and sizes; boot_id and host come back
+ * NUL-terminated.  The plan from it: xfer_chunk_plan. */
+int xfer_ucx_hello_parse(const void *buf, size_t n, xfer_ucx_hello *h, xfer_err *err);
 
 /* ---- the CUDA runtime and driver, dlopen'd (xfer_cuda.c) ---- */
 typedef struct { unsigned char b[64]; } xfer_cuda_ipc_handle; /* cudaIpcMemHandle_t */

@@ -240,7 +240,7 @@ static int receiver_accept(xfer_endpoint *ep, ipc_state *s, int wait_ms, xfer_er
 	struct iovec v[3] = { { desc, hh.manifest_len }, { h, hh.nallocs * sizeof *h }, { s->place, m->n * sizeof *s->place } };
 	if (xfer_sock_recvv(s->ctl, v, 3, "handles", "sender", to, err) != 0) goto err;
 	xfer_err st = { 0 };
-	theirs = xfer_manifest_parse(desc, hh.manifest_len, &st);
+	theirs = xfer_manifest_parse(desc, hh.manifest_len, m->n, &st);
 	if (theirs) xfer_manifest_compare(theirs, m, &st);
 	for (uint32_t i = 0; st.code == XFER_OK && i < hh.nallocs; i++) {
 		if (xfer_cuda_check(s->cu, s->cu->IpcOpenMemHandle(&s->bases[i], h[i], IPC_LAZY_PEER), "cudaIpcOpenMemHandle",

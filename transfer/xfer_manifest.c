@@ -155,7 +155,10 @@ int xfer_manifest_add(xfer_manifest *m, const char *name, xfer_dtype dt, int ndi
 			return xfer_fail(err, XFER_EINVAL, "tensor %s: size overflows", name);
 		elems *= (uint64_t)shape[i];
 	}
-	uint64_t nbytes = elems * xfer_dtype_size(dt);
+	uint64_t esz = xfer_dtype_size(dt);
+	if (elems > UINT64_MAX / esz || elems * esz > UINT64_MAX - m->bytes)
+		return xfer_fail(err, XFER_EINVAL, "tensor %s: size overflows", name);
+	uint64_t nbytes = elems * esz;
 	if (nbytes && !ptr) return xfer_fail(err, XFER_EINVAL, "tensor %s: NULL pointer", name);
 	if (xfer_manifest_find(m, name) >= 0)
 		return xfer_fail(err, XFER_EINVAL, "tensor %s: name used twice", name);
@@ -281,7 +284,7 @@ static int parse_shape(const char *s, int *ndim, int64_t *shape)
 	return 0;
 }
 
-xfer_manifest *xfer_manifest_parse(const char *text, size_t len, xfer_err *err)
+xfer_manifest *xfer_manifest_parse(const char *text, size_t len, size_t max_tensors, xfer_err *err)
 {
 	xfer_manifest *m = xfer_manifest_new();
 	char *copy = malloc(len + 1);
@@ -296,6 +299,10 @@ xfer_manifest *xfer_manifest_parse(const char *text, size_t len, xfer_err *err)
 		int64_t shape[XFER_MAX_DIMS];
 		xfer_dtype d;
 		static char dummy;
+		if (m->n >= max_tensors) {
+			xfer_fail(err, XFER_EMISMATCH, "the manifest has more than %zu tensors", max_tensors);
+			goto err;
+		}
 		if (sscanf(line, "%255s %15s %159s %llu", name, dt, shp, &nb) != 4 ||
 		    xfer_dtype_parse(dt, &d) != 0 || parse_shape(shp, &nd, shape) != 0) {
 			xfer_fail(err, XFER_EFORMAT, "manifest line \"%.80s\" is malformed", line);

@@ -244,12 +244,8 @@ int xfer_sock_recv_vhead(int fd, const xfer_endpoint *ep, int wait_ms, double t0
 	}
 	if (xfer_sock_wait(fd, wait_ms, err) != 0) return 1;
 	xfer_vhead h;
-	if (xfer_sock_recv(fd, &h, sizeof h, "version header", "sender", ep->cfg.timeout_ms, err) != 0) return -1;
-	if (memcmp(h.magic, "SKV1", 4) != 0 || h.ntensors != ep->m->n || h.total != ep->m->bytes)
-		return xfer_fail(err, XFER_EFORMAT, "malformed version header");
-	if (h.version <= ep->stats.version)
-		return xfer_fail(err, XFER_EFORMAT, "version %llu is not newer than %llu", (unsigned long long)h.version,
-				 (unsigned long long)ep->stats.version);
-	*v = h.version;
+	if (xfer_sock_recv(fd, &h, sizeof h, "version header", "sender", ep->cfg.timeout_ms, err) != 0 ||
+	    xfer_vhead_parse(&h, sizeof h, ep->m, ep->stats.version, v, err) != 0)
+		return -1;
 	return 0;
 }

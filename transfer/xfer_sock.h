@@ -30,19 +30,12 @@ int xfer_sock_send_status(int fd, const xfer_err *st, int timeout_ms, xfer_err *
 /* 0 when the peer sent OK; -1 with "the <peer> reported: ..." otherwise. */
 int xfer_sock_recv_status(int fd, const char *peer, int timeout_ms, xfer_err *err);
 
-/* A p2p version header: "SKV1", tensors, version, total bytes. */
-typedef struct {
-	char magic[4];
-	uint32_t ntensors;
-	uint64_t version, total;
-} xfer_vhead;
-_Static_assert(sizeof(xfer_vhead) == 24, "a version header is 24 bytes on the wire");
-/* Sends version v's header on the control stream. */
+/* Sends version v's header (xfer_vhead) on the control stream. */
 int xfer_sock_send_vhead(int fd, const xfer_endpoint *ep, uint64_t v, xfer_err *err);
 /* A p2p receiver: waits what is left of wait_ms since t0 for the next
  * version header on the control stream and checks it against the manifest
- * and the version held.  0 with *v; 1 when none came (the session stays);
- * -1 when the session is broken. */
+ * and the version held (xfer_vhead_parse).  0 with *v; 1 when none came
+ * (the session stays); -1 when the session is broken. */
 int xfer_sock_recv_vhead(int fd, const xfer_endpoint *ep, int wait_ms, double t0, uint64_t *v, xfer_err *err);
 /* The rest of a status whose 8-byte header h was read already. */
 int xfer_sock_status_rest(int fd, const uint32_t h[2], const char *peer, int timeout_ms, xfer_err *err);

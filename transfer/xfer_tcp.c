@@ -46,35 +46,20 @@
 #include "transfer/xfer_hash.h"
 
 enum {
-	MAX_STREAMS = 64,
+	MAX_STREAMS = XFER_TCP_MAX_STREAMS,
 	PIECE = 256 << 10,    /* hash and copy in pieces that stay in cache */
-	KIND_CONTROL = 0,
-	KIND_DATA = 1,
+	KIND_CONTROL = XFER_TCP_CONTROL,
+	KIND_DATA = XFER_TCP_DATA,
 };
 
 static const char HELLO_MAGIC[8] = "SKXFER2"; /* 2: chunks of half a bucket */
 
-typedef struct {
-	char magic[8];
-	uint32_t kind, stream, nstreams, pad;
-	uint64_t session, bucket_bytes, manifest_len;
-} hello;
+/* The wire structs (xfer_int.h), in host order: both ends are one build. */
+typedef xfer_tcp_hello hello;
+typedef xfer_tcp_vtrail vtrail;
+typedef xfer_tcp_shead shead;
 
-/* After the data: the xxh3-128 of every tensor, computed while it was sent
- * (so the sender reads its weights once for the network and once for the
- * hash, concurrently, and a device source crosses PCIe once). */
-typedef struct {
-	char magic[4];
-	uint32_t ntensors;
-} vtrail;
-
-typedef struct {
-	char magic[4];
-	uint32_t stream;
-	uint64_t version, chunk, off, len;
-} shead;
-
-_Static_assert(sizeof(hello) == 48, "hello is 48 bytes on the wire");
+_Static_assert(sizeof(hello) == XFER_TCP_HELLO_BYTES, "hello is 48 bytes on the wire");
 _Static_assert(sizeof(shead) == 40, "shead is 40 bytes on the wire");
 
 typedef struct {
@@ -124,6 +109,50 @@ static int make_chunks(xfer_endpoint *ep, tcp_state *s, uint64_t bucket_bytes, x
 static void stripe_of(const tcp_state *s, size_t k, int i, uint64_t *a, uint64_t *b)
 {
 	xfer_stripe_of(s->chunks[k], s->nstreams, i, a, b);
+}
+
+/* ---- what a receiver checks, pure (tests/fuzz/fuzz_p2p.c feeds them) ---- */
+
+int xfer_tcp_hello_parse(const void *buf, size_t n, xfer_tcp_hello *h, xfer_err *err)
+{
+	if (n != sizeof *h) return xfer_fail(err, XFER_EFORMAT, "a hello of %zu bytes", n);
+	memcpy(h, buf, sizeof *h);
+	if (memcmp(h->magic, HELLO_MAGIC, 8) != 0 || (h->kind != KIND_CONTROL && h->kind != KIND_DATA))
+		return xfer_fail(err, XFER_EFORMAT, "not a skein p2p sender's hello");
+	if (h->kind == KIND_CONTROL && (h->nstreams < 1 || h->nstreams > MAX_STREAMS ||
+					 h->manifest_len > XFER_P2P_MANIFEST_MAX || h->bucket_bytes == 0))
+		return xfer_fail(err, XFER_EFORMAT, "a control hello with %u streams, %llu manifest bytes, buckets of %llu",
+				 h->nstreams, (unsigned long long)h->manifest_len, (unsigned long long)h->bucket_bytes);
+	return 0;
+}
+
+void xfer_tcp_hello_pack(const xfer_tcp_hello *h, unsigned char out[XFER_TCP_HELLO_BYTES])
+{
+	hello t = *h;
+	memcpy(t.magic, HELLO_MAGIC, 8);
+	memcpy(out, &t, sizeof t);
+}
+
+int xfer_tcp_shead_parse(const void *buf, size_t n, const xfer_tcp_shead *want, xfer_err *err)
+{
+	shead h;
+	if (n != sizeof h) return xfer_fail(err, XFER_EFORMAT, "a stripe header of %zu bytes", n);
+	memcpy(&h, buf, sizeof h);
+	if (memcmp(h.magic, "SKS1", 4) != 0 || h.version != want->version || h.chunk != want->chunk ||
+	    h.off != want->off || h.len != want->len || h.stream != want->stream)
+		return xfer_fail(err, XFER_EFORMAT, "unexpected stripe header (version %llu bucket %llu offset %llu)",
+				 (unsigned long long)h.version, (unsigned long long)h.chunk, (unsigned long long)h.off);
+	return 0;
+}
+
+int xfer_tcp_vtrail_parse(const void *buf, size_t n, size_t ntensors, xfer_err *err)
+{
+	vtrail t;
+	if (n != sizeof t) return xfer_fail(err, XFER_EFORMAT, "malformed checksum trailer");
+	memcpy(&t, buf, sizeof t);
+	if (memcmp(t.magic, "SKT1", 4) != 0 || t.ntensors != ntensors)
+		return xfer_fail(err, XFER_EFORMAT, "malformed checksum trailer");
+	return 0;
 }
 
 /* ---- session ---- */
@@ -274,7 +303,7 @@ static int sender_connect(xfer_endpoint *ep, tcp_state *s, xfer_err *err)
 	if (!desc) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	hello h = { .kind = KIND_CONTROL, .nstreams = (uint32_t)s->nstreams, .session = s->session,
 		    .bucket_bytes = s->bucket_bytes, .manifest_len = dlen };
-	memcpy(h.magic, HELLO_MAGIC, 8);
+	xfer_tcp_hello_pack(&h, (unsigned char *)&h);
 	s->ctl = xfer_sock_connect(ep->cfg.p2p.host, ep->cfg.p2p.port, to, err);
 	if (s->ctl < 0) goto err;
 	struct iovec v[2] = { { &h, sizeof h }, { desc, dlen } };
@@ -488,7 +517,6 @@ static int receiver_accept(xfer_endpoint *ep, tcp_state *s, int wait_ms, xfer_er
 {
 	int to = ep->cfg.timeout_ms, fd = -1;
 	char *desc = NULL;
-	xfer_manifest *theirs = NULL;
 	hello h;
 	if (ep->pending_ctl >= 0) { /* accepted by the p2p chooser */
 		s->ctl = ep->pending_ctl;
@@ -497,9 +525,9 @@ static int receiver_accept(xfer_endpoint *ep, tcp_state *s, int wait_ms, xfer_er
 		if (err->code == XFER_ETIMEOUT) err->code = XFER_ENOVERSION;
 		return -1;
 	}
-	if (xfer_sock_recv(s->ctl, &h, sizeof h, "hello", "sender", to, err) != 0) goto err;
-	if (memcmp(h.magic, HELLO_MAGIC, 8) != 0 || h.kind != KIND_CONTROL || h.nstreams < 1 ||
-	    h.nstreams > MAX_STREAMS || h.manifest_len > (64u << 20) || h.bucket_bytes == 0) {
+	unsigned char raw[sizeof h];
+	if (xfer_sock_recv(s->ctl, raw, sizeof raw, "hello", "sender", to, err) != 0) goto err;
+	if (xfer_tcp_hello_parse(raw, sizeof raw, &h, err) != 0 || h.kind != KIND_CONTROL) {
 		xfer_fail(err, XFER_EFORMAT, "the first connection is not a skein p2p sender's control stream");
 		goto err;
 	}
@@ -513,9 +541,10 @@ static int receiver_accept(xfer_endpoint *ep, tcp_state *s, int wait_ms, xfer_er
 		hello d;
 		fd = xfer_sock_accept(s->lfd, to, to, err);
 		if (fd < 0) goto err;
-		if (xfer_sock_recv(fd, &d, sizeof d, "hello", "sender", to, err) != 0) goto err;
-		if (memcmp(d.magic, HELLO_MAGIC, 8) != 0 || d.kind != KIND_DATA || d.session != s->session ||
-		    d.stream >= h.nstreams || s->data[d.stream] >= 0) {
+		xfer_err ignored;
+		if (xfer_sock_recv(fd, raw, sizeof raw, "hello", "sender", to, err) != 0) goto err;
+		if (xfer_tcp_hello_parse(raw, sizeof raw, &d, &ignored) != 0 || d.kind != KIND_DATA ||
+		    d.session != s->session || d.stream >= h.nstreams || s->data[d.stream] >= 0) {
 			close(fd); /* a stale or foreign connection */
 			fd = -1;
 			continue;
@@ -525,23 +554,23 @@ static int receiver_accept(xfer_endpoint *ep, tcp_state *s, int wait_ms, xfer_er
 		seen++;
 	}
 	xfer_err st = { 0 };
-	theirs = xfer_manifest_parse(desc, h.manifest_len, &st);
-	if (theirs && xfer_manifest_compare(theirs, ep->m, &st) == 0 && make_chunks(ep, s, h.bucket_bytes, &st) == 0 &&
-	    (s->direct || alloc_slots(s, &st) == 0))
-		st.code = XFER_OK;
+	free(s->chunks);
+	if (xfer_chunk_plan(ep->m, ep->offsets, h.bucket_bytes, desc, h.manifest_len, &s->chunks, &s->nchunks, &st) ==
+	    0) {
+		s->bucket_bytes = h.bucket_bytes;
+		if (s->direct || alloc_slots(s, &st) == 0) st.code = XFER_OK;
+	}
 	if (st.code != XFER_OK) xfer_err_prefix(&st, "sender's manifest vs receiver's");
 	if (xfer_sock_send_status(s->ctl, &st, to, err) != 0) goto err;
 	if (st.code != XFER_OK) {
 		*err = st;
 		goto err;
 	}
-	xfer_manifest_free(&theirs);
 	free(desc);
 	s->connected = 1;
 	return 0;
 err:
 	if (fd >= 0) close(fd);
-	xfer_manifest_free(&theirs);
 	free(desc);
 	close_session(s);
 	return -1;
@@ -565,13 +594,10 @@ static void *recv_worker(void *arg)
 			pthread_mutex_unlock(&s->mu);
 			if (s->failed) goto out;
 		}
-		if (xfer_sock_recv(fd, &h, sizeof h, "stripe header", "sender", to, &e) != 0) goto fail;
-		if (memcmp(h.magic, "SKS1", 4) != 0 || h.version != s->version || h.chunk != k || h.off != a ||
-		    h.len != b - a || h.stream != (uint32_t)w->idx) {
-			xfer_fail(&e, XFER_EFORMAT, "unexpected stripe header (version %llu bucket %llu offset %llu)",
-				  (unsigned long long)h.version, (unsigned long long)h.chunk, (unsigned long long)h.off);
+		shead want = { .stream = (uint32_t)w->idx, .version = s->version, .chunk = k, .off = a, .len = b - a };
+		if (xfer_sock_recv(fd, &h, sizeof h, "stripe header", "sender", to, &e) != 0 ||
+		    xfer_tcp_shead_parse(&h, sizeof h, &want, &e) != 0)
 			goto fail;
-		}
 		if (s->direct) {
 			if (xfer_tensor_iov(ep, a, b, &iov, &cap, &n, &e) != 0) goto fail;
 			if (xfer_sock_recvv(fd, iov, n, "stripe", "sender", to, &e) != 0) goto fail;
@@ -672,9 +698,8 @@ static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 		xfer_err e;
 		vtrail tr;
 		if (xfer_sock_recv(s->ctl, &tr, sizeof tr, "checksums", "sender", to, &e) != 0 ||
-		    (memcmp(tr.magic, "SKT1", 4) != 0 || tr.ntensors != m->n
-			     ? xfer_fail(&e, XFER_EFORMAT, "malformed checksum trailer")
-			     : xfer_sock_recv(s->ctl, s->sums, m->n * sizeof *s->sums, "checksums", "sender", to, &e)) != 0) {
+		    xfer_tcp_vtrail_parse(&tr, sizeof tr, m->n, &e) != 0 ||
+		    xfer_sock_recv(s->ctl, s->sums, m->n * sizeof *s->sums, "checksums", "sender", to, &e) != 0) {
 			fail_version(s, &e);
 		} else {
 			for (size_t i = 0; i < m->n; i++) {

@@ -58,29 +58,47 @@
 #include <unistd.h>
 #include "transfer/xfer_hash.h"
 
+static const char HELLO_MAGIC[8] = "SKUCX1";
+
+_Static_assert(sizeof(xfer_ucx_hello) == XFER_UCX_HELLO_BYTES, "hello is 144 bytes on the wire");
+
+void xfer_ucx_hello_pack(const xfer_ucx_hello *h, unsigned char out[XFER_UCX_HELLO_BYTES])
+{
+	xfer_ucx_hello t = *h;
+	memcpy(t.magic, HELLO_MAGIC, sizeof t.magic);
+	memcpy(out, &t, sizeof t);
+}
+
+int xfer_ucx_hello_parse(const void *buf, size_t n, xfer_ucx_hello *h, xfer_err *err)
+{
+	if (n != sizeof *h) return xfer_fail(err, XFER_EFORMAT, "a hello of %zu bytes", n);
+	memcpy(h, buf, sizeof *h);
+	if (memcmp(h->magic, HELLO_MAGIC, sizeof h->magic) != 0)
+		return xfer_fail(err, XFER_EFORMAT, "not a skein p2p-ucx sender's hello");
+	if (h->nstripes < 1 || h->nstripes > XFER_UCX_MAX_STRIPES || h->manifest_len > XFER_P2P_MANIFEST_MAX ||
+	    h->bucket_bytes == 0)
+		return xfer_fail(err, XFER_EFORMAT, "a p2p-ucx hello with %u stripes, %llu manifest bytes, buckets of %llu",
+				 h->nstripes, (unsigned long long)h->manifest_len, (unsigned long long)h->bucket_bytes);
+	h->boot_id[sizeof h->boot_id - 1] = 0;
+	h->host[sizeof h->host - 1] = 0;
+	return 0;
+}
+
 #if XFER_HAVE_UCX
 
 enum {
-	MAX_STRIPES = 16,
+	MAX_STRIPES = XFER_UCX_MAX_STRIPES,
 	MAX_BLOB = 64 << 10, /* a worker address or packed rkey larger than this is refused */
 	IDLE_SPINS = 32,     /* progress calls that did nothing before sleeping on the event fd */
 	POLL_SLICE_MS = 50,  /* the longest sleep: abort and deadlines are checked this often */
 	CLOSE_MS = 1000,     /* the most an endpoint's close may take */
-	F_AUTO = 1,          /* hello: the sender runs under the p2p chooser */
+	F_AUTO = XFER_UCX_F_AUTO, /* hello: the sender runs under the p2p chooser */
 	MODE_UCX = 0,
 	MODE_TCP = 1,
 	CREDIT = 0x31435253, /* "SRC1": a receiver-to-sender header that is a credit, not a status */
 };
 
-static const char HELLO_MAGIC[8] = "SKUCX1";
-
-typedef struct {
-	char magic[8];
-	uint32_t flags, kinds, nstripes, pad;
-	uint64_t bucket_bytes, manifest_len;
-	char boot_id[40];
-	char host[64];
-} uhello;
+typedef xfer_ucx_hello uhello;
 
 typedef struct {
 	char magic[4];
@@ -99,7 +117,6 @@ typedef struct {
 	uint64_t version, chunk;
 } uready; /* followed by nstripes xfer_sums */
 
-_Static_assert(sizeof(uhello) == 144, "hello is 144 bytes on the wire");
 _Static_assert(sizeof(ureply) == 40, "reply is 40 bytes on the wire");
 _Static_assert(sizeof(uregion) == 24, "region is 24 bytes on the wire");
 _Static_assert(sizeof(uready) == 24, "ready is 24 bytes on the wire");
@@ -628,9 +645,9 @@ static int sender_connect(xfer_endpoint *ep, ucx_state *s, xfer_err *err)
 	if (!desc) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	uhello h = { .flags = ep->p2p_auto ? F_AUTO : 0, .kinds = (uint32_t)s->kinds, .nstripes = (uint32_t)s->nstripes,
 		     .bucket_bytes = s->bucket_bytes, .manifest_len = dlen };
-	memcpy(h.magic, HELLO_MAGIC, sizeof h.magic);
 	read_boot_id(h.boot_id);
 	gethostname(h.host, sizeof h.host - 1);
+	xfer_ucx_hello_pack(&h, (unsigned char *)&h);
 	s->ctl = xfer_sock_connect(ep->cfg.p2p.host, ep->cfg.p2p.port, to, err);
 	if (s->ctl < 0) goto err;
 	struct iovec v[2] = { { &h, sizeof h }, { desc, dlen } };
@@ -916,7 +933,6 @@ static int receiver_accept(xfer_endpoint *ep, ucx_state *s, int wait_ms, xfer_er
 	const xfer_ucp_api *u = s->u;
 	int to = ep->cfg.timeout_ms;
 	char *desc = NULL, why[256] = "";
-	xfer_manifest *theirs = NULL;
 	void **tkeys = NULL;
 	size_t *tklen = NULL, nkeys = 0;
 	uhello h;
@@ -927,23 +943,21 @@ static int receiver_accept(xfer_endpoint *ep, ucx_state *s, int wait_ms, xfer_er
 		if (err->code == XFER_ETIMEOUT) err->code = XFER_ENOVERSION;
 		return -1;
 	}
-	if (xfer_sock_recv(s->ctl, &h, sizeof h, "hello", "sender", to, err) != 0) goto err;
-	if (memcmp(h.magic, HELLO_MAGIC, sizeof h.magic) != 0 || h.nstripes < 1 || h.nstripes > MAX_STRIPES ||
-	    h.manifest_len > (64u << 20) || h.bucket_bytes == 0) {
+	unsigned char raw[sizeof h];
+	if (xfer_sock_recv(s->ctl, raw, sizeof raw, "hello", "sender", to, err) != 0) goto err;
+	if (xfer_ucx_hello_parse(raw, sizeof raw, &h, err) != 0) {
 		xfer_fail(err, XFER_EFORMAT, "the first connection is not a skein p2p-ucx sender's control stream");
 		goto err;
 	}
-	h.boot_id[sizeof h.boot_id - 1] = 0;
-	h.host[sizeof h.host - 1] = 0;
 	if (!(desc = malloc(h.manifest_len + 1))) { xfer_fail(err, XFER_ENOMEM, "out of memory"); goto err; }
 	if (xfer_sock_recv(s->ctl, desc, h.manifest_len, "manifest", "sender", to, err) != 0) goto err;
 	s->nstripes = (int)h.nstripes;
 	s->bucket_bytes = h.bucket_bytes;
 	xfer_err st = { 0 };
 	int mode = MODE_UCX;
-	theirs = xfer_manifest_parse(desc, h.manifest_len, &st);
-	if (theirs && xfer_manifest_compare(theirs, ep->m, &st) == 0 &&
-	    xfer_chunks_make(ep, h.bucket_bytes, &s->chunks, &s->nchunks, &st) == 0)
+	free(s->chunks);
+	if (xfer_chunk_plan(ep->m, ep->offsets, h.bucket_bytes, desc, h.manifest_len, &s->chunks, &s->nchunks, &st) ==
+	    0)
 		st.code = XFER_OK;
 	if (st.code != XFER_OK) xfer_err_prefix(&st, "sender's manifest vs receiver's");
 	else if (ep->p2p_auto && (h.flags & F_AUTO)) mode = decide(s, &h, why, sizeof why);
@@ -998,7 +1012,6 @@ out:
 		if (tkeys[i]) u->ucp_rkey_buffer_release(tkeys[i]);
 	free(tkeys);
 	free(tklen);
-	xfer_manifest_free(&theirs);
 	free(desc);
 	return s->connected ? 0 : -1;
 }

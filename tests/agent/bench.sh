@@ -29,7 +29,7 @@ trap bench_cleanup EXIT
 # --- system adapters: start I N, list I (prints "name status" lines), stop_all
 sk_start() { # I PROFILE
 	mkdir -p "$T_DIR/n$1"
-	"$SKEIND" --name "n$1" --bind "127.0.0.1:$(gport "$1")" --rpc "127.0.0.1:$(rport "$1")" \
+	"$SKEIND" --insecure --name "n$1" --bind "127.0.0.1:$(gport "$1")" --rpc "127.0.0.1:$(rport "$1")" \
 		--profile "$2" --log-level warn --join "127.0.0.1:$(gport 1)" >>"$T_DIR/n$1.log" 2>&1 &
 	SPID[$1]=$!
 }
@@ -159,7 +159,7 @@ echo
 # --- soak: 20 agents, 10% drop in and out, false failures
 for i in $(seq 1 20); do
 	mkdir -p "$T_DIR/n$i"
-	"$SKEIND" --name "n$i" --bind "127.0.0.1:$(gport "$i")" --rpc "127.0.0.1:$(rport "$i")" --profile fast \
+	"$SKEIND" --insecure --name "n$i" --bind "127.0.0.1:$(gport "$i")" --rpc "127.0.0.1:$(rport "$i")" --profile fast \
 		--enable-debug --join "127.0.0.1:$(gport 1)" >>"$T_DIR/n$i.log" 2>&1 &
 	SPID[$i]=$!
 done

@@ -58,7 +58,7 @@ check "engine 1 on n4 GPUs 6,7" [ "$(field rl rl/engine-1 2) $(field rl rl/engin
 check "engine 2 on n5 GPUs 0,1" [ "$(field rl rl/engine-2 2) $(field rl rl/engine-2 3)" = "n5 0,1" ]
 s=$(last_start rl/trainer-2)
 check "trainer rank env: RANK WORLD_SIZE LOCAL_RANK CUDA_VISIBLE_DEVICES MASTER role" \
-	bash -c "echo '$s' | grep -q 'rank=2 world=4 local=2 cuda=2 master=127.0.0.1:[1-9][0-9]* role=trainer engine=-1 base=2 tp=1 rpc=127.0.0.1:$(rport 4)'"
+	bash -c "echo '$s' | grep -q 'rank=2 world=4 local=2 cuda=2 master=127.0.0.1:[1-9][0-9]* role=trainer engine=-1 base=2 tp=1 rpc=unix:$T_DIR/n4/control.sock'"
 s=$(last_start rl/engine-3)
 check "engine env: engine id, GPUs, base GPU, TP size, restart count 0" \
 	bash -c "echo '$s' | grep -q 'gen=1 restarts=0 rank=3 world=4 local=0 cuda=2,3 master=[0-9.:]* role=rollout engine=3 base=2 tp=2'"

@@ -22,10 +22,20 @@ T_DIR=$(mktemp -d /tmp/skein-test.XXXXXX)
 T_PASS=0
 T_FAIL=0
 declare -A PIDS=()
+# Tests of everything but security run their agents --insecure (every command
+# from anyone, no key needed to --join): set INSECURE= before start_agent to
+# get the safe defaults.
+INSECURE=${INSECURE---insecure}
 
 cleanup() {
 	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
 	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+	# the (empty) member cgroups of agents killed with SIGKILL: named in their state file
+	local cg d
+	for cg in $(sed -n 's/^cgroup //p' "$T_DIR"/*/members 2>/dev/null); do
+		for d in "$cg"/m-*; do [ -d "$d" ] && rmdir "$d" 2>/dev/null; done
+		[ -d "$cg" ] && rmdir "$cg" 2>/dev/null
+	done
 	if [ "$T_FAIL" = 0 ]; then rm -rf "$T_DIR"; else echo "  logs kept in $T_DIR"; fi
 }
 trap cleanup EXIT
@@ -37,7 +47,7 @@ start_agent() {
 	local i=$1; shift
 	mkdir -p "$T_DIR/n$i"
 	"$SKEIND" --name "n$i" --bind "127.0.0.1:$(gport "$i")" --rpc "127.0.0.1:$(rport "$i")" \
-		--data-dir "$T_DIR/n$i" "$@" >>"$T_DIR/n$i.log" 2>&1 &
+		--data-dir "$T_DIR/n$i" $INSECURE "$@" >>"$T_DIR/n$i.log" 2>&1 &
 	PIDS[$i]=$!
 }
 

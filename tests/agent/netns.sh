@@ -43,7 +43,7 @@ hrun() { local i=$1; shift; ip netns exec "$NS_P-h$i" "$@"; }
 hstart() {
 	local i=$1; shift
 	# `ip netns exec` execs skeind: $! is the agent itself, so cleanup kills it
-	ip netns exec "$NS_P-h$i" "$SKEIND" --name "h$i" --bind "10.231.0.$i:7946" --rpc 127.0.0.1:7373 \
+	ip netns exec "$NS_P-h$i" "$SKEIND" --insecure --name "h$i" --bind "10.231.0.$i:7946" --rpc 127.0.0.1:7373 \
 		--data-dir "$T_DIR/h$i" "$@" >>"$T_DIR/h$i.log" 2>&1 &
 	NPID[$i]=$!
 }

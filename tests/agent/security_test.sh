@@ -3,6 +3,7 @@
 # cannot join and is seen only as counted drops; skeinctl without the key is
 # refused with a clear error; keys rotate across 5 agents with no failure.
 . "$(dirname "$0")/lib.sh"
+INSECURE=   # the safe defaults: keys required
 
 K1=$("$SKEINCTL" keygen); K2=$("$SKEINCTL" keygen); KX=$("$SKEINCTL" keygen)
 echo "$K1" >"$T_DIR/k1"; echo "$K2" >"$T_DIR/k2"; echo "$KX" >"$T_DIR/kx"

@@ -10,9 +10,12 @@
 #include "membership/mbr_codec.h"
 #include "proto/wire_frame.h"
 
+/* File-level, so that destroying it below really starts a new node (a
+ * static inside node() outlived mbr_destroy: use after free). */
+static mbr_t *m;
+
 static mbr_t *node(void)
 {
-	static mbr_t *m;
 	if (!m) {
 		mbr_config c;
 		char err[128];
@@ -30,10 +33,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static uint64_t now = 1;
 	wire_frame f;
 	(void)wire_frame_parse(data, size, WIRE_STREAM_MAX, &f);
+	(void)mbr_peek_stream(data, size);
 	mbr_decoded d;
 	if (mbr_codec_decode(data, size, WIRE_STREAM_MAX, &d) == WIRE_OK) mbr_codec_free(&d);
 
-	mbr_t *m = node();
+	node();
 	mbr_addr from;
 	mbr_addr_parse("127.0.0.2:7946", &from);
 	now += 7;

@@ -55,6 +55,46 @@ T_TEST(frame_header_rules)
 	T_STREQ(wire_err_str(WIRE_ERR_VERSION), "unsupported version");
 }
 
+/* The transport caps a stream by the type peeked from its first bytes: a
+ * push-pull is told from the rest at every prefix long enough, a shorter
+ * prefix asks for more, junk is refused. */
+T_TEST(stream_type_peek)
+{
+	mbr_wire_state st[1] = { { "a", A(1, 10), 3, 4, MBR_ALIVE, NULL, 0 } };
+	mbr_msg pp = { .type = MBR_MSG_PUSHPULL, .from = "s", .src_addr = A(7, 5), .states = st, .nstates = 1 };
+	mbr_msg ping = { .type = MBR_MSG_PING, .seq = 7, .name = "t", .from = "s", .src_addr = A(3, 1) };
+	mbr_msg ack = { .type = MBR_MSG_ACK, .seq = 9 };
+	struct { const mbr_msg *m; mbr_peek want; } cases[] = {
+		{ &pp, MBR_PEEK_PUSHPULL }, { &ping, MBR_PEEK_OTHER }, { &ack, MBR_PEEK_OTHER },
+	};
+	for (size_t c = 0; c < 3; c++) {
+		mbr_pkt p;
+		build(&p, cases[c].m, 1, true);
+		/* header 8 bytes, packet tag 1, length varint 1 (short messages), body tag 1 */
+		for (size_t n = 0; n < WIRE_HDR_LEN + 3; n++) T_EQ(mbr_peek_stream(p.buf, n), MBR_PEEK_MORE);
+		for (size_t n = WIRE_HDR_LEN + 3; n <= p.len; n++) T_EQ(mbr_peek_stream(p.buf, n), cases[c].want);
+		p.buf[WIRE_HDR_LEN] = 0x12; /* not Packet field 1 */
+		T_EQ(mbr_peek_stream(p.buf, p.len), MBR_PEEK_BAD);
+		p.buf[0] = 'X';
+		T_EQ(mbr_peek_stream(p.buf, 1), MBR_PEEK_MORE);
+		T_EQ(mbr_peek_stream(p.buf, 2), MBR_PEEK_BAD);
+		mbr_pkt_free(&p);
+	}
+	/* an empty packet is whole at the header: not a push-pull */
+	uint8_t hdr[WIRE_HDR_LEN];
+	wire_frame_header(hdr, WIRE_F_STREAM, 0);
+	T_EQ(mbr_peek_stream(hdr, sizeof hdr), MBR_PEEK_OTHER);
+	/* a length varint that never ends */
+	uint8_t longv[WIRE_HDR_LEN + 8];
+	wire_frame_header(longv, WIRE_F_STREAM, 8);
+	longv[WIRE_HDR_LEN] = 0x0a;
+	memset(longv + WIRE_HDR_LEN + 1, 0xff, 7);
+	T_EQ(mbr_peek_stream(longv, sizeof longv), MBR_PEEK_BAD);
+	/* a newer version is refused before its body is read */
+	hdr[2] = WIRE_VERSION + 1;
+	T_EQ(mbr_peek_stream(hdr, 3), MBR_PEEK_BAD);
+}
+
 T_TEST(every_message_round_trips)
 {
 	uint8_t meta[MBR_META_MAX];

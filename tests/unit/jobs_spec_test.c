@@ -268,6 +268,26 @@ T_TEST(yaml_file)
 	T_EQ(s.actor_num_nodes, 9);
 }
 
+/* The reader from memory (the fuzz target's entry) behaves as from a file:
+ * same values, errors named after the name given, the spec untouched on
+ * failure. */
+T_TEST(yaml_from_memory)
+{
+	job_spec s;
+	char err[256];
+	job_spec_defaults(&s);
+	static const char ok[] = "actor-num-nodes: 3\ncolocate: true\n";
+	T_EQ(job_spec_parse_yaml_buf(&s, "mem.yaml", (const uint8_t *)ok, sizeof ok - 1, err, sizeof err), 0);
+	T_EQ(s.actor_num_nodes, 3);
+	T_CHECK(s.colocate);
+	static const char bad[] = "actor-num-nodes: 5\nnope: 1\n";
+	T_EQ(job_spec_parse_yaml_buf(&s, "mem.yaml", (const uint8_t *)bad, sizeof bad - 1, err, sizeof err), -1);
+	T_HAS(err, "mem.yaml:2: unknown key 'nope'");
+	T_EQ(s.actor_num_nodes, 3);
+	T_EQ(job_spec_parse_yaml_buf(&s, "mem.yaml", NULL, 0, err, sizeof err), -1);
+	T_HAS(err, "mem.yaml: empty file");
+}
+
 T_TEST(yaml_then_flags_override_order)
 {
 	job_spec s;

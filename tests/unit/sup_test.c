@@ -526,7 +526,9 @@ T_TEST_TIMEOUT(sup_stale_state_cleanup, 20)
 	run_for(&c, 50);
 	T_CHECK(alive(decoy) && alive(gc2));
 	char buf[256];
-	T_STREQ(slurp(&c, "state", buf, sizeof buf), ""); /* rewritten: nothing runs */
+	/* rewritten: this agent's mark, nothing running */
+	slurp(&c, "state", buf, sizeof buf);
+	T_CHECK(!strncmp(buf, "mark ", 5) && strlen(buf) == 5 + 32 + 1);
 	sup_free(&c.s, 1.0);
 
 	/* garbage: never a crash, nothing killed */
@@ -701,5 +703,69 @@ T_TEST_TIMEOUT(sup_stopped_process_still_takes_term, 10)
 	T_CHECK(now_ms() - t0 < 1000);
 	WAIT_FOR(&c, last_ev_is(&c, "j/paused", SUP_STOPPED), 1000);
 	T_EQ(last_ev(&c, "j/paused")->last_exit, -SIGTERM);
+	ctx_fini(&c);
+}
+
+/* Secrets of the agent stay out of members' environment; logs are 0600 in
+ * 0700 folders under umask 000 (and a 0755 folder of ours is fixed); a
+ * symlink planted for a job's log folder is refused, nothing written
+ * through it, and reading a log never follows a link. */
+T_TEST_TIMEOUT(sup_env_secrets_log_modes_symlinks, 20)
+{
+	tctx c;
+	mode_t old = umask(0);
+	setenv("SKEIN_KEY", "c2VjcmV0LWtleS1ieXRlcy0xNg==", 1);
+	setenv("SKEIN_KEY_FILE", "/etc/skein/key", 1);
+	setenv("SKEIN_OPERATOR_TOKEN", "op-secret", 1);
+	setenv("SKEIN_KEEP_ME", "visible", 1);
+	ctx_init(&c, false);
+	T_EQ(mkdir(c.logs, 0755), 0); /* a log folder made 0755 by an older agent */
+	char err[128] = "";
+	c.s = sup_new(c.loop, c.logs, c.state, on_event, &c, err, sizeof err);
+	if (!c.s) T_FAIL("sup_new: %s", err);
+	struct stat st;
+	T_EQ(stat(c.logs, &st), 0);
+	T_EQ(st.st_mode & 0777, 0700);
+	/* j2's folder is a link to a folder of someone else's choosing */
+	char target[128], link[160];
+	snprintf(target, sizeof target, "%s/elsewhere", c.dir);
+	snprintf(link, sizeof link, "%s/j2", c.logs);
+	T_EQ(mkdir(target, 0777), 0);
+	T_EQ(symlink(target, link), 0);
+	sup_spec sp[2] = { mkspec(&c, "j/env", "env > \"$DIR/env\"; echo done > \"$DIR/envdone\"", 1),
+			   mkspec(&c, "j2/m", "echo pwned", 1) };
+	sup_set(c.s, sp, 2);
+	WAIT_FOR(&c, has_line(&c, "envdone") && is_state(&c, "j2/m", SUP_FAILED), 5000);
+	char env[8192];
+	slurp(&c, "env", env, sizeof env);
+	T_CHECK(strstr(env, "SKEIN_KEEP_ME=visible"));
+	T_CHECK(!strstr(env, "SKEIN_KEY"));
+	T_CHECK(!strstr(env, "SKEIN_OPERATOR"));
+	T_CHECK(strstr(get(&c, "j2/m").reason, "symbolic link"));
+	char path[256];
+	snprintf(path, sizeof path, "%s/j/env.log", c.logs);
+	T_EQ(lstat(path, &st), 0);
+	T_EQ(st.st_mode & 0777, 0600);
+	snprintf(path, sizeof path, "%s/j", c.logs);
+	T_EQ(lstat(path, &st), 0);
+	T_EQ(st.st_mode & 0777, 0700);
+	snprintf(path, sizeof path, "%s/m.log", target);
+	T_CHECK(access(path, F_OK) != 0); /* nothing written through the link */
+	/* a log replaced by a link to a secret is not read */
+	char secret[128];
+	snprintf(secret, sizeof secret, "%s/secret", c.dir);
+	FILE *f = fopen(secret, "w");
+	T_CHECK(f);
+	fputs("secret line\n", f);
+	fclose(f);
+	snprintf(path, sizeof path, "%s/j/env.log", c.logs);
+	T_EQ(unlink(path), 0);
+	T_EQ(symlink(secret, path), 0);
+	sk_buf out;
+	sk_buf_init(&out);
+	T_EQ(sup_log_read(c.s, "j/env", 0, 4096, &out, NULL, NULL), -1);
+	T_EQ(out.len, 0);
+	sk_buf_free(&out);
+	umask(old);
 	ctx_fini(&c);
 }
