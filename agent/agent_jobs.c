@@ -581,7 +581,9 @@ static void reconcile_trainer(agent *a, const Skein__Jobs__Job *j, const job_spe
 		char key[SUP_ID_MAX + 24];
 		snprintf(key, sizeof key, "%s#%llu", id, (unsigned long long)j->seq); /* a resubmitted name starts afresh */
 		rank_seen *rs = seen_get(a, key);
-		if (rs && st->pid > 0) {
+		/* running only: a rank waiting for its old process to exit reports
+		 * the new generation with the old pid (the head's own ranks at once) */
+		if (rs && st->pid > 0 && !strcmp(st->state, "running")) {
 			if (rs->gen == st->gen && rs->pid > 0 && rs->pid != st->pid && !reborn) reborn = st;
 			rs->gen = st->gen;
 			rs->pid = st->pid;
