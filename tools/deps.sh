@@ -6,6 +6,11 @@
 #   tools/deps.sh ensure   check, then install when something is missing
 set -u
 PKGS_REQUIRED="build-essential pkg-config libev-dev libprotobuf-c-dev protobuf-c-compiler libssl-dev libxxhash-dev libzstd-dev libyaml-dev"
+# The Python package's tests and the torch example (make test): Debian's CPU torch
+# (1.13; 172 packages on this build machine) and a real BLAS for it: without
+# OpenBLAS, torch's matmuls go to the reference BLAS, 10-20x slower; the serial
+# build keeps one thread per process (four processes share the cores).
+PKGS_REQUIRED="$PKGS_REQUIRED python3-torch python3-numpy libopenblas0-serial"
 # serf is only the benchmark's baseline; iproute2 gives `ip netns` to the partition tests.
 PKGS_OPTIONAL="serf iproute2"
 
