@@ -766,6 +766,18 @@ bool aj_build_order(const Skein__Jobs__Job *j, const job_spec *s, const lay *L, 
 	env_add(b, "SKEIN_TRANSFER_MODE=%s", s->transfer_mode);
 	env_add(b, "SKEIN_BUFFER_SIZE=%llu", (unsigned long long)s->buffer_size);
 	if (s->disk_dir[0]) env_add(b, "SKEIN_DISK_DIR=%s", s->disk_dir);
+	/* torchrun's variables, so a script written for torchrun runs unchanged:
+	 * the trainer's node units are its groups; each engine is a group of one */
+	uint32_t per = trainer ? s->actor_num_gpus_per_node : 1;
+	env_add(b, "LOCAL_WORLD_SIZE=%u", per);
+	env_add(b, "GROUP_RANK=%u", k / per);
+	env_add(b, "GROUP_WORLD_SIZE=%u", (trainer ? A : E) / per);
+	env_add(b, "ROLE_NAME=%s", trainer ? "trainer" : "rollout");
+	env_add(b, "ROLE_RANK=%u", k);
+	env_add(b, "ROLE_WORLD_SIZE=%u", trainer ? A : E);
+	env_add(b, "TORCHELASTIC_RESTART_COUNT=%u", b->o.restart_base); /* trainer: restarts of the group */
+	env_add(b, "TORCHELASTIC_MAX_RESTARTS=%d", s->max_restarts);
+	env_add(b, "TORCHELASTIC_RUN_ID=%s", s->name);
 	return true;
 }
 

@@ -71,9 +71,9 @@ typedef struct {
 	char id[SUP_ID_MAX];
 	char node[MBR_NAME_MAX + 1];
 	uint32_t gpus[JOB_GPUS_PER_NODE_MAX];
-	char arena[JOB_DIR_MAX + 1024];   /* every KEY=VALUE, back to back: sized for the longest */
+	char arena[JOB_DIR_MAX + 2048];   /* every KEY=VALUE, back to back: sized for the longest */
 	size_t used;
-	char *env[24];
+	char *env[40];
 } order_buf;
 
 void aj_lay_free(lay *L);

@@ -8,6 +8,11 @@ set -u
 PKGS_REQUIRED="build-essential pkg-config libev-dev libprotobuf-c-dev protobuf-c-compiler libssl-dev libxxhash-dev libzstd-dev libyaml-dev clang libclang-rt-14-dev"
 # clang and its runtime (libFuzzer, ASan, UBSan) build tests/fuzz/, whose short runs are part of
 # make test; libclang-rt-14-dev is only recommended by clang-14, so it is named.
+# The Python package's tests and the torch example (make test): Debian's CPU torch
+# (1.13; 172 packages on this build machine) and a real BLAS for it: without
+# OpenBLAS, torch's matmuls go to the reference BLAS, 10-20x slower; the serial
+# build keeps one thread per process (four processes share the cores).
+PKGS_REQUIRED="$PKGS_REQUIRED python3-torch python3-numpy libopenblas0-serial"
 # serf is only the benchmark's baseline; iproute2 gives `ip netns` to the partition tests.
 PKGS_OPTIONAL="serf iproute2"
 
