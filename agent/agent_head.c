@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "agent/agent_rpc.h"
+#include "agent/agent_metrics.h"
 #include "common/sk_log.h"
 #include "proto/control.pb-c.h"
 #include "proto/gossip.pb-c.h"
@@ -357,6 +358,7 @@ static void apply_all(agent *a)
 			}
 		}
 		h->applied = ap.index;
+		agent_metrics_applied(a, ap.index);
 		h->applied_term = ap.term;
 		for (size_t i = 0; i < h->npend;) {
 			pending *p = &h->pend[i];
@@ -403,10 +405,12 @@ static void head_pump(agent *a)
 		switch (ev.type) {
 		case RAFT_EV_LEADER:
 			SK_INFO("head", "this agent is the head (term %llu)", (unsigned long long)ev.term);
+			agent_metrics_head_seen(a, a->opts.name, ev.term);
 			break;
 		case RAFT_EV_FOLLOWER:
 			SK_INFO("head", "following head %s (term %llu)", ev.leader[0] ? ev.leader : "(unknown)",
 				(unsigned long long)ev.term);
+			agent_metrics_head_seen(a, ev.leader, ev.term);
 			break;
 		case RAFT_EV_STEPDOWN:
 			if (!strncmp(ev.reason, "handing over", 12))
@@ -849,6 +853,7 @@ int agent_head_propose(agent *a, const agent_client *c, agent_reply *r, uint8_t 
 		return -1;
 	}
 	free(data);
+	agent_metrics_proposed(a, index);
 	if (index_out) *index_out = index;
 	if (c) {
 		pending *p = &h->pend[h->npend++];
@@ -876,6 +881,11 @@ uint64_t agent_head_applied(agent *a)
 const job_state *agent_head_jobs(agent *a)
 {
 	return a->head ? a->head->jobs : NULL;
+}
+
+struct raft *agent_head_raft(agent *a)
+{
+	return a->head ? a->head->raft : NULL;
 }
 
 uint64_t agent_head_term(agent *a)

@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "agent/agent_jobs_int.h"
+#include "agent/agent_metrics.h"
 #include "agent/agent_sup.h"
 #include "common/sk_log.h"
 #include "jobs/job_place.h"
@@ -954,6 +955,7 @@ static void sup_event(void *ud, const sup_status *st)
 	}
 	SK_INFO("jobs", "member %s %s (pid %d, restarts %u%s%s)", st->id, sup_state_str(st->state), (int)st->pid,
 		st->restarts, st->reason[0] ? ": " : "", st->reason);
+	if (current) agent_metrics_member_event(a, st);
 	send_report(a);
 }
 
@@ -1046,6 +1048,11 @@ bool agent_jobs_dispatch(agent *a, const Skein__Control__Request *q, const agent
 	if (!strcmp(cmd, "job")) aj_cmd_job(a, q, c, r);
 	else aj_cmd_placement(a, q, r);
 	return true;
+}
+
+struct sup *agent_jobs_sup(agent *a)
+{
+	return a->jobs ? a->jobs->sup : NULL;
 }
 
 /* ---------------------------------------------------------------- lifecycle */

@@ -8,27 +8,36 @@ set -u
 PKGS_REQUIRED="build-essential pkg-config libev-dev libprotobuf-c-dev protobuf-c-compiler libssl-dev libxxhash-dev libzstd-dev libyaml-dev"
 # serf is only the benchmark's baseline; iproute2 gives `ip netns` to the partition tests.
 PKGS_OPTIONAL="serf iproute2"
+# Used only by tests, which fail (not skip) without them: prometheus and promtool
+# (tests/agent/metrics_test.sh), curl (metrics), dnsmasq-base (the Kubernetes test's
+# DNS), binutils (readelf: the container test), systemd (systemd-analyze verify).
+PKGS_TEST="prometheus curl dnsmasq-base binutils systemd"
 
-missing() {
+missing() { # [LIST]
 	local m=""
-	for p in $PKGS_REQUIRED; do
+	for p in ${1:-$PKGS_REQUIRED}; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || m="$m $p"
 	done
 	echo "$m"
 }
 
 install() {
-	local m; m=$(missing)
-	[ -z "$m" ] && return 0
+	local m t; m=$(missing); t=$(missing "$PKGS_TEST")
+	[ -z "$m" ] && [ -z "$t" ] && return 0
+	if [ -z "$m" ] && [ "$(id -u)" != 0 ]; then
+		echo "skein: the tests need:$t (as root: apt-get install -y$t)" >&2
+		return 0
+	fi
 	if [ "$(id -u)" != 0 ]; then
 		echo "skein: missing build dependencies:$m" >&2
 		echo "skein: run as root: apt-get update && apt-get install -y$m" >&2
 		return 1
 	fi
-	echo "skein: installing$m" >&2
+	echo "skein: installing$m$t" >&2
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq >&2 || true
-	apt-get install -y -qq --no-install-recommends $m >&2 || return 1
+	[ -z "$m" ] || apt-get install -y -qq --no-install-recommends $m >&2 || return 1
+	[ -z "$t" ] || apt-get install -y -qq --no-install-recommends $t >&2 || echo "skein: test packages not installed:$t" >&2
 	# Optional packages: best effort, never fail the build for them.
 	apt-get install -y -qq --no-install-recommends $PKGS_OPTIONAL >/dev/null 2>&1 || true
 }
@@ -36,6 +45,6 @@ install() {
 case "${1:-ensure}" in
 	check) [ -z "$(missing)" ] ;;
 	install) install ;;
-	ensure) [ -z "$(missing)" ] || install ;;
+	ensure) { [ -z "$(missing)" ] && { [ "$(id -u)" != 0 ] || [ -z "$(missing "$PKGS_TEST")" ]; }; } || install ;;
 	*) echo "usage: $0 check|install|ensure" >&2; exit 2 ;;
 esac
