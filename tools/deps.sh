@@ -4,14 +4,17 @@
 #   tools/deps.sh check    exit 0 when everything is present
 #   tools/deps.sh install  install what is missing (root), or print the command
 #   tools/deps.sh ensure   check, then install when something is missing
+# As root it also installs the packages only tests use (PKGS_TEST), unless
+# SKEIN_DEPS_TESTS=0 (an image's build stage).
 set -u
 PKGS_REQUIRED="build-essential pkg-config libev-dev libprotobuf-c-dev protobuf-c-compiler libssl-dev libxxhash-dev libzstd-dev libyaml-dev"
 # serf is only the benchmark's baseline; iproute2 gives `ip netns` to the partition tests.
 PKGS_OPTIONAL="serf iproute2"
 # Used only by tests, which fail (not skip) without them: prometheus and promtool
 # (tests/agent/metrics_test.sh), curl (metrics), dnsmasq-base (the Kubernetes test's
-# DNS), binutils (readelf: the container test), systemd (systemd-analyze verify).
-PKGS_TEST="prometheus curl dnsmasq-base binutils systemd"
+# DNS), binutils (readelf: the container test), systemd (systemd-analyze verify; procps
+# gives the unit's /bin/kill).
+PKGS_TEST="prometheus curl dnsmasq-base binutils systemd procps"
 
 missing() { # [LIST]
 	local m=""
@@ -22,7 +25,7 @@ missing() { # [LIST]
 }
 
 install() {
-	local m t; m=$(missing); t=$(missing "$PKGS_TEST")
+	local m t; m=$(missing); t=$([ "${SKEIN_DEPS_TESTS:-1}" = 0 ] || missing "$PKGS_TEST")
 	[ -z "$m" ] && [ -z "$t" ] && return 0
 	if [ -z "$m" ] && [ "$(id -u)" != 0 ]; then
 		echo "skein: the tests need:$t (as root: apt-get install -y$t)" >&2
@@ -45,6 +48,7 @@ install() {
 case "${1:-ensure}" in
 	check) [ -z "$(missing)" ] ;;
 	install) install ;;
-	ensure) { [ -z "$(missing)" ] && { [ "$(id -u)" != 0 ] || [ -z "$(missing "$PKGS_TEST")" ]; }; } || install ;;
+	ensure) { [ -z "$(missing)" ] && { [ "$(id -u)" != 0 ] || [ "${SKEIN_DEPS_TESTS:-1}" = 0 ] ||
+		[ -z "$(missing "$PKGS_TEST")" ]; }; } || install ;;
 	*) echo "usage: $0 check|install|ensure" >&2; exit 2 ;;
 esac

@@ -1,0 +1,3 @@
+# tests/deploy/: the deployment files (deploy/) checked without Docker,
+# Kubernetes or a running systemd.
+TEST_SCRIPTS += tests/deploy/container_test.sh tests/deploy/systemd_test.sh
