@@ -176,6 +176,7 @@ struct job_state;
 bool agent_head_is_head(agent *a);
 void agent_head_leave(agent *a);          /* a leaving head hands over to another voter */
 bool agent_head_handing_over(agent *a);   /* ... and the leave waits for that */
+void agent_head_drained(agent *a);        /* the head's node is drained: hand over (once under way, no-op) */
 bool agent_head_ready(agent *a);                      /* head, and caught up with its own term */
 const struct job_state *agent_head_jobs(agent *a);   /* NULL on a non-voter */
 struct raft;
@@ -205,6 +206,8 @@ void agent_jobs_members_changed(agent *a);      /* membership changed */
 bool agent_jobs_dispatch(agent *a, const struct Skein__Control__Request *q, const agent_client *c, agent_reply *r);
 struct sup;
 struct sup *agent_jobs_sup(agent *a);               /* this node's member supervisor */
+/* Whether `node` is drained, as the head's last order to this agent said. */
+bool agent_jobs_drained(agent *a, const char *node);
 
 /* agent_gpu.c: GPUs visible through NVML or the CUDA runtime, 0 without
  * them; `source` says which answered ("nvml", "cuda", "none: ..."). */

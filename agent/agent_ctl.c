@@ -114,7 +114,7 @@ static void cmd_members(agent *a, const Skein__Control__Request *q, reply *r)
 	qsort(mi, n, sizeof *mi, by_name);
 	bool json = !strcmp(q->format, "json");
 	if (json) sk_buf_printf(&r->body, "{\"members\":[");
-	else sk_buf_printf(&r->body, "%-24s %-22s %-8s %-5s %s\n", "NAME", "ADDRESS", "STATUS", "GPUS", "TAGS");
+	else sk_buf_printf(&r->body, "%-24s %-22s %-8s %-5s %-8s %s\n", "NAME", "ADDRESS", "STATUS", "GPUS", "DRAIN", "TAGS");
 	int shown = 0;
 	for (size_t i = 0; i < n; i++) {
 		const char *st = mbr_status_str(mi[i].status);
@@ -148,15 +148,16 @@ static void cmd_members(agent *a, const Skein__Control__Request *q, reply *r)
 				sk_buf_add(&r->body, ":", 1);
 				sk_buf_json_str(&r->body, mv.pb->tags[t]->value);
 			}
-			sk_buf_printf(&r->body, "},\"generation\":%llu,\"incarnation\":%u}",
-				      (unsigned long long)mi[i].generation, mi[i].incarnation);
+			sk_buf_printf(&r->body, "},\"generation\":%llu,\"incarnation\":%u,\"drained\":%s}",
+				      (unsigned long long)mi[i].generation, mi[i].incarnation,
+				      agent_jobs_drained(a, mi[i].name) ? "true" : "false");
 		} else {
 			sk_buf tags;
 			sk_buf_init(&tags);
 			for (size_t t = 0; mv.pb && t < mv.pb->n_tags; t++)
 				sk_buf_printf(&tags, "%s%s=%s", t ? "," : "", mv.pb->tags[t]->key, mv.pb->tags[t]->value);
-			sk_buf_printf(&r->body, "%-24s %-22s %-8s %-5u %s\n", mi[i].name, addr, st, mv.gpus,
-				      sk_buf_str(&tags));
+			sk_buf_printf(&r->body, "%-24s %-22s %-8s %-5u %-8s %s\n", mi[i].name, addr, st, mv.gpus,
+				      agent_jobs_drained(a, mi[i].name) ? "drained" : "-", sk_buf_str(&tags));
 			sk_buf_free(&tags);
 		}
 		shown++;

@@ -161,7 +161,20 @@ void aj_cmd_placement(agent *a, const Skein__Control__Request *q, agent_reply *r
 		if (only ? strcmp(j->spec->name, only) != 0 : !aj_job_active(j)) continue;
 		print_members(a, j, &r->body, json, &first);
 	}
-	if (json) sk_buf_printf(&r->body, "]}\n");
+	/* drained nodes: their members are moving (or waiting to) */
+	size_t ndr = js ? job_state_drained_count(js) : 0;
+	if (json) {
+		sk_buf_printf(&r->body, "],\"drained\":[");
+		for (size_t i = 0; i < ndr; i++) {
+			if (i) sk_buf_add(&r->body, ",", 1);
+			sk_buf_json_str(&r->body, job_state_drained_at(js, i, NULL));
+		}
+		sk_buf_printf(&r->body, "]}\n");
+	} else if (ndr) {
+		sk_buf_printf(&r->body, "drained nodes (nothing new placed there; skeinctl drain status NODE):");
+		for (size_t i = 0; i < ndr; i++) sk_buf_printf(&r->body, " %s", job_state_drained_at(js, i, NULL));
+		sk_buf_printf(&r->body, "\n");
+	}
 }
 
 static void job_line(const Skein__Jobs__Job *j, sk_buf *o, bool json)
