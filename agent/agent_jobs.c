@@ -1059,6 +1059,15 @@ bool agent_jobs_dispatch(agent *a, const Skein__Control__Request *q, const agent
 		else aj_cmd_logs(a, q, c, r);
 		return true;
 	}
+	if (!strcmp(cmd, "status")) {
+		char head[MBR_NAME_MAX + 1];
+		uint64_t term;
+		agent_head_known(a, head, sizeof head, &term, NULL, 0);
+		if (agent_head_is_head(a) && agent_head_ready(a)) aj_cmd_status(a, q, r, true);
+		else if (head[0] && !agent_head_is_head(a)) agent_head_forward(a, q, c, r);
+		else aj_cmd_status(a, q, r, false); /* no head: what this agent knows */
+		return true;
+	}
 	if (strcmp(cmd, "job") && strcmp(cmd, "placement") && strcmp(cmd, "drain") && strcmp(cmd, "undrain"))
 		return false;
 	if (!agent_head_is_head(a)) {

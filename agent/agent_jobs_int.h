@@ -126,6 +126,8 @@ void aj_drained_free(agent *a);
 /* agent_jobs_cmd.c: head-side commands (the caller checked the head is ready) */
 void aj_cmd_job(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r);
 void aj_cmd_placement(agent *a, const Skein__Control__Request *q, agent_reply *r);
+/* skeinctl status; without jobs where no head is known */
+void aj_cmd_status(agent *a, const Skein__Control__Request *q, agent_reply *r, bool with_jobs);
 /* any agent: served here, or passed to the head / the member's node */
 void aj_cmd_logs(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r);
 

@@ -75,6 +75,9 @@ static void usage(FILE *f)
 		"  placement [JOB] [--format text|json]\n"
 		"                         every member: role, node, GPUs, pid, state, restarts\n"
 		"  logs MEMBER [--follow] a member's stdout and stderr, from the agent that runs it\n"
+		"  status [--format text|json]\n"
+		"                         the cluster at a glance: members by status, drained nodes, the\n"
+		"                         head and its term, jobs with their state and members running\n"
 		"  drain NODE [--deadline S]\n"
 		"                         nothing new is placed on NODE; its trainer ranks move (one\n"
 		"                         trainer group restart), its engines one at a time; a head\n"
@@ -583,6 +586,10 @@ int main(int argc, char **argv)
 		return call(cmd, args, nargs, format);
 	}
 	if (!strcmp(cmd, "placement")) return call(cmd, args, nargs, format);
+	if (!strcmp(cmd, "status")) {
+		if (nargs) return die(2, "usage: skeinctl status [--format text|json]%s", "");
+		return call(cmd, args, nargs, format);
+	}
 	if (!strcmp(cmd, "drain")) {
 		if (nargs >= 1 && !strcmp(args[0], "status")) {
 			if (nargs != 2) return die(2, "usage: skeinctl drain status NODE%s", "");

@@ -94,4 +94,16 @@ H2=$(head_of 4)
 check "the head moved to another voter ($H -> $H2)" [ -n "$H2" -a "$H2" != "$H" -a "$H2" != "(none)" ]
 check "no member restarted for the handover" [ "$(grep -c '^start d/trainer-0 ' "$EV")" -le 3 ]
 ctl 4 undrain "$H" >/dev/null
+
+# skeinctl status: the operator's first screen, text and JSON, from any agent
+out=$(ctl 5 status)
+check "status: members by status" bash -c "echo '$out' | grep -q '^members: 6 alive, 0 suspect, 0 dead, 0 left'"
+check "status: the head and its term" bash -c "echo '$out' | grep -q '^head: $H2 (term [0-9]*)'"
+check "status: job d running 8/8, weight version '-' (issue #13)" bash -c "echo '$out' | grep -qE '^d +running +8/8 +- +- '"
+out=$(ctl 6 status --format json)
+check "status JSON" bash -c "echo '$out' | grep -q '^{\"members\":{\"alive\":6,\"suspect\":0,\"dead\":0,\"left\":0},\"drained\":\[\],\"head\":\"$H2\",\"term\":[0-9]*,\"jobs\":\[{\"name\":\"d\",\"state\":\"running\",\"members\":8,\"running\":8,\"weight_version\":null'"
+start_agent 7 --profile fast --gpus 0
+out=$(wait_until 5 quiet ctl 7 health; ctl 7 status)
+check "status of an agent with no head: members, 'head: none', jobs unknown" \
+	bash -c "echo '$out' | grep -q '^members: 1 alive' && echo '$out' | grep -q '^head: none' && echo '$out' | grep -q '^jobs: unknown'"
 finish
