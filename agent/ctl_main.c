@@ -42,6 +42,7 @@ static void usage(FILE *f)
 		"  join HOST:PORT         ask the agent to join another agent's cluster\n"
 		"  leave                  make the agent leave the cluster gracefully and exit\n"
 		"  health                 exit 0 when the agent is up and has a cluster (liveness probe)\n"
+		"  ready                  exit 0 when the agent knows a head (readiness probe)\n"
 		"  keyring list [--format text|json]\n"
 		"  keyring install KEY | use KEY | remove KEY\n"
 		"                         cluster-wide key rotation; KEY is '-' (read stdin), @FILE,\n"
@@ -605,6 +606,19 @@ int main(int argc, char **argv)
 	if (!strcmp(cmd, "join")) {
 		if (nargs != 1) return die(2, "usage: skeinctl join HOST:PORT%s", "");
 		return call(cmd, args, nargs, format);
+	}
+	if (!strcmp(cmd, "ready")) {
+		/* a readiness probe: the agent answers and knows a head */
+		static char body[1 << 16];
+		if (nargs) return die(2, "ready takes no arguments%s", "");
+		int rc = call_payload("head", NULL, 0, "text", NULL, 0, true, body, sizeof body);
+		if (rc) return rc;
+		if (strncmp(body, "head: ", 6) || !strncmp(body, "head: (none)", 12)) {
+			fprintf(stderr, "skeinctl: not ready: this agent knows no head\n");
+			return 1;
+		}
+		printf("ready: %.*s\n", (int)strcspn(body, "\n"), body);
+		return 0;
 	}
 	if (!strcmp(cmd, "leave") || !strcmp(cmd, "health")) {
 		if (nargs) return die(2, "%s takes no arguments", cmd);
