@@ -176,7 +176,9 @@ struct job_state;
 bool agent_head_is_head(agent *a);
 void agent_head_leave(agent *a);          /* a leaving head hands over to another voter */
 bool agent_head_handing_over(agent *a);   /* ... and the leave waits for that */
-void agent_head_drained(agent *a);        /* the head's node is drained: hand over (once under way, no-op) */
+/* The head's node is drained: hand over (a no-op once under way); -1 with
+ * the reason when no voter can take it. */
+int agent_head_drained(agent *a, char *err, size_t errlen);
 bool agent_head_ready(agent *a);                      /* head, and caught up with its own term */
 const struct job_state *agent_head_jobs(agent *a);   /* NULL on a non-voter */
 struct raft;

@@ -74,7 +74,9 @@ static const char *note_of(agent *a, const char *node)
 void aj_drain_tick(agent *a)
 {
 	agent_jobs *J = a->jobs;
-	if (drained(a, a->opts.name)) agent_head_drained(a);
+	char err[300];
+	if (drained(a, a->opts.name) && agent_head_drained(a, err, sizeof err) < 0)
+		note(a, a->opts.name, "the head is here and cannot hand over: %s", err);
 	/* notes of nodes no longer drained go */
 	for (size_t i = 0; i < J->nnotes;) {
 		if (drained(a, J->notes[i].node)) { i++; continue; }
@@ -265,7 +267,8 @@ static void drain_status(agent *a, const char *node, bool json, agent_reply *r)
 	else if (complete) sk_buf_printf(&r->body, "%s: drained, nothing runs there\n", node);
 	else
 		sk_buf_printf(&r->body, "%s: draining: %u trainer ranks, %u engines, %u processes left%s%s%s\n", node,
-			      d.ranks, d.engines, d.lingering, d.head ? ", the head is here (handing over)" : "",
+			      d.ranks, d.engines, d.lingering,
+			      !d.head ? "" : why[0] ? ", the head is here" : ", the head is here (handing over)",
 			      why[0] ? "; " : "", why);
 }
 

@@ -999,16 +999,14 @@ static void cmd_transfer(agent *a, const Skein__Control__Request *q, const agent
 
 /* Hands the head to the voter alive the longest; 0 when started (or already
  * under way), -1 with the reason logged. */
-static int hand_over(agent *a, const char *why)
+static int hand_over(agent *a, const char *why, char *err, size_t errlen)
 {
 	agent_head *h = a->head;
-	char err[300], to[RAFT_NAME_MAX + 1] = "", pick[RAFT_NAME_MAX + 1];
+	char to[RAFT_NAME_MAX + 1] = "", pick[RAFT_NAME_MAX + 1];
 	if (raft_transfer_target(h->raft)) return 0;
 	if (raft_transfer(h->raft, agent_now_ms(), handover_target(a, pick, sizeof pick), to, sizeof to, err,
-			  sizeof err) != 0) {
-		SK_WARN("head", "%s: no handover: %s", why, err);
+			  errlen) != 0)
 		return -1;
-	}
 	SK_INFO("head", "%s: handing the head over to %s", why, to);
 	head_pump(a);
 	return 0;
@@ -1020,12 +1018,14 @@ void agent_head_leave(agent *a)
 	if (!h || !h->raft) return;
 	raft_stop_campaigning(h->raft); /* on its way out: never take the head (back) */
 	if (!raft_is_leader(h->raft)) return;
-	if (hand_over(a, "leaving") == 0) h->handover_at = agent_now_ms();
+	char err[300];
+	if (hand_over(a, "leaving", err, sizeof err) == 0) h->handover_at = agent_now_ms();
+	else SK_WARN("head", "leaving as the head without a handover: %s", err);
 }
 
-void agent_head_drained(agent *a)
+int agent_head_drained(agent *a, char *err, size_t errlen)
 {
-	if (agent_head_is_head(a)) hand_over(a, "this node is drained");
+	return agent_head_is_head(a) ? hand_over(a, "this node is drained", err, errlen) : 0;
 }
 
 bool agent_head_handing_over(agent *a)

@@ -242,7 +242,7 @@ static int cmd_drain(char **args, int nargs, const char *format)
 			}
 		}
 		if (end >= 0 && mono_us() >= end) {
-			body[strcspn(body, "\n")] = 0;
+			last[strcspn(last, "\n")] = 0;
 			fprintf(stderr, "skeinctl: drain of %s not complete within --deadline %g s: %s\n", node, deadline_s,
 				last[0] ? last : "no answer");
 			return 1;
