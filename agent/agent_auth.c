@@ -24,8 +24,9 @@ agent_role agent_auth_needs(const char *cmd, const char *const *args, size_t nar
 	 * by the agent that forwarded it, which only another agent can be */
 	if (forwarded || is(cmd, "raft") || is(cmd, "assign") || is(cmd, "report")) return ROLE_AGENT;
 	if (is(cmd, "members") || is(cmd, "info") || is(cmd, "health") || is(cmd, "peers") ||
-	    is(cmd, "placement") || is(cmd, "logs"))
+	    is(cmd, "placement") || is(cmd, "logs") || is(cmd, "status"))
 		return ROLE_READ;
+	if (is(cmd, "drain")) return is(a0, "status") ? ROLE_READ : ROLE_WRITE;
 	if (is(cmd, "head")) return nargs == 0 ? ROLE_READ : ROLE_WRITE;
 	if (is(cmd, "state")) return is(a0, "get") || is(a0, "list") ? ROLE_READ : ROLE_WRITE;
 	if (is(cmd, "job")) return is(a0, "list") || is(a0, "status") ? ROLE_READ : ROLE_WRITE;

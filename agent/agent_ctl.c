@@ -115,7 +115,7 @@ static void cmd_members(agent *a, const Skein__Control__Request *q, reply *r)
 	qsort(mi, n, sizeof *mi, by_name);
 	bool json = !strcmp(q->format, "json");
 	if (json) sk_buf_printf(&r->body, "{\"members\":[");
-	else sk_buf_printf(&r->body, "%-24s %-22s %-8s %-5s %s\n", "NAME", "ADDRESS", "STATUS", "GPUS", "TAGS");
+	else sk_buf_printf(&r->body, "%-24s %-22s %-8s %-5s %-8s %s\n", "NAME", "ADDRESS", "STATUS", "GPUS", "DRAIN", "TAGS");
 	int shown = 0;
 	for (size_t i = 0; i < n; i++) {
 		const char *st = mbr_status_str(mi[i].status);
@@ -149,8 +149,9 @@ static void cmd_members(agent *a, const Skein__Control__Request *q, reply *r)
 				sk_buf_add(&r->body, ":", 1);
 				sk_buf_json_str(&r->body, mv.pb->tags[t]->value);
 			}
-			sk_buf_printf(&r->body, "},\"generation\":%llu,\"incarnation\":%u}",
-				      (unsigned long long)mi[i].generation, mi[i].incarnation);
+			sk_buf_printf(&r->body, "},\"generation\":%llu,\"incarnation\":%u,\"drained\":%s}",
+				      (unsigned long long)mi[i].generation, mi[i].incarnation,
+				      agent_jobs_drained(a, mi[i].name) ? "true" : "false");
 		} else {
 			/* names and tags come from other agents: escaped, never raw */
 			sk_buf tags;
@@ -162,8 +163,9 @@ static void cmd_members(agent *a, const Skein__Control__Request *q, reply *r)
 				sk_buf_text(&tags, mv.pb->tags[t]->value);
 			}
 			char name[4 * MBR_NAME_MAX + 1];
-			sk_buf_printf(&r->body, "%-24s %-22s %-8s %-5u %s\n", sk_text_escape(mi[i].name, name, sizeof name),
-				      addr, st, mv.gpus, sk_buf_str(&tags));
+			sk_buf_printf(&r->body, "%-24s %-22s %-8s %-5u %-8s %s\n",
+				      sk_text_escape(mi[i].name, name, sizeof name), addr, st, mv.gpus,
+				      agent_jobs_drained(a, mi[i].name) ? "drained" : "-", sk_buf_str(&tags));
 			sk_buf_free(&tags);
 		}
 		shown++;

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "agent/agent_rpc.h"
+#include "agent/agent_metrics.h"
 #include "common/sk_log.h"
 #include "common/sk_text.h"
 #include "proto/control.pb-c.h"
@@ -358,6 +359,7 @@ static void apply_all(agent *a)
 			}
 		}
 		h->applied = ap.index;
+		agent_metrics_applied(a, ap.index);
 		h->applied_term = ap.term;
 		for (size_t i = 0; i < h->npend;) {
 			pending *p = &h->pend[i];
@@ -404,10 +406,12 @@ static void head_pump(agent *a)
 		switch (ev.type) {
 		case RAFT_EV_LEADER:
 			SK_INFO("head", "this agent is the head (term %llu)", (unsigned long long)ev.term);
+			agent_metrics_head_seen(a, a->opts.name, ev.term);
 			break;
 		case RAFT_EV_FOLLOWER:
 			SK_INFO("head", "following head %s (term %llu)", ev.leader[0] ? ev.leader : "(unknown)",
 				(unsigned long long)ev.term);
+			agent_metrics_head_seen(a, ev.leader, ev.term);
 			break;
 		case RAFT_EV_STEPDOWN:
 			if (!strncmp(ev.reason, "handing over", 12))
@@ -854,6 +858,7 @@ int agent_head_propose(agent *a, const agent_client *c, agent_reply *r, uint8_t 
 		return -1;
 	}
 	free(data);
+	agent_metrics_proposed(a, index);
 	if (index_out) *index_out = index;
 	if (c) {
 		pending *p = &h->pend[h->npend++];
@@ -881,6 +886,11 @@ uint64_t agent_head_applied(agent *a)
 const job_state *agent_head_jobs(agent *a)
 {
 	return a->head ? a->head->jobs : NULL;
+}
+
+struct raft *agent_head_raft(agent *a)
+{
+	return a->head ? a->head->raft : NULL;
 }
 
 uint64_t agent_head_term(agent *a)
@@ -992,21 +1002,35 @@ static void cmd_transfer(agent *a, const Skein__Control__Request *q, const agent
 	sk_buf_printf(&r->body, "handing the head (term %llu) over to %s\n", (unsigned long long)term, to);
 }
 
+/* Hands the head to the voter alive the longest; 0 when started (or already
+ * under way), -1 with the reason logged. */
+static int hand_over(agent *a, const char *why, char *err, size_t errlen)
+{
+	agent_head *h = a->head;
+	char to[RAFT_NAME_MAX + 1] = "", pick[RAFT_NAME_MAX + 1];
+	if (raft_transfer_target(h->raft)) return 0;
+	if (raft_transfer(h->raft, agent_now_ms(), handover_target(a, pick, sizeof pick), to, sizeof to, err,
+			  errlen) != 0)
+		return -1;
+	SK_INFO("head", "%s: handing the head over to %s", why, to);
+	head_pump(a);
+	return 0;
+}
+
 void agent_head_leave(agent *a)
 {
 	agent_head *h = a->head;
-	char err[300], to[RAFT_NAME_MAX + 1] = "", pick[RAFT_NAME_MAX + 1];
 	if (!h || !h->raft) return;
 	raft_stop_campaigning(h->raft); /* on its way out: never take the head (back) */
 	if (!raft_is_leader(h->raft)) return;
-	if (raft_transfer(h->raft, agent_now_ms(), handover_target(a, pick, sizeof pick), to, sizeof to, err,
-			  sizeof err) != 0) {
-		SK_WARN("head", "leaving as the head without a handover: %s", err);
-		return;
-	}
-	SK_INFO("head", "leaving: handing the head over to %s", to);
-	h->handover_at = agent_now_ms();
-	head_pump(a);
+	char err[300];
+	if (hand_over(a, "leaving", err, sizeof err) == 0) h->handover_at = agent_now_ms();
+	else SK_WARN("head", "leaving as the head without a handover: %s", err);
+}
+
+int agent_head_drained(agent *a, char *err, size_t errlen)
+{
+	return agent_head_is_head(a) ? hand_over(a, "this node is drained", err, errlen) : 0;
 }
 
 bool agent_head_handing_over(agent *a)

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "agent/agent_files.h"
+#include "agent/agent_metrics.h"
 #include "common/sk_log.h"
 #include "proto/gossip.pb-c.h"
 
@@ -558,6 +559,12 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 		snprintf(err, sizeof err, "--rpc: expected IP:PORT, got '%s'", a->opts.rpc);
 		goto usage;
 	}
+	struct sockaddr_storage mss;
+	unsigned msl;
+	if (a->opts.metrics[0] && wire_parse_addr(a->opts.metrics, &mss, &msl) < 0) {
+		snprintf(err, sizeof err, "--metrics: expected IP:PORT, got '%s'", a->opts.metrics);
+		goto usage;
+	}
 	if (!strcmp(a->opts.gpus, "auto")) {
 		a->gpus = agent_gpu_count(a->gpu_source, sizeof a->gpu_source);
 	} else {
@@ -619,6 +626,7 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 		*exit_code = orc == -2 ? AGENT_EXIT_USAGE : AGENT_EXIT_ERROR;
 		goto fatal;
 	}
+	if (agent_metrics_open(a, err, sizeof err) < 0) goto fatal;
 	if (agent_update_meta(a) < 0) goto fatal;
 
 	signal(SIGPIPE, SIG_IGN);
@@ -654,6 +662,7 @@ fatal:
 static void teardown(agent *a)
 {
 	if (a->loop) {
+		agent_metrics_close(a);
 		agent_jobs_close(a);
 		agent_head_close(a);
 		agent_ctl_close(a);

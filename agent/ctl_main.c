@@ -42,6 +42,7 @@ static void usage(FILE *f)
 		"  join HOST:PORT         ask the agent to join another agent's cluster\n"
 		"  leave                  make the agent leave the cluster gracefully and exit\n"
 		"  health                 exit 0 when the agent is up and has a cluster (liveness probe)\n"
+		"  ready                  exit 0 when the agent knows a head (readiness probe)\n"
 		"  keyring list [--format text|json]\n"
 		"  keyring install KEY | use KEY | remove KEY\n"
 		"                         cluster-wide key rotation; KEY is '-' (read stdin), @FILE,\n"
@@ -75,6 +76,15 @@ static void usage(FILE *f)
 		"  placement [JOB] [--format text|json]\n"
 		"                         every member: role, node, GPUs, pid, state, restarts\n"
 		"  logs MEMBER [--follow] a member's stdout and stderr, from the agent that runs it\n"
+		"  status [--format text|json]\n"
+		"                         the cluster at a glance: members by status, drained nodes, the\n"
+		"                         head and its term, jobs with their state and members running\n"
+		"  drain NODE [--deadline S]\n"
+		"                         nothing new is placed on NODE; its trainer ranks move (one\n"
+		"                         trainer group restart), its engines one at a time; a head\n"
+		"                         there hands over first; waits until nothing runs there, or\n"
+		"                         exits 1 after S seconds saying why (the node stays drained)\n"
+		"  drain status NODE [--format text|json] | undrain NODE\n"
 		"  debug drop --in P --out P\n"
 		"                         drop that fraction of gossip datagrams (skeind --enable-debug)\n"
 		"  debug order TERM       send a no-op order as a head of TERM would (fencing test)\n\n"
@@ -126,7 +136,8 @@ static int call_payload(const char *cmd, char **args, int nargs, const char *for
 	agent_rpc c = { .endpoint = g_rpc, .cmd = cmd, .args = (const char *const *)args,
 			.nargs = nargs, .format = format, .payload = payload, .payload_len = plen };
 	bool head_only = !strcmp(cmd, "state") || !strcmp(cmd, "voters") || !strcmp(cmd, "head") ||
-			 !strcmp(cmd, "job") || !strcmp(cmd, "placement");
+			 !strcmp(cmd, "job") || !strcmp(cmd, "placement") || !strcmp(cmd, "drain") ||
+			 !strcmp(cmd, "undrain") || !strcmp(cmd, "status");
 	long long deadline = mono_us() + (long long)g_timeout_ms * 1000;
 	for (;;) {
 		long long left_ms = (deadline - mono_us()) / 1000;
@@ -191,6 +202,55 @@ static int wait_running(const char *name, long long deadline)
 		struct timespec ts = { 0, 200 * 1000000 };
 		nanosleep(&ts, NULL);
 	}
+}
+
+/* drain NODE [--deadline S]: asks the head, then waits until nothing runs
+ * on NODE (0), printing each new reason it waits; past the deadline, exit 1
+ * with the last reason (the node stays drained: undrain gives it back). */
+static int cmd_drain(char **args, int nargs, const char *format)
+{
+	double deadline_s = -1;
+	char *node = NULL;
+	for (int i = 0; i < nargs; i++) {
+		if (!strcmp(args[i], "--deadline") && i + 1 < nargs) {
+			char *end;
+			deadline_s = strtod(args[++i], &end);
+			if (*end || end == args[i] || deadline_s < 0) return die(2, "--deadline: expected seconds, got '%s'", args[i]);
+		} else if (!node && args[i][0] != '-') {
+			node = args[i];
+		} else {
+			return die(2, "usage: skeinctl drain NODE [--deadline S] | drain status NODE%s", "");
+		}
+	}
+	if (!node) return die(2, "usage: skeinctl drain NODE [--deadline S] | drain status NODE%s", "");
+	if (!strcmp(node, "status")) return die(2, "usage: skeinctl drain status NODE%s", "");
+	int rc = call("drain", &node, 1, "text");
+	if (rc) return rc;
+	long long end = deadline_s < 0 ? -1 : mono_us() + (long long)(deadline_s * 1e6);
+	static char body[1 << 16], last[1 << 16];
+	char *st[] = { "status", node };
+	for (;;) {
+		if (call_payload("drain", st, 2, "text", NULL, 0, true, body, sizeof body) == 0) {
+			if (strstr(body, ": drained, nothing runs there")) {
+				fputs(body, stdout);
+				return 0;
+			}
+			if (strcmp(body, last)) {
+				fputs(body, stdout);
+				fflush(stdout);
+				snprintf(last, sizeof last, "%s", body);
+			}
+		}
+		if (end >= 0 && mono_us() >= end) {
+			last[strcspn(last, "\n")] = 0;
+			fprintf(stderr, "skeinctl: drain of %s not complete within --deadline %g s: %s\n", node, deadline_s,
+				last[0] ? last : "no answer");
+			return 1;
+		}
+		struct timespec ts = { 0, 100 * 1000000 };
+		nanosleep(&ts, NULL);
+	}
+	(void)format;
 }
 
 static int cmd_job_submit(char **args, int nargs, const char *format)
@@ -527,10 +587,38 @@ int main(int argc, char **argv)
 		return call(cmd, args, nargs, format);
 	}
 	if (!strcmp(cmd, "placement")) return call(cmd, args, nargs, format);
+	if (!strcmp(cmd, "status")) {
+		if (nargs) return die(2, "usage: skeinctl status [--format text|json]%s", "");
+		return call(cmd, args, nargs, format);
+	}
+	if (!strcmp(cmd, "drain")) {
+		if (nargs >= 1 && !strcmp(args[0], "status")) {
+			if (nargs != 2) return die(2, "usage: skeinctl drain status NODE%s", "");
+			return call(cmd, args, nargs, format);
+		}
+		return cmd_drain(args, nargs, format);
+	}
+	if (!strcmp(cmd, "undrain")) {
+		if (nargs != 1) return die(2, "usage: skeinctl undrain NODE%s", "");
+		return call(cmd, args, nargs, format);
+	}
 	if (!strcmp(cmd, "logs")) return cmd_logs(args, nargs);
 	if (!strcmp(cmd, "join")) {
 		if (nargs != 1) return die(2, "usage: skeinctl join HOST:PORT%s", "");
 		return call(cmd, args, nargs, format);
+	}
+	if (!strcmp(cmd, "ready")) {
+		/* a readiness probe: the agent answers and knows a head */
+		static char body[1 << 16];
+		if (nargs) return die(2, "ready takes no arguments%s", "");
+		int rc = call_payload("head", NULL, 0, "text", NULL, 0, true, body, sizeof body);
+		if (rc) return rc;
+		if (strncmp(body, "head: ", 6) || !strncmp(body, "head: (none)", 12)) {
+			fprintf(stderr, "skeinctl: not ready: this agent knows no head\n");
+			return 1;
+		}
+		printf("ready: %.*s\n", (int)strcspn(body, "\n"), body);
+		return 0;
 	}
 	if (!strcmp(cmd, "leave") || !strcmp(cmd, "health")) {
 		if (nargs) return die(2, "%s takes no arguments", cmd);
