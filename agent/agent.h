@@ -17,7 +17,7 @@
  *   agent_metrics.c, agent_http.c  GET /metrics (--metrics)
  *
  * One libev loop runs everything.  The membership logic (membership/mbr.h)
- * gets time from CLOCK_MONOTONIC and packets from the sockets; after every
+ * gets time from sk_mono_ms (common/sk_time.h) and packets from the sockets; after every
  * call into it, agent_pump() sends what it produced and logs its events, and
  * re-arms the timer at its next deadline. */
 #ifndef AGENT_H
@@ -151,9 +151,6 @@ enum {
 	AGENT_EXIT_USAGE = 2,     /* a bad flag, setting or tag */
 	AGENT_EXIT_STORAGE = 3,   /* the data dir cannot be read or written (disk full, I/O error) */
 };
-
-/* CLOCK_MONOTONIC in milliseconds: the membership logic's time. */
-uint64_t agent_now_ms(void);
 
 /* agent_main.c */
 void agent_pump(agent *a);

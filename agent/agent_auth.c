@@ -113,10 +113,3 @@ int agent_replay_check(agent_replay *rc, const uint8_t nonce[AUTH_NONCE], uint64
 	rc->n++;
 	return 0;
 }
-
-uint64_t agent_wall_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_REALTIME, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}

@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "agent/agent_jobs_int.h"
+#include "common/sk_time.h"
 #include "common/sk_log.h"
 
 struct drain_note {
@@ -112,7 +113,7 @@ static bool engine_up(agent *a, const job_spec *s, const lay *L, uint32_t e, dou
 	const char *node = L->node[off + e * tp];
 	const Skein__Jobs__MemberStatus *st = node[0] ? aj_status_of(a, node, id) : NULL;
 	if (!st || st->gen != L->engine_gen[e] || strcmp(st->state, "running")) return false;
-	double now = ev_now(a->loop);
+	double now = sk_mono_s();
 	size_t i;
 	for (i = 0; i < J->nup; i++)
 		if (!strcmp(J->up[i].id, id)) break;
@@ -291,11 +292,9 @@ void aj_cmd_drain(agent *a, const Skein__Control__Request *q, const agent_client
 	bool on = js && job_state_is_drained(js, node);
 	if (undrain && !on) { agent_reply_fail(r, 1, "%s is not drained", node); return; }
 	if (!undrain && on) { sk_buf_printf(&r->body, "%s is drained already\n", node); return; }
-	struct timespec wall;
-	clock_gettime(CLOCK_REALTIME, &wall);
 	uint8_t *data;
 	size_t len;
-	if (job_state_encode_drain(node, !undrain, (uint64_t)wall.tv_sec * 1000 + (uint64_t)wall.tv_nsec / 1000000,
+	if (job_state_encode_drain(node, !undrain, sk_wall_ms(), /* shown to people: the wall clock */
 				   &data, &len) < 0) {
 		agent_reply_fail(r, 1, "out of memory");
 		return;

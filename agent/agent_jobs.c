@@ -41,6 +41,7 @@
 #include "agent/agent_cgroup.h"
 #include "agent/agent_metrics.h"
 #include "agent/agent_sup.h"
+#include "common/sk_time.h"
 #include "common/sk_log.h"
 #include "jobs/job_place.h"
 #include "jobs/job_spec.h"
@@ -183,7 +184,7 @@ static void ip_str(const mbr_addr *ad, char *out, size_t cap)
  * anything) or not. */
 static size_t cluster_nodes(agent *a, place_node **out)
 {
-	uint64_t now = agent_now_ms();
+	uint64_t now = sk_mono_ms();
 	size_t n = mbr_members(a->mbr, NULL, 0);
 	mbr_member_info *mi = calloc(n ? n : 1, sizeof *mi);
 	place_node *nodes = calloc(n ? n : 1, sizeof *nodes);
@@ -306,7 +307,7 @@ static bool inflight_any(agent *a)
 {
 	agent_jobs *J = a->jobs;
 	uint64_t applied = agent_head_applied(a);
-	double now = ev_now(a->loop);
+	double now = sk_mono_s();
 	for (size_t i = 0; i < J->ninfl;) {
 		if (applied >= J->infl[i].index || now - J->infl[i].since > INFLIGHT_TIMEOUT_S) {
 			J->infl[i] = J->infl[--J->ninfl];
@@ -326,7 +327,7 @@ void aj_inflight_add(agent *a, const char *job, uint64_t index)
 	J->infl = p;
 	snprintf(p[J->ninfl].job, sizeof p[J->ninfl].job, "%s", job);
 	p[J->ninfl].index = index;
-	p[J->ninfl].since = ev_now(a->loop);
+	p[J->ninfl].since = sk_mono_s();
 	J->ninfl++;
 }
 
@@ -654,7 +655,7 @@ static void reconcile(agent *a)
 {
 	const job_state *js = agent_head_jobs(a);
 	if (!js || !agent_head_ready(a) || a->jobs->closing) return;
-	a->jobs->last_reconcile = ev_now(a->loop);
+	a->jobs->last_reconcile = sk_mono_s();
 	aj_drain_tick(a);
 	place_node *nodes;
 	size_t n = cluster_nodes(a, &nodes);
@@ -812,7 +813,7 @@ static void send_orders(agent *a)
 	agent_jobs *J = a->jobs;
 	const job_state *js = agent_head_jobs(a);
 	if (!js || !agent_head_ready(a) || J->closing) return;
-	J->last_orders = ev_now(a->loop);
+	J->last_orders = sk_mono_s();
 	J->dirty = false;
 	bool dropped = false;
 	size_t cap = 0, cnt = 0;
@@ -951,7 +952,7 @@ static void assign_local(agent *a, const Skein__Jobs__Assignment *as)
 {
 	agent_jobs *J = a->jobs;
 	if (J->closing) return;
-	J->last_order = ev_now(a->loop);
+	J->last_order = sk_mono_s();
 	if (J->fenced) SK_INFO("jobs", "orders from head %s again: members follow them", as->head);
 	J->fenced = false;
 	snprintf(J->head, sizeof J->head, "%s", as->head);
@@ -1139,13 +1140,13 @@ static void fence_check(agent *a)
 {
 	agent_jobs *J = a->jobs;
 	if (J->fence_after_s <= 0 || J->fenced || agent_head_ready(a)) { J->fence_ticks = 0; return; }
-	if (ev_now(a->loop) - J->last_order < J->fence_after_s) { J->fence_ticks = 0; return; }
+	if (sk_mono_s() - J->last_order < J->fence_after_s) { J->fence_ticks = 0; return; }
 	/* seen on two ticks: after a stall, orders already queued are read between them */
 	if (++J->fence_ticks < 2) return;
 	size_t n = sup_list(J->sup, NULL, 0);
 	if (!n) return;
 	SK_WARN("jobs", "no order from a head for %.1f s (--member-fence-after): stopping %zu members",
-		ev_now(a->loop) - J->last_order, n);
+		sk_mono_s() - J->last_order, n);
 	sup_set(J->sup, NULL, 0);
 	J->fenced = true;
 	send_report(a);
@@ -1160,7 +1161,7 @@ void agent_jobs_tick(agent *a)
 		fence_check(a);
 		return;
 	}
-	double now = ev_now(a->loop);
+	double now = sk_mono_s();
 	if (now - J->last_reconcile >= RECONCILE_INTERVAL_S) reconcile(a);
 	if (J->dirty || now - J->last_orders >= (J->quick_rounds ? 0.1 : ORDER_INTERVAL_S)) send_orders(a);
 	fence_check(a);
@@ -1224,7 +1225,7 @@ int agent_jobs_open(agent *a, char *err, size_t errlen)
 			 a->opts.member_fence_after);
 		return -2; /* a usage error */
 	}
-	J->last_order = ev_now(a->loop);
+	J->last_order = sk_mono_s();
 	return 0;
 }
 

@@ -2,6 +2,7 @@
  * the committed jobs and its agents' latest reports (agent_jobs.c keeps
  * both): job submit|list|status|stop|delete, placement, and logs (served by
  * the agent that runs or ran the member, reached through the head). */
+#include "common/sk_time.h"
 #include "agent/agent_jobs_int.h"
 
 #include <stdio.h>
@@ -62,7 +63,7 @@ static void cmd_submit(agent *a, const Skein__Control__Request *q, const agent_c
 	j.reason = "";
 	j.seq = seq;
 	j.submit_token = (char *)token;
-	j.submitted_ms = (uint64_t)time(NULL) * 1000;
+	j.submitted_ms = sk_wall_ms(); /* shown to people */
 	uint8_t *data;
 	size_t len;
 	if (job_state_encode(&j, &data, &len) < 0) { agent_reply_fail(r, 1, "out of memory"); return; }

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "agent/agent_http.h"
+#include "common/sk_time.h"
 #include "common/sk_log.h"
 #include "jobs/job_state.h"
 #include "proto/wire_frame.h"
@@ -59,12 +60,6 @@ struct agent_metrics {
 	double start_wall;
 };
 
-static uint64_t mono_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
 
 /* ---------------------------------------------------------------- hooks */
 
@@ -74,7 +69,7 @@ void agent_metrics_proposed(agent *a, uint64_t index)
 	if (!m) return;
 	if (m->pn && m->prop[(m->ptail + m->pn - 1) % PROPOSED_MAX].index >= index) m->pn = 0; /* a new term */
 	if (m->pn == PROPOSED_MAX) { m->ptail = (m->ptail + 1) % PROPOSED_MAX; m->pn--; }
-	m->prop[(m->ptail + m->pn) % PROPOSED_MAX] = (proposed){ index, mono_ns() };
+	m->prop[(m->ptail + m->pn) % PROPOSED_MAX] = (proposed){ index, (sk_mono_us() * 1000u) };
 	m->pn++;
 }
 
@@ -87,7 +82,7 @@ void agent_metrics_applied(agent *a, uint64_t index)
 		m->ptail = (m->ptail + 1) % PROPOSED_MAX;
 		m->pn--;
 		if (p.index != index) continue; /* lost to a new head, or never applied here */
-		double s = (double)(mono_ns() - p.t_ns) / 1e9;
+		double s = (double)((sk_mono_us() * 1000u) - p.t_ns) / 1e9;
 		for (int i = 0; i < NBUCKETS; i++)
 			if (s <= COMMIT_BUCKETS[i]) m->buckets[i]++;
 		m->count++;
@@ -346,7 +341,7 @@ static void process(agent *a, sk_buf *b)
 int agent_metrics_render(agent *a, sk_buf *b)
 {
 	agent_metrics *m = a->metrics;
-	uint64_t t0 = mono_ns();
+	uint64_t t0 = (sk_mono_us() * 1000u);
 	membership(a, b);
 	control(a, b);
 	head(a, b);
@@ -361,7 +356,7 @@ int agent_metrics_render(agent *a, sk_buf *b)
 		labelled(b, "skein_metrics_refused_total", "counter",
 			 "Metrics endpoint requests refused or connections closed, by reason.", "reason", hb, 3);
 	}
-	m->render_s = (double)(mono_ns() - t0) / 1e9;
+	m->render_s = (double)((sk_mono_us() * 1000u) - t0) / 1e9;
 	return b->oom ? -1 : 0;
 }
 
@@ -379,9 +374,7 @@ int agent_metrics_open(agent *a, char *err, size_t errlen)
 {
 	agent_metrics *m = calloc(1, sizeof *m);
 	if (!m) { snprintf(err, errlen, "out of memory"); return -1; }
-	struct timespec wall;
-	clock_gettime(CLOCK_REALTIME, &wall);
-	m->start_wall = (double)wall.tv_sec + wall.tv_nsec / 1e9 - (double)(agent_now_ms() - a->started_ms) / 1000.0;
+	m->start_wall = (double)sk_wall_ms() / 1000.0 - (double)(sk_mono_ms() - a->started_ms) / 1000.0;
 	a->metrics = m;
 	if (!a->opts.metrics[0]) return 0; /* off: only the hooks' bookkeeping, for skeinctl */
 	m->http = agent_http_new(a->loop, a->opts.metrics, serve, a, err, errlen);

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/sk_time.h"
 #include "agent/agent_crypto.h"
 #include "agent/agent_rpc.h"
 #include "jobs/job_spec.h"
@@ -124,7 +125,6 @@ static int load_key(const char *key_file, const char *op_file)
 	return 0;
 }
 
-static long long mono_us(void);
 
 /* One call to the agent; prints the body or the error; returns the exit code.
  * A head-only request that meets an election ("no head elected yet", "the
@@ -138,12 +138,12 @@ static int call_payload(const char *cmd, char **args, int nargs, const char *for
 	bool head_only = !strcmp(cmd, "state") || !strcmp(cmd, "voters") || !strcmp(cmd, "head") ||
 			 !strcmp(cmd, "job") || !strcmp(cmd, "placement") || !strcmp(cmd, "drain") ||
 			 !strcmp(cmd, "undrain") || !strcmp(cmd, "status");
-	long long deadline = mono_us() + (long long)g_timeout_ms * 1000;
+	long long deadline = (long long)sk_mono_us() + (long long)g_timeout_ms * 1000;
 	for (;;) {
-		long long left_ms = (deadline - mono_us()) / 1000;
+		long long left_ms = (deadline - (long long)sk_mono_us()) / 1000;
 		agent_rpc_run(&c, 1, &g_cred, left_ms > 0 ? (int)left_ms : 1);
 		if (!head_only || !c.answered || c.code != 1 || !strstr(c.error, "retry")) break;
-		if (mono_us() + 50000 >= deadline) break;
+		if ((long long)sk_mono_us() + 50000 >= deadline) break;
 		agent_rpc_free(&c, 1);
 		struct timespec ts = { 0, 50 * 1000000 };
 		nanosleep(&ts, NULL);
@@ -195,7 +195,7 @@ static int wait_running(const char *name, long long deadline)
 				return 0;
 			}
 		}
-		if (mono_us() >= deadline) {
+		if ((long long)sk_mono_us() >= deadline) {
 			fprintf(stderr, "skeinctl: job %s: not every member running within --timeout\n", name);
 			return 1;
 		}
@@ -226,7 +226,7 @@ static int cmd_drain(char **args, int nargs, const char *format)
 	if (!strcmp(node, "status")) return die(2, "usage: skeinctl drain status NODE%s", "");
 	int rc = call("drain", &node, 1, "text");
 	if (rc) return rc;
-	long long end = deadline_s < 0 ? -1 : mono_us() + (long long)(deadline_s * 1e6);
+	long long end = deadline_s < 0 ? -1 : (long long)sk_mono_us() + (long long)(deadline_s * 1e6);
 	static char body[1 << 16], last[1 << 16];
 	char *st[] = { "status", node };
 	for (;;) {
@@ -241,7 +241,7 @@ static int cmd_drain(char **args, int nargs, const char *format)
 				snprintf(last, sizeof last, "%s", body);
 			}
 		}
-		if (end >= 0 && mono_us() >= end) {
+		if (end >= 0 && (long long)sk_mono_us() >= end) {
 			last[strcspn(last, "\n")] = 0;
 			fprintf(stderr, "skeinctl: drain of %s not complete within --deadline %g s: %s\n", node, deadline_s,
 				last[0] ? last : "no answer");
@@ -278,7 +278,7 @@ static int cmd_job_submit(char **args, int nargs, const char *format)
 	 * between the commit and the answer), the head finds the job the first
 	 * try created instead of creating a second one */
 	uint64_t tok[2] = { 0, 0 };
-	if (getrandom(tok, sizeof tok, 0) != (ssize_t)sizeof tok) tok[0] = (uint64_t)mono_us() ^ ((uint64_t)getpid() << 32);
+	if (getrandom(tok, sizeof tok, 0) != (ssize_t)sizeof tok) tok[0] = (uint64_t)(long long)sk_mono_us() ^ ((uint64_t)getpid() << 32);
 	char token[65];
 	snprintf(token, sizeof token, "%016llx%016llx", (unsigned long long)tok[0], (unsigned long long)tok[1]);
 	const char *given = getenv("SKEIN_SUBMIT_TOKEN"); /* a caller's own idempotency key */
@@ -288,7 +288,7 @@ static int cmd_job_submit(char **args, int nargs, const char *format)
 	}
 	char *sub[] = { "submit", token };
 	char body[256];
-	long long deadline = mono_us() + (long long)g_timeout_ms * 1000;
+	long long deadline = (long long)sk_mono_us() + (long long)g_timeout_ms * 1000;
 	int rc = call_payload("job", sub, 2, format, buf, len, false, body, sizeof body);
 	free(buf);
 	char name[JOB_NAME_MAX + 1];
@@ -485,12 +485,6 @@ static int cmd_keyring(char **args, int nargs, const char *format)
 	return 0;
 }
 
-static long long mono_us(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (long long)t.tv_sec * 1000000 + t.tv_nsec / 1000;
-}
 
 static int cmp_ll(const void *x, const void *y)
 {
@@ -515,9 +509,9 @@ static int cmd_state_bench(const char *count)
 		snprintf(val, sizeof val, "%ld", i);
 		const char *args[] = { "put", key, val };
 		agent_rpc c = { .endpoint = g_rpc, .cmd = "state", .args = args, .nargs = 3, .format = "text" };
-		long long t0 = mono_us();
+		long long t0 = (long long)sk_mono_us();
 		agent_rpc_run(&c, 1, &g_cred, g_timeout_ms);
-		lat[i] = mono_us() - t0;
+		lat[i] = (long long)sk_mono_us() - t0;
 		if (!c.answered || c.code) {
 			failed++;
 			if (failed == 1) fprintf(stderr, "skeinctl: write %ld failed: %s\n", i, c.error);

@@ -20,8 +20,8 @@ PKGS_OPTIONAL="serf iproute2"
 # Used only by tests, which fail (not skip) without them: prometheus and promtool
 # (tests/agent/metrics_test.sh), curl (metrics), dnsmasq-base (the Kubernetes test's
 # DNS), binutils (readelf: the container test), systemd (systemd-analyze verify; procps
-# gives the unit's /bin/kill).
-PKGS_TEST="prometheus curl dnsmasq-base binutils systemd procps"
+# gives the unit's /bin/kill), faketime (tests/agent/clock_test.sh steps the wall clock).
+PKGS_TEST="prometheus curl dnsmasq-base binutils systemd procps faketime"
 
 missing() { # [LIST]
 	local m=""
