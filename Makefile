@@ -60,6 +60,7 @@ include raft/module.mk
 include jobs/module.mk
 include agent/module.mk
 -include transfer/module.mk
+-include python/module.mk
 # last: the test rules list every library above as prerequisites
 include tests/module.mk
 

@@ -14,9 +14,10 @@
  *   agent_jobs.c   jobs: placement and orders (head), supervision (every agent)
  *   agent_jobs_cmd.c  skeinctl's job, placement and logs commands
  *   agent_sup.c    the member processes of this node
+ *   agent_metrics.c, agent_http.c  GET /metrics (--metrics)
  *
  * One libev loop runs everything.  The membership logic (membership/mbr.h)
- * gets time from CLOCK_MONOTONIC and packets from the sockets; after every
+ * gets time from sk_mono_ms (common/sk_time.h) and packets from the sockets; after every
  * call into it, agent_pump() sends what it produced and logs its events, and
  * re-arms the timer at its next deadline. */
 #ifndef AGENT_H
@@ -41,6 +42,7 @@
 typedef struct agent_tcp agent_tcp;
 typedef struct agent_head agent_head;
 typedef struct agent_jobs agent_jobs;
+typedef struct agent_metrics agent_metrics;
 
 /* Who asked a control request, so that the answer can be sent later (a
  * write answered once committed, a request forwarded to the head), and
@@ -136,6 +138,7 @@ typedef struct agent {
 
 	agent_head *head;          /* every agent forwards; voters (--head-eligible) also elect */
 	agent_jobs *jobs;
+	agent_metrics *metrics;    /* --metrics (agent_metrics.c) */
 	uint64_t fence_newest;     /* newest head term seen: older orders are refused */
 	bool in_head_update;       /* re-entrance guard of agent_pump -> head -> meta -> pump */
 } agent;
@@ -148,9 +151,6 @@ enum {
 	AGENT_EXIT_USAGE = 2,     /* a bad flag, setting or tag */
 	AGENT_EXIT_STORAGE = 3,   /* the data dir cannot be read or written (disk full, I/O error) */
 };
-
-/* CLOCK_MONOTONIC in milliseconds: the membership logic's time. */
-uint64_t agent_now_ms(void);
 
 /* agent_main.c */
 void agent_pump(agent *a);
@@ -215,8 +215,13 @@ struct job_state;
 bool agent_head_is_head(agent *a);
 void agent_head_leave(agent *a);          /* a leaving head hands over to another voter */
 bool agent_head_handing_over(agent *a);   /* ... and the leave waits for that */
+/* The head's node is drained: hand over (a no-op once under way); -1 with
+ * the reason when no voter can take it. */
+int agent_head_drained(agent *a, char *err, size_t errlen);
 bool agent_head_ready(agent *a);                      /* head, and caught up with its own term */
 const struct job_state *agent_head_jobs(agent *a);   /* NULL on a non-voter */
+struct raft;
+struct raft *agent_head_raft(agent *a);              /* NULL on a non-voter */
 uint64_t agent_head_applied(agent *a);
 uint64_t agent_head_term(agent *a);
 /* Proposes an entry (takes `data`).  With a client, the client is answered
@@ -240,6 +245,10 @@ void agent_jobs_tick(agent *a);                 /* every 100 ms */
 void agent_jobs_state_changed(agent *a);        /* committed job entries were applied */
 void agent_jobs_members_changed(agent *a);      /* membership changed */
 bool agent_jobs_dispatch(agent *a, const struct Skein__Control__Request *q, const agent_client *c, agent_reply *r);
+struct sup;
+struct sup *agent_jobs_sup(agent *a);               /* this node's member supervisor */
+/* Whether `node` is drained, as the head's last order to this agent said. */
+bool agent_jobs_drained(agent *a, const char *node);
 
 /* agent_gpu.c: GPUs visible through NVML or the CUDA runtime, 0 without
  * them; `source` says which answered ("nvml", "cuda", "none: ..."). */

@@ -24,8 +24,9 @@ agent_role agent_auth_needs(const char *cmd, const char *const *args, size_t nar
 	 * by the agent that forwarded it, which only another agent can be */
 	if (forwarded || is(cmd, "raft") || is(cmd, "assign") || is(cmd, "report")) return ROLE_AGENT;
 	if (is(cmd, "members") || is(cmd, "info") || is(cmd, "health") || is(cmd, "peers") ||
-	    is(cmd, "placement") || is(cmd, "logs"))
+	    is(cmd, "placement") || is(cmd, "logs") || is(cmd, "status"))
 		return ROLE_READ;
+	if (is(cmd, "drain")) return is(a0, "status") ? ROLE_READ : ROLE_WRITE;
 	if (is(cmd, "head")) return nargs == 0 ? ROLE_READ : ROLE_WRITE;
 	if (is(cmd, "state")) return is(a0, "get") || is(a0, "list") ? ROLE_READ : ROLE_WRITE;
 	if (is(cmd, "job")) return is(a0, "list") || is(a0, "status") ? ROLE_READ : ROLE_WRITE;
@@ -111,11 +112,4 @@ int agent_replay_check(agent_replay *rc, const uint8_t nonce[AUTH_NONCE], uint64
 	rc->t[j].expires = expires;
 	rc->n++;
 	return 0;
-}
-
-uint64_t agent_wall_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_REALTIME, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }

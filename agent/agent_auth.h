@@ -48,7 +48,4 @@ void agent_replay_free(agent_replay *rc);
 int agent_replay_check(agent_replay *rc, const uint8_t nonce[AUTH_NONCE], uint64_t now_ms, uint64_t expires_ms);
 size_t agent_replay_size(const agent_replay *rc);
 
-/* Wall-clock milliseconds since the epoch (request times; never deadlines). */
-uint64_t agent_wall_ms(void);
-
 #endif

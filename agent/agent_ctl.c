@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "agent/agent_rpc.h"
+#include "common/sk_time.h"
 #include "common/sk_text.h"
 #include "common/sk_buf.h"
 #include "common/sk_log.h"
@@ -115,7 +116,7 @@ static void cmd_members(agent *a, const Skein__Control__Request *q, reply *r)
 	qsort(mi, n, sizeof *mi, by_name);
 	bool json = !strcmp(q->format, "json");
 	if (json) sk_buf_printf(&r->body, "{\"members\":[");
-	else sk_buf_printf(&r->body, "%-24s %-22s %-8s %-5s %s\n", "NAME", "ADDRESS", "STATUS", "GPUS", "TAGS");
+	else sk_buf_printf(&r->body, "%-24s %-22s %-8s %-5s %-8s %s\n", "NAME", "ADDRESS", "STATUS", "GPUS", "DRAIN", "TAGS");
 	int shown = 0;
 	for (size_t i = 0; i < n; i++) {
 		const char *st = mbr_status_str(mi[i].status);
@@ -149,8 +150,9 @@ static void cmd_members(agent *a, const Skein__Control__Request *q, reply *r)
 				sk_buf_add(&r->body, ":", 1);
 				sk_buf_json_str(&r->body, mv.pb->tags[t]->value);
 			}
-			sk_buf_printf(&r->body, "},\"generation\":%llu,\"incarnation\":%u}",
-				      (unsigned long long)mi[i].generation, mi[i].incarnation);
+			sk_buf_printf(&r->body, "},\"generation\":%llu,\"incarnation\":%u,\"drained\":%s}",
+				      (unsigned long long)mi[i].generation, mi[i].incarnation,
+				      agent_jobs_drained(a, mi[i].name) ? "true" : "false");
 		} else {
 			/* names and tags come from other agents: escaped, never raw */
 			sk_buf tags;
@@ -162,8 +164,9 @@ static void cmd_members(agent *a, const Skein__Control__Request *q, reply *r)
 				sk_buf_text(&tags, mv.pb->tags[t]->value);
 			}
 			char name[4 * MBR_NAME_MAX + 1];
-			sk_buf_printf(&r->body, "%-24s %-22s %-8s %-5u %s\n", sk_text_escape(mi[i].name, name, sizeof name),
-				      addr, st, mv.gpus, sk_buf_str(&tags));
+			sk_buf_printf(&r->body, "%-24s %-22s %-8s %-5u %-8s %s\n",
+				      sk_text_escape(mi[i].name, name, sizeof name), addr, st, mv.gpus,
+				      agent_jobs_drained(a, mi[i].name) ? "drained" : "-", sk_buf_str(&tags));
 			sk_buf_free(&tags);
 		}
 		shown++;
@@ -258,7 +261,7 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 			      "\"uptime_ms\":%llu,\"counters\":{",
 			      a->kr.n ? "true" : "false", a->kr.n, mbr_member_count(a->mbr),
 			      mbr_count(a->mbr, MBR_ALIVE), mbr_health(a->mbr),
-			      (unsigned long long)(agent_now_ms() - a->started_ms));
+			      (unsigned long long)(sk_mono_ms() - a->started_ms));
 		for (size_t i = 0; i < nctr; i++)
 			sk_buf_printf(&r->body, "%s\"%s\":%llu", i ? "," : "", ctr[i].k, ctr[i].v);
 		sk_buf_printf(&r->body, "}}\n");
@@ -274,7 +277,7 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 		      a->opts.name, addr, a->rpc_bound, a->opts.profile, (unsigned long long)a->generation,
 		      a->gpus, a->gpu_source, a->kr.n ? "yes" : "no", a->kr.n, mbr_member_count(a->mbr),
 		      mbr_count(a->mbr, MBR_ALIVE), mbr_health(a->mbr),
-		      (unsigned long long)(agent_now_ms() - a->started_ms));
+		      (unsigned long long)(sk_mono_ms() - a->started_ms));
 	for (size_t i = 0; i < nctr; i++) sk_buf_printf(&r->body, "%s: %llu\n", ctr[i].k, ctr[i].v);
 }
 
@@ -286,7 +289,7 @@ static void cmd_join(agent *a, const Skein__Control__Request *q, reply *r)
 		fail(r, 2, "join: expected IP:PORT, got '%s'", q->args[0]);
 		return;
 	}
-	mbr_join(a->mbr, agent_now_ms(), &seed);
+	mbr_join(a->mbr, sk_mono_ms(), &seed);
 	agent_pump(a);
 	sk_buf_printf(&r->body, "join request sent to %s\n", q->args[0]);
 }
@@ -375,8 +378,22 @@ static void cmd_debug(agent *a, const Skein__Control__Request *q, reply *r)
 		if (fence_ok(a, t, r)) sk_buf_printf(&r->body, "order accepted at term %llu\n", t);
 		return;
 	}
+	if (q->n_args == 2 && !strcmp(q->args[0], "clock-step")) {
+		/* what an NTP step does to this process's wall clock: nothing that
+		 * times anything may notice (common/sk_time.h) */
+		char *end;
+		long long secs = strtoll(q->args[1], &end, 10);
+		if (*end || end == q->args[1] || secs < -86400 * 365 || secs > 86400 * 365) {
+			fail(r, 2, "debug clock-step: expected seconds (+-1 year), got '%s'", q->args[1]);
+			return;
+		}
+		sk_time_step_wall(secs * 1000);
+		SK_WARN("agent", "debug: wall clock stepped by %lld s", secs);
+		sk_buf_printf(&r->body, "wall clock stepped by %lld s\n", secs);
+		return;
+	}
 	if (q->n_args < 1 || strcmp(q->args[0], "drop") != 0) {
-		fail(r, 2, "usage: skeinctl debug drop --in P --out P | debug order TERM");
+		fail(r, 2, "usage: skeinctl debug drop --in P --out P | debug order TERM | debug clock-step SECONDS");
 		return;
 	}
 	double in = a->drop_in, out = a->drop_out;
@@ -510,7 +527,7 @@ static bool for_us(agent *a, const char *to)
  * filled (and counted) otherwise. */
 static bool envelope_ok(agent *a, const Skein__Control__Request *q, reply *r)
 {
-	uint64_t now = agent_wall_ms();
+	uint64_t now = sk_wall_ms();
 	if (q->nonce.len != AUTH_NONCE) {
 		a->cnt.ctl_rejected++;
 		fail(r, 1, "request without a nonce (a skeinctl older than this agent?)");

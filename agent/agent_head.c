@@ -31,6 +31,8 @@
 #include <unistd.h>
 
 #include "agent/agent_rpc.h"
+#include "agent/agent_metrics.h"
+#include "common/sk_time.h"
 #include "common/sk_log.h"
 #include "common/sk_text.h"
 #include "proto/control.pb-c.h"
@@ -94,7 +96,7 @@ struct agent_head {
 	char published_head[RAFT_NAME_MAX + 1];
 	uint64_t published_term;
 	uint64_t drop_send;
-	uint64_t handover_at;  /* a leave started a handover then (agent_now_ms), 0 = none */
+	uint64_t handover_at;  /* a leave started a handover then (sk_mono_ms), 0 = none */
 	char staged[RAFT_NAME_MAX + 1];  /* the replacement we last staged */
 	char skip[RAFT_NAME_MAX + 1];    /* ... dropped as it did not catch up: not again until */
 	uint64_t skip_until;
@@ -281,7 +283,7 @@ static void raft_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	agent *a = t->data;
 	(void)loop; (void)revents;
-	raft_tick(a->head->raft, agent_now_ms());
+	raft_tick(a->head->raft, sk_mono_ms());
 	head_pump(a);
 }
 
@@ -358,6 +360,7 @@ static void apply_all(agent *a)
 			}
 		}
 		h->applied = ap.index;
+		agent_metrics_applied(a, ap.index);
 		h->applied_term = ap.term;
 		for (size_t i = 0; i < h->npend;) {
 			pending *p = &h->pend[i];
@@ -383,7 +386,7 @@ static void apply_all(agent *a)
 		size_t len;
 		char err[200];
 		if (state_serialize(h, &data, &len) == 0) {
-			if (raft_snapshot_take(h->raft, agent_now_ms(), h->applied, data, len, err, sizeof err) < 0)
+			if (raft_snapshot_take(h->raft, sk_mono_ms(), h->applied, data, len, err, sizeof err) < 0)
 				SK_WARN("head", "snapshot not taken: %s", err);
 			free(data);
 		}
@@ -404,10 +407,12 @@ static void head_pump(agent *a)
 		switch (ev.type) {
 		case RAFT_EV_LEADER:
 			SK_INFO("head", "this agent is the head (term %llu)", (unsigned long long)ev.term);
+			agent_metrics_head_seen(a, a->opts.name, ev.term);
 			break;
 		case RAFT_EV_FOLLOWER:
 			SK_INFO("head", "following head %s (term %llu)", ev.leader[0] ? ev.leader : "(unknown)",
 				(unsigned long long)ev.term);
+			agent_metrics_head_seen(a, ev.leader, ev.term);
 			break;
 		case RAFT_EV_STEPDOWN:
 			if (!strncmp(ev.reason, "handing over", 12))
@@ -441,7 +446,7 @@ static void head_pump(agent *a)
 		}
 	}
 	publish_head(a);
-	uint64_t now = agent_now_ms(), d = raft_next_deadline(h->raft);
+	uint64_t now = sk_mono_ms(), d = raft_next_deadline(h->raft);
 	ev_timer_stop(a->loop, &h->timer);
 	ev_timer_set(&h->timer, d > now ? (double)(d - now) / 1000.0 : 0.0, 0.0);
 	ev_timer_start(a->loop, &h->timer);
@@ -476,7 +481,7 @@ static void try_bootstrap(agent *a)
 		raft_voters v;
 		char err[300];
 		if (raft_voters_make(&v, names, k, err, sizeof err) == 0 &&
-		    raft_bootstrap(h->raft, agent_now_ms(), &v, err, sizeof err) == 0)
+		    raft_bootstrap(h->raft, sk_mono_ms(), &v, err, sizeof err) == 0)
 			SK_INFO("head", "bootstrapped the voter set with %zu voters", k);
 		else
 			SK_ERROR("head", "bootstrap failed: %s", err);
@@ -491,7 +496,7 @@ static void try_bootstrap(agent *a)
 static void try_replace(agent *a)
 {
 	agent_head *h = a->head;
-	uint64_t now = agent_now_ms();
+	uint64_t now = sk_mono_ms();
 	if (!h->replace_after_ms || !raft_leader_ok(h->raft, now)) return;
 	const raft_voters *v = raft_get_voters(h->raft);
 	char err[300];
@@ -548,7 +553,7 @@ static void periodic_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	fwd_follow_head(a);
 	agent_jobs_tick(a);
 	if (!h->raft) return;
-	double now = ev_now(a->loop);
+	double now = sk_mono_s();
 	for (size_t i = 0; i < h->npend;) {
 		if (now >= h->pend[i].deadline) answer_pending(a, i, 1, "write not committed within 5 s (no majority?)", NULL);
 		else i++;
@@ -772,7 +777,7 @@ static void fwd_follow_head(agent *a)
 
 static bool is_head(agent *a)
 {
-	return a->head->raft && raft_leader_ok(a->head->raft, agent_now_ms());
+	return a->head->raft && raft_leader_ok(a->head->raft, sk_mono_ms());
 }
 
 bool agent_head_is_head(agent *a)
@@ -795,7 +800,7 @@ static void cmd_head(agent *a, const Skein__Control__Request *q, agent_reply *r)
 	bool json = !strcmp(q->format, "json");
 	bool leader = is_head(a);
 	const raft_voters *v = a->head->raft ? raft_get_voters(a->head->raft) : NULL;
-	uint64_t now = agent_now_ms();
+	uint64_t now = sk_mono_ms();
 	if (json) {
 		sk_buf_printf(&r->body, "{\"head\":");
 		if (head[0]) sk_buf_json_str(&r->body, head);
@@ -848,18 +853,19 @@ int agent_head_propose(agent *a, const agent_client *c, agent_reply *r, uint8_t 
 	if (c && h->npend >= PENDING_MAX) { agent_reply_fail(r, 1, "too many writes in flight"); free(data); return -1; }
 	if (!h->pend) h->pend = calloc(PENDING_MAX, sizeof *h->pend);
 	if (!h->pend) { agent_reply_fail(r, 1, "out of memory"); free(data); return -1; }
-	if (raft_propose(h->raft, agent_now_ms(), type, data, len, &index, &term, err, sizeof err) < 0) {
+	if (raft_propose(h->raft, sk_mono_ms(), type, data, len, &index, &term, err, sizeof err) < 0) {
 		agent_reply_fail(r, 1, "write refused: %s", err);
 		free(data);
 		return -1;
 	}
 	free(data);
+	agent_metrics_proposed(a, index);
 	if (index_out) *index_out = index;
 	if (c) {
 		pending *p = &h->pend[h->npend++];
 		p->index = index;
 		p->term = term;
-		p->deadline = ev_now(a->loop) + WRITE_TIMEOUT_S;
+		p->deadline = sk_mono_s() + WRITE_TIMEOUT_S;
 		p->client = *c;
 		snprintf(p->body, sizeof p->body, "%s", body ? body : "");
 		r->deferred = true;
@@ -881,6 +887,11 @@ uint64_t agent_head_applied(agent *a)
 const job_state *agent_head_jobs(agent *a)
 {
 	return a->head ? a->head->jobs : NULL;
+}
+
+struct raft *agent_head_raft(agent *a)
+{
+	return a->head ? a->head->raft : NULL;
 }
 
 uint64_t agent_head_term(agent *a)
@@ -983,7 +994,7 @@ static void cmd_transfer(agent *a, const Skein__Control__Request *q, const agent
 	char err[300], to[RAFT_NAME_MAX + 1] = "", pick[RAFT_NAME_MAX + 1];
 	uint64_t term = raft_term(a->head->raft);
 	const char *want = q->n_args == 2 ? q->args[1] : handover_target(a, pick, sizeof pick);
-	if (raft_transfer(a->head->raft, agent_now_ms(), want, to, sizeof to, err, sizeof err) != 0) {
+	if (raft_transfer(a->head->raft, sk_mono_ms(), want, to, sizeof to, err, sizeof err) != 0) {
 		agent_reply_fail(r, 1, "head transfer: %s", err);
 		return;
 	}
@@ -992,21 +1003,35 @@ static void cmd_transfer(agent *a, const Skein__Control__Request *q, const agent
 	sk_buf_printf(&r->body, "handing the head (term %llu) over to %s\n", (unsigned long long)term, to);
 }
 
+/* Hands the head to the voter alive the longest; 0 when started (or already
+ * under way), -1 with the reason logged. */
+static int hand_over(agent *a, const char *why, char *err, size_t errlen)
+{
+	agent_head *h = a->head;
+	char to[RAFT_NAME_MAX + 1] = "", pick[RAFT_NAME_MAX + 1];
+	if (raft_transfer_target(h->raft)) return 0;
+	if (raft_transfer(h->raft, sk_mono_ms(), handover_target(a, pick, sizeof pick), to, sizeof to, err,
+			  errlen) != 0)
+		return -1;
+	SK_INFO("head", "%s: handing the head over to %s", why, to);
+	head_pump(a);
+	return 0;
+}
+
 void agent_head_leave(agent *a)
 {
 	agent_head *h = a->head;
-	char err[300], to[RAFT_NAME_MAX + 1] = "", pick[RAFT_NAME_MAX + 1];
 	if (!h || !h->raft) return;
 	raft_stop_campaigning(h->raft); /* on its way out: never take the head (back) */
 	if (!raft_is_leader(h->raft)) return;
-	if (raft_transfer(h->raft, agent_now_ms(), handover_target(a, pick, sizeof pick), to, sizeof to, err,
-			  sizeof err) != 0) {
-		SK_WARN("head", "leaving as the head without a handover: %s", err);
-		return;
-	}
-	SK_INFO("head", "leaving: handing the head over to %s", to);
-	h->handover_at = agent_now_ms();
-	head_pump(a);
+	char err[300];
+	if (hand_over(a, "leaving", err, sizeof err) == 0) h->handover_at = sk_mono_ms();
+	else SK_WARN("head", "leaving as the head without a handover: %s", err);
+}
+
+int agent_head_drained(agent *a, char *err, size_t errlen)
+{
+	return agent_head_is_head(a) ? hand_over(a, "this node is drained", err, errlen) : 0;
 }
 
 bool agent_head_handing_over(agent *a)
@@ -1031,7 +1056,7 @@ static void cmd_voters(agent *a, const Skein__Control__Request *q, const agent_c
 		return;
 	}
 	char err[300];
-	uint64_t now = agent_now_ms();
+	uint64_t now = sk_mono_ms();
 	const char *name = q->args[1];
 	if (!strcmp(op, "add")) {
 		mbr_member_info mi;
@@ -1061,7 +1086,7 @@ bool agent_head_dispatch(agent *a, const Skein__Control__Request *q, const agent
 		/* one-way: no answer */
 		r->deferred = true;
 		if (!a->head->raft) return true;
-		raft_recv(a->head->raft, agent_now_ms(), q->payload.data, q->payload.len);
+		raft_recv(a->head->raft, sk_mono_ms(), q->payload.data, q->payload.len);
 		head_pump(a);
 		return true;
 	}
@@ -1139,9 +1164,9 @@ int agent_head_open(agent *a, char *err, size_t errlen)
 	uint64_t seed = 0;
 	if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed) seed = 0;
 	for (const char *p = a->opts.name; *p; p++) seed = (seed ^ (uint8_t)*p) * 0x100000001b3ULL;
-	seed ^= a->generation * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() << 32 ^ agent_now_ms();
+	seed ^= a->generation * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() << 32 ^ sk_mono_ms();
 	raft_self self = { .name = a->opts.name, .seed = seed };
-	h->raft = h->kv ? raft_new(&rc, &self, h->st, agent_now_ms(), err, errlen) : NULL;
+	h->raft = h->kv ? raft_new(&rc, &self, h->st, sk_mono_ms(), err, errlen) : NULL;
 	if (!h->raft) return -1;
 	ev_init(&h->timer, raft_timer_cb);
 	h->timer.data = a;

@@ -39,7 +39,9 @@
 
 #include "agent/agent_jobs_int.h"
 #include "agent/agent_cgroup.h"
+#include "agent/agent_metrics.h"
 #include "agent/agent_sup.h"
+#include "common/sk_time.h"
 #include "common/sk_log.h"
 #include "jobs/job_place.h"
 #include "jobs/job_spec.h"
@@ -54,12 +56,22 @@ static const double INFLIGHT_TIMEOUT_S = 5.0;
 enum { NODE_LOSS_GRACE_MS = 500 };
 
 
-static void kick(agent *a)
+/* A reconcile round and orders in `after` seconds (sooner if one is due sooner). */
+void aj_kick_in(agent *a, double after)
 {
 	agent_jobs *J = a->jobs;
-	if (!J || J->closing || ev_is_active(&J->kick)) return;
-	ev_timer_set(&J->kick, 0.0, 0.0);
+	if (!J || J->closing) return;
+	if (ev_is_active(&J->kick)) {
+		if (ev_timer_remaining(a->loop, &J->kick) <= after) return;
+		ev_timer_stop(a->loop, &J->kick);
+	}
+	ev_timer_set(&J->kick, after, 0.0);
 	ev_timer_start(a->loop, &J->kick);
+}
+
+static void kick(agent *a)
+{
+	aj_kick_in(a, 0.0);
 }
 
 /* ---------------------------------------------------------------- layouts */
@@ -172,7 +184,7 @@ static void ip_str(const mbr_addr *ad, char *out, size_t cap)
  * anything) or not. */
 static size_t cluster_nodes(agent *a, place_node **out)
 {
-	uint64_t now = agent_now_ms();
+	uint64_t now = sk_mono_ms();
 	size_t n = mbr_members(a->mbr, NULL, 0);
 	mbr_member_info *mi = calloc(n ? n : 1, sizeof *mi);
 	place_node *nodes = calloc(n ? n : 1, sizeof *nodes);
@@ -295,7 +307,7 @@ static bool inflight_any(agent *a)
 {
 	agent_jobs *J = a->jobs;
 	uint64_t applied = agent_head_applied(a);
-	double now = ev_now(a->loop);
+	double now = sk_mono_s();
 	for (size_t i = 0; i < J->ninfl;) {
 		if (applied >= J->infl[i].index || now - J->infl[i].since > INFLIGHT_TIMEOUT_S) {
 			J->infl[i] = J->infl[--J->ninfl];
@@ -315,11 +327,11 @@ void aj_inflight_add(agent *a, const char *job, uint64_t index)
 	J->infl = p;
 	snprintf(p[J->ninfl].job, sizeof p[J->ninfl].job, "%s", job);
 	p[J->ninfl].index = index;
-	p[J->ninfl].since = ev_now(a->loop);
+	p[J->ninfl].since = sk_mono_s();
 	J->ninfl++;
 }
 
-static void propose_update(agent *a, const Skein__Jobs__Job *old, const char *state, const char *reason,
+void aj_propose_update(agent *a, const Skein__Jobs__Job *old, const char *state, const char *reason,
 			   const lay *L, const char *why)
 {
 	uint8_t *data;
@@ -402,7 +414,7 @@ static bool trainer_all_placed(const lay *L, uint32_t ranks)
 	return true;
 }
 
-static void master_of(agent *a, lay *L, const place_node *nodes, size_t n)
+void aj_master_of(agent *a, lay *L, const place_node *nodes, size_t n)
 {
 	int ni = node_index(nodes, n, L->node[0]);
 	char addr[64] = "";
@@ -420,7 +432,7 @@ static void master_of(agent *a, lay *L, const place_node *nodes, size_t n)
 /* A new trainer generation gets a new MASTER_PORT when rank 0's node offers
  * one: ranks of the old generation still around (a cut-off node) cannot
  * join the new world.  Keeps the old one otherwise. */
-static void fresh_port(agent *a, lay *L)
+void aj_fresh_port(agent *a, lay *L)
 {
 	if (!L->node[0][0] || !L->master_port) return;
 	uint32_t p = node_free_port(a, L->node[0], L->master_port);
@@ -441,14 +453,14 @@ static bool trainer_restart(agent *a, const job_spec *s, lay *L, const char *cau
 	}
 	L->trainer_gen++;
 	L->trainer_failures++;
-	fresh_port(a, L);
+	aj_fresh_port(a, L);
 	snprintf(why, wl, "%s; restarting the trainer group (generation %llu, restart %u of %d)", cause,
 		 (unsigned long long)L->trainer_gen, L->trainer_failures, s->max_restarts);
 	return true;
 }
 
 /* Fills a place_layout from node names (unknown names: unplaced). */
-static int to_place(const lay *L, const place_node *nodes, size_t n, place_layout *pl)
+int aj_to_place(const lay *L, const place_node *nodes, size_t n, place_layout *pl)
 {
 	pl->nslots = L->n;
 	pl->slots = calloc(L->n ? L->n : 1, sizeof *pl->slots);
@@ -462,7 +474,7 @@ static int to_place(const lay *L, const place_node *nodes, size_t n, place_layou
 
 /* Copies a place_layout back; returns a bitmask of what changed:
  * 1 = a trainer slot, 2 = an engine slot. */
-static int from_place(const job_spec *s, lay *L, const place_layout *pl, const place_node *nodes, bool *eng_changed)
+int aj_from_place(const job_spec *s, lay *L, const place_layout *pl, const place_node *nodes, bool *eng_changed)
 {
 	uint32_t A = job_spec_trainer_ranks(s), tp = s->rollout_num_gpus_per_engine;
 	uint32_t off = s->colocate ? 0 : A;
@@ -495,12 +507,15 @@ static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec
 	place_layout pl = { 0 };
 	place_result res = { 0 };
 	bool *eng = calloc(L.neng ? L.neng : 1, sizeof *eng);
-	if (!eng || to_place(&L, nodes, n, &pl) < 0) goto out;
+	if (!eng || aj_to_place(&L, nodes, n, &pl) < 0) goto out;
 	bool fresh = !aj_placed(j);
 	bool need = fresh;
 	for (uint32_t i = 0; i < pl.nslots; i++)
 		if (pl.slots[i].node < 0 || !nodes[pl.slots[i].node].alive) need = true;
-	if (!need) goto port;
+	if (!need) {
+		if (aj_drain_step(a, j, s, nodes, n)) goto out;
+		goto port;
+	}
 	int rc = fresh ? place_fresh(s, nodes, n, &pl, &res) : place_repair(s, nodes, n, &pl, &res);
 	if (rc < 0) goto out;
 	/* restarts an engine had where it was, for its SKEIN_RESTART_COUNT on the new node */
@@ -511,10 +526,10 @@ static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec
 		const Skein__Jobs__MemberStatus *st = L.node[off + e * tp][0] ? aj_status_of(a, L.node[off + e * tp], id) : NULL;
 		if (st && st->gen == L.engine_gen[e] && st->restarts > L.engine_restarts[e]) L.engine_restarts[e] = st->restarts;
 	}
-	int changed = from_place(s, &L, &pl, nodes, eng);
+	int changed = aj_from_place(s, &L, &pl, nodes, eng);
 	if (fresh && rc == 1) {
 		if (strcmp(j->reason, res.reason))
-			propose_update(a, j, "pending", res.reason, NULL, res.reason);
+			aj_propose_update(a, j, "pending", res.reason, NULL, res.reason);
 		goto out;
 	}
 	if (!changed && !strcmp(j->reason, res.reason)) goto port;
@@ -533,7 +548,7 @@ static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec
 			char cause[sizeof why];
 			snprintf(cause, sizeof cause, "%s", why);
 			if (!trainer_restart(a, s, &L, cause, why, sizeof why)) {
-				propose_update(a, j, "failed", why, &L, why);
+				aj_propose_update(a, j, "failed", why, &L, why);
 				goto out;
 			}
 		}
@@ -544,16 +559,16 @@ static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec
 			L.engine_restarts[e]++;
 		}
 	}
-	master_of(a, &L, nodes, n);
+	aj_master_of(a, &L, nodes, n);
 	if (!L.master_port && L.node[0][0]) L.master_port = node_free_port(a, L.node[0], 0);
-	propose_update(a, j, "running", res.reason, &L, why);
+	aj_propose_update(a, j, "running", res.reason, &L, why);
 	goto out;
 port:
 	/* the trainer waits for MASTER_PORT until rank 0's node has reported one */
 	if (aj_placed(j) && !L.master_port && L.node[0][0]) {
-		master_of(a, &L, nodes, n);
+		aj_master_of(a, &L, nodes, n);
 		L.master_port = node_free_port(a, L.node[0], 0);
-		if (L.master_port) propose_update(a, j, j->state, j->reason, &L, "MASTER_PORT chosen");
+		if (L.master_port) aj_propose_update(a, j, j->state, j->reason, &L, "MASTER_PORT chosen");
 	}
 out:
 	free(pl.slots);
@@ -627,10 +642,10 @@ static void reconcile_trainer(agent *a, const Skein__Jobs__Job *j, const job_spe
 		else
 			snprintf(cause, sizeof cause, "%s runs in a new process of the same generation (its agent "
 				 "restarted or fenced it)", reborn->id);
-		if (trainer_restart(a, s, &L, cause, why, sizeof why)) propose_update(a, j, "running", "", &L, why);
-		else propose_update(a, j, "failed", why, &L, why);
+		if (trainer_restart(a, s, &L, cause, why, sizeof why)) aj_propose_update(a, j, "running", "", &L, why);
+		else aj_propose_update(a, j, "failed", why, &L, why);
 	} else if (done == A) {
-		propose_update(a, j, "completed", "every trainer rank exited 0", &L, "completed");
+		aj_propose_update(a, j, "completed", "every trainer rank exited 0", &L, "completed");
 	}
 out:
 	aj_lay_free(&L);
@@ -640,7 +655,8 @@ static void reconcile(agent *a)
 {
 	const job_state *js = agent_head_jobs(a);
 	if (!js || !agent_head_ready(a) || a->jobs->closing) return;
-	a->jobs->last_reconcile = ev_now(a->loop);
+	a->jobs->last_reconcile = sk_mono_s();
+	aj_drain_tick(a);
 	place_node *nodes;
 	size_t n = cluster_nodes(a, &nodes);
 	if (!nodes) return;
@@ -656,6 +672,7 @@ static void reconcile(agent *a)
 		if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0) continue;
 		for (size_t k = 0; k < n; k++) nodes[k].busy = 0;
 		mark_busy(a, js, j, nodes, n);
+		aj_drain_mark(a, nodes, n);
 		reconcile_layout(a, j, &s, nodes, n);
 		j = job_state_get(js, names[i]);
 		if (j && aj_job_active(j) && !inflight_any(a) && aj_placed(j)) reconcile_trainer(a, j, &s);
@@ -766,6 +783,18 @@ bool aj_build_order(const Skein__Jobs__Job *j, const job_spec *s, const lay *L, 
 	env_add(b, "SKEIN_TRANSFER_MODE=%s", s->transfer_mode);
 	env_add(b, "SKEIN_BUFFER_SIZE=%llu", (unsigned long long)s->buffer_size);
 	if (s->disk_dir[0]) env_add(b, "SKEIN_DISK_DIR=%s", s->disk_dir);
+	/* torchrun's variables, so a script written for torchrun runs unchanged:
+	 * the trainer's node units are its groups; each engine is a group of one */
+	uint32_t per = trainer ? s->actor_num_gpus_per_node : 1;
+	env_add(b, "LOCAL_WORLD_SIZE=%u", per);
+	env_add(b, "GROUP_RANK=%u", k / per);
+	env_add(b, "GROUP_WORLD_SIZE=%u", (trainer ? A : E) / per);
+	env_add(b, "ROLE_NAME=%s", trainer ? "trainer" : "rollout");
+	env_add(b, "ROLE_RANK=%u", k);
+	env_add(b, "ROLE_WORLD_SIZE=%u", trainer ? A : E);
+	env_add(b, "TORCHELASTIC_RESTART_COUNT=%u", b->o.restart_base); /* trainer: restarts of the group */
+	env_add(b, "TORCHELASTIC_MAX_RESTARTS=%d", s->max_restarts);
+	env_add(b, "TORCHELASTIC_RUN_ID=%s", s->name);
 	return true;
 }
 
@@ -784,10 +813,13 @@ static void send_orders(agent *a)
 	agent_jobs *J = a->jobs;
 	const job_state *js = agent_head_jobs(a);
 	if (!js || !agent_head_ready(a) || J->closing) return;
-	J->last_orders = ev_now(a->loop);
+	J->last_orders = sk_mono_s();
 	J->dirty = false;
 	bool dropped = false;
 	size_t cap = 0, cnt = 0;
+	static char *drained[JOB_STATE_DRAINED_MAX]; /* every order carries the drained set */
+	size_t ndr = job_state_drained_count(js);
+	for (size_t i = 0; i < ndr; i++) drained[i] = (char *)job_state_drained_at(js, i, NULL);
 	for (size_t i = 0; i < job_state_count(js); i++) {
 		const Skein__Jobs__Job *j = job_state_at(js, i);
 		if (!strcmp(j->state, "running") && aj_placed(j)) cap += j->layout->n_slots * 2;
@@ -832,6 +864,8 @@ static void send_orders(agent *a)
 		as.members = list;
 		as.n_members = k;
 		as.head = a->opts.name;
+		as.drained = drained;
+		as.n_drained = ndr;
 		if (i == 0) {
 			assign_local(a, &as);
 			continue;
@@ -918,10 +952,11 @@ static void assign_local(agent *a, const Skein__Jobs__Assignment *as)
 {
 	agent_jobs *J = a->jobs;
 	if (J->closing) return;
-	J->last_order = ev_now(a->loop);
+	J->last_order = sk_mono_s();
 	if (J->fenced) SK_INFO("jobs", "orders from head %s again: members follow them", as->head);
 	J->fenced = false;
 	snprintf(J->head, sizeof J->head, "%s", as->head);
+	aj_drained_set(a, as->drained, as->n_drained);
 	size_t n = as->n_members;
 	sup_spec *sp = calloc(n ? n : 1, sizeof *sp);
 	/* members reach their agent on its Unix socket: they run as its user,
@@ -972,6 +1007,7 @@ static void sup_event(void *ud, const sup_status *st)
 	}
 	SK_INFO("jobs", "member %s %s (pid %d, restarts %u%s%s)", st->id, sup_state_str(st->state), (int)st->pid,
 		st->restarts, st->reason[0] ? ": " : "", st->reason);
+	if (current) agent_metrics_member_event(a, st);
 	send_report(a);
 }
 
@@ -1013,6 +1049,8 @@ static void handle_report(agent *a, const char *node, const uint8_t *data, size_
 		act = !strcmp(j->state, "running") && aj_placed(j) && !j->layout->master_port &&
 		      !strcmp(j->layout->slots[0]->node, node); /* rank 0's node: its port came */
 	}
+	/* a drain moves the next engine as soon as the last one runs */
+	if (!act && js && job_state_drained_count(js)) act = true;
 	if (act) kick(a);
 }
 
@@ -1052,7 +1090,17 @@ bool agent_jobs_dispatch(agent *a, const Skein__Control__Request *q, const agent
 		else aj_cmd_logs(a, q, c, r);
 		return true;
 	}
-	if (strcmp(cmd, "job") && strcmp(cmd, "placement")) return false;
+	if (!strcmp(cmd, "status")) {
+		char head[MBR_NAME_MAX + 1];
+		uint64_t term;
+		agent_head_known(a, head, sizeof head, &term, NULL, 0);
+		if (agent_head_is_head(a) && agent_head_ready(a)) aj_cmd_status(a, q, r, true);
+		else if (head[0] && !agent_head_is_head(a)) agent_head_forward(a, q, c, r);
+		else aj_cmd_status(a, q, r, false); /* no head: what this agent knows */
+		return true;
+	}
+	if (strcmp(cmd, "job") && strcmp(cmd, "placement") && strcmp(cmd, "drain") && strcmp(cmd, "undrain"))
+		return false;
 	if (!agent_head_is_head(a)) {
 		agent_head_forward(a, q, c, r);
 		return true;
@@ -1062,8 +1110,14 @@ bool agent_jobs_dispatch(agent *a, const Skein__Control__Request *q, const agent
 		return true;
 	}
 	if (!strcmp(cmd, "job")) aj_cmd_job(a, q, c, r);
-	else aj_cmd_placement(a, q, r);
+	else if (!strcmp(cmd, "placement")) aj_cmd_placement(a, q, r);
+	else aj_cmd_drain(a, q, c, r);
 	return true;
+}
+
+struct sup *agent_jobs_sup(agent *a)
+{
+	return a->jobs ? a->jobs->sup : NULL;
 }
 
 /* ---------------------------------------------------------------- lifecycle */
@@ -1086,13 +1140,13 @@ static void fence_check(agent *a)
 {
 	agent_jobs *J = a->jobs;
 	if (J->fence_after_s <= 0 || J->fenced || agent_head_ready(a)) { J->fence_ticks = 0; return; }
-	if (ev_now(a->loop) - J->last_order < J->fence_after_s) { J->fence_ticks = 0; return; }
+	if (sk_mono_s() - J->last_order < J->fence_after_s) { J->fence_ticks = 0; return; }
 	/* seen on two ticks: after a stall, orders already queued are read between them */
 	if (++J->fence_ticks < 2) return;
 	size_t n = sup_list(J->sup, NULL, 0);
 	if (!n) return;
 	SK_WARN("jobs", "no order from a head for %.1f s (--member-fence-after): stopping %zu members",
-		ev_now(a->loop) - J->last_order, n);
+		sk_mono_s() - J->last_order, n);
 	sup_set(J->sup, NULL, 0);
 	J->fenced = true;
 	send_report(a);
@@ -1107,7 +1161,7 @@ void agent_jobs_tick(agent *a)
 		fence_check(a);
 		return;
 	}
-	double now = ev_now(a->loop);
+	double now = sk_mono_s();
 	if (now - J->last_reconcile >= RECONCILE_INTERVAL_S) reconcile(a);
 	if (J->dirty || now - J->last_orders >= (J->quick_rounds ? 0.1 : ORDER_INTERVAL_S)) send_orders(a);
 	fence_check(a);
@@ -1171,7 +1225,7 @@ int agent_jobs_open(agent *a, char *err, size_t errlen)
 			 a->opts.member_fence_after);
 		return -2; /* a usage error */
 	}
-	J->last_order = ev_now(a->loop);
+	J->last_order = sk_mono_s();
 	return 0;
 }
 
@@ -1189,6 +1243,7 @@ void agent_jobs_close(agent *a)
 	free(J->reports);
 	free(J->infl);
 	free(J->seen);
+	aj_drained_free(a);
 	free(J);
 	a->jobs = NULL;
 }

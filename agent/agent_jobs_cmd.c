@@ -2,6 +2,7 @@
  * the committed jobs and its agents' latest reports (agent_jobs.c keeps
  * both): job submit|list|status|stop|delete, placement, and logs (served by
  * the agent that runs or ran the member, reached through the head). */
+#include "common/sk_time.h"
 #include "agent/agent_jobs_int.h"
 
 #include <stdio.h>
@@ -62,7 +63,7 @@ static void cmd_submit(agent *a, const Skein__Control__Request *q, const agent_c
 	j.reason = "";
 	j.seq = seq;
 	j.submit_token = (char *)token;
-	j.submitted_ms = (uint64_t)time(NULL) * 1000;
+	j.submitted_ms = sk_wall_ms(); /* shown to people */
 	uint8_t *data;
 	size_t len;
 	if (job_state_encode(&j, &data, &len) < 0) { agent_reply_fail(r, 1, "out of memory"); return; }
@@ -165,7 +166,20 @@ void aj_cmd_placement(agent *a, const Skein__Control__Request *q, agent_reply *r
 		if (only ? strcmp(j->spec->name, only) != 0 : !aj_job_active(j)) continue;
 		print_members(a, j, &r->body, json, &first);
 	}
-	if (json) sk_buf_printf(&r->body, "]}\n");
+	/* drained nodes: their members are moving (or waiting to) */
+	size_t ndr = js ? job_state_drained_count(js) : 0;
+	if (json) {
+		sk_buf_printf(&r->body, "],\"drained\":[");
+		for (size_t i = 0; i < ndr; i++) {
+			if (i) sk_buf_add(&r->body, ",", 1);
+			sk_buf_json_str(&r->body, job_state_drained_at(js, i, NULL));
+		}
+		sk_buf_printf(&r->body, "]}\n");
+	} else if (ndr) {
+		sk_buf_printf(&r->body, "drained nodes (nothing new placed there; skeinctl drain status NODE):");
+		for (size_t i = 0; i < ndr; i++) sk_buf_printf(&r->body, " %s", job_state_drained_at(js, i, NULL));
+		sk_buf_printf(&r->body, "\n");
+	}
 }
 
 static void job_line(const Skein__Jobs__Job *j, sk_buf *o, bool json)
@@ -348,3 +362,77 @@ void aj_cmd_logs(agent *a, const Skein__Control__Request *q, const agent_client 
 	agent_head_forward(a, q, c, r);
 }
 
+/* ---------------------------------------------------------------- status */
+
+/* skeinctl status: the operator's first screen.  The cluster as this agent
+ * sees it (members by status, drained nodes), the head and its term, and,
+ * from the head's replicated state (`with_jobs`), every job with its state
+ * and members running.  The latest committed weight version and the last
+ * update's time come with the transfer coordinator (issue #13): shown as
+ * "-" / null until then, never made up. */
+void aj_cmd_status(agent *a, const Skein__Control__Request *q, agent_reply *r, bool with_jobs)
+{
+	bool json = !strcmp(q->format, "json");
+	size_t by[4] = { mbr_count(a->mbr, MBR_ALIVE), mbr_count(a->mbr, MBR_SUSPECT), mbr_count(a->mbr, MBR_DEAD),
+			 mbr_count(a->mbr, MBR_LEFT) };
+	char head[MBR_NAME_MAX + 1];
+	uint64_t term;
+	agent_head_known(a, head, sizeof head, &term, NULL, 0);
+	const job_state *js = with_jobs ? agent_head_jobs(a) : NULL;
+	size_t ndr = js ? job_state_drained_count(js) : 0;
+	sk_buf *o = &r->body;
+	if (json) {
+		sk_buf_printf(o, "{\"members\":{\"alive\":%zu,\"suspect\":%zu,\"dead\":%zu,\"left\":%zu},\"drained\":[",
+			      by[0], by[1], by[2], by[3]);
+		for (size_t i = 0; i < ndr; i++) {
+			if (i) sk_buf_add(o, ",", 1);
+			sk_buf_json_str(o, job_state_drained_at(js, i, NULL));
+		}
+		sk_buf_printf(o, "],\"head\":");
+		if (head[0]) sk_buf_json_str(o, head);
+		else sk_buf_printf(o, "null");
+		sk_buf_printf(o, ",\"term\":%llu,\"jobs\":", (unsigned long long)(head[0] ? term : 0));
+		if (!js) sk_buf_printf(o, "null");
+		else sk_buf_printf(o, "[");
+	} else {
+		sk_buf_printf(o, "members: %zu alive, %zu suspect, %zu dead, %zu left", by[0], by[1], by[2], by[3]);
+		if (ndr) {
+			sk_buf_printf(o, "; drained:");
+			for (size_t i = 0; i < ndr; i++) sk_buf_printf(o, " %s", job_state_drained_at(js, i, NULL));
+		}
+		if (head[0]) sk_buf_printf(o, "\nhead: %s (term %llu)\n", head, (unsigned long long)term);
+		else sk_buf_printf(o, "\nhead: none (no head elected, or none known here)\n");
+		if (!js) sk_buf_printf(o, "jobs: unknown without a head\n");
+		else sk_buf_printf(o, "%-20s %-10s %-9s %-14s %-20s %s\n", "JOB", "STATE", "RUNNING", "WEIGHT_VERSION",
+				   "LAST_UPDATE", "REASON");
+	}
+	for (size_t i = 0; js && i < job_state_count(js); i++) {
+		const Skein__Jobs__Job *j = job_state_at(js, i);
+		job_spec s;
+		char err[256];
+		lay L;
+		if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || aj_lay_from_job(&L, j, &s) < 0) continue;
+		uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s), running = 0;
+		for (uint32_t m = 0; m < A + E && aj_placed(j); m++) {
+			member_view v;
+			view_member(a, j, &s, &L, m < A, m < A ? m : m - A, &v);
+			if (!strcmp(v.state, "running") && v.pid > 0) running++;
+		}
+		aj_lay_free(&L);
+		if (json) {
+			sk_buf_printf(o, "%s{\"name\":", i ? "," : "");
+			sk_buf_json_str(o, s.name);
+			sk_buf_printf(o, ",\"state\":\"%s\",\"members\":%u,\"running\":%u,\"weight_version\":null,"
+				      "\"last_update_ms\":null,\"reason\":", j->state, A + E, running);
+			sk_buf_json_str(o, j->reason);
+			sk_buf_printf(o, "}");
+		} else {
+			char rn[24];
+			snprintf(rn, sizeof rn, "%u/%u", running, A + E);
+			sk_buf_printf(o, "%-20s %-10s %-9s %-14s %-20s %s\n", s.name, j->state, rn, "-", "-", j->reason);
+		}
+	}
+	if (json) sk_buf_printf(o, "%s}\n", js ? "]" : "");
+	else if (js && job_state_count(js))
+		sk_buf_printf(o, "(weight version and last update: with the transfer coordinator, issue #13)\n");
+}

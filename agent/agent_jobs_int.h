@@ -6,6 +6,7 @@
 
 #include "agent/agent.h"
 #include "agent/agent_sup.h"
+#include "jobs/job_place.h"
 #include "jobs/job_spec.h"
 #include "jobs/job_state.h"
 #include "proto/control.pb-c.h"
@@ -52,6 +53,14 @@ struct agent_jobs {
 	bool fenced;              /* members stopped for want of orders */
 	int quick_rounds;         /* order rounds 100 ms apart after a dropped send */
 	int fence_ticks;
+	/* drains: the head's latest word on each drained node; every agent's
+	 * copy of the drained set (from orders) */
+	struct drain_note *notes;
+	size_t nnotes;
+	struct drain_seen *up;    /* when the head first saw each moved engine run */
+	size_t nup;
+	char **drained;
+	size_t ndrained;
 };
 
 /* A job's layout as plain C, for computing the next one. */
@@ -71,9 +80,9 @@ typedef struct {
 	char id[SUP_ID_MAX];
 	char node[MBR_NAME_MAX + 1];
 	uint32_t gpus[JOB_GPUS_PER_NODE_MAX];
-	char arena[JOB_DIR_MAX + 1024];   /* every KEY=VALUE, back to back: sized for the longest */
+	char arena[JOB_DIR_MAX + 2048];   /* every KEY=VALUE, back to back: sized for the longest */
 	size_t used;
-	char *env[24];
+	char *env[40];
 } order_buf;
 
 void aj_lay_free(lay *L);
@@ -93,9 +102,32 @@ bool aj_build_order(const Skein__Jobs__Job *j, const job_spec *s, const lay *L, 
 		    order_buf *b, char *node, size_t nodecap);
 void aj_gpu_list(char *out, size_t cap, const uint32_t *g, uint32_t n);
 
+/* agent_jobs.c helpers the drain uses */
+void aj_kick_in(agent *a, double after);
+void aj_propose_update(agent *a, const Skein__Jobs__Job *old, const char *state, const char *reason, const lay *L,
+		       const char *why);
+void aj_master_of(agent *a, lay *L, const place_node *nodes, size_t n);
+void aj_fresh_port(agent *a, lay *L);
+int aj_to_place(const lay *L, const place_node *nodes, size_t n, place_layout *pl);
+/* bitmask: 1 a trainer slot changed, 2 an engine slot (eng_changed[e] set) */
+int aj_from_place(const job_spec *s, lay *L, const place_layout *pl, const place_node *nodes, bool *eng_changed);
+
+/* agent_drain.c: skeinctl drain / undrain, and the head's moves off drained nodes */
+void aj_drain_tick(agent *a);                 /* head: before a reconcile round */
+void aj_drain_mark(agent *a, place_node *nodes, size_t n); /* drained nodes offer no GPUs */
+/* Moves one step of job j off drained nodes (the whole trainer group, or one
+ * engine once every engine runs); true when it proposed a change. */
+bool aj_drain_step(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place_node *nodes, size_t n);
+void aj_cmd_drain(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r);
+/* Agent side: the drained set as the head's last order said. */
+void aj_drained_set(agent *a, char **names, size_t n);
+void aj_drained_free(agent *a);
+
 /* agent_jobs_cmd.c: head-side commands (the caller checked the head is ready) */
 void aj_cmd_job(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r);
 void aj_cmd_placement(agent *a, const Skein__Control__Request *q, agent_reply *r);
+/* skeinctl status; without jobs where no head is known */
+void aj_cmd_status(agent *a, const Skein__Control__Request *q, agent_reply *r, bool with_jobs);
 /* any agent: served here, or passed to the head / the member's node */
 void aj_cmd_logs(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r);
 

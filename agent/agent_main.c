@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include "agent/agent_files.h"
+#include "agent/agent_metrics.h"
+#include "common/sk_time.h"
 #include "common/sk_log.h"
 #include "proto/gossip.pb-c.h"
 
@@ -24,13 +26,6 @@
 static const double LEAVE_MAX_S = 3.0;
 /* Join retries back off from 1 s to this (a seed may start later). */
 static const double JOIN_BACKOFF_MAX_S = 10.0;
-
-uint64_t agent_now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
 
 /* ---- data directory ---- */
 
@@ -74,9 +69,7 @@ static int mkdirs(const char *dir)
 static int next_generation(agent *a, char *err, size_t errlen)
 {
 	if (!a->opts.data_dir[0]) {
-		struct timespec t;
-		clock_gettime(CLOCK_REALTIME, &t);
-		a->generation = (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+		a->generation = sk_wall_ms(); /* rises across restarts, as a stored count would */
 		return 0;
 	}
 	if (mkdirs(a->opts.data_dir) < 0) {
@@ -216,7 +209,7 @@ int agent_update_meta(agent *a)
 	}
 	skein__gossip__node_meta__pack(&m, buf);
 	if (!a->mbr) return 0;
-	int rc = mbr_set_meta(a->mbr, agent_now_ms(), buf, n);
+	int rc = mbr_set_meta(a->mbr, sk_mono_ms(), buf, n);
 	agent_pump(a);
 	return rc;
 }
@@ -227,7 +220,7 @@ static void mbr_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	agent *a = t->data;
 	(void)loop; (void)revents;
-	mbr_tick(a->mbr, agent_now_ms());
+	mbr_tick(a->mbr, sk_mono_ms());
 	agent_pump(a);
 }
 
@@ -257,7 +250,7 @@ void agent_pump(agent *a)
 		agent_jobs_members_changed(a);
 		a->in_head_update = false;
 	}
-	uint64_t now = agent_now_ms(), d = mbr_next_deadline(a->mbr);
+	uint64_t now = sk_mono_ms(), d = mbr_next_deadline(a->mbr);
 	double after = d > now ? (double)(d - now) / 1000.0 : 0.0;
 	ev_timer_stop(a->loop, &a->mbr_timer);
 	ev_timer_set(&a->mbr_timer, after, 0.0);
@@ -318,7 +311,7 @@ static int join_addrs(agent *a, const struct addrinfo *res)
 			continue;
 		}
 		if (mbr_addr_eq(&seed, &a->adv)) continue;
-		mbr_join(a->mbr, agent_now_ms(), &seed);
+		mbr_join(a->mbr, sk_mono_ms(), &seed);
 		sent++;
 	}
 	return sent;
@@ -406,7 +399,7 @@ static void leave_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	agent *a = t->data;
 	(void)revents;
-	if ((mbr_leave_done(a->mbr) && !agent_head_handing_over(a)) || ev_now(loop) - a->leave_started >= LEAVE_MAX_S) {
+	if ((mbr_leave_done(a->mbr) && !agent_head_handing_over(a)) || sk_mono_s() - a->leave_started >= LEAVE_MAX_S) {
 		SK_INFO("agent", "left the cluster");
 		ev_break(loop, EVBREAK_ALL);
 		return;
@@ -425,11 +418,11 @@ void agent_start_leave(agent *a)
 {
 	if (a->leaving) return;
 	a->leaving = true;
-	a->leave_started = ev_now(a->loop);
+	a->leave_started = sk_mono_s();
 	SK_INFO("agent", "leaving the cluster");
 	ev_timer_stop(a->loop, &a->join_timer);
 	agent_head_leave(a); /* first: the handover's messages go out while gossip says goodbye */
-	mbr_leave(a->mbr, agent_now_ms());
+	mbr_leave(a->mbr, sk_mono_ms());
 	agent_pump(a);
 	ev_timer_init(&a->leave_timer, leave_timer_cb, 0.05, 0);
 	a->leave_timer.data = a;
@@ -558,6 +551,12 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 		snprintf(err, sizeof err, "--rpc: expected IP:PORT, got '%s'", a->opts.rpc);
 		goto usage;
 	}
+	struct sockaddr_storage mss;
+	unsigned msl;
+	if (a->opts.metrics[0] && wire_parse_addr(a->opts.metrics, &mss, &msl) < 0) {
+		snprintf(err, sizeof err, "--metrics: expected IP:PORT, got '%s'", a->opts.metrics);
+		goto usage;
+	}
 	if (!strcmp(a->opts.gpus, "auto")) {
 		a->gpus = agent_gpu_count(a->gpu_source, sizeof a->gpu_source);
 	} else {
@@ -578,7 +577,6 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 	*exit_code = AGENT_EXIT_STORAGE;
 	if (agent_run_dir_pick(a->opts.name, a->opts.data_dir, a->run_dir, sizeof a->run_dir, err, sizeof err) < 0)
 		goto fatal;
-	raise_nofile();
 	if (next_generation(a, err, sizeof err) < 0) goto fatal;
 	if (load_keys(a, err, sizeof err) < 0) goto fatal;
 	*exit_code = AGENT_EXIT_ERROR;
@@ -598,14 +596,15 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 
 	mbr_self self = { .name = a->opts.name, .addr = a->adv, .generation = a->generation,
 			  .seed = a->generation ^ (uint64_t)getpid() * 0x9e3779b97f4a7c15ULL };
-	a->mbr = mbr_new(&a->mcfg, &self, agent_now_ms(), err, sizeof err);
+	a->mbr = mbr_new(&a->mcfg, &self, sk_mono_ms(), err, sizeof err);
 	if (!a->mbr) { *exit_code = AGENT_EXIT_USAGE; goto usage; }
 	sk_rng_seed(&a->rng, self.seed ^ 0x5eed);
-	a->started_ms = agent_now_ms();
+	a->started_ms = sk_mono_ms();
 
 	a->loop = ev_default_loop(EVFLAG_AUTO);
 	ev_init(&a->mbr_timer, mbr_timer_cb);
 	a->mbr_timer.data = a;
+	raise_nofile(); /* after every usage check: their error stays the only line */
 	if (agent_net_open(a, err, sizeof err) < 0) goto fatal;
 	if (agent_ctl_open(a, err, sizeof err) < 0) goto fatal;
 	int orc = agent_head_open(a, err, sizeof err);
@@ -619,6 +618,7 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 		*exit_code = orc == -2 ? AGENT_EXIT_USAGE : AGENT_EXIT_ERROR;
 		goto fatal;
 	}
+	if (agent_metrics_open(a, err, sizeof err) < 0) goto fatal;
 	if (agent_update_meta(a) < 0) goto fatal;
 
 	signal(SIGPIPE, SIG_IGN);
@@ -654,6 +654,7 @@ fatal:
 static void teardown(agent *a)
 {
 	if (a->loop) {
+		agent_metrics_close(a);
 		agent_jobs_close(a);
 		agent_head_close(a);
 		agent_ctl_close(a);

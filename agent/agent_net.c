@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/sk_time.h"
 #include "common/sk_log.h"
 #include "proto/wire_frame.h"
 
@@ -103,7 +104,7 @@ static void udp_cb(struct ev_loop *loop, ev_io *w, int revents)
 		if (!frame) continue;
 		mbr_addr from;
 		agent_net_from_sockaddr(&ss, &from);
-		mbr_recv(a->mbr, agent_now_ms(), &from, frame, flen, false);
+		mbr_recv(a->mbr, sk_mono_ms(), &from, frame, flen, false);
 	}
 	agent_pump(a);
 }

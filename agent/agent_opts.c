@@ -58,6 +58,7 @@ static const opt table[] = {
 	S("member-fence-after", member_fence_after, "SECONDS",
 	  "stop this node's members when no head has given it orders for this long (a node cut off while the "
 	  "others place its members elsewhere); 0 = never, the default"),
+	S("metrics", metrics, "IP:PORT", "serve Prometheus metrics (GET /metrics, read-only) there; off by default"),
 	L("set", set, "KEY=VALUE", "override one gossip parameter (skeind --set probe_interval_ms=500); repeatable"),
 };
 #undef S

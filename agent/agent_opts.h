@@ -39,6 +39,7 @@ typedef struct {
 	bool head_eligible;
 	char bootstrap_expect[16];   /* a number; "0" = never bootstrap */
 	char voter_replace_after[16];/* seconds; "0" = never replace automatically */
+	char metrics[OPTS_STR];      /* IP:PORT of GET /metrics; "" = off */
 	char member_fence_after[16]; /* seconds without an order from a head before members stop; "0" = never */
 	char *join[OPTS_LIST_MAX];
 	int njoin;

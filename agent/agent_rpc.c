@@ -1,5 +1,6 @@
 /* agent/agent_rpc: see agent_rpc.h. */
 #include "agent/agent_rpc.h"
+#include "common/sk_time.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -36,7 +37,7 @@ uint8_t *agent_req_pack(Skein__Control__Request *q, const agent_rpc_cred *cred, 
 	if (getrandom(nonce, AUTH_NONCE, 0) != AUTH_NONCE) return NULL;
 	q->sender = (char *)(cred && cred->sender ? cred->sender : "");
 	q->recipient = (char *)(recipient ? recipient : "");
-	q->time_ms = agent_wall_ms();
+	q->time_ms = sk_wall_ms();
 	q->nonce.data = nonce;
 	q->nonce.len = AUTH_NONCE;
 	size_t n = skein__control__request__get_packed_size(q);
@@ -89,12 +90,6 @@ Skein__Control__Response *agent_resp_open(const uint8_t *data, size_t n, const a
 
 /* ---- the client: every call a non-blocking socket, all polled together ---- */
 
-static long long now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 typedef struct {
 	int fd;
@@ -268,9 +263,9 @@ int agent_rpc_run(agent_rpc *calls, int n, const agent_rpc_cred *cred, int timeo
 			 c->endpoint, timeout_ms);
 		pending++;
 	}
-	long long deadline = now_ms() + timeout_ms;
+	long long deadline = sk_mono_ms() + timeout_ms;
 	while (pending > 0) {
-		long long left = deadline - now_ms();
+		long long left = deadline - sk_mono_ms();
 		if (left <= 0) break;
 		for (int i = 0; i < n; i++) {
 			pf[i].fd = io[i].fd;

@@ -22,6 +22,7 @@
  *     sup_stop_prefix never call out while the agent is handling an order
  *     (STYLE: no callbacks in the middle of handling a request), and events
  *     keep their order. */
+#include "common/sk_time.h"
 #include "agent/agent_sup.h"
 
 #include <errno.h>
@@ -106,12 +107,6 @@ const char *sup_state_str(sup_state s)
 	return (unsigned)s < sizeof state_names / sizeof state_names[0] ? state_names[s] : "unknown";
 }
 
-static uint64_t sup_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static void sup_errf(char *err, size_t errlen, const char *fmt, const char *arg)
 {
@@ -371,8 +366,8 @@ static void sup_state_cleanup(const char *path)
 	 * process carrying its mark (a group whose leader is gone, a setsid) */
 	if (cg[0] && agent_cg_path_ok(cg)) {
 		int n = agent_cg_signal(cg, SIGKILL);
-		uint64_t until = sup_now_ms() + SUP_GONE_CAP_MS;
-		while (agent_cg_populated(cg) && sup_now_ms() < until) usleep(SUP_GONE_POLL_MS * 1000);
+		uint64_t until = sk_mono_ms() + SUP_GONE_CAP_MS;
+		while (agent_cg_populated(cg) && sk_mono_ms() < until) usleep(SUP_GONE_POLL_MS * 1000);
 		if (n) SK_WARN("sup", "killed what a previous agent left in cgroup %s", cg);
 		if (agent_cg_remove(cg) != 0) SK_WARN("sup", "cgroup %s of a previous agent not removed: %s", cg, strerror(errno));
 	} else if (cg[0] && access(cg, F_OK) == 0) { /* (a folder never made is no news) */
@@ -673,7 +668,7 @@ static int sup_open_log(sup_member *m, uint32_t rc, char *why, size_t wl)
 		return -1;
 	}
 	char ts[32], line[128];
-	time_t now = time(NULL);
+	time_t now = (time_t)(sk_wall_ms() / 1000); /* shown in the log: the wall clock */
 	struct tm tm;
 	gmtime_r(&now, &tm);
 	strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
@@ -751,7 +746,7 @@ static int sup_spawn(sup_member *m)
 	m->pgid = pid;
 	m->st.pid = pid;
 	m->st.restarts = rc;
-	m->st.started_ms = sup_now_ms();
+	m->st.started_ms = sk_mono_ms();
 	if (sup_starttime(pid, &m->starttime) != 0) m->starttime = 0;
 	ev_child_set(&m->cw, pid, 0);
 	ev_child_start(s->loop, &m->cw);
@@ -801,7 +796,7 @@ static void sup_stop_done(sup_member *m)
 static void sup_stop_step(sup_member *m)
 {
 	sup *s = m->s;
-	uint64_t now = sup_now_ms();
+	uint64_t now = sk_mono_ms();
 	ev_timer_stop(s->loop, &m->stop_w);
 	if (!m->killed && now >= m->kill_at) {
 		if (sup_member_alive(m)) {
@@ -844,7 +839,7 @@ static void sup_stop(sup_member *m, sup_then then)
 	if (m->stopping) return;
 	m->stopping = true;
 	m->killed = false;
-	m->kill_at = sup_now_ms() + m->spec.stop_grace_ms;
+	m->kill_at = sk_mono_ms() + m->spec.stop_grace_ms;
 	sup_member_kill(m, SIGTERM);
 	sup_member_kill(m, SIGCONT); /* a stopped (SIGSTOP) group would hold the TERM until the KILL */
 	sup_stop_step(m); /* the leader is not reaped yet: only arms the KILL timer */
@@ -859,7 +854,7 @@ static void sup_child_cb(struct ev_loop *loop, ev_child *w, int revents)
 	int status = w->rstatus;
 	ev_child_stop(loop, w);
 	m->st.pid = 0;
-	m->st.exited_ms = sup_now_ms();
+	m->st.exited_ms = sk_mono_ms();
 	m->st.last_exit = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
 	sup_state_write(s);
 	if (m->stopping) {
@@ -937,7 +932,7 @@ sup *sup_new(struct ev_loop *loop, const char *log_dir, const char *state_file, 
 	uint8_t r[SUP_MARK_HEX / 2];
 	if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
 		/* not secret, only unique: time and pid will do */
-		uint64_t t = sup_now_ms() ^ (uint64_t)getpid() << 40;
+		uint64_t t = sk_mono_ms() ^ (uint64_t)getpid() << 40;
 		for (size_t i = 0; i < sizeof r; i++) r[i] = (uint8_t)(t >> (i % 8 * 8)) ^ (uint8_t)i;
 	}
 	for (size_t i = 0; i < sizeof r; i++) snprintf(s->mark + 2 * i, 3, "%02x", r[i]);
@@ -1133,7 +1128,7 @@ static void sup_free_wait(sup *s, uint64_t until)
 	ev_timer tick;
 	ev_timer_init(&tick, sup_free_tick, SUP_FREE_TICK_MS / 1000.0, SUP_FREE_TICK_MS / 1000.0);
 	ev_timer_start(s->loop, &tick);
-	while (sup_any(s) && sup_now_ms() < until) ev_run(s->loop, EVRUN_ONCE);
+	while (sup_any(s) && sk_mono_ms() < until) ev_run(s->loop, EVRUN_ONCE);
 	ev_timer_stop(s->loop, &tick);
 }
 
@@ -1151,7 +1146,7 @@ void sup_free(sup **ps, double max_wait_s)
 		if (m->st.pid || m->stopping) sup_stop(m, SUP_THEN_NONE);
 	}
 	if (max_wait_s < 0) max_wait_s = 0;
-	sup_free_wait(s, sup_now_ms() + (uint64_t)(max_wait_s * 1000));
+	sup_free_wait(s, sk_mono_ms() + (uint64_t)(max_wait_s * 1000));
 	if (sup_any(s)) {
 		for (size_t i = 0; i < s->n; i++) {
 			sup_member *m = s->m[i];
@@ -1159,9 +1154,9 @@ void sup_free(sup **ps, double max_wait_s)
 			SK_WARN("sup", "%s: still running at shutdown: SIGKILL to group %d", m->st.id, (int)m->pgid);
 			sup_member_kill(m, SIGKILL);
 			m->killed = true;
-			m->kill_at = sup_now_ms();
+			m->kill_at = sk_mono_ms();
 		}
-		sup_free_wait(s, sup_now_ms() + SUP_FREE_REAP_MS);
+		sup_free_wait(s, sk_mono_ms() + SUP_FREE_REAP_MS);
 	}
 	for (size_t i = 0; i < s->n; i++) {
 		sup_member *m = s->m[i];

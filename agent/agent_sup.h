@@ -73,7 +73,7 @@ typedef struct {
 	sup_state state;
 	uint32_t restarts;         /* the SKEIN_RESTART_COUNT of the current or last process */
 	int last_exit;             /* exit code, or -signal; 0 before any exit */
-	uint64_t started_ms, exited_ms; /* CLOCK_MONOTONIC ms; 0 when never */
+	uint64_t started_ms, exited_ms; /* sk_mono_ms; 0 when never */
 	char reason[128];
 } sup_status;
 

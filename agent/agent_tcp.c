@@ -43,6 +43,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/sk_time.h"
 #include "common/sk_log.h"
 #include "proto/wire_frame.h"
 
@@ -159,7 +160,7 @@ static agent_conn *victim(const conn_list *l, double now, const mbr_addr *src, b
 static bool in_shed(agent *a, const mbr_addr *src)
 {
 	bool idle;
-	agent_conn *v = victim(&a->tcp->in, ev_now(a->loop), src, &idle);
+	agent_conn *v = victim(&a->tcp->in, sk_mono_s(), src, &idle);
 	if (!v) return false;
 	(*(idle ? &a->cnt.tcp_in_shed_idle : &a->cnt.tcp_in_shed_busy))++;
 	conn_close(v);
@@ -258,7 +259,7 @@ static void in_deliver(agent_conn *c)
 			c->cap = 0;
 		}
 		a->cnt.tcp_in++;
-		mbr_recv(a->mbr, agent_now_ms(), &c->peer, frame, flen, true);
+		mbr_recv(a->mbr, sk_mono_ms(), &c->peer, frame, flen, true);
 	}
 	free(plain);
 }
@@ -286,7 +287,7 @@ static void in_read(agent_conn *c)
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
 		if (n <= 0) { conn_close(c); return; } /* closed or reset before a whole message */
 		a->cnt.bytes_in += (uint64_t)n;
-		c->active = ev_now(a->loop);
+		c->active = sk_mono_s();
 		if (c->off < 4) {
 			c->off += (size_t)n;
 			if (c->off == 4 && in_header(c) < 0) return;
@@ -318,7 +319,7 @@ static void out_write(agent_conn *c)
 			return;
 		}
 		c->off += (size_t)n;
-		c->active = ev_now(a->loop);
+		c->active = sk_mono_s();
 	}
 	a->cnt.tcp_out++;
 	a->cnt.bytes_out += c->len;
@@ -341,7 +342,7 @@ static void conn_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	agent *a = c->a;
 	(void)revents;
 	uint64_t *why = &a->cnt.tcp_timeouts;
-	double due = c->opened + STREAM_S, now = ev_now(loop);
+	double due = c->opened + STREAM_S, now = sk_mono_s();
 	if (!c->outgoing && c->off == 0) {
 		due = c->opened + FIRST_BYTE_S;
 		why = &a->cnt.tcp_in_first_byte_timeouts;
@@ -367,7 +368,7 @@ static agent_conn *conn_new(agent *a, int fd, bool outgoing, const mbr_addr *pee
 	c->fd = fd;
 	c->outgoing = outgoing;
 	c->peer = *peer;
-	c->opened = c->active = ev_now(a->loop);
+	c->opened = c->active = sk_mono_s();
 	ev_io_init(&c->w, conn_io_cb, fd, outgoing ? EV_WRITE : EV_READ);
 	c->w.data = c;
 	ev_timer_init(&c->t, conn_timer_cb, outgoing ? STREAM_S : FIRST_BYTE_S, 0);
@@ -406,7 +407,7 @@ static void accept_pause_cb(struct ev_loop *loop, ev_timer *t, int revents)
 static bool accept_no_fd(agent *a, int err)
 {
 	agent_tcp *t = a->tcp;
-	double now = ev_now(a->loop);
+	double now = sk_mono_s();
 	if (in_shed(a, NULL)) return true;
 	a->cnt.tcp_accept_no_fd++;
 	if (t->reserve_fd >= 0) {
@@ -457,7 +458,7 @@ static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 static bool out_admit(agent *a, size_t need)
 {
 	conn_list *l = &a->tcp->out;
-	double now = ev_now(a->loop);
+	double now = sk_mono_s();
 	while (l->n >= l->max || l->bytes + need > OUT_BYTES_MAX) {
 		bool idle;
 		agent_conn *v = victim(l, now, NULL, &idle);

@@ -1,4 +1,5 @@
 /* agent/agent_wire: see agent_wire.h. */
+#include "common/sk_time.h"
 #include "agent/agent_wire.h"
 
 #include <arpa/inet.h>
@@ -53,12 +54,6 @@ struct wire {
 	wire_stats st;
 };
 
-static uint64_t now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
 
 static conn *lookup(wire *w, wire_id id)
 {
@@ -111,7 +106,7 @@ static conn *conn_new(wire *w, int fd, uint8_t kind)
 	c->fd = fd;
 	c->kind = kind;
 	c->w = w;
-	c->opened = c->last = now_ms();
+	c->opened = c->last = sk_mono_ms();
 	ev_io_init(&c->rio, read_cb, fd, EV_READ);
 	ev_io_init(&c->wio, write_cb, fd, EV_WRITE);
 	c->rio.data = c->wio.data = c;
@@ -245,7 +240,7 @@ static void deliver(wire *w, conn *c)
 	c->in = NULL;
 	c->got = c->cap = c->want = 0;
 	c->hgot = 0;
-	c->last = now_ms();
+	c->last = sk_mono_ms();
 	c->frames = true;
 	if (c->kind == K_IN) {
 		/* answers queue up unread: stop reading until they drain */
@@ -414,7 +409,7 @@ static void sweep_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	wire *w = t->data;
 	(void)loop; (void)revents;
-	uint64_t now = now_ms();
+	uint64_t now = sk_mono_ms();
 	for (int i = 0; i < WIRE_CONNS_MAX; i++) {
 		conn *c = w->slots[i];
 		if (!c) continue;

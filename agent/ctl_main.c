@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/sk_time.h"
 #include "agent/agent_crypto.h"
 #include "agent/agent_rpc.h"
 #include "jobs/job_spec.h"
@@ -42,6 +43,7 @@ static void usage(FILE *f)
 		"  join HOST:PORT         ask the agent to join another agent's cluster\n"
 		"  leave                  make the agent leave the cluster gracefully and exit\n"
 		"  health                 exit 0 when the agent is up and has a cluster (liveness probe)\n"
+		"  ready                  exit 0 when the agent knows a head (readiness probe)\n"
 		"  keyring list [--format text|json]\n"
 		"  keyring install KEY | use KEY | remove KEY\n"
 		"                         cluster-wide key rotation; KEY is '-' (read stdin), @FILE,\n"
@@ -75,6 +77,15 @@ static void usage(FILE *f)
 		"  placement [JOB] [--format text|json]\n"
 		"                         every member: role, node, GPUs, pid, state, restarts\n"
 		"  logs MEMBER [--follow] a member's stdout and stderr, from the agent that runs it\n"
+		"  status [--format text|json]\n"
+		"                         the cluster at a glance: members by status, drained nodes, the\n"
+		"                         head and its term, jobs with their state and members running\n"
+		"  drain NODE [--deadline S]\n"
+		"                         nothing new is placed on NODE; its trainer ranks move (one\n"
+		"                         trainer group restart), its engines one at a time; a head\n"
+		"                         there hands over first; waits until nothing runs there, or\n"
+		"                         exits 1 after S seconds saying why (the node stays drained)\n"
+		"  drain status NODE [--format text|json] | undrain NODE\n"
 		"  debug drop --in P --out P\n"
 		"                         drop that fraction of gossip datagrams (skeind --enable-debug)\n"
 		"  debug order TERM       send a no-op order as a head of TERM would (fencing test)\n\n"
@@ -114,7 +125,6 @@ static int load_key(const char *key_file, const char *op_file)
 	return 0;
 }
 
-static long long mono_us(void);
 
 /* One call to the agent; prints the body or the error; returns the exit code.
  * A head-only request that meets an election ("no head elected yet", "the
@@ -126,13 +136,14 @@ static int call_payload(const char *cmd, char **args, int nargs, const char *for
 	agent_rpc c = { .endpoint = g_rpc, .cmd = cmd, .args = (const char *const *)args,
 			.nargs = nargs, .format = format, .payload = payload, .payload_len = plen };
 	bool head_only = !strcmp(cmd, "state") || !strcmp(cmd, "voters") || !strcmp(cmd, "head") ||
-			 !strcmp(cmd, "job") || !strcmp(cmd, "placement");
-	long long deadline = mono_us() + (long long)g_timeout_ms * 1000;
+			 !strcmp(cmd, "job") || !strcmp(cmd, "placement") || !strcmp(cmd, "drain") ||
+			 !strcmp(cmd, "undrain") || !strcmp(cmd, "status");
+	long long deadline = (long long)sk_mono_us() + (long long)g_timeout_ms * 1000;
 	for (;;) {
-		long long left_ms = (deadline - mono_us()) / 1000;
+		long long left_ms = (deadline - (long long)sk_mono_us()) / 1000;
 		agent_rpc_run(&c, 1, &g_cred, left_ms > 0 ? (int)left_ms : 1);
 		if (!head_only || !c.answered || c.code != 1 || !strstr(c.error, "retry")) break;
-		if (mono_us() + 50000 >= deadline) break;
+		if ((long long)sk_mono_us() + 50000 >= deadline) break;
 		agent_rpc_free(&c, 1);
 		struct timespec ts = { 0, 50 * 1000000 };
 		nanosleep(&ts, NULL);
@@ -184,13 +195,62 @@ static int wait_running(const char *name, long long deadline)
 				return 0;
 			}
 		}
-		if (mono_us() >= deadline) {
+		if ((long long)sk_mono_us() >= deadline) {
 			fprintf(stderr, "skeinctl: job %s: not every member running within --timeout\n", name);
 			return 1;
 		}
 		struct timespec ts = { 0, 200 * 1000000 };
 		nanosleep(&ts, NULL);
 	}
+}
+
+/* drain NODE [--deadline S]: asks the head, then waits until nothing runs
+ * on NODE (0), printing each new reason it waits; past the deadline, exit 1
+ * with the last reason (the node stays drained: undrain gives it back). */
+static int cmd_drain(char **args, int nargs, const char *format)
+{
+	double deadline_s = -1;
+	char *node = NULL;
+	for (int i = 0; i < nargs; i++) {
+		if (!strcmp(args[i], "--deadline") && i + 1 < nargs) {
+			char *end;
+			deadline_s = strtod(args[++i], &end);
+			if (*end || end == args[i] || deadline_s < 0) return die(2, "--deadline: expected seconds, got '%s'", args[i]);
+		} else if (!node && args[i][0] != '-') {
+			node = args[i];
+		} else {
+			return die(2, "usage: skeinctl drain NODE [--deadline S] | drain status NODE%s", "");
+		}
+	}
+	if (!node) return die(2, "usage: skeinctl drain NODE [--deadline S] | drain status NODE%s", "");
+	if (!strcmp(node, "status")) return die(2, "usage: skeinctl drain status NODE%s", "");
+	int rc = call("drain", &node, 1, "text");
+	if (rc) return rc;
+	long long end = deadline_s < 0 ? -1 : (long long)sk_mono_us() + (long long)(deadline_s * 1e6);
+	static char body[1 << 16], last[1 << 16];
+	char *st[] = { "status", node };
+	for (;;) {
+		if (call_payload("drain", st, 2, "text", NULL, 0, true, body, sizeof body) == 0) {
+			if (strstr(body, ": drained, nothing runs there")) {
+				fputs(body, stdout);
+				return 0;
+			}
+			if (strcmp(body, last)) {
+				fputs(body, stdout);
+				fflush(stdout);
+				snprintf(last, sizeof last, "%s", body);
+			}
+		}
+		if (end >= 0 && (long long)sk_mono_us() >= end) {
+			last[strcspn(last, "\n")] = 0;
+			fprintf(stderr, "skeinctl: drain of %s not complete within --deadline %g s: %s\n", node, deadline_s,
+				last[0] ? last : "no answer");
+			return 1;
+		}
+		struct timespec ts = { 0, 100 * 1000000 };
+		nanosleep(&ts, NULL);
+	}
+	(void)format;
 }
 
 static int cmd_job_submit(char **args, int nargs, const char *format)
@@ -218,7 +278,7 @@ static int cmd_job_submit(char **args, int nargs, const char *format)
 	 * between the commit and the answer), the head finds the job the first
 	 * try created instead of creating a second one */
 	uint64_t tok[2] = { 0, 0 };
-	if (getrandom(tok, sizeof tok, 0) != (ssize_t)sizeof tok) tok[0] = (uint64_t)mono_us() ^ ((uint64_t)getpid() << 32);
+	if (getrandom(tok, sizeof tok, 0) != (ssize_t)sizeof tok) tok[0] = (uint64_t)(long long)sk_mono_us() ^ ((uint64_t)getpid() << 32);
 	char token[65];
 	snprintf(token, sizeof token, "%016llx%016llx", (unsigned long long)tok[0], (unsigned long long)tok[1]);
 	const char *given = getenv("SKEIN_SUBMIT_TOKEN"); /* a caller's own idempotency key */
@@ -228,7 +288,7 @@ static int cmd_job_submit(char **args, int nargs, const char *format)
 	}
 	char *sub[] = { "submit", token };
 	char body[256];
-	long long deadline = mono_us() + (long long)g_timeout_ms * 1000;
+	long long deadline = (long long)sk_mono_us() + (long long)g_timeout_ms * 1000;
 	int rc = call_payload("job", sub, 2, format, buf, len, false, body, sizeof body);
 	free(buf);
 	char name[JOB_NAME_MAX + 1];
@@ -425,12 +485,6 @@ static int cmd_keyring(char **args, int nargs, const char *format)
 	return 0;
 }
 
-static long long mono_us(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (long long)t.tv_sec * 1000000 + t.tv_nsec / 1000;
-}
 
 static int cmp_ll(const void *x, const void *y)
 {
@@ -455,9 +509,9 @@ static int cmd_state_bench(const char *count)
 		snprintf(val, sizeof val, "%ld", i);
 		const char *args[] = { "put", key, val };
 		agent_rpc c = { .endpoint = g_rpc, .cmd = "state", .args = args, .nargs = 3, .format = "text" };
-		long long t0 = mono_us();
+		long long t0 = (long long)sk_mono_us();
 		agent_rpc_run(&c, 1, &g_cred, g_timeout_ms);
-		lat[i] = mono_us() - t0;
+		lat[i] = (long long)sk_mono_us() - t0;
 		if (!c.answered || c.code) {
 			failed++;
 			if (failed == 1) fprintf(stderr, "skeinctl: write %ld failed: %s\n", i, c.error);
@@ -527,10 +581,38 @@ int main(int argc, char **argv)
 		return call(cmd, args, nargs, format);
 	}
 	if (!strcmp(cmd, "placement")) return call(cmd, args, nargs, format);
+	if (!strcmp(cmd, "status")) {
+		if (nargs) return die(2, "usage: skeinctl status [--format text|json]%s", "");
+		return call(cmd, args, nargs, format);
+	}
+	if (!strcmp(cmd, "drain")) {
+		if (nargs >= 1 && !strcmp(args[0], "status")) {
+			if (nargs != 2) return die(2, "usage: skeinctl drain status NODE%s", "");
+			return call(cmd, args, nargs, format);
+		}
+		return cmd_drain(args, nargs, format);
+	}
+	if (!strcmp(cmd, "undrain")) {
+		if (nargs != 1) return die(2, "usage: skeinctl undrain NODE%s", "");
+		return call(cmd, args, nargs, format);
+	}
 	if (!strcmp(cmd, "logs")) return cmd_logs(args, nargs);
 	if (!strcmp(cmd, "join")) {
 		if (nargs != 1) return die(2, "usage: skeinctl join HOST:PORT%s", "");
 		return call(cmd, args, nargs, format);
+	}
+	if (!strcmp(cmd, "ready")) {
+		/* a readiness probe: the agent answers and knows a head */
+		static char body[1 << 16];
+		if (nargs) return die(2, "ready takes no arguments%s", "");
+		int rc = call_payload("head", NULL, 0, "text", NULL, 0, true, body, sizeof body);
+		if (rc) return rc;
+		if (strncmp(body, "head: ", 6) || !strncmp(body, "head: (none)", 12)) {
+			fprintf(stderr, "skeinctl: not ready: this agent knows no head\n");
+			return 1;
+		}
+		printf("ready: %.*s\n", (int)strcspn(body, "\n"), body);
+		return 0;
 	}
 	if (!strcmp(cmd, "leave") || !strcmp(cmd, "health")) {
 		if (nargs) return die(2, "%s takes no arguments", cmd);

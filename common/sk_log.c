@@ -1,5 +1,6 @@
 /* common/sk_log: see sk_log.h. */
 #include "common/sk_log.h"
+#include "common/sk_time.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -52,13 +53,12 @@ void sk_log(sk_log_level lvl, const char *module, const char *fmt, ...)
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
 
-	struct timespec now;
 	struct tm tm;
-	clock_gettime(CLOCK_REALTIME, &now);
-	gmtime_r(&now.tv_sec, &tm);
-	snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
-		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-		 now.tv_nsec / 1000000);
+	uint64_t wall = sk_wall_ms();
+	time_t sec = (time_t)(wall / 1000);
+	gmtime_r(&sec, &tm);
+	snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(wall % 1000));
 
 	if (g_format == SK_LOG_JSON) {
 		escape(esc, sizeof esc, msg, 1);

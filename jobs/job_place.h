@@ -1,4 +1,4 @@
-/* jobs/job_place: Miles's placement rules as pure logic (REFERENCE.md s. 3).
+/* jobs/job_place: Miles's placement rules as pure logic (docs/reference.md, Placement).
  *
  * A job owns N one-GPU slots (split: A actor + R rollout slots, rollout
  * offset A; colocated: max(A, R) slots shared, offset 0).  Trainer rank r

@@ -1,6 +1,6 @@
 /* jobs/job_spec: an RL job as Miles's users write it.
  *
- * The flag names and defaults are Miles's (REFERENCE.md section 3):
+ * The flag names and defaults are Miles's (docs/reference.md, Placement):
  *   --actor-num-nodes 1, --actor-num-gpus-per-node 8, --rollout-num-gpus 0,
  *   --rollout-num-gpus-per-engine 1, --num-gpus-per-node 8, --colocate,
  *   --update-weight-transfer-mode broadcast, --update-weight-buffer-size 512MiB,

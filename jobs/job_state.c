@@ -12,9 +12,16 @@
 
 #include "jobs/job_spec.h"
 
+typedef struct {
+	char node[JOB_NODE_MAX + 1];
+	uint64_t since_ms;
+} drained;
+
 struct job_state {
 	Skein__Jobs__Job **jobs;
 	size_t n, cap;
+	drained *dr;              /* JOB_STATE_DRAINED_MAX, allocated on the first drain */
+	size_t ndr;
 	uint64_t refused;
 	uint64_t max_seq;
 };
@@ -36,6 +43,7 @@ void job_state_free(job_state **pjs)
 	if (!js) return;
 	clear(js);
 	free(js->jobs);
+	free(js->dr);
 	free(js);
 	*pjs = NULL;
 }
@@ -86,8 +94,72 @@ static int insert(job_state *js, Skein__Jobs__Job *j)
 	return 0;
 }
 
+static long find_drained(const job_state *js, const char *node)
+{
+	for (size_t i = 0; i < js->ndr; i++)
+		if (!strcmp(js->dr[i].node, node)) return (long)i;
+	return -1;
+}
+
+/* 0 applied, -1 refused (bad bytes, full, or an undrain of a node not drained). */
+static int apply_drain(job_state *js, const uint8_t *data, size_t len)
+{
+	Skein__Jobs__Drain *d = skein__jobs__drain__unpack(NULL, len, data);
+	int rc = -1;
+	if (!d || !d->node[0] || strlen(d->node) > JOB_NODE_MAX) goto out;
+	long i = find_drained(js, d->node);
+	if (!d->on) {
+		if (i < 0) goto out;
+		memmove(&js->dr[i], &js->dr[i + 1], (js->ndr - (size_t)i - 1) * sizeof *js->dr);
+		js->ndr--;
+		rc = 0;
+		goto out;
+	}
+	if (i >= 0) { rc = 0; goto out; } /* drained already: the first time stays */
+	if (!js->dr && !(js->dr = calloc(JOB_STATE_DRAINED_MAX, sizeof *js->dr))) goto out;
+	if (js->ndr >= JOB_STATE_DRAINED_MAX) goto out;
+	snprintf(js->dr[js->ndr].node, sizeof js->dr[js->ndr].node, "%s", d->node);
+	js->dr[js->ndr++].since_ms = d->since_ms;
+	rc = 0;
+out:
+	if (d) skein__jobs__drain__free_unpacked(d, NULL);
+	return rc;
+}
+
+size_t job_state_drained_count(const job_state *js) { return js->ndr; }
+
+const char *job_state_drained_at(const job_state *js, size_t i, uint64_t *since_ms)
+{
+	if (i >= js->ndr) return NULL;
+	if (since_ms) *since_ms = js->dr[i].since_ms;
+	return js->dr[i].node;
+}
+
+bool job_state_is_drained(const job_state *js, const char *node)
+{
+	return find_drained(js, node) >= 0;
+}
+
+int job_state_encode_drain(const char *node, bool on, uint64_t since_ms, uint8_t **out, size_t *len)
+{
+	Skein__Jobs__Drain d = SKEIN__JOBS__DRAIN__INIT;
+	d.node = (char *)node;
+	d.on = on;
+	d.since_ms = since_ms;
+	*len = skein__jobs__drain__get_packed_size(&d);
+	*out = malloc(*len ? *len : 1);
+	if (!*out) return -1;
+	skein__jobs__drain__pack(&d, *out);
+	return 0;
+}
+
 int job_state_apply(job_state *js, uint8_t type, const uint8_t *data, size_t len)
 {
+	if (type == JOB_ENTRY_DRAIN) {
+		if (apply_drain(js, data, len) == 0) return 0;
+		js->refused++;
+		return -1;
+	}
 	if (type < JOB_ENTRY_SUBMIT || type > JOB_ENTRY_DELETE) return 1;
 	if (type == JOB_ENTRY_DELETE) {
 		char name[JOB_NAME_MAX + 1];
@@ -164,10 +236,23 @@ int job_state_serialize(const job_state *js, uint8_t **out, size_t *len)
 {
 	size_t total = 9;
 	for (size_t i = 0; i < js->n; i++) total += 4 + skein__jobs__job__get_packed_size(js->jobs[i]);
+	uint8_t **dp = NULL;
+	size_t *dl = NULL;
+	if (js->ndr) {
+		dp = calloc(js->ndr, sizeof *dp);
+		dl = calloc(js->ndr, sizeof *dl);
+		bool ok = dp && dl;
+		for (size_t i = 0; ok && i < js->ndr; i++) {
+			ok = job_state_encode_drain(js->dr[i].node, true, js->dr[i].since_ms, &dp[i], &dl[i]) == 0;
+			total += 4 + dl[i];
+		}
+		total += 4;
+		if (!ok) { total = 0; goto done; }
+	}
 	uint8_t *b = malloc(total), *p = b;
-	if (!b) return -1;
+	if (!b) { total = 0; goto done; }
 	memcpy(p, "SKJB", 4);
-	p[4] = 1;
+	p[4] = js->ndr ? 2 : 1;
 	put32(p + 5, (uint32_t)js->n);
 	p += 9;
 	for (size_t i = 0; i < js->n; i++) {
@@ -175,14 +260,28 @@ int job_state_serialize(const job_state *js, uint8_t **out, size_t *len)
 		put32(p, (uint32_t)n);
 		p += 4 + n;
 	}
+	if (js->ndr) {
+		put32(p, (uint32_t)js->ndr);
+		p += 4;
+		for (size_t i = 0; i < js->ndr; i++) {
+			put32(p, (uint32_t)dl[i]);
+			memcpy(p + 4, dp[i], dl[i]);
+			p += 4 + dl[i];
+		}
+	}
 	*out = b;
+done:
+	for (size_t i = 0; dp && i < js->ndr; i++) free(dp[i]);
+	free(dp);
+	free(dl);
+	if (!total) return -1;
 	*len = total;
 	return 0;
 }
 
 int job_state_restore(job_state *js, const uint8_t *data, size_t len, char *err, size_t errlen)
 {
-	if (len < 9 || memcmp(data, "SKJB", 4) || data[4] != 1) {
+	if (len < 9 || memcmp(data, "SKJB", 4) || (data[4] != 1 && data[4] != 2)) {
 		snprintf(err, errlen, "jobs snapshot: bad header");
 		return -1;
 	}
@@ -203,17 +302,33 @@ int job_state_restore(job_state *js, const uint8_t *data, size_t len, char *err,
 		}
 		off += 4 + l;
 	}
+	if (data[4] == 2) {
+		uint32_t nd = len - off >= 4 ? get32(data + off) : UINT32_MAX;
+		off += 4;
+		for (uint32_t i = 0; nd != UINT32_MAX && i < nd; i++) {
+			uint32_t l;
+			if (off > len || len - off < 4 || (l = get32(data + off)) > len - off - 4 ||
+			    apply_drain(&tmp, data + off + 4, l) < 0) {
+				snprintf(err, errlen, "jobs snapshot: drained node %u unreadable", i);
+				goto fail;
+			}
+			off += 4 + l;
+		}
+		if (nd == UINT32_MAX) { snprintf(err, errlen, "jobs snapshot: truncated before the drained nodes"); goto fail; }
+	}
 	if (off != len) {
 		snprintf(err, errlen, "jobs snapshot: %zu trailing bytes", len - off);
 		goto fail;
 	}
 	clear(js);
 	free(js->jobs);
+	free(js->dr);
 	tmp.refused = js->refused;
 	*js = tmp;
 	return 0;
 fail:
 	clear(&tmp);
 	free(tmp.jobs);
+	free(tmp.dr);
 	return -1;
 }

@@ -1,6 +1,6 @@
 /* membership/mbr: SWIM + Lifeguard, as logic with no I/O.
  *
- * What it follows (hashicorp/memberlist, REFERENCE.md 1):
+ * What it follows (hashicorp/memberlist, docs/reference.md, Gossip):
  *  - one probe per interval, targets from a shuffled list reshuffled at each
  *    wrap, new members inserted at a random place;
  *  - no ack within probe_timeout: k indirect probes through helpers that

@@ -1,7 +1,7 @@
 /* membership/mbr_config: profiles, overrides and addresses.
  *
  * lan, wan and local are hashicorp/memberlist's DefaultLANConfig,
- * DefaultWANConfig and DefaultLocalConfig (REFERENCE.md 1), plus serf's
+ * DefaultWANConfig and DefaultLocalConfig (docs/reference.md, Gossip), plus serf's
  * reconnect and reap times.  fast is ours: one GPU fabric or one data-centre
  * row, where round trips are well under a millisecond and a dead node should
  * be known everywhere in a second or two. */

@@ -24,7 +24,7 @@ enum {
 	WIRE_VERSION = 1,
 	WIRE_VERSION_MIN = 1,
 	WIRE_HDR_LEN = 8,
-	/* memberlist's UDP budget (REFERENCE.md 1): fits a 1500-byte MTU. */
+	/* memberlist's UDP budget (docs/reference.md, Gossip): fits a 1500-byte MTU. */
 	WIRE_UDP_MAX = 1400,
 	/* The largest stream is a push-pull: the whole member list.  A member
 	 * encodes to at most 692 bytes (a 128-byte name, IPv6, the largest

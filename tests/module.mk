@@ -23,3 +23,4 @@ all: $(TOOL_BIN)
 -include tests/sim/module.mk
 -include tests/fuzz/module.mk
 -include tests/tools/module.mk
+-include tests/deploy/module.mk

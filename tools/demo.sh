@@ -2,9 +2,9 @@
 # make demo: a local skein cluster doing the real work end to end.
 #  1. six skeind agents on loopback addresses (fast profile): node1-3 are the
 #     head-eligible control plane (no GPUs), node4-6 declare 8 GPUs each, at
-#     127.0.0.4-6 (so node4 has the lowest address, as node A of REFERENCE.md);
+#     127.0.0.4-6 (so node4 has the lowest address, as node A of docs/reference.md);
 #  2. a head is elected; skeinctl members and head show the cluster;
-#  3. the worked example of REFERENCE.md, split: trainer 1x8, 8 rollout GPUs,
+#  3. the worked example of docs/reference.md, split: trainer 1x8, 8 rollout GPUs,
 #     2 per engine.  Placement puts trainer ranks 0-7 on node4 and engines
 #     0-3 on node5's GPU pairs; trainer rank 0 publishes a new version of the
 #     weights every 500 ms through libskein (disk-delta) and every engine

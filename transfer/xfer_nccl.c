@@ -15,7 +15,7 @@
  * The communicator is non-blocking (config.blocking = 0): after every call we
  * poll cudaStreamQuery and ncclCommGetAsyncError, and on an error or after
  * timeout_ms without completion call ncclCommAbort and fail with a message:
- * never a hang (REFERENCE.md 4: after an error nothing enqueued can be
+ * never a hang (docs/reference.md, Weight transfer: after an error nothing enqueued can be
  * trusted, so the communicator is gone and the endpoint must be reopened).
  *
  * Verification (cfg.verify_device) copies each received tensor to a pinned

@@ -149,14 +149,14 @@ unset SKEIN_KEY_FILE
 # --- ENOSPC under the Raft log: exit status 3
 mkdir -p "$SMALL"
 if mount -t tmpfs -o size=2m tmpfs "$SMALL" 2>/dev/null; then
-	"$SKEIND" --name n7 --bind "127.0.0.1:$(gport 7)" --rpc "127.0.0.1:$(rport 7)" --data-dir "$SMALL/d" --profile fast \
+	"$SKEIND" --insecure --name n7 --bind "127.0.0.1:$(gport 7)" --rpc "127.0.0.1:$(rport 7)" --data-dir "$SMALL/d" --profile fast \
 		--head-eligible --bootstrap-expect 1 --gpus 0 >>"$T_DIR/n7.log" 2>&1 &
 	p=$!
 	wait_until 15 has_head 7 || fail "ENOSPC agent: no head"
 	dd if=/dev/zero of="$SMALL/fill" bs=64k >/dev/null 2>&1
 	v=$(head -c 3000 /dev/zero | tr '\0' x)
 	for k in $(seq 1 40); do ctl 7 state put "k$k" "$v" >/dev/null 2>&1; kill -0 $p 2>/dev/null || break; done
-	wait_until 10 bash -c "! kill -0 $p 2>/dev/null"
+	wait_until 10 bash -c "! kill -0 $p 2>/dev/null" || kill -9 $p 2>/dev/null # never wait unbounded
 	wait $p; rc=$?
 	check "disk full under the Raft log: skeind exits with status 3 ($rc), saying why" \
 		bash -c "[ $rc = 3 ] && grep -q 'No space left on device' '$T_DIR/n7.log'"

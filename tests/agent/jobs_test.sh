@@ -17,7 +17,7 @@ for i in 4 5 6; do start_agent $i --profile fast --gpus 8 --join "127.0.0.1:$(gp
 
 EV=$T_DIR/events
 touch "$EV"
-M='echo "start $SKEIN_MEMBER pid=$$ gen=$SKEIN_GENERATION restarts=$SKEIN_RESTART_COUNT rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK cuda=$CUDA_VISIBLE_DEVICES master=$MASTER_ADDR:$MASTER_PORT role=$SKEIN_ROLE engine=$SKEIN_ENGINE_ID base=$SKEIN_BASE_GPU_ID tp=$SKEIN_TP_SIZE rpc=$SKEIN_RPC" >> '"$EV"'; echo "hello from $SKEIN_MEMBER"; exec sleep 100000'
+M='echo "start $SKEIN_MEMBER pid=$$ gen=$SKEIN_GENERATION restarts=$SKEIN_RESTART_COUNT rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK cuda=$CUDA_VISIBLE_DEVICES master=$MASTER_ADDR:$MASTER_PORT role=$SKEIN_ROLE engine=$SKEIN_ENGINE_ID base=$SKEIN_BASE_GPU_ID tp=$SKEIN_TP_SIZE rpc=$SKEIN_RPC" >> '"$EV"'; echo "torchrun $SKEIN_MEMBER $LOCAL_WORLD_SIZE $GROUP_RANK $GROUP_WORLD_SIZE $ROLE_NAME $ROLE_RANK $ROLE_WORLD_SIZE $TORCHELASTIC_RESTART_COUNT $TORCHELASTIC_MAX_RESTARTS $TORCHELASTIC_RUN_ID" >> '"$EV"'; echo "hello from $SKEIN_MEMBER"; exec sleep 100000'
 
 head_of() { ctl "$1" head 2>/dev/null | awk '$1 == "head:" { print $2 }'; }
 has_head() { local h; h=$(head_of "$1"); [ -n "$h" ] && [ "$h" != "(none)" ]; }
@@ -62,6 +62,9 @@ check "trainer rank env: RANK WORLD_SIZE LOCAL_RANK CUDA_VISIBLE_DEVICES MASTER 
 s=$(last_start rl/engine-3)
 check "engine env: engine id, GPUs, base GPU, TP size, restart count 0" \
 	bash -c "echo '$s' | grep -q 'gen=1 restarts=0 rank=3 world=4 local=0 cuda=2,3 master=[0-9.:]* role=rollout engine=3 base=2 tp=2'"
+# torchrun's: LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_NAME ROLE_RANK ROLE_WORLD_SIZE RESTART_COUNT MAX_RESTARTS RUN_ID
+check "trainer rank 2: torchrun's variables" bash -c "grep -q '^torchrun rl/trainer-2 4 0 1 trainer 2 4 0 10 rl\$' '$EV'"
+check "engine 3: torchrun's variables (a group of one)" bash -c "grep -q '^torchrun rl/engine-3 1 3 4 rollout 3 4 0 10 rl\$' '$EV'"
 json=$(ctl 5 placement --format json)
 check "placement JSON shape" bash -c "echo '$json' | grep -q '^{\"members\":\[{\"member\":\"rl/trainer-0\",\"job\":\"rl\",\"role\":\"trainer\",\"rank\":0,\"engine\":-1,\"node\":\"n4\",\"gpus\":\[0\],\"pid\":[0-9]*,\"state\":\"running\",\"restarts\":0'"
 check "job list shows rl running" bash -c "'$SKEINCTL' --rpc 127.0.0.1:$(rport 2) job list | grep -q '^rl  *running'"

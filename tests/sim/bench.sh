@@ -7,11 +7,11 @@
 #      10,000 nodes (10,000 for a short run: see SIM_BIG_SECONDS);
 #   2. bytes sent per node per second, after convergence, 100 and 1000 nodes;
 #   3. kill until every survivor lists the node failed, against N, beside
-#      the models of REFERENCE.md section 1 and serf's measured figures;
+#      the models of docs/reference.md, Gossip and serf's measured figures;
 #   4. the issue's targets, with pass/MISS.
 # Environment: SKEIN_SIM (default bin/skein-sim), SIM_BIG_NODES (10000),
 # SIM_BIG_SECONDS (3), BENCH_SEEDS (seeds per small-N row, default 5).
-# The model figures (all from REFERENCE.md 1, with the profile's numbers):
+# The model figures (all from docs/reference.md, Gossip, with the profile's numbers):
 #   SWIM first detection   1.58 probe periods T (1/(1-1/e)), from the failure
 #                          to the end of the probe that finds it
 #   memberlist detection   1.58 T + suspicion min (mult x max(1,log10 N) x T:
@@ -130,7 +130,7 @@ for n in 5 20; do
 	for s in $(seq 1 "$SEEDS"); do all="$all $(values "$(run --nodes $n --seed $s --duration 60 --kill 1)" detect_s)"; done
 	read -r p50 p99 mx cnt <<<"$(dist "$all")"
 	base=$([ $n = 5 ] && echo 5.9 || echo 9.2)
-	row "$n lan ($cnt)" "$p50 / $p99" "$base" "$(ratio "$p50" "$base")" "serf 0.8.2 measured, REFERENCE.md"
+	row "$n lan ($cnt)" "$p50 / $p99" "$base" "$(ratio "$p50" "$base")" "serf 0.8.2 measured, docs/reference.md"
 done
 read -r TL _ GL FL <<<"$(prof_args lan)"
 read -r TF _ _ _ <<<"$(prof_args fast)"

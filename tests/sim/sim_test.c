@@ -7,7 +7,7 @@
  *
  * The bounds are worst cases built from the protocol's own timers, not
  * tuned to the measured figures; the benchmark (tests/sim/bench.sh) sets
- * the measured figures beside the models of REFERENCE.md section 1. */
+ * the measured figures beside the models of docs/reference.md, Gossip. */
 #include <math.h>
 
 #include "tests/sim/sim.h"
@@ -27,7 +27,7 @@ enum { ALIVE_MSG_BYTES = 32 };
 
 static double log10_at_least_1(uint32_t n) { return n < 10 ? 1.0 : log10((double)n); }
 
-/* Serf's convergence model (REFERENCE.md 1): after r gossip rounds the
+/* Serf's convergence model (docs/reference.md, Gossip): after r gossip rounds the
  * expected number of nodes that have not heard is N - N/(1 + (N+1)e^(-c r)),
  * c = fanout (1 - loss) / 2; it drops below one half for
  * r = ln(2 N (N+1)) / c.  Returned in microseconds. */

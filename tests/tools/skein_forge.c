@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "agent/agent_rpc.h"
+#include "common/sk_time.h"
 #include "agent/agent_wire.h"
 #include "proto/control.pb-c.h"
 #include "proto/jobs.pb-c.h"
@@ -193,7 +194,7 @@ int main(int argc, char **argv)
 	uint8_t *msg = agent_req_pack(&q, &cred, recipient, nonce, &len);
 	if (msg && offset) {
 		free(msg);
-		q.time_ms = (uint64_t)((long long)agent_wall_ms() + offset);
+		q.time_ms = (uint64_t)((long long)sk_wall_ms() + offset);
 		size_t n = skein__control__request__get_packed_size(&q);
 		msg = malloc(n + CRYPTO_OVERHEAD);
 		skein__control__request__pack(&q, msg);

@@ -4,6 +4,7 @@
 
 #include "agent/agent_auth.h"
 #include "agent/agent_rpc.h"
+#include "common/sk_time.h"
 #include "common/sk_rng.h"
 #include "proto/control.pb-c.h"
 
@@ -83,7 +84,7 @@ T_TEST(auth_envelope_sealed_and_bound)
 	Skein__Control__Request *got = skein__control__request__unpack(NULL, pl, plain);
 	T_CHECK(got && !strcmp(got->recipient, "n2") && !strcmp(got->sender, "n1"));
 	T_CHECK(got->nonce.len == AUTH_NONCE && !memcmp(got->nonce.data, nonce, AUTH_NONCE));
-	uint64_t now = agent_wall_ms();
+	uint64_t now = sk_wall_ms();
 	T_CHECK(got->time_ms <= now && got->time_ms + 5000 > now);
 	skein__control__request__free_unpacked(got, NULL);
 	/* an answer must carry its request's nonce, under the same key */

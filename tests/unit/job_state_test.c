@@ -448,7 +448,7 @@ T_TEST(other_types_ignored)
 	size_t len;
 	job_build(&b, &s, "pending", 1, 0);
 	T_EQ(job_state_encode(&b.job, &p, &len), 0);
-	static const uint8_t types[] = { 0, 1, 2, 31, 35, 36, 64, 128, 255 };
+	static const uint8_t types[] = { 0, 1, 2, 31, 36, 37, 64, 128, 255 }; /* 35: drains */
 	for (size_t i = 0; i < sizeof types; i++) {
 		T_EQ(job_state_apply(js, types[i], p, len), 1);
 		T_EQ(job_state_apply(js, types[i], (const uint8_t *)"a", 1), 1);
@@ -457,7 +457,7 @@ T_TEST(other_types_ignored)
 	T_EQ(job_state_count(js), 0);
 	T_EQ(job_state_refused(js), 0);
 	T_EQ(job_state_apply(js, JOB_ENTRY_SUBMIT, p, len), 0);
-	T_EQ(job_state_apply(js, 35, (const uint8_t *)"a", 1), 1);
+	T_EQ(job_state_apply(js, 36, (const uint8_t *)"a", 1), 1);
 	T_EQ(job_state_count(js), 1);
 	free(p);
 	job_state_free(&js);
@@ -830,7 +830,7 @@ T_TEST_TIMEOUT(fuzz_apply, 120)
 		}
 		uint64_t before = job_state_refused(js);
 		int rc = job_state_apply(js, type, n ? buf : NULL, n);
-		if (type < JOB_ENTRY_SUBMIT || type > JOB_ENTRY_DELETE) {
+		if (type < JOB_ENTRY_SUBMIT || type > JOB_ENTRY_DRAIN) {
 			T_EQ(rc, 1);
 			T_EQ(job_state_refused(js), before);
 			ignored++;
@@ -885,5 +885,54 @@ T_TEST(update_on_a_stale_version_refused)
 	T_EQ(job_state_refused(js), 1);
 	free(p1);
 	free(p2);
+	job_state_free(&js);
+}
+
+/* Drains: on, again (no change), off, off again (refused); snapshots keep
+ * them (version 2) and stay version 1 without; damaged drain bytes refused. */
+T_TEST(job_state_drain)
+{
+	job_state *js = job_state_new();
+	uint8_t *d;
+	size_t l;
+	T_EQ(job_state_encode_drain("n4", true, 1000, &d, &l), 0);
+	T_EQ(job_state_apply(js, JOB_ENTRY_DRAIN, d, l), 0);
+	T_EQ(job_state_apply(js, JOB_ENTRY_DRAIN, d, l), 0);
+	free(d);
+	T_EQ(job_state_encode_drain("n5", true, 2000, &d, &l), 0);
+	T_EQ(job_state_apply(js, JOB_ENTRY_DRAIN, d, l), 0);
+	free(d);
+	T_EQ(job_state_drained_count(js), 2);
+	uint64_t since;
+	T_CHECK(!strcmp(job_state_drained_at(js, 0, &since), "n4"));
+	T_EQ(since, 1000);
+	T_CHECK(job_state_is_drained(js, "n5") && !job_state_is_drained(js, "n6"));
+	uint8_t *snap;
+	size_t sl;
+	T_EQ(job_state_serialize(js, &snap, &sl), 0);
+	T_EQ(snap[4], 2);
+	job_state *js2 = job_state_new();
+	char err[200];
+	T_EQ(job_state_restore(js2, snap, sl, err, sizeof err), 0);
+	T_CHECK(job_state_is_drained(js2, "n4") && job_state_is_drained(js2, "n5"));
+	for (size_t cut = 9; cut < sl; cut++) T_EQ(job_state_restore(js2, snap, cut, err, sizeof err), -1);
+	free(snap);
+	job_state_free(&js2);
+	T_EQ(job_state_encode_drain("n4", false, 0, &d, &l), 0);
+	T_EQ(job_state_apply(js, JOB_ENTRY_DRAIN, d, l), 0);
+	T_EQ(job_state_apply(js, JOB_ENTRY_DRAIN, d, l), -1); /* not drained any more */
+	free(d);
+	T_EQ(job_state_encode_drain("n5", false, 0, &d, &l), 0);
+	T_EQ(job_state_apply(js, JOB_ENTRY_DRAIN, d, l), 0);
+	free(d);
+	T_EQ(job_state_drained_count(js), 0);
+	T_EQ(job_state_serialize(js, &snap, &sl), 0);
+	T_EQ(snap[4], 1); /* nothing drained: a snapshot older voters read */
+	free(snap);
+	uint8_t junk[] = { 0x0a, 0xff, 0x01 };
+	T_EQ(job_state_apply(js, JOB_ENTRY_DRAIN, junk, sizeof junk), -1);
+	T_EQ(job_state_encode_drain("", true, 0, &d, &l), 0);
+	T_EQ(job_state_apply(js, JOB_ENTRY_DRAIN, d, l), -1);
+	free(d);
 	job_state_free(&js);
 }

@@ -1,6 +1,6 @@
 /* tests/unit/jobs_place_test: jobs/job_place (Miles's placement rules).
  *
- * The worked example of REFERENCE.md section 3 (2 nodes x 8 GPUs, actor 1x8,
+ * The worked example of docs/reference.md, Placement (2 nodes x 8 GPUs, actor 1x8,
  * rollout 8 GPUs in engines of 2), split and colocated; node order by IP as
  * a number; gangs that do not fit; busy GPUs; repairs after node deaths.
  * Then property tests over random clusters and jobs, seeded from t_seed():

@@ -372,7 +372,7 @@ T_TEST(config_profiles_and_overrides)
 
 T_TEST(suspicion_bounds_follow_memberlist)
 {
-	/* LAN: 4 s at N <= 10, 8 s at 100, 12 s at 1000 (REFERENCE.md 1) */
+	/* LAN: 4 s at N <= 10, 8 s at 100, 12 s at 1000 (docs/reference.md, Gossip) */
 	setup(1, "lan");
 	uint64_t min, max;
 	mbr_suspicion_bounds(net.n[0], &min, &max);

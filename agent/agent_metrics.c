@@ -1,0 +1,393 @@
+/* agent/agent_metrics: `skeind --metrics IP:PORT`, GET /metrics in the
+ * Prometheus text format (0.0.4), served by agent_http.c on the agent's loop.
+ *
+ * Off by default and read-only: the page only reads counters the agent keeps
+ * anyway (agent_counters, mbr_get_stats, raft_get_stats, wire_get_stats, the
+ * supervisor's members, the replicated job records).  Names follow
+ * Prometheus's conventions: `skein_` prefix, base units (seconds, bytes),
+ * `_total` for counters, few labels with bounded values (a status, a reason,
+ * a direction; never a member or job name, so 100 agents give 100 times one
+ * agent's series, not more).  The process_* family is the one every
+ * Prometheus client library exports.  docs/metrics.md lists every name.
+ *
+ * What this file keeps itself (the rest is read at scrape time):
+ *   - the head's commit latency, propose -> applied on the head, in a
+ *     histogram (agent_metrics_proposed/_applied, called by agent_head.c);
+ *   - head changes this voter saw (agent_metrics_head_seen);
+ *   - member restarts made by this agent (agent_metrics_member_event).
+ * Transfers (update seconds, bytes, density, aborts) come with the transfer
+ * coordinator (issue #13): nothing is exported for them until then. */
+#include "agent/agent_metrics.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/agent_http.h"
+#include "common/sk_time.h"
+#include "common/sk_log.h"
+#include "jobs/job_state.h"
+#include "proto/wire_frame.h"
+#include "raft/raft.h"
+
+/* Commit latency buckets, seconds: a commit on one fabric takes a
+ * round-trip and an fsync (about 1-5 ms), 2.5 s is a head in trouble. */
+static const double COMMIT_BUCKETS[] = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5 };
+enum { NBUCKETS = sizeof COMMIT_BUCKETS / sizeof COMMIT_BUCKETS[0], PROPOSED_MAX = 256 };
+
+typedef struct {
+	uint64_t index;
+	uint64_t t_ns;
+} proposed;
+
+struct agent_metrics {
+	agent_http *http;
+	/* proposals in index order, a ring */
+	proposed prop[PROPOSED_MAX];
+	size_t ptail, pn;
+	uint64_t buckets[NBUCKETS], count;
+	double sum;
+	char head[MBR_NAME_MAX + 1];
+	uint64_t head_term;
+	uint64_t head_changes;
+	uint64_t member_restarts, member_failures;
+	double render_s;          /* the last page's build time */
+	double start_wall;
+};
+
+
+/* ---------------------------------------------------------------- hooks */
+
+void agent_metrics_proposed(agent *a, uint64_t index)
+{
+	agent_metrics *m = a->metrics;
+	if (!m) return;
+	if (m->pn && m->prop[(m->ptail + m->pn - 1) % PROPOSED_MAX].index >= index) m->pn = 0; /* a new term */
+	if (m->pn == PROPOSED_MAX) { m->ptail = (m->ptail + 1) % PROPOSED_MAX; m->pn--; }
+	m->prop[(m->ptail + m->pn) % PROPOSED_MAX] = (proposed){ index, (sk_mono_us() * 1000u) };
+	m->pn++;
+}
+
+void agent_metrics_applied(agent *a, uint64_t index)
+{
+	agent_metrics *m = a->metrics;
+	if (!m) return;
+	while (m->pn && m->prop[m->ptail].index <= index) {
+		proposed p = m->prop[m->ptail];
+		m->ptail = (m->ptail + 1) % PROPOSED_MAX;
+		m->pn--;
+		if (p.index != index) continue; /* lost to a new head, or never applied here */
+		double s = (double)((sk_mono_us() * 1000u) - p.t_ns) / 1e9;
+		for (int i = 0; i < NBUCKETS; i++)
+			if (s <= COMMIT_BUCKETS[i]) m->buckets[i]++;
+		m->count++;
+		m->sum += s;
+	}
+}
+
+void agent_metrics_head_seen(agent *a, const char *leader, uint64_t term)
+{
+	agent_metrics *m = a->metrics;
+	if (!m || !leader || !leader[0]) return;
+	if (term == m->head_term && !strcmp(leader, m->head)) return;
+	if (m->head[0]) m->head_changes++; /* the first head seen is not a change */
+	snprintf(m->head, sizeof m->head, "%s", leader);
+	m->head_term = term;
+}
+
+void agent_metrics_member_event(agent *a, const sup_status *st)
+{
+	agent_metrics *m = a->metrics;
+	if (!m) return;
+	if (st->state == SUP_RESTARTING) m->member_restarts++;
+	else if (st->state == SUP_FAILED) m->member_failures++;
+}
+
+/* ---------------------------------------------------------------- exposition */
+
+static void family(sk_buf *b, const char *name, const char *type, const char *help)
+{
+	sk_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void u64(sk_buf *b, const char *name, const char *labels, uint64_t v)
+{
+	sk_buf_printf(b, "%s%s%s%s %llu\n", name, labels ? "{" : "", labels ? labels : "", labels ? "}" : "",
+		      (unsigned long long)v);
+}
+
+static void dbl(sk_buf *b, const char *name, const char *labels, double v)
+{
+	sk_buf_printf(b, "%s%s%s%s %.17g\n", name, labels ? "{" : "", labels ? labels : "", labels ? "}" : "", v);
+}
+
+/* One family with one unlabelled sample. */
+static void one(sk_buf *b, const char *name, const char *type, const char *help, uint64_t v)
+{
+	family(b, name, type, help);
+	u64(b, name, NULL, v);
+}
+
+typedef struct {
+	const char *label;
+	uint64_t v;
+} lv;
+
+/* One family with one sample per label value; `key` is the label's name. */
+static void labelled(sk_buf *b, const char *name, const char *type, const char *help, const char *key, const lv *v,
+		     size_t n)
+{
+	family(b, name, type, help);
+	for (size_t i = 0; i < n; i++) {
+		char l[96];
+		snprintf(l, sizeof l, "%s=\"%s\"", key, v[i].label);
+		u64(b, name, l, v[i].v);
+	}
+}
+
+static void membership(agent *a, sk_buf *b)
+{
+	const mbr_stats *s = mbr_get_stats(a->mbr);
+	const agent_counters *c = &a->cnt;
+	lv st[] = { { "alive", mbr_count(a->mbr, MBR_ALIVE) }, { "suspect", mbr_count(a->mbr, MBR_SUSPECT) },
+		    { "dead", mbr_count(a->mbr, MBR_DEAD) }, { "left", mbr_count(a->mbr, MBR_LEFT) } };
+	labelled(b, "skein_members", "gauge", "Members this agent knows (itself included), by gossip status.", "status",
+		 st, 4);
+	one(b, "skein_gossip_probes_total", "counter", "Direct probes sent.", s->probes);
+	one(b, "skein_gossip_probe_failures_total", "counter", "Probes that got no ack, direct nor indirect.",
+	    s->probe_fails);
+	one(b, "skein_gossip_indirect_probes_total", "counter", "Indirect probes asked of other members.",
+	    s->indirect_probes);
+	one(b, "skein_gossip_suspicions_total", "counter", "Members this agent started suspecting.", s->suspects_raised);
+	one(b, "skein_gossip_refutations_total", "counter", "Suspicions of this agent it refuted.", s->refutes);
+	one(b, "skein_gossip_failures_declared_total", "counter", "Members this agent declared dead.", s->dead_declared);
+	one(b, "skein_gossip_push_pulls_total", "counter", "Full state exchanges over TCP.", s->pushpulls);
+	one(b, "skein_gossip_health_score", "gauge", "Lifeguard's local health score (0 = healthy).", mbr_health(a->mbr));
+	family(b, "skein_gossip_packets_total", "counter", "Gossip messages, by transport and direction.");
+	u64(b, "skein_gossip_packets_total", "transport=\"udp\",direction=\"in\"", c->udp_in);
+	u64(b, "skein_gossip_packets_total", "transport=\"udp\",direction=\"out\"", c->udp_out);
+	u64(b, "skein_gossip_packets_total", "transport=\"tcp\",direction=\"in\"", c->tcp_in);
+	u64(b, "skein_gossip_packets_total", "transport=\"tcp\",direction=\"out\"", c->tcp_out);
+	lv by[] = { { "in", c->bytes_in }, { "out", c->bytes_out } };
+	labelled(b, "skein_gossip_bytes_total", "counter", "Gossip bytes on the wire (sealed), by direction.",
+		 "direction", by, 2);
+	lv dr[] = {
+		{ "auth", c->drop_auth }, { "no_key", c->drop_plain }, { "oversize", c->drop_oversize },
+		{ "send_error", c->drop_send }, { "debug", c->drop_debug_in + c->drop_debug_out },
+		{ "short", s->drop[WIRE_ERR_SHORT] }, { "magic", s->drop[WIRE_ERR_MAGIC] },
+		{ "version", s->drop[WIRE_ERR_VERSION] }, { "length", s->drop[WIRE_ERR_LENGTH] },
+		{ "decode", s->drop[WIRE_ERR_DECODE] }, { "invalid", s->drop[WIRE_ERR_INVALID] },
+		{ "not_for_us", s->drop_not_for_us }, { "unknown_seq", s->drop_unknown_seq },
+		{ "name_conflict", s->drop_conflict }, { "queue_overflow", s->queue_overflow },
+		{ "tcp_timeout", c->tcp_timeouts },
+	};
+	labelled(b, "skein_gossip_dropped_total", "counter", "Gossip messages dropped, by reason.", "reason", dr,
+		 sizeof dr / sizeof dr[0]);
+}
+
+static void control(agent *a, sk_buf *b)
+{
+	const agent_counters *c = &a->cnt;
+	const wire_stats *ws = wire_get_stats(a->wire);
+	one(b, "skein_control_requests_total", "counter", "Control requests received (skeinctl, other agents).",
+	    c->ctl_requests);
+	lv rf[] = { { "malformed", c->ctl_rejected }, { "auth", c->ctl_auth_failed }, { "role", c->ctl_refused_role },
+		    { "replay", c->ctl_refused_replay }, { "clock_skew", c->ctl_refused_skew },
+		    { "recipient", c->ctl_refused_recipient }, { "order", c->ctl_refused_order } };
+	labelled(b, "skein_control_refused_total", "counter", "Control requests refused, by reason.", "reason", rf,
+		 sizeof rf / sizeof rf[0]);
+	lv sh[] = { { "idle", ws->shed_idle }, { "bytes", ws->shed_bytes }, { "cap", ws->refused_cap },
+		    { "timeout", ws->timeouts }, { "oversize", ws->oversize }, { "fd_exhausted", ws->emfile } };
+	labelled(b, "skein_control_connections_closed_total", "counter",
+		 "Control connections the transport closed or refused, by reason.", "reason", sh,
+		 sizeof sh / sizeof sh[0]);
+	one(b, "skein_control_connections", "gauge", "Open control connections.", (uint64_t)wire_count(a->wire, false));
+}
+
+static uint64_t file_size(const char *dir, const char *name)
+{
+	char p[700];
+	struct stat st;
+	snprintf(p, sizeof p, "%s/raft/%s", dir, name);
+	return stat(p, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+static void head(agent *a, sk_buf *b)
+{
+	agent_metrics *m = a->metrics;
+	char name[MBR_NAME_MAX + 1];
+	uint64_t term;
+	agent_head_known(a, name, sizeof name, &term, NULL, 0);
+	raft_t *r = agent_head_raft(a);
+	one(b, "skein_head_known", "gauge", "1 when this agent knows a head (readiness).", name[0] ? 1 : 0);
+	one(b, "skein_head_term", "gauge", "The term of the head this agent knows (0: none).", name[0] ? term : 0);
+	one(b, "skein_head_is_head", "gauge", "1 when this agent is the head.", agent_head_is_head(a) ? 1 : 0);
+	one(b, "skein_head_voter", "gauge", "1 when this agent is head-eligible (a Raft voter or candidate).",
+	    r ? 1 : 0);
+	if (!r) return; /* the rest exists on voters only */
+	const raft_stats *s = raft_get_stats(r);
+	one(b, "skein_head_leader_changes_total", "counter", "Changes of head (name or term) this voter saw.",
+	    m->head_changes);
+	family(b, "skein_head_commit_latency_seconds", "histogram",
+	       "On the head: from proposing an entry to applying it (a majority stored it).");
+	for (int i = 0; i < NBUCKETS; i++) {
+		char l[48];
+		snprintf(l, sizeof l, "le=\"%g\"", COMMIT_BUCKETS[i]);
+		u64(b, "skein_head_commit_latency_seconds_bucket", l, m->buckets[i]);
+	}
+	u64(b, "skein_head_commit_latency_seconds_bucket", "le=\"+Inf\"", m->count);
+	dbl(b, "skein_head_commit_latency_seconds_sum", NULL, m->sum);
+	u64(b, "skein_head_commit_latency_seconds_count", NULL, m->count);
+	uint64_t last = raft_last_index(r), snap = raft_snapshot_index(r);
+	one(b, "skein_head_log_entries", "gauge", "Log entries kept after the last snapshot.", last > snap ? last - snap : 0);
+	one(b, "skein_head_commit_index", "gauge", "The highest log index known committed.", raft_commit_index(r));
+	one(b, "skein_head_snapshot_index", "gauge", "The log index the latest snapshot covers.", snap);
+	if (a->opts.data_dir[0]) {
+		one(b, "skein_head_log_bytes", "gauge", "Size of the Raft log file.", file_size(a->opts.data_dir, "raft.log"));
+		one(b, "skein_head_snapshot_bytes", "gauge", "Size of the latest snapshot file.",
+		    file_size(a->opts.data_dir, "raft.snap"));
+	}
+	uint64_t rdrop = s->drop_stale_term + s->drop_not_voter + s->drop_bad_state;
+	for (int i = 0; i < 12; i++) rdrop += s->drop[i];
+	uint64_t rc[6];
+	agent_head_counters(a, rc);
+	lv msg[] = { { "in", s->msgs_recv }, { "out", s->msgs_sent } };
+	labelled(b, "skein_head_messages_total", "counter", "Raft messages, by direction.", "direction", msg, 2);
+	lv md[] = { { "receive", rdrop }, { "send", rc[2] } };
+	labelled(b, "skein_head_messages_dropped_total", "counter", "Raft messages dropped, by where.", "where", md, 2);
+	one(b, "skein_head_elections_total", "counter", "Elections this voter started.", s->elections);
+	one(b, "skein_head_leaderships_total", "counter", "Times this voter became the head.", s->leaderships);
+	one(b, "skein_head_lease_stepdowns_total", "counter", "Times this head stepped down for want of a majority.",
+	    s->stepdowns_lease);
+	lv sn[] = { { "taken", s->snapshots_taken }, { "sent", s->snapshots_sent }, { "installed", s->snapshots_installed } };
+	labelled(b, "skein_head_snapshots_total", "counter", "Snapshots, by what happened to them.", "op", sn, 3);
+}
+
+static void jobs(agent *a, sk_buf *b)
+{
+	agent_metrics *m = a->metrics;
+	sup *sp = agent_jobs_sup(a);
+	sup_status *st = NULL;
+	size_t n = sp ? sup_list(sp, NULL, 0) : 0;
+	if (n) st = calloc(n, sizeof *st);
+	if (st) n = sup_list(sp, st, n);
+	else n = 0;
+	static const char *const NAMES[] = { "pending", "starting", "running", "restarting", "failed", "stopped" };
+	lv by[6];
+	for (int i = 0; i < 6; i++) by[i] = (lv){ NAMES[i], 0 };
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned)st[i].state < 6) by[st[i].state].v++;
+	free(st);
+	labelled(b, "skein_job_members", "gauge", "Job members (trainer ranks, engines) this agent runs, by state.",
+		 "state", by, 6);
+	one(b, "skein_job_member_restarts_total", "counter", "Member exits this agent answered with a restart.",
+	    m->member_restarts);
+	one(b, "skein_job_member_failures_total", "counter",
+	    "Member exits this agent does not restart (trainer ranks, spent restart budgets).", m->member_failures);
+	const job_state *js = agent_head_jobs(a);
+	if (!js) return; /* the job records live on voters */
+	static const char *const JS[] = { "pending", "running", "stopping", "stopped", "failed", "completed" };
+	lv jb[6];
+	for (int i = 0; i < 6; i++) jb[i] = (lv){ JS[i], 0 };
+	for (size_t i = 0; i < job_state_count(js); i++) {
+		const Skein__Jobs__Job *j = job_state_at(js, i);
+		for (int k = 0; k < 6; k++)
+			if (!strcmp(j->state, JS[k])) jb[k].v++;
+	}
+	labelled(b, "skein_jobs", "gauge", "Jobs in the replicated state (this voter's replica), by state.", "state",
+		 jb, 6);
+	one(b, "skein_job_entries_refused_total", "counter", "Committed job entries the state machine refused.",
+	    job_state_refused(js));
+}
+
+static void process(agent *a, sk_buf *b)
+{
+	agent_metrics *m = a->metrics;
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	family(b, "process_cpu_seconds_total", "counter", "User and system CPU time spent by skeind.");
+	dbl(b, "process_cpu_seconds_total", NULL,
+	    (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6);
+	unsigned long vsz = 0, rss = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+	if (f) {
+		if (fscanf(f, "%lu %lu", &vsz, &rss) != 2) vsz = rss = 0;
+		fclose(f);
+	}
+	long pg = sysconf(_SC_PAGESIZE);
+	one(b, "process_resident_memory_bytes", "gauge", "Resident memory size.", (uint64_t)rss * (uint64_t)pg);
+	one(b, "process_virtual_memory_bytes", "gauge", "Virtual memory size.", (uint64_t)vsz * (uint64_t)pg);
+	uint64_t fds = 0;
+	DIR *d = opendir("/proc/self/fd");
+	if (d) {
+		for (struct dirent *e; (e = readdir(d));)
+			if (e->d_name[0] != '.') fds++;
+		closedir(d);
+		fds--; /* the directory's own descriptor */
+	}
+	one(b, "process_open_fds", "gauge", "Open file descriptors.", fds);
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+		one(b, "process_max_fds", "gauge", "Limit of open file descriptors.", (uint64_t)rl.rlim_cur);
+	family(b, "process_start_time_seconds", "gauge", "Start time of skeind, seconds since the epoch.");
+	dbl(b, "process_start_time_seconds", NULL, m->start_wall);
+}
+
+int agent_metrics_render(agent *a, sk_buf *b)
+{
+	agent_metrics *m = a->metrics;
+	uint64_t t0 = (sk_mono_us() * 1000u);
+	membership(a, b);
+	control(a, b);
+	head(a, b);
+	jobs(a, b);
+	process(a, b);
+	const agent_http_stats *hs = m->http ? agent_http_get_stats(m->http) : NULL;
+	family(b, "skein_metrics_render_seconds", "gauge", "How long the previous /metrics page took to build.");
+	dbl(b, "skein_metrics_render_seconds", NULL, m->render_s);
+	if (hs) {
+		one(b, "skein_metrics_requests_total", "counter", "HTTP requests to the metrics endpoint.", hs->requests);
+		lv hb[] = { { "bad_request", hs->bad }, { "cap", hs->refused_cap }, { "timeout", hs->timeouts } };
+		labelled(b, "skein_metrics_refused_total", "counter",
+			 "Metrics endpoint requests refused or connections closed, by reason.", "reason", hb, 3);
+	}
+	m->render_s = (double)((sk_mono_us() * 1000u) - t0) / 1e9;
+	return b->oom ? -1 : 0;
+}
+
+static int serve(void *ctx, const char *path, sk_buf *body, const char **ctype)
+{
+	agent *a = ctx;
+	if (strcmp(path, "/metrics")) return 404;
+	*ctype = "text/plain; version=0.0.4; charset=utf-8";
+	return agent_metrics_render(a, body) == 0 ? 200 : 500;
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+int agent_metrics_open(agent *a, char *err, size_t errlen)
+{
+	agent_metrics *m = calloc(1, sizeof *m);
+	if (!m) { snprintf(err, errlen, "out of memory"); return -1; }
+	m->start_wall = (double)sk_wall_ms() / 1000.0 - (double)(sk_mono_ms() - a->started_ms) / 1000.0;
+	a->metrics = m;
+	if (!a->opts.metrics[0]) return 0; /* off: only the hooks' bookkeeping, for skeinctl */
+	m->http = agent_http_new(a->loop, a->opts.metrics, serve, a, err, errlen);
+	if (!m->http) return -1;
+	SK_INFO("metrics", "serving GET /metrics on %s", agent_http_addr(m->http));
+	return 0;
+}
+
+void agent_metrics_close(agent *a)
+{
+	agent_metrics *m = a->metrics;
+	if (!m) return;
+	agent_http_free(&m->http);
+	free(m);
+	a->metrics = NULL;
+}
