@@ -205,7 +205,7 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 	char addr[64];
 	mbr_addr_format(&a->adv, addr, sizeof addr);
 	uint64_t wire_drops = 0, rc[6], tg[4];
-	for (int i = 0; i < 8; i++) wire_drops += s->drop[i];
+	for (int i = 0; i < WIRE_ERR__COUNT; i++) wire_drops += s->drop[i];
 	agent_head_counters(a, rc);
 	agent_tcp_gauges(a, tg);
 	struct { const char *k; unsigned long long v; } ctr[] = {
