@@ -205,7 +205,7 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 	char addr[64];
 	mbr_addr_format(&a->adv, addr, sizeof addr);
 	uint64_t wire_drops = 0, rc[6], tg[4];
-	for (int i = 0; i < 8; i++) wire_drops += s->drop[i];
+	for (int i = 0; i < WIRE_ERR__COUNT; i++) wire_drops += s->drop[i];
 	agent_head_counters(a, rc);
 	agent_tcp_gauges(a, tg);
 	struct { const char *k; unsigned long long v; } ctr[] = {
@@ -516,16 +516,20 @@ static int open_sealed(agent *a, agent_client *c, const uint8_t *data, size_t n,
 	return -1;
 }
 
-static bool for_us(agent *a, const char *to)
+/* A request names its recipient: this agent's name, or the address the
+ * client reached it at (what this end of the connection is bound to, so
+ * 0.0.0.0 and several addresses work), or its Unix socket. */
+static bool for_us(agent *a, const wire_peer *p, const char *to)
 {
 	if (!to[0]) return false;
-	if (!strcmp(to, a->opts.name) || !strcmp(to, a->rpc_bound) || !strcmp(to, a->rpc_advertised)) return true;
-	return !strncmp(to, "unix:", 5) && !strcmp(to + 5, a->control_socket);
+	if (!strcmp(to, a->opts.name) || !strcmp(to, a->rpc_advertised)) return true;
+	if (p->transport == WIRE_TCP) return p->local[0] && !strcmp(to, p->local);
+	return !strncmp(to, "unix:", 5); /* the kernel says the peer is on this node */
 }
 
 /* The sealed envelope: addressed to us, fresh, never seen.  false with r
  * filled (and counted) otherwise. */
-static bool envelope_ok(agent *a, const Skein__Control__Request *q, reply *r)
+static bool envelope_ok(agent *a, const wire_peer *p, const Skein__Control__Request *q, reply *r)
 {
 	uint64_t now = sk_wall_ms();
 	if (q->nonce.len != AUTH_NONCE) {
@@ -540,7 +544,7 @@ static bool envelope_ok(agent *a, const Skein__Control__Request *q, reply *r)
 		     (double)skew / 1000.0, AUTH_WINDOW_MS / 1000);
 		return false;
 	}
-	if (!for_us(a, q->recipient)) {
+	if (!for_us(a, p, q->recipient)) {
 		a->cnt.ctl_refused_recipient++;
 		fail(r, 1, "request addressed to '%s', not to this agent (%s at %s)", q->recipient, a->opts.name,
 		     a->rpc_advertised);
@@ -608,7 +612,7 @@ static void handle_one(agent *a, wire_id id, const wire_peer *p, uint8_t *data, 
 	}
 	if (q->oneway) c.conn = 0; /* nobody reads an answer */
 	if (sealed) {
-		if (!envelope_ok(a, q, &r)) goto answer;
+		if (!envelope_ok(a, p, q, &r)) goto answer;
 		if (c.role == ROLE_AGENT) snprintf(c.sender, sizeof c.sender, "%s", q->sender);
 		if (!c.remote && c.role < ROLE_WRITE) c.role = ROLE_WRITE;
 	} else if (!c.remote) {

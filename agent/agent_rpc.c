@@ -162,6 +162,8 @@ static void call_done(call_io *io)
 }
 
 /* One step of a call's I/O; true when it is over (answered or failed). */
+static int build_frame(agent_rpc *c, call_io *io, const agent_rpc_cred *cred);
+
 static bool call_step(agent_rpc *c, call_io *io, const agent_rpc_cred *cred, short revents)
 {
 	if (revents & (POLLERR | POLLNVAL) && io->connecting) {
@@ -171,7 +173,10 @@ static bool call_step(agent_rpc *c, call_io *io, const agent_rpc_cred *cred, sho
 		snprintf(c->error, sizeof c->error, "cannot reach %s: %s", c->endpoint, strerror(e ? e : ECONNREFUSED));
 		return true;
 	}
-	if (io->connecting && (revents & POLLOUT)) io->connecting = false;
+	if (io->connecting && (revents & POLLOUT)) {
+		io->connecting = false;
+		if (build_frame(c, io, cred) < 0) return true;
+	}
 	while (!io->connecting && io->ooff < io->olen) {
 		ssize_t n = send(io->fd, io->out + io->ooff, io->olen - io->ooff, MSG_NOSIGNAL);
 		if (n > 0) { io->ooff += (size_t)n; continue; }
@@ -221,6 +226,58 @@ static bool call_step(agent_rpc *c, call_io *io, const agent_rpc_cred *cred, sho
 	}
 }
 
+/* The recipient a request names: the agent's name when the caller knows it,
+ * else the address this connection reached, as the agent formats its end
+ * (agent_wire.c): "IP:PORT" or "[IPv6]:PORT"; a Unix socket's path. */
+static void recipient_of(const agent_rpc *c, const agent_rpc_cred *cred, int fd, char *out, size_t cap)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof ss;
+	char ip[INET6_ADDRSTRLEN];
+	const char *named = c->recipient ? c->recipient : cred && cred->recipient ? cred->recipient : NULL;
+	snprintf(out, cap, "%s", named ? named : c->endpoint);
+	if (named || !strncmp(c->endpoint, "unix:", 5) || getpeername(fd, (struct sockaddr *)&ss, &sl) != 0)
+		return;
+	if (ss.ss_family == AF_INET) {
+		const struct sockaddr_in *s4 = (const struct sockaddr_in *)&ss;
+		inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof ip);
+		snprintf(out, cap, "%s:%u", ip, ntohs(s4->sin_port));
+	} else if (ss.ss_family == AF_INET6) {
+		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)&ss;
+		inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof ip);
+		snprintf(out, cap, "[%s]:%u", ip, ntohs(s6->sin6_port));
+	}
+}
+
+/* Builds the call's frame once its connection is up (the recipient is the
+ * address it reached); -1 with c->error set. */
+static int build_frame(agent_rpc *c, call_io *io, const agent_rpc_cred *cred)
+{
+	Skein__Control__Request req = SKEIN__CONTROL__REQUEST__INIT;
+	req.cmd = (char *)c->cmd;
+	req.args = (char **)c->args;
+	req.n_args = (size_t)c->nargs;
+	req.format = (char *)(c->format ? c->format : "text");
+	req.local_only = c->local_only;
+	req.payload.data = (uint8_t *)c->payload;
+	req.payload.len = c->payload_len;
+	char to[300];
+	recipient_of(c, cred, io->fd, to, sizeof to);
+	size_t plen;
+	uint8_t *buf = agent_req_pack(&req, cred, to, io->nonce, &plen);
+	if (!buf || plen > WIRE_FRAME_MAX || !(io->out = malloc(plen + 4))) {
+		snprintf(c->error, sizeof c->error, buf ? "request too large" : "cannot build the request");
+		free(buf);
+		return -1;
+	}
+	uint32_t be = htonl((uint32_t)plen);
+	memcpy(io->out, &be, 4);
+	memcpy(io->out + 4, buf, plen);
+	io->olen = plen + 4;
+	free(buf);
+	return 0;
+}
+
 int agent_rpc_run(agent_rpc *calls, int n, const agent_rpc_cred *cred, int timeout_ms)
 {
 	call_io *io = calloc((size_t)n, sizeof *io);
@@ -233,39 +290,16 @@ int agent_rpc_run(agent_rpc *calls, int n, const agent_rpc_cred *cred, int timeo
 		c->code = 1;
 		c->error[0] = 0;
 		if (!io || !pf) { snprintf(c->error, sizeof c->error, "out of memory"); continue; }
-		io[i].fd = -1;
-		Skein__Control__Request req = SKEIN__CONTROL__REQUEST__INIT;
-		req.cmd = (char *)c->cmd;
-		req.args = (char **)c->args;
-		req.n_args = (size_t)c->nargs;
-		req.format = (char *)(c->format ? c->format : "text");
-		req.local_only = c->local_only;
-		req.payload.data = (uint8_t *)c->payload;
-		req.payload.len = c->payload_len;
-		size_t plen;
-		uint8_t *buf = agent_req_pack(&req, cred, c->recipient ? c->recipient : c->endpoint, io[i].nonce, &plen);
-		if (!buf || plen > WIRE_FRAME_MAX) {
-			snprintf(c->error, sizeof c->error, buf ? "request too large" : "cannot build the request");
-			free(buf);
-			continue;
-		}
-		io[i].out = malloc(plen + 4);
-		if (!io[i].out) { free(buf); continue; }
-		uint32_t be = htonl((uint32_t)plen);
-		memcpy(io[i].out, &be, 4);
-		memcpy(io[i].out + 4, buf, plen);
-		io[i].olen = plen + 4;
-		free(buf);
 		io[i].fd = dial(c->endpoint, c->error, sizeof c->error);
-		if (io[i].fd < 0) { call_done(&io[i]); continue; }
+		if (io[i].fd < 0) continue;
 		io[i].connecting = true;
 		snprintf(c->error, sizeof c->error, "no answer from %s within %d ms (is skeind running there?)",
 			 c->endpoint, timeout_ms);
 		pending++;
 	}
-	long long deadline = sk_mono_ms() + timeout_ms;
+	long long deadline = (long long)sk_mono_ms() + timeout_ms;
 	while (pending > 0) {
-		long long left = deadline - sk_mono_ms();
+		long long left = deadline - (long long)sk_mono_ms();
 		if (left <= 0) break;
 		for (int i = 0; i < n; i++) {
 			pf[i].fd = io[i].fd;

@@ -26,6 +26,8 @@ typedef struct {
 	const agent_keyring *kr;
 	bool operator_key;
 	const char *sender;        /* our agent name; "" for skeinctl */
+	const char *recipient;     /* the agent's name for calls that name none (skeinctl
+				    * --node); NULL: the address the connection reached */
 } agent_rpc_cred;
 
 typedef struct {

@@ -397,6 +397,12 @@ static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 		c->peer.transport = w->ls[li].t;
 		snprintf(c->peer.addr, sizeof c->peer.addr, "%s", addr);
 		snprintf(c->src, sizeof c->src, "%s", src);
+		struct sockaddr_storage ls;
+		socklen_t lsl = sizeof ls;
+		if (c->peer.transport == WIRE_TCP && getsockname(fd, (struct sockaddr *)&ls, &lsl) == 0) {
+			char lsrc[48];
+			addr_text(&ls, c->peer.local, sizeof c->peer.local, lsrc, sizeof lsrc);
+		}
 		if (c->peer.transport == WIRE_UNIX) peer_cred(fd, &c->peer);
 		else { int one = 1; setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); }
 		ev_io_start(w->loop, &c->rio);

@@ -54,6 +54,8 @@ typedef enum { WIRE_TCP, WIRE_UNIX } wire_transport;
 typedef struct {
 	wire_transport transport;
 	char addr[64];                   /* "IP:PORT", or "unix" */
+	char local[64];                  /* the address it reached us at (getsockname): what a
+					  * client names as the recipient of its request */
 	bool cred;                       /* uid/gid/pid valid (Unix socket, SO_PEERCRED) */
 	uid_t uid;
 	gid_t gid;

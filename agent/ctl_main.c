@@ -29,12 +29,14 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: skeinctl [--rpc IP:PORT|unix:PATH] [--key-file FILE | --operator-key-file FILE]\n"
-		"                [--timeout MS] COMMAND [ARGS]\n\n"
+		"                [--node NAME] [--timeout MS] COMMAND [ARGS]\n\n"
 		"Talks to a skeind's control endpoint: --rpc, else $SKEIN_RPC, else the Unix socket\n"
 		"unix:/var/lib/skein/control.sock when it exists, else 127.0.0.1:7373.  On the Unix\n"
 		"socket root, skeind's user and its --operator-group need no key.  Over TCP an agent\n"
 		"with keys wants one: an operator key (--operator-key-file, $SKEIN_OPERATOR_KEY_FILE),\n"
-		"or the cluster key (--key-file, $SKEIN_KEY_FILE or $SKEIN_KEY); never on argv.\n\n"
+		"or the cluster key (--key-file, $SKEIN_KEY_FILE or $SKEIN_KEY); never on argv.\n"
+		"A sealed request names the agent it is for: the address it reached, or --node NAME\n"
+		"(needed behind a load balancer or NAT, where the agent sees another address).\n\n"
 		"commands:\n"
 		"  members [--status REGEX] [--tag KEY=REGEX] [--format text|json]\n"
 		"                         the members this agent knows: name, address, status, GPUs, tags\n"
@@ -543,6 +545,7 @@ int main(int argc, char **argv)
 		if (!strcmp(argv[i], "--rpc")) g_rpc = argv[++i];
 		else if (!strcmp(argv[i], "--key-file")) key_file = argv[++i];
 		else if (!strcmp(argv[i], "--operator-key-file")) op_file = argv[++i];
+		else if (!strcmp(argv[i], "--node")) g_cred.recipient = argv[++i];
 		else if (!strcmp(argv[i], "--timeout")) {
 			char *end;
 			long t = strtol(argv[++i], &end, 10);

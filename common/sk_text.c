@@ -94,3 +94,13 @@ const char *sk_text_escape(const char *s, char *out, size_t cap)
 	sk_buf_free(&b);
 	return out;
 }
+
+bool sk_name_ok(const char *s, size_t max)
+{
+	if (!s || !*s) return false;
+	size_t n = strnlen(s, max + 1);
+	if (n > max) return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) return false;
+	return true;
+}

@@ -24,5 +24,9 @@ int sk_text_check(const char *s, size_t max, char *why, size_t wl);
 void sk_buf_text(sk_buf *b, const char *s);
 /* The same into a fixed buffer (cut at a character boundary); returns out. */
 const char *sk_text_escape(const char *s, char *out, size_t cap);
+/* A node name as membership and Raft take it: 1 to max bytes, none of them
+ * a control character (bytes below 0x20, and 0x7f).  Reads at most max + 1
+ * bytes, so it is safe on a buffer that may lack its NUL. */
+bool sk_name_ok(const char *s, size_t max);
 
 #endif

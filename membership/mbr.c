@@ -35,6 +35,7 @@
  *    accuses everyone" complaint).
  * All output goes to queues (mbr_pop_out, mbr_pop_event); nothing calls back
  * into the caller while a packet is being handled. */
+#include "common/sk_text.h"
 #include "membership/mbr_int.h"
 
 #include <math.h>
@@ -1000,18 +1001,10 @@ void mbr_recv(mbr_t *m, uint64_t now, const mbr_addr *from, const uint8_t *buf, 
 
 /* ---------------------------------------------------------------- lifecycle */
 
-static bool valid_name(const char *s)
-{
-	if (!s || !*s || strlen(s) > MBR_NAME_MAX) return false;
-	for (; *s; s++)
-		if ((unsigned char)*s < 0x20 || *s == 0x7f) return false;
-	return true;
-}
-
 mbr_t *mbr_new(const mbr_config *cfg, const mbr_self *self, uint64_t now, char *err, size_t errlen)
 {
 	if (mbr_config_check(cfg, err, errlen) < 0) return NULL;
-	if (!valid_name(self->name)) {
+	if (!sk_name_ok(self->name, MBR_NAME_MAX)) {
 		snprintf(err, errlen, "node name must be 1 to %d printable bytes", MBR_NAME_MAX);
 		return NULL;
 	}

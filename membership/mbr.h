@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/wire_frame.h"
+
 enum {
 	MBR_NAME_MAX = 128,     /* bytes of a node name, without the NUL */
 	MBR_META_MAX = 512,     /* memberlist's MetaMaxSize */
@@ -175,7 +177,7 @@ const mbr_config *mbr_get_config(const mbr_t *m);
 typedef struct {
 	uint64_t udp_sent, udp_recv, stream_sent, stream_recv;
 	uint64_t bytes_sent, bytes_recv;
-	uint64_t drop[8];           /* by wire_err (proto/wire_frame.h) */
+	uint64_t drop[WIRE_ERR__COUNT]; /* by wire_err */
 	uint64_t drop_not_for_us;   /* a ping for another name (stale address) */
 	uint64_t drop_unknown_seq;  /* an ack or nack no probe waits for */
 	uint64_t drop_conflict;     /* a name claimed from a second address */

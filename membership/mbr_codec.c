@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/sk_text.h"
 #include "proto/gossip.pb-c.h"
 
 typedef Skein__Gossip__Addr PbAddr;
@@ -212,16 +213,6 @@ void mbr_pkt_free(mbr_pkt *p)
 
 /* ---- decoding ---- */
 
-static bool name_ok(const char *s)
-{
-	if (!s || !*s) return false;
-	size_t n = strnlen(s, MBR_NAME_MAX + 1);
-	if (n > MBR_NAME_MAX) return false;
-	for (size_t i = 0; i < n; i++)
-		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) return false;
-	return true;
-}
-
 static bool addr_from_pb(const PbAddr *pb, mbr_addr *a)
 {
 	memset(a, 0, sizeof *a);
@@ -244,7 +235,7 @@ static int convert(const Skein__Gossip__Msg *pm, mbr_msg *m, mbr_wire_state **st
 		m->seq = p->seq;
 		m->name = p->target;
 		m->from = p->source;
-		if (!name_ok(m->name) || !name_ok(m->from) || !addr_from_pb(p->source_addr, &m->src_addr))
+		if (!sk_name_ok(m->name, MBR_NAME_MAX) || !sk_name_ok(m->from, MBR_NAME_MAX) || !addr_from_pb(p->source_addr, &m->src_addr))
 			return -1;
 		return 1;
 	}
@@ -255,7 +246,7 @@ static int convert(const Skein__Gossip__Msg *pm, mbr_msg *m, mbr_wire_state **st
 		m->name = p->target;
 		m->from = p->source;
 		m->nack = p->nack;
-		if (!name_ok(m->name) || !name_ok(m->from) || !addr_from_pb(p->target_addr, &m->addr) ||
+		if (!sk_name_ok(m->name, MBR_NAME_MAX) || !sk_name_ok(m->from, MBR_NAME_MAX) || !addr_from_pb(p->target_addr, &m->addr) ||
 		    !addr_from_pb(p->source_addr, &m->src_addr))
 			return -1;
 		return 1;
@@ -276,7 +267,7 @@ static int convert(const Skein__Gossip__Msg *pm, mbr_msg *m, mbr_wire_state **st
 		m->inc = p->incarnation;
 		m->meta = p->meta.data;
 		m->meta_len = p->meta.len;
-		if (!name_ok(m->name) || !addr_from_pb(p->addr, &m->addr) || m->meta_len > MBR_META_MAX)
+		if (!sk_name_ok(m->name, MBR_NAME_MAX) || !addr_from_pb(p->addr, &m->addr) || m->meta_len > MBR_META_MAX)
 			return -1;
 		return 1;
 	}
@@ -288,7 +279,7 @@ static int convert(const Skein__Gossip__Msg *pm, mbr_msg *m, mbr_wire_state **st
 		m->gen = sus ? pm->suspect->generation : pm->dead->generation;
 		m->inc = sus ? pm->suspect->incarnation : pm->dead->incarnation;
 		m->from = sus ? pm->suspect->from : pm->dead->from;
-		if (!name_ok(m->name) || !name_ok(m->from)) return -1;
+		if (!sk_name_ok(m->name, MBR_NAME_MAX) || !sk_name_ok(m->from, MBR_NAME_MAX)) return -1;
 		return 1;
 	}
 	case SKEIN__GOSSIP__MSG__BODY_PUSH_PULL: {
@@ -297,7 +288,7 @@ static int convert(const Skein__Gossip__Msg *pm, mbr_msg *m, mbr_wire_state **st
 		m->join = p->join;
 		m->reply = p->reply;
 		m->from = p->source;
-		if (!name_ok(m->from) || !addr_from_pb(p->source_addr, &m->src_addr)) return -1;
+		if (!sk_name_ok(m->from, MBR_NAME_MAX) || !addr_from_pb(p->source_addr, &m->src_addr)) return -1;
 		if (p->n_members) {
 			mbr_wire_state *st = calloc(p->n_members, sizeof *st);
 			if (!st) return -1;
@@ -311,7 +302,7 @@ static int convert(const Skein__Gossip__Msg *pm, mbr_msg *m, mbr_wire_state **st
 				st[i].meta_len = s->meta.len;
 				if ((unsigned)s->status > SKEIN__GOSSIP__STATUS__STATUS_LEFT) return -1;
 				st[i].status = (mbr_status)s->status;
-				if (!name_ok(st[i].name) || !addr_from_pb(s->addr, &st[i].addr) ||
+				if (!sk_name_ok(st[i].name, MBR_NAME_MAX) || !addr_from_pb(s->addr, &st[i].addr) ||
 				    st[i].meta_len > MBR_META_MAX)
 					return -1;
 			}

@@ -2,6 +2,7 @@
  * that point at the caller's memory (nothing copied); decoding unpacks,
  * validates, and hands out pointers into the unpacked message, freed by
  * raft_codec_free. */
+#include "common/sk_text.h"
 #include "raft/raft_codec.h"
 
 #include <stdlib.h>
@@ -11,12 +12,7 @@
 
 bool raft_name_ok(const char *s)
 {
-	if (!s || !*s) return false;
-	size_t n = strnlen(s, RAFT_NAME_MAX + 1);
-	if (n > RAFT_NAME_MAX) return false;
-	for (size_t i = 0; i < n; i++)
-		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) return false;
-	return true;
+	return sk_name_ok(s, RAFT_NAME_MAX);
 }
 
 int raft_codec_encode(const raft_msg *m, uint8_t **out, size_t *len)

@@ -80,6 +80,11 @@ out=$("$FORGE" send "127.0.0.1:$(rport 2)" --key "$OPW" --operator --cmd raft 2>
 check "rw operator key: raft refused ($out)" has "$out" 'for agents only'
 out=$(env -u SKEIN_KEY_FILE "$SKEINCTL" --rpc "127.0.0.1:$(rport 2)" members 2>&1); rc=$?
 check "no key over TCP: refused" expect_err $rc 1 "$out" 'requires the cluster key or an operator key'
+check "a host name as the endpoint: the request names the address it reached" \
+	bash -c "SKEIN_OPERATOR_KEY_FILE='$OPW' '$SKEINCTL' --rpc localhost:$(rport 2) members | grep -q '^n3 '"
+check "--node names the recipient" bash -c "SKEIN_OPERATOR_KEY_FILE='$OPW' '$SKEINCTL' --node n2 --rpc 127.0.0.1:$(rport 2) members | grep -q '^n3 '"
+out=$(SKEIN_OPERATOR_KEY_FILE="$OPW" "$SKEINCTL" --node n3 --rpc "127.0.0.1:$(rport 2)" members 2>&1); rc=$?
+check "--node of another agent: refused ($out)" expect_err $rc 1 "$out" 'addressed to'
 check "the local Unix socket needs no key (root)" bash -c "'$SKEINCTL' --rpc unix:$T_DIR/n2/control.sock members | grep -q '^n3 '"
 
 # --- 2./3. forged orders and fence poisoning

@@ -964,7 +964,7 @@ void sim_get_stats(const sim_t *s, sim_stats *out)
 	out->reconnects = m.reconnects;
 	out->queue_overflow = m.queue_overflow;
 	out->decode_drops = m.drop_not_for_us + m.drop_conflict;
-	for (int k = 0; k < 8; k++) out->decode_drops += m.drop[k];
+	for (int k = 0; k < WIRE_ERR__COUNT; k++) out->decode_drops += m.drop[k];
 }
 
 static int cmp_double(const void *a, const void *b)
