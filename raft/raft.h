@@ -17,7 +17,7 @@
  *            order, for the state machine), raft_pop_event()
  * Persistence goes through raft_storage (a table of functions the caller
  * provides).  A synchronous storage is durable when a call returns; an
- * asynchronous one (raft_async.h: a storage thread, etcd's way) only queues
+ * asynchronous one (raft_async below: a storage thread, etcd's way) queues
  * the call, and the caller reports what became durable with
  * raft_storage_done.  Either way nothing leaves before what it promises is
  * durable: a vote, and an acknowledgement of entries or a snapshot, wait in
@@ -188,6 +188,27 @@ bool raft_mem_storage_has(const raft_storage *s, uint64_t index, uint64_t term);
  * storage thread. */
 raft_storage *raft_file_storage_new(const char *dir, bool fsync_on, char *err, size_t errlen);
 void raft_file_storage_free(raft_storage **s);
+
+/* A storage thread (raft/raft_async.c): wraps a synchronous storage (the
+ * file storage) into an asynchronous one whose calls only queue; the
+ * thread does them in order, one sync per batch.  notify(ctx) runs on the
+ * thread after each batch, or a failure: wake the loop (ev_async_send),
+ * which calls raft_async_deliver. */
+typedef struct raft_async raft_async;
+typedef struct {
+	uint64_t queued, done;      /* calls numbered; durable */
+	uint64_t batches, calls;    /* batches written (one sync each); calls in them */
+	uint64_t max_batch, max_batch_ms; /* the largest batch; the slowest, in ms */
+} raft_async_stats;
+raft_async *raft_async_new(raft_storage *inner, void (*notify)(void *ctx), void *ctx, char *err, size_t errlen);
+/* The table to give raft_new. */
+raft_storage *raft_async_storage(raft_async *a);
+/* On the loop: tells raft what is durable now, or that a call failed. */
+void raft_async_deliver(raft_async *a, raft_t *r, uint64_t now_ms);
+void raft_async_get_stats(raft_async *a, raft_async_stats *st);
+/* Finishes what is queued, stops the thread, frees (not the inner
+ * storage); *a = NULL, safe twice. */
+void raft_async_free(raft_async **a);
 
 /* ---- lifecycle ---- */
 typedef struct {
