@@ -93,7 +93,7 @@ typedef struct {
 	uint32_t snapshot_chunk_bytes;
 } raft_config;
 
-/* "default" (hashicorp/raft's numbers) or "fast" (5x faster, one fabric). */
+/* "default" (hashicorp/raft's numbers) or "fast" (4x faster, one fabric). */
 int raft_config_profile(raft_config *c, const char *profile);
 /* Checks the values make sense together (lease < heartbeat timeout, ...). */
 int raft_config_check(const raft_config *c, char *err, size_t errlen);
