@@ -1283,7 +1283,10 @@ raft_t *raft_new(const raft_config *cfg, const raft_self *self, raft_storage *st
 int raft_bootstrap(raft_t *r, uint64_t now, const raft_voters *v, char *err, size_t errlen)
 {
 	now = clamp_now(r, now);
-	if (r->term || raft__last_index(r) || r->snap.index) {
+	/* term 1 with an empty log and no vote is a bootstrap cut short by a
+	 * crash (its hard state reached the disk, its entry did not): anything
+	 * else would have moved the term or written an entry, so do it again */
+	if (r->term > 1 || (r->term && r->vote[0]) || raft__last_index(r) || r->snap.index) {
 		snprintf(err, errlen, "already bootstrapped (term %llu, last index %llu)",
 			 (unsigned long long)r->term, (unsigned long long)raft__last_index(r));
 		return -1;

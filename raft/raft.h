@@ -225,8 +225,10 @@ void raft_destroy(raft_t **r);
 
 /* Writes the first voter set (entry 1, term 1), once, on a node with an
  * empty store.  Every bootstrapping voter must be given the same set; the
- * agent calls it when bootstrap-expect head-eligible agents are visible.
- * -1 when the store is not empty or the set is bad. */
+ * agent calls it when bootstrap-expect head-eligible agents are visible
+ * (and again while it has no voter set: a crash may lose a bootstrap that
+ * was not yet durable, even half of it).  -1 when the store is not empty
+ * or the set is bad. */
 int raft_bootstrap(raft_t *r, uint64_t now_ms, const raft_voters *v, char *err, size_t errlen);
 /* Sorts and checks a set of names into *v; -1 on a bad or repeated name. */
 int raft_voters_make(raft_voters *v, const char *const *names, size_t n, char *err, size_t errlen);

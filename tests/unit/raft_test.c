@@ -1059,3 +1059,30 @@ T_TEST(raft_vote_survives_restart)
 	raft_destroy(&r);
 	raft_mem_storage_free(&s);
 }
+
+/* A bootstrap cut short by a crash (its hard state durable, its entry not)
+ * can be done again; a node that has voted or holds entries cannot. */
+T_TEST(raft_bootstrap_again_after_half_loss)
+{
+	char err[256];
+	raft_config cfg;
+	raft_config_profile(&cfg, "default");
+	raft_voters v;
+	const char *names[] = { "a", "b", "c" };
+	raft_voters_make(&v, names, 3, err, sizeof err);
+	raft_self self = { "a", t_seed() };
+	raft_storage *s = raft_mem_storage_new();
+	T_EQ(s->save_hard(s->ctx, 1, "", err, sizeof err), 0);
+	raft_t *r = raft_new(&cfg, &self, s, 0, err, sizeof err);
+	T_EQ(raft_bootstrap(r, 0, &v, err, sizeof err), 0);
+	T_EQ(raft_last_index(r), 1);
+	T_CHECK(raft_bootstrap(r, 0, &v, err, sizeof err) != 0); /* now it has its entry */
+	raft_destroy(&r);
+	raft_mem_storage_free(&s);
+	s = raft_mem_storage_new();
+	T_EQ(s->save_hard(s->ctx, 1, "b", err, sizeof err), 0);
+	r = raft_new(&cfg, &self, s, 0, err, sizeof err);
+	T_CHECK(raft_bootstrap(r, 0, &v, err, sizeof err) != 0);  /* it voted: not a fresh node */
+	raft_destroy(&r);
+	raft_mem_storage_free(&s);
+}
