@@ -30,19 +30,25 @@
  *   clock when it sent it; the reply returns it.  The leader's proof of
  *   contact with voter V is the largest echo V returned (for the current
  *   term): V received that message at or after that instant, so V heard
- *   from the leader no earlier than it.  The leader steps down at the
- *   instant its majority-th freshest contact becomes leader_lease old.
+ *   from the leader no earlier than it.  The leader stops acting (its
+ *   lease, raft_leader_ok, lapses; proposals and handovers are refused) at
+ *   the instant its majority-th freshest contact becomes leader_lease old.
  *   A successor needs (pre-)votes from a majority; that majority shares a
  *   voter V with the leader's contact majority, and V refuses every vote
  *   until heartbeat_timeout after it last heard from the leader.  So while
  *   the old leader still leads at time t (its contact with V >= t - lease),
  *   no successor can be elected before t - lease + heartbeat_timeout, i.e.
- *   the old leader steps down at least heartbeat_timeout - lease_ms before
- *   anyone else can win (500 ms with the defaults, 100 ms with "fast"),
- *   which also absorbs timer lateness and clock-rate drift.  A new leader
- *   starts with every contact at the instant it asked for votes: each voter
- *   that granted it one is sticky for heartbeat_timeout from then on.
+ *   the old leader stops acting at least heartbeat_timeout - lease_ms
+ *   before anyone else can win (500 ms with the defaults, 100 ms with
+ *   "fast"), which also absorbs clock-rate drift.  A new leader starts with
+ *   every contact at the instant it asked for votes: each voter that
+ *   granted it one is sticky for heartbeat_timeout from then on.
  *   raft_config_check refuses lease >= heartbeat_timeout.
+ *   It steps down only once that contact is heartbeat_timeout old (check-
+ *   quorum, as etcd does over its election timeout): a leader that merely
+ *   waited for the CPU past its lease sends its heartbeats on waking and,
+ *   if its followers still follow, leads on; stepping down at the lease
+ *   turned every such stall into a change of head.
  *
  * Where it differs:
  *  - InstallSnapshot travels in chunks (snapshot_chunk_bytes), each one
@@ -592,11 +598,17 @@ static uint64_t lease_end(raft_t *r, uint64_t now)
 	return quorum_value(r, now, false) + r->cfg.leader_lease_ms;
 }
 
+/* When we step down unless a majority answers before (check-quorum). */
+static uint64_t quorum_end(raft_t *r, uint64_t now)
+{
+	return quorum_value(r, now, false) + r->cfg.heartbeat_timeout_ms;
+}
+
 static void check_lease(raft_t *r, uint64_t now)
 {
-	if (r->role != RAFT_LEADER || now < lease_end(r, now)) return;
+	if (r->role != RAFT_LEADER || now < quorum_end(r, now)) return;
 	r->stats.stepdowns_lease++;
-	raft__become_follower(r, now, r->term, "", "no contact with a majority for the leader lease");
+	raft__become_follower(r, now, r->term, "", "no contact with a majority for the heartbeat timeout");
 }
 
 /* The chunk of our snapshot that starts at off (a new transfer: 0). */
@@ -1016,13 +1028,17 @@ static uint64_t clamp_now(raft_t *r, uint64_t now)
 }
 
 /* For a leader's operations: the clock clamped, the lease checked; -1 with
- * the reason (and the leader, when known) if we do not lead. */
+ * the reason (and the leader, when known) if we do not lead, or our lease
+ * has lapsed (we may still be the leader: retry once contact is back). */
 int raft__leading(raft_t *r, uint64_t *now, char *err, size_t errlen)
 {
 	*now = clamp_now(r, *now);
 	check_lease(r, *now);
-	if (!r->failed && r->role == RAFT_LEADER) return 0;
-	snprintf(err, errlen, "not the leader%s%s", r->leader[0] ? "; the leader is " : "", r->leader);
+	if (!r->failed && r->role == RAFT_LEADER && *now < lease_end(r, *now)) return 0;
+	if (!r->failed && r->role == RAFT_LEADER)
+		snprintf(err, errlen, "no contact with a majority for the leader lease; retry");
+	else
+		snprintf(err, errlen, "not the leader%s%s", r->leader[0] ? "; the leader is " : "", r->leader);
 	return -1;
 }
 
@@ -1045,7 +1061,7 @@ uint64_t raft_next_deadline(const raft_t *r)
 {
 	if (r->failed) return UINT64_MAX;
 	if (r->role != RAFT_LEADER) return r->election_at;
-	uint64_t d = lease_end((raft_t *)r, r->last_now);
+	uint64_t d = quorum_end((raft_t *)r, r->last_now);
 	if (r->xfer_to[0] && r->xfer_until < d) d = r->xfer_until;
 	if (r->staging[0] && r->staging_until < d) d = r->staging_until;
 	for (size_t i = 0; i < r->npeers; i++) {

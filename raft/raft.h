@@ -74,8 +74,10 @@ typedef struct {
 	/* A (pre-)candidate that has not won after a random time in
 	 * [election_timeout, 2 x election_timeout) starts over. */
 	uint32_t election_timeout_ms;
-	/* A leader steps down when it has had no proof of contact from a
-	 * majority of voters for this long.  Must be < heartbeat_timeout. */
+	/* A leader stops acting as one (raft_leader_ok false, proposals
+	 * refused) when it has had no proof of contact from a majority of
+	 * voters for this long; it steps down after heartbeat_timeout without.
+	 * Must be < heartbeat_timeout. */
 	uint32_t leader_lease_ms;
 	/* The leader sends an AppendEntries to every follower at least this
 	 * often (hashicorp: heartbeat_timeout / 10). */
@@ -352,7 +354,7 @@ typedef struct {
 	uint64_t drop_stale_term;   /* a message of an older term */
 	uint64_t drop_not_voter;    /* from a name outside the voter set, where it matters */
 	uint64_t drop_bad_state;    /* valid bytes that make no sense here */
-	uint64_t elections, prevotes, leaderships, stepdowns_lease;
+	uint64_t elections, prevotes, leaderships, stepdowns_lease; /* (no majority for a heartbeat timeout) */
 	uint64_t votes_refused_sticky;
 	uint64_t snapshots_taken, snapshots_sent, snapshots_installed, snapshot_chunks_sent;
 	uint64_t truncations;

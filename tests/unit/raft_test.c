@@ -109,19 +109,25 @@ T_TEST(raft_partitioned_leader_steps_down)
 		uint64_t cut_at = c.now;
 		uint64_t old_term = raft_term(c.r[l]);
 		int nl = -1;
-		for (int k = 0; k < 400 && nl < 0; k++) {
-			run_until(c.now + 10);
+		uint64_t lapsed_at = 0;
+		for (int k = 0; k < 4000 && nl < 0; k++) {
+			run_until(c.now + 1);
+			if (!lapsed_at && !raft_leader_ok(c.r[l], c.now)) lapsed_at = c.now;
 			for (int i = 0; i < 5; i++)
 				if (i != l && i != buddy && raft_is_leader(c.r[i])) nl = i;
 			if (raft_is_leader(c.r[l])) propose(l);   /* never acknowledged */
 		}
+		for (int k = 0; k < 100 && raft_is_leader(c.r[l]); k++) run_until(c.now + 10);
 		CHECK(nl >= 0);
 		CHECK(!raft_is_leader(c.r[l]));
-		/* it stepped down within its lease (plus one heartbeat round),
-		 * and before the majority's new leader took over */
+		/* it stopped acting within its lease (plus one heartbeat round),
+		 * before the majority's new leader took over, and stepped down
+		 * within a heartbeat timeout */
+		CHECK(lapsed_at > cut_at);
+		CHECK(lapsed_at <= cut_at + c.cfg.leader_lease_ms + c.cfg.heartbeat_interval_ms + 10);
+		CHECK(lapsed_at < c.leader_at[nl]);
 		CHECK(c.stepdown_at[l] > cut_at);
-		CHECK(c.stepdown_at[l] <= cut_at + c.cfg.leader_lease_ms + c.cfg.heartbeat_interval_ms + 10);
-		CHECK(c.stepdown_at[l] < c.leader_at[nl]);
+		CHECK(c.stepdown_at[l] <= cut_at + c.cfg.heartbeat_timeout_ms + c.cfg.heartbeat_interval_ms + 10);
 		CHECK(raft_term(c.r[nl]) > old_term);
 		for (int i = 0; i < 10; i++) propose(nl);
 		run_until(c.now + 3000);
