@@ -22,4 +22,4 @@ PROGRAMS += $(BIN)/skeind $(BIN)/skeinctl
 TEST_SCRIPTS += tests/agent/cluster_test.sh tests/agent/security_test.sh tests/agent/auth_test.sh tests/agent/badinput_test.sh tests/agent/head_test.sh \
 	tests/agent/partition_test.sh tests/agent/head_partition_test.sh tests/agent/jobs_test.sh \
 	tests/agent/jobs_partition_test.sh tests/agent/jobs_chaos_test.sh
-BENCH_SCRIPTS += tests/agent/bench.sh tests/agent/auth_bench.sh tests/agent/head_bench.sh tests/agent/jobs_bench.sh tests/agent/jobs_scale_bench.sh
+BENCH_SCRIPTS += tests/agent/bench.sh tests/agent/auth_bench.sh tests/agent/head_bench.sh tests/agent/etcd_bench.sh tests/agent/idle_bench.sh tests/agent/jobs_bench.sh tests/agent/jobs_scale_bench.sh

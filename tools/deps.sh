@@ -6,8 +6,9 @@
 #   tools/deps.sh ensure   check, then install when something is missing
 set -u
 PKGS_REQUIRED="build-essential pkg-config libev-dev libprotobuf-c-dev protobuf-c-compiler libssl-dev libxxhash-dev libzstd-dev libyaml-dev"
-# serf is only the benchmark's baseline; iproute2 gives `ip netns` to the partition tests.
-PKGS_OPTIONAL="serf iproute2"
+# serf and etcd are only the benchmarks' baselines (tests/agent/bench.sh,
+# etcd_bench.sh); iproute2 gives `ip netns` to the partition tests.
+PKGS_OPTIONAL="serf iproute2 etcd-server etcd-client"
 
 missing() {
 	local m=""
@@ -31,6 +32,8 @@ install() {
 	apt-get install -y -qq --no-install-recommends $m >&2 || return 1
 	# Optional packages: best effort, never fail the build for them.
 	apt-get install -y -qq --no-install-recommends $PKGS_OPTIONAL >/dev/null 2>&1 || true
+	# etcd_bench.sh starts its own members: not the package's service
+	if command -v systemctl >/dev/null 2>&1; then systemctl disable --now etcd >/dev/null 2>&1 || true; fi
 }
 
 case "${1:-ensure}" in
