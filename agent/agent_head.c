@@ -7,6 +7,12 @@
  * sorted voter set, as Consul does.  From then on Raft elects the head and
  * replicates the cluster state (raft_kv), persisted in <data-dir>/raft.
  *
+ * The disk stays off the loop: raft's storage calls go to a storage thread
+ * (raft_async: ordered, one fdatasync per batch) that wakes the loop through
+ * an ev_async when a batch is durable; raft then releases the answers and
+ * commits that waited for it.  The loop, which also answers gossip probes,
+ * never waits for an fsync.
+ *
  * Transport: Raft messages ride the control channel (Request "raft" with a
  * payload, one-way), one connection per peer voter (agent_wire.c), to the
  * control endpoint that voter advertises in its gossip metadata, kept open
@@ -77,8 +83,10 @@ typedef struct fwd {
 
 struct agent_head {
 	raft_t *raft;
-	raft_storage *st;
+	raft_storage *st;         /* the file (or memory) storage */
 	bool file_storage;
+	raft_async *disk;         /* the storage thread in front of the file storage */
+	ev_async disk_wake;
 	raft_kv *kv;
 	job_state *jobs;
 	uint64_t applied, applied_term;  /* index and term of the last applied entry */
@@ -284,6 +292,22 @@ static void raft_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	agent *a = t->data;
 	(void)loop; (void)revents;
 	raft_tick(a->head->raft, sk_mono_ms());
+	head_pump(a);
+}
+
+/* On the storage thread: a batch is durable (or failed); wake the loop. */
+static void disk_notify(void *ctx)
+{
+	agent *a = ctx;
+	ev_async_send(a->loop, &a->head->disk_wake);
+}
+
+static void disk_wake_cb(struct ev_loop *loop, ev_async *w, int revents)
+{
+	agent *a = w->data;
+	(void)loop; (void)revents;
+	if (!a->head->raft) return;
+	raft_async_deliver(a->head->disk, a->head->raft, sk_mono_ms());
 	head_pump(a);
 }
 
@@ -1149,6 +1173,10 @@ int agent_head_open(agent *a, char *err, size_t errlen)
 		snprintf(dir, sizeof dir, "%s/raft", a->opts.data_dir);
 		h->st = raft_file_storage_new(dir, true, err, errlen);
 		h->file_storage = true;
+		ev_async_init(&h->disk_wake, disk_wake_cb);
+		h->disk_wake.data = a;
+		ev_async_start(a->loop, &h->disk_wake);
+		if (h->st && !(h->disk = raft_async_new(h->st, disk_notify, a, err, errlen))) return -1;
 	} else {
 		SK_WARN("head", "no --data-dir: the cluster state of this voter is kept in memory only");
 		h->st = raft_mem_storage_new();
@@ -1166,7 +1194,8 @@ int agent_head_open(agent *a, char *err, size_t errlen)
 	for (const char *p = a->opts.name; *p; p++) seed = (seed ^ (uint8_t)*p) * 0x100000001b3ULL;
 	seed ^= a->generation * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() << 32 ^ sk_mono_ms();
 	raft_self self = { .name = a->opts.name, .seed = seed };
-	h->raft = h->kv ? raft_new(&rc, &self, h->st, sk_mono_ms(), err, errlen) : NULL;
+	raft_storage *st = h->disk ? raft_async_storage(h->disk) : h->st;
+	h->raft = h->kv ? raft_new(&rc, &self, st, sk_mono_ms(), err, errlen) : NULL;
 	if (!h->raft) return -1;
 	ev_init(&h->timer, raft_timer_cb);
 	h->timer.data = a;
@@ -1184,6 +1213,9 @@ void agent_head_close(agent *a)
 		if (h->raft) ev_timer_stop(a->loop, &h->timer);
 	}
 	for (int i = 0; i < h->npeers; i++) wire_close(a->wire, h->peers[i].conn);
+	/* the thread finishes what is queued before it stops; then no wake-up */
+	raft_async_free(&h->disk);
+	if (a->loop && h->file_storage) ev_async_stop(a->loop, &h->disk_wake);
 	raft_destroy(&h->raft);
 	raft_kv_destroy(&h->kv);
 	job_state_free(&h->jobs);

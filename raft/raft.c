@@ -30,19 +30,25 @@
  *   clock when it sent it; the reply returns it.  The leader's proof of
  *   contact with voter V is the largest echo V returned (for the current
  *   term): V received that message at or after that instant, so V heard
- *   from the leader no earlier than it.  The leader steps down at the
- *   instant its majority-th freshest contact becomes leader_lease old.
+ *   from the leader no earlier than it.  The leader stops acting (its
+ *   lease, raft_leader_ok, lapses; proposals and handovers are refused) at
+ *   the instant its majority-th freshest contact becomes leader_lease old.
  *   A successor needs (pre-)votes from a majority; that majority shares a
  *   voter V with the leader's contact majority, and V refuses every vote
  *   until heartbeat_timeout after it last heard from the leader.  So while
  *   the old leader still leads at time t (its contact with V >= t - lease),
  *   no successor can be elected before t - lease + heartbeat_timeout, i.e.
- *   the old leader steps down at least heartbeat_timeout - lease_ms before
- *   anyone else can win (500 ms with the defaults, 100 ms with "fast"),
- *   which also absorbs timer lateness and clock-rate drift.  A new leader
- *   starts with every contact at the instant it asked for votes: each voter
- *   that granted it one is sticky for heartbeat_timeout from then on.
+ *   the old leader stops acting at least heartbeat_timeout - lease_ms
+ *   before anyone else can win (500 ms with the defaults, 100 ms with
+ *   "fast"), which also absorbs clock-rate drift.  A new leader starts with
+ *   every contact at the instant it asked for votes: each voter that
+ *   granted it one is sticky for heartbeat_timeout from then on.
  *   raft_config_check refuses lease >= heartbeat_timeout.
+ *   It steps down only once that contact is heartbeat_timeout old (check-
+ *   quorum, as etcd does over its election timeout): a leader that merely
+ *   waited for the CPU past its lease sends its heartbeats on waking and,
+ *   if its followers still follow, leads on; stepping down at the lease
+ *   turned every such stall into a change of head.
  *
  * Where it differs:
  *  - InstallSnapshot travels in chunks (snapshot_chunk_bytes), each one
@@ -54,8 +60,27 @@
  * Voter changes with a catch-up and leadership handover: raft_change.c.
  * Configuration and voter-set values: raft_config.c.
  *
- * All output goes to queues (raft_pop_out, raft_pop_apply, raft_pop_event);
- * storage is the only thing called synchronously. */
+ * Storage may lag (etcd's asynchronous storage writes): every storage call
+ * gets a number, and the caller reports the highest durable one
+ * (raft_storage_done; a synchronous storage is durable at once).  What waits
+ * for it, and why:
+ *  - a vote granted leaves once the hard state holding it is durable, and a
+ *    candidate counts its own vote only then (a vote forgotten in a crash
+ *    could be given twice in a term);
+ *  - an AppendEntries success leaves once the entries it acknowledges are
+ *    durable (each log entry remembers the call that wrote it), an
+ *    InstallSnapshot success once the snapshot is; the leader counts itself
+ *    towards a commit only up to its own durable index (raft_durable_index),
+ *    and entries are applied only when committed and durable here.  The
+ *    leader sends entries to followers while its own write is in flight.
+ *  - contact does not wait: while an acknowledgement is held, the follower
+ *    answers at most every half heartbeat interval with a `syncing` success
+ *    that claims only its durable prefix, so a slow disk never costs the
+ *    leader its lease; the leader neither resends nor clears the append in
+ *    flight on it.  Requests, refusals and pre-votes promise nothing and
+ *    leave at once.
+ *
+ * All output goes to queues (raft_pop_out, raft_pop_apply, raft_pop_event). */
 #include "raft/raft_int.h"
 
 #include <stdio.h>
@@ -126,8 +151,11 @@ int raft_pop_out(raft_t *r, raft_out *out)
 	return 1;
 }
 
-/* Fills term and from, encodes and queues. */
-void raft__send_msg(raft_t *r, const char *to, raft_msg *m)
+static bool is_reply(const raft_msg *m) { return m->type == RAFT_MSG_APPEND_RESP || m->type == RAFT_MSG_SNAP_RESP; }
+
+/* Fills term and from, encodes and queues; the message leaves once storage
+ * call `seq` is durable (at once for 0 or one durable already). */
+static void send_after(raft_t *r, const char *to, raft_msg *m, uint64_t seq)
 {
 	if (!m->term) m->term = r->term;
 	m->from = r->name;
@@ -135,7 +163,41 @@ void raft__send_msg(raft_t *r, const char *to, raft_msg *m)
 	size_t len;
 	if (raft_codec_encode(m, &buf, &len) != 0) return;
 	r->stats.msgs_sent++;
-	push_out(r, to, buf, len);
+	if (seq <= r->st_durable) {
+		if (is_reply(m)) r->reply_at = r->last_now;
+		push_out(r, to, buf, len);
+		return;
+	}
+	if (r->nheld >= RAFT_QUEUE_CAP) { free(buf); return; }
+	if (r->nheld == r->capheld) {
+		size_t nc = r->capheld ? r->capheld * 2 : 16;
+		held_out *n = realloc(r->held, nc * sizeof *n);
+		if (!n) { free(buf); return; }
+		r->held = n;
+		r->capheld = nc;
+	}
+	held_out *h = &r->held[r->nheld++];
+	snprintf(h->out.to, sizeof h->out.to, "%s", to);
+	h->out.data = buf;
+	h->out.len = len;
+	h->seq = seq;
+	h->reply = is_reply(m);
+	r->stats.replies_held++;
+}
+
+void raft__send_msg(raft_t *r, const char *to, raft_msg *m) { send_after(r, to, m, 0); }
+
+/* Queues, in order, the held messages whose storage call is now durable. */
+static void release_held(raft_t *r)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < r->nheld; i++) {
+		held_out *h = &r->held[i];
+		if (h->seq > r->st_durable) { r->held[k++] = *h; continue; }
+		if (h->reply) r->reply_at = r->last_now;
+		push_out(r, h->out.to, h->out.data, h->out.len);
+	}
+	r->nheld = k;
 }
 
 /* ---------------------------------------------------------------- log */
@@ -173,6 +235,37 @@ static void fail(raft_t *r, const char *what, const char *err)
 	r->failed = true;
 }
 
+/* Counts a storage call that was accepted.  A synchronous storage has it
+ * durable now (after its sync, for a log record: one fsync per batch). */
+static int st_counted(raft_t *r, const char *what, bool record)
+{
+	char err[RAFT_ERR_MAX] = "";
+	r->st_issued++;
+	if (r->st->async) return 0;
+	if (record && r->st->sync && r->st->sync(r->st->ctx, err, sizeof err) != 0) {
+		fail(r, what, err);
+		return -1;
+	}
+	r->st_durable = r->st_issued;
+	return 0;
+}
+
+uint64_t raft_durable_index(const raft_t *r)
+{
+	/* entries are written in index order, so the durable ones are a prefix */
+	for (size_t k = r->nlog; k-- > 0;)
+		if (r->log[k].seq <= r->st_durable) return r->log[k].index;
+	return r->snap_seq <= r->st_durable ? r->snap.index : 0;
+}
+
+/* The storage call that must be durable before we may claim entry i. */
+static uint64_t seq_of(const raft_t *r, uint64_t i)
+{
+	const lentry *e = entry_at(r, i);
+	if (e) return e->seq;
+	return i <= r->snap.index ? r->snap_seq : r->st_issued;
+}
+
 /* Drops entries >= from from memory. */
 static void mem_truncate(raft_t *r, uint64_t from)
 {
@@ -193,7 +286,7 @@ static void mem_compact(raft_t *r, uint64_t upto)
 	if (r->log_start <= upto) r->log_start = upto + 1;
 }
 
-static int mem_append(raft_t *r, const raft_entry *e)
+static int mem_append(raft_t *r, const raft_entry *e, uint64_t seq)
 {
 	if (r->nlog == r->caplog) {
 		size_t nc = r->caplog ? r->caplog * 2 : 64;
@@ -205,7 +298,7 @@ static int mem_append(raft_t *r, const raft_entry *e)
 	uint8_t *d = malloc(e->len ? e->len : 1);
 	if (!d) return -1;
 	if (e->len) memcpy(d, e->data, e->len);
-	r->log[r->nlog++] = (lentry){ e->index, e->term, e->type, d, e->len };
+	r->log[r->nlog++] = (lentry){ e->index, e->term, e->type, d, e->len, seq };
 	return 0;
 }
 
@@ -257,9 +350,10 @@ static int append_entries(raft_t *r, const raft_entry *e, size_t n, uint64_t now
 		fail(r, "append", err);
 		return -1;
 	}
+	if (st_counted(r, "append", true) != 0) return -1;
 	bool cfg = false;
 	for (size_t i = 0; i < n; i++) {
-		if (mem_append(r, &e[i]) != 0) {
+		if (mem_append(r, &e[i], r->st_issued) != 0) {
 			fail(r, "append", "out of memory");
 			return -1;
 		}
@@ -276,6 +370,7 @@ static int truncate_from(raft_t *r, uint64_t from, uint64_t now)
 		fail(r, "truncate", err);
 		return -1;
 	}
+	if (st_counted(r, "truncate", true) != 0) return -1;
 	r->stats.truncations++;
 	bool cfg = r->voters_index >= from;
 	mem_truncate(r, from);
@@ -290,6 +385,8 @@ static int save_hard(raft_t *r)
 		fail(r, "save hard state", err);
 		return -1;
 	}
+	if (st_counted(r, "save hard state", false) != 0) return -1;
+	r->hard_seq = r->st_issued;
 	return 0;
 }
 
@@ -452,7 +549,11 @@ void raft__start_election(raft_t *r, uint64_t now)
 static void count_votes(raft_t *r, uint64_t now)
 {
 	size_t n = 0;
-	for (size_t i = 0; i < r->voters.n; i++) n += r->granted[i];
+	/* our own vote counts once it is durable (not for pre-votes: they
+	 * promise nothing) */
+	bool own = r->role != RAFT_CANDIDATE || r->hard_seq <= r->st_durable;
+	for (size_t i = 0; i < r->voters.n; i++)
+		n += r->granted[i] && (own || strcmp(r->voters.names[i], r->name) != 0);
 	if (n < majority(r)) return;
 	if (r->role == RAFT_PRECANDIDATE) raft__start_election(r, now);
 	else if (r->role == RAFT_CANDIDATE) become_leader(r, now);
@@ -483,7 +584,8 @@ static uint64_t quorum_value(raft_t *r, uint64_t self, bool match)
 
 static void advance_commit(raft_t *r, uint64_t now)
 {
-	uint64_t n = quorum_value(r, raft__last_index(r), true), t;
+	/* ourselves only up to what our disk has */
+	uint64_t n = quorum_value(r, raft_durable_index(r), true), t;
 	/* Raft's commit rule: count replicas only for an entry of our term. */
 	if (n > r->commit && raft__term_at(r, n, &t) && t == r->term) r->commit = n;
 	if (r->voters_index <= r->commit && !raft__self_voter(r))
@@ -496,11 +598,17 @@ static uint64_t lease_end(raft_t *r, uint64_t now)
 	return quorum_value(r, now, false) + r->cfg.leader_lease_ms;
 }
 
+/* When we step down unless a majority answers before (check-quorum). */
+static uint64_t quorum_end(raft_t *r, uint64_t now)
+{
+	return quorum_value(r, now, false) + r->cfg.heartbeat_timeout_ms;
+}
+
 static void check_lease(raft_t *r, uint64_t now)
 {
-	if (r->role != RAFT_LEADER || now < lease_end(r, now)) return;
+	if (r->role != RAFT_LEADER || now < quorum_end(r, now)) return;
 	r->stats.stepdowns_lease++;
-	raft__become_follower(r, now, r->term, "", "no contact with a majority for the leader lease");
+	raft__become_follower(r, now, r->term, "", "no contact with a majority for the heartbeat timeout");
 }
 
 /* The chunk of our snapshot that starts at off (a new transfer: 0). */
@@ -623,7 +731,7 @@ static void on_vote_req(raft_t *r, uint64_t now, const raft_msg *m)
 		r->sticky_until = now + r->cfg.heartbeat_timeout_ms;
 		r->election_at = now + rand_between(r, r->cfg.heartbeat_timeout_ms);
 	}
-	raft__send_msg(r, m->from, &resp);
+	send_after(r, m->from, &resp, resp.granted ? r->hard_seq : 0);
 }
 
 static void on_vote_resp(raft_t *r, uint64_t now, const raft_msg *m)
@@ -705,7 +813,17 @@ static void on_append_req(raft_t *r, uint64_t now, const raft_msg *m)
 	if (c > r->commit) r->commit = c;
 	resp.success = true;
 	resp.last_index = matched;
-	raft__send_msg(r, m->from, &resp);
+	uint64_t need = seq_of(r, matched);
+	if (need > r->st_durable && now >= r->reply_at + r->cfg.heartbeat_interval_ms / 2) {
+		/* contact now, claiming only what is on disk; the answer follows */
+		raft_msg early = resp;
+		uint64_t d = raft_durable_index(r);
+		early.last_index = d < matched ? d : matched;
+		early.syncing = true;
+		r->stats.replies_syncing++;
+		raft__send_msg(r, m->from, &early);
+	}
+	send_after(r, m->from, &resp, need);
 }
 
 /* A reply to AppendEntries or InstallSnapshot: steps down on a newer term;
@@ -746,7 +864,14 @@ static void on_append_resp(raft_t *r, uint64_t now, const raft_msg *m)
 	if (!p) return;
 	if (m->success) {
 		if (m->last_index > raft__last_index(r)) { r->stats.drop_bad_state++; return; }
+		uint64_t was = p->match;
 		if (m->last_index > p->match) p->match = m->last_index;
+		if (m->syncing) {
+			/* contact (noted), and what its disk has: the append stays
+			 * in flight, its real answer follows */
+			if (p->match > was && !p->snap_inflight) after_progress(r, now, p);
+			return;
+		}
 		if (p->snap_inflight) {
 			/* a heartbeat sent while the snapshot travels: only a
 			 * follower that has the snapshot's last entry ends it */
@@ -801,6 +926,11 @@ static int install_snapshot(raft_t *r, uint64_t now, const raft_snap_meta *s, co
 		fail(r, "save snapshot", err);
 		return -1;
 	}
+	if (st_counted(r, "save snapshot", false) != 0) {
+		free(copy);
+		return -1;
+	}
+	r->snap_seq = r->st_issued;
 	if (!keep) mem_truncate(r, r->log_start);
 	mem_compact(r, s->index);
 	if (r->log_start < s->index + 1) r->log_start = s->index + 1;
@@ -830,7 +960,7 @@ static void on_snap_req(raft_t *r, uint64_t now, const raft_msg *m)
 	if (s->index <= r->commit) { /* we have all of it already */
 		resp.success = true;
 		resp.offset = m->total;
-		raft__send_msg(r, m->from, &resp);
+		send_after(r, m->from, &resp, seq_of(r, s->index));
 		return;
 	}
 	bool same = r->rs_buf && r->rs.index == s->index && r->rs.term == s->term && r->rs_total == m->total;
@@ -865,7 +995,7 @@ static void on_snap_req(raft_t *r, uint64_t now, const raft_msg *m)
 	rs_reset(r);
 	if (rc != 0) return;
 	resp.success = true;
-	raft__send_msg(r, m->from, &resp);
+	send_after(r, m->from, &resp, r->snap_seq);
 }
 
 static void on_snap_resp(raft_t *r, uint64_t now, const raft_msg *m)
@@ -899,13 +1029,17 @@ static uint64_t clamp_now(raft_t *r, uint64_t now)
 }
 
 /* For a leader's operations: the clock clamped, the lease checked; -1 with
- * the reason (and the leader, when known) if we do not lead. */
+ * the reason (and the leader, when known) if we do not lead, or our lease
+ * has lapsed (we may still be the leader: retry once contact is back). */
 int raft__leading(raft_t *r, uint64_t *now, char *err, size_t errlen)
 {
 	*now = clamp_now(r, *now);
 	check_lease(r, *now);
-	if (!r->failed && r->role == RAFT_LEADER) return 0;
-	snprintf(err, errlen, "not the leader%s%s", r->leader[0] ? "; the leader is " : "", r->leader);
+	if (!r->failed && r->role == RAFT_LEADER && *now < lease_end(r, *now)) return 0;
+	if (!r->failed && r->role == RAFT_LEADER)
+		snprintf(err, errlen, "no contact with a majority for the leader lease; retry");
+	else
+		snprintf(err, errlen, "not the leader%s%s", r->leader[0] ? "; the leader is " : "", r->leader);
 	return -1;
 }
 
@@ -928,7 +1062,7 @@ uint64_t raft_next_deadline(const raft_t *r)
 {
 	if (r->failed) return UINT64_MAX;
 	if (r->role != RAFT_LEADER) return r->election_at;
-	uint64_t d = lease_end((raft_t *)r, r->last_now);
+	uint64_t d = quorum_end((raft_t *)r, r->last_now);
 	if (r->xfer_to[0] && r->xfer_until < d) d = r->xfer_until;
 	if (r->staging[0] && r->staging_until < d) d = r->staging_until;
 	for (size_t i = 0; i < r->npeers; i++) {
@@ -981,6 +1115,12 @@ int raft__leader_append(raft_t *r, uint64_t now, uint8_t type, const uint8_t *da
 		snprintf(err, errlen, "handing leadership over to %s; retry", r->xfer_to);
 		return -1;
 	}
+	if (r->st_issued - r->st_durable >= RAFT_BEHIND_MAX) {
+		r->stats.proposals_behind++;
+		snprintf(err, errlen, "storage is behind (%llu writes not yet on disk); retry",
+			 (unsigned long long)(r->st_issued - r->st_durable));
+		return -1;
+	}
 	raft_entry e = { raft__last_index(r) + 1, r->term, type, data, len };
 	if (append_entries(r, &e, 1, now) != 0) {
 		snprintf(err, errlen, "storage failed");
@@ -1010,11 +1150,14 @@ int raft_propose(raft_t *r, uint64_t now, uint8_t type, const uint8_t *data, siz
 int raft_pop_apply(raft_t *r, raft_apply *a)
 {
 	if (r->restore_pending) {
+		if (r->snap_seq > r->st_durable) return 0;
 		r->restore_pending = false;
 		*a = (raft_apply){ RAFT_APPLY_SNAPSHOT, r->snap.index, r->snap.term, 0, r->snap_data, r->snap_len };
 		return 1;
 	}
-	if (r->applied >= r->commit) return 0;
+	uint64_t upto = raft_durable_index(r);
+	if (upto > r->commit) upto = r->commit;
+	if (r->applied >= upto) return 0;
 	const lentry *e = entry_at(r, r->applied + 1);
 	if (!e) return 0;
 	r->applied++;
@@ -1049,6 +1192,11 @@ int raft_snapshot_take(raft_t *r, uint64_t now, uint64_t index, const uint8_t *d
 		fail(r, "save snapshot", err);
 		return -1;
 	}
+	if (st_counted(r, "save snapshot", false) != 0) {
+		free(copy);
+		return -1;
+	}
+	r->snap_seq = r->st_issued;
 	free(r->snap_data);
 	r->snap = meta;
 	r->snap_data = copy;
@@ -1092,16 +1240,18 @@ static int restore(raft_t *r, raft_loaded *l, char *err, size_t errlen)
 		if (usable) {
 			r->log_start = first;
 			for (size_t i = 0; i < l->nentries; i++)
-				if (mem_append(r, &l->entries[i]) != 0) {
+				if (mem_append(r, &l->entries[i], 0) != 0) {
 					snprintf(err, errlen, "out of memory");
 					return -1;
 				}
-		} else if (r->st->truncate(r->st->ctx, first, err, errlen) != 0) {
+		} else if (r->st->truncate(r->st->ctx, first, err, errlen) != 0 ||
+			   st_counted(r, "truncate", true) != 0) {
 			/* Entries that do not meet the snapshot: a crash between
 			 * storing a snapshot and compacting the log.  Those up to
 			 * the snapshot are in it; a suffix after a mismatch was
 			 * never acknowledged (raft truncated it before the
 			 * snapshot was stored). */
+			if (r->failed) snprintf(err, errlen, "storage failed truncating the log");
 			return -1;
 		}
 	}
@@ -1150,7 +1300,10 @@ raft_t *raft_new(const raft_config *cfg, const raft_self *self, raft_storage *st
 int raft_bootstrap(raft_t *r, uint64_t now, const raft_voters *v, char *err, size_t errlen)
 {
 	now = clamp_now(r, now);
-	if (r->term || raft__last_index(r) || r->snap.index) {
+	/* term 1 with an empty log and no vote is a bootstrap cut short by a
+	 * crash (its hard state reached the disk, its entry did not): anything
+	 * else would have moved the term or written an entry, so do it again */
+	if (r->term > 1 || (r->term && r->vote[0]) || raft__last_index(r) || r->snap.index) {
 		snprintf(err, errlen, "already bootstrapped (term %llu, last index %llu)",
 			 (unsigned long long)r->term, (unsigned long long)raft__last_index(r));
 		return -1;
@@ -1187,10 +1340,36 @@ void raft_destroy(raft_t **rp)
 	free(r->rs_buf);
 	for (size_t i = 0; i < r->out_len; i++) free(r->outs[(r->out_head + i) % r->out_cap].data);
 	free(r->outs);
+	for (size_t i = 0; i < r->nheld; i++) free(r->held[i].out.data);
+	free(r->held);
 	free(r->evs);
 	free(r);
 	*rp = NULL;
 }
+
+/* ---------------------------------------------------------------- storage reports */
+
+void raft_storage_done(raft_t *r, uint64_t now, uint64_t seq)
+{
+	if (r->failed || seq <= r->st_durable) return;
+	now = clamp_now(r, now);
+	if (seq > r->st_issued) {
+		fail(r, "report", "durable beyond the calls made");
+		return;
+	}
+	r->st_durable = seq;
+	release_held(r);
+	if (r->role == RAFT_CANDIDATE) {
+		count_votes(r, now);
+	} else if (r->role == RAFT_LEADER) {
+		advance_commit(r, now);
+		raft__transfer_check(r, now);
+	}
+}
+
+void raft_storage_failed(raft_t *r, const char *err) { fail(r, "write", err); }
+uint64_t raft_storage_issued(const raft_t *r) { return r->st_issued; }
+uint64_t raft_storage_durable(const raft_t *r) { return r->st_durable; }
 
 /* ---------------------------------------------------------------- queries */
 

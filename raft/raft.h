@@ -16,9 +16,17 @@
  *            raft_pop_apply() (committed entries and snapshot restores, in
  *            order, for the state machine), raft_pop_event()
  * Persistence goes through raft_storage (a table of functions the caller
- * provides), called synchronously BEFORE the messages that depend on it are
- * queued.  A storage failure stops the node (raft_failed()); the agent then
- * exits and a restart recovers from what was stored.
+ * provides).  A synchronous storage is durable when a call returns; an
+ * asynchronous one (raft_async below: a storage thread, etcd's way) queues
+ * the call, and the caller reports what became durable with
+ * raft_storage_done.  Either way nothing leaves before what it promises is
+ * durable: a vote, and an acknowledgement of entries or a snapshot, wait in
+ * raft until their write is (raft_pop_out never returns them before); a
+ * candidate counts its own vote, and a leader itself towards a commit, only
+ * once durable; entries are applied only when committed and durable here.
+ * A leader sends AppendEntries while its own write is still in flight.  A
+ * storage failure stops the node (raft_failed()); the agent then exits and
+ * a restart recovers from what was stored.
  *
  * Time is in milliseconds on any monotonic clock; randomness comes from the
  * seed in raft_self.  The agent feeds it from libev and ZeroMQ exactly like
@@ -36,6 +44,10 @@ enum {
 	RAFT_ENTRY_MAX = 1 << 20,   /* bytes of one entry's payload */
 	RAFT_SNAPSHOT_MAX = 256 << 20, /* bytes of one snapshot (sent in chunks) */
 	RAFT_ERR_MAX = 200,
+	/* A leader refuses proposals while this many storage calls are not
+	 * yet durable (a disk far slower than the writes: the queue to the
+	 * storage thread must not grow without bound). */
+	RAFT_BEHIND_MAX = 4096,
 };
 
 /* Entry types: the type byte every log entry carries.  Raft's own types are
@@ -62,8 +74,10 @@ typedef struct {
 	/* A (pre-)candidate that has not won after a random time in
 	 * [election_timeout, 2 x election_timeout) starts over. */
 	uint32_t election_timeout_ms;
-	/* A leader steps down when it has had no proof of contact from a
-	 * majority of voters for this long.  Must be < heartbeat_timeout. */
+	/* A leader stops acting as one (raft_leader_ok false, proposals
+	 * refused) when it has had no proof of contact from a majority of
+	 * voters for this long; it steps down after heartbeat_timeout without.
+	 * Must be < heartbeat_timeout. */
 	uint32_t leader_lease_ms;
 	/* The leader sends an AppendEntries to every follower at least this
 	 * often (hashicorp: heartbeat_timeout / 10). */
@@ -81,7 +95,7 @@ typedef struct {
 	uint32_t snapshot_chunk_bytes;
 } raft_config;
 
-/* "default" (hashicorp/raft's numbers) or "fast" (5x faster, one fabric). */
+/* "default" (hashicorp/raft's numbers) or "fast" (4x faster, one fabric). */
 int raft_config_profile(raft_config *c, const char *profile);
 /* Checks the values make sense together (lease < heartbeat timeout, ...). */
 int raft_config_check(const raft_config *c, char *err, size_t errlen);
@@ -119,10 +133,21 @@ typedef struct {
 	size_t nentries;
 } raft_loaded;
 
-/* Every function returns 0, or -1 with a message in err.  They are called
- * synchronously; raft queues the messages that depend on them afterwards. */
+/* Every function returns 0, or -1 with a message in err.
+ *
+ * Synchronous (async false): what a call stores is durable when it returns,
+ * except that append and truncate may leave it to `sync` when the table has
+ * one (raft calls sync after them: one fsync for a batch of records).
+ *
+ * Asynchronous (async true): the calls only queue the work; it must be done
+ * in call order.  raft numbers its calls 1, 2, 3, ... from raft_new on (load
+ * and sync not counted), and the caller reports with raft_storage_done(n)
+ * that calls 1..n are durable (or raft_storage_failed).  Work not yet
+ * reported may be lost in a crash, in part or whole, but only from the end:
+ * call k on disk implies every call before k on disk. */
 typedef struct {
 	void *ctx;
+	bool async;
 	int (*load)(void *ctx, raft_loaded *out, char *err, size_t errlen);
 	int (*save_hard)(void *ctx, uint64_t term, const char *vote, char *err, size_t errlen);
 	/* Appends entries (contiguous, following the last stored one). */
@@ -133,17 +158,59 @@ typedef struct {
 	 * entries with index <= compact_upto. */
 	int (*save_snapshot)(void *ctx, const raft_snap_meta *meta, const uint8_t *data,
 			     size_t len, uint64_t compact_upto, char *err, size_t errlen);
+	/* Optional: makes the appends and truncations before it durable. */
+	int (*sync)(void *ctx, char *err, size_t errlen);
 } raft_storage;
+
+/* An asynchronous storage's report: its calls 1..seq are durable.  Messages
+ * that waited for them become poppable, a vote or a commit may follow. */
+void raft_storage_done(raft_t *r, uint64_t now_ms, uint64_t seq);
+/* An asynchronous storage's report: a call failed; the node stops
+ * (RAFT_EV_FAILED), as with a synchronous failure. */
+void raft_storage_failed(raft_t *r, const char *err);
+/* Storage calls made, and reported durable (equal with a synchronous one). */
+uint64_t raft_storage_issued(const raft_t *r);
+uint64_t raft_storage_durable(const raft_t *r);
+/* The last index of our log that is durable here. */
+uint64_t raft_durable_index(const raft_t *r);
 
 /* In-memory storage for tests: survives raft_destroy (a "crash-restart"
  * keeps it), freed by raft_mem_storage_free. */
 raft_storage *raft_mem_storage_new(void);
 void raft_mem_storage_free(raft_storage **s);
+/* What it holds: the hard state; whether entry index of that term (0: of
+ * any term) is there, or covered by its snapshot.  The tests check
+ * durability with them. */
+void raft_mem_storage_hard(const raft_storage *s, uint64_t *term, const char **vote);
+bool raft_mem_storage_has(const raft_storage *s, uint64_t index, uint64_t term);
 
 /* File storage in a directory (raft/raft_file.c): log, hard state and
- * snapshot files.  fsync off is for tests only. */
+ * snapshot files; appends are durable at sync (one fdatasync for a batch).
+ * fsync off is for tests only.  Synchronous; raft_async.h runs it on a
+ * storage thread. */
 raft_storage *raft_file_storage_new(const char *dir, bool fsync_on, char *err, size_t errlen);
 void raft_file_storage_free(raft_storage **s);
+
+/* A storage thread (raft/raft_async.c): wraps a synchronous storage (the
+ * file storage) into an asynchronous one whose calls only queue; the
+ * thread does them in order, one sync per batch.  notify(ctx) runs on the
+ * thread after each batch, or a failure: wake the loop (ev_async_send),
+ * which calls raft_async_deliver. */
+typedef struct raft_async raft_async;
+typedef struct {
+	uint64_t queued, done;      /* calls numbered; durable */
+	uint64_t batches, calls;    /* batches written (one sync each); calls in them */
+	uint64_t max_batch, max_batch_ms; /* the largest batch; the slowest, in ms */
+} raft_async_stats;
+raft_async *raft_async_new(raft_storage *inner, void (*notify)(void *ctx), void *ctx, char *err, size_t errlen);
+/* The table to give raft_new. */
+raft_storage *raft_async_storage(raft_async *a);
+/* On the loop: tells raft what is durable now, or that a call failed. */
+void raft_async_deliver(raft_async *a, raft_t *r, uint64_t now_ms);
+void raft_async_get_stats(raft_async *a, raft_async_stats *st);
+/* Finishes what is queued, stops the thread, frees (not the inner
+ * storage); *a = NULL, safe twice. */
+void raft_async_free(raft_async **a);
 
 /* ---- lifecycle ---- */
 typedef struct {
@@ -160,8 +227,10 @@ void raft_destroy(raft_t **r);
 
 /* Writes the first voter set (entry 1, term 1), once, on a node with an
  * empty store.  Every bootstrapping voter must be given the same set; the
- * agent calls it when bootstrap-expect head-eligible agents are visible.
- * -1 when the store is not empty or the set is bad. */
+ * agent calls it when bootstrap-expect head-eligible agents are visible
+ * (and again while it has no voter set: a crash may lose a bootstrap that
+ * was not yet durable, even half of it).  -1 when the store is not empty
+ * or the set is bad. */
 int raft_bootstrap(raft_t *r, uint64_t now_ms, const raft_voters *v, char *err, size_t errlen);
 /* Sorts and checks a set of names into *v; -1 on a bad or repeated name. */
 int raft_voters_make(raft_voters *v, const char *const *names, size_t n, char *err, size_t errlen);
@@ -285,12 +354,15 @@ typedef struct {
 	uint64_t drop_stale_term;   /* a message of an older term */
 	uint64_t drop_not_voter;    /* from a name outside the voter set, where it matters */
 	uint64_t drop_bad_state;    /* valid bytes that make no sense here */
-	uint64_t elections, prevotes, leaderships, stepdowns_lease;
+	uint64_t elections, prevotes, leaderships, stepdowns_lease; /* (no majority for a heartbeat timeout) */
 	uint64_t votes_refused_sticky;
 	uint64_t snapshots_taken, snapshots_sent, snapshots_installed, snapshot_chunks_sent;
 	uint64_t truncations;
 	uint64_t transfers, transfers_failed, transfers_received; /* handovers sent, abandoned, answered */
 	uint64_t peer_log_lost;     /* a follower answered without entries it had acknowledged */
+	uint64_t replies_held;      /* answers that waited for our disk before they left */
+	uint64_t replies_syncing;   /* "still syncing" answers sent meanwhile (contact, no promise) */
+	uint64_t proposals_behind;  /* proposals refused: too many writes not yet durable */
 } raft_stats;
 const raft_stats *raft_get_stats(const raft_t *r);
 

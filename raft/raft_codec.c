@@ -76,6 +76,7 @@ int raft_codec_encode(const raft_msg *m, uint8_t **out, size_t *len)
 		aresp.last_index = m->last_index;
 		aresp.prev_index = m->prev_index;
 		aresp.echo = m->echo;
+		aresp.syncing = m->syncing;
 		msg.body_case = SKEIN__RAFT__MSG__BODY_APPEND_RESP;
 		msg.append_resp = &aresp;
 		break;
@@ -207,6 +208,7 @@ static int check_msg(const Skein__Raft__Msg *p, raft_decoded *d)
 		m->last_index = p->append_resp->last_index;
 		m->prev_index = p->append_resp->prev_index;
 		m->echo = p->append_resp->echo;
+		m->syncing = p->append_resp->syncing;
 		return IDX_OK(m->last_index) && IDX_OK(m->prev_index) ? 0 : -1;
 	case SKEIN__RAFT__MSG__BODY_SNAP_REQ:
 		m->type = RAFT_MSG_SNAP_REQ;

@@ -29,7 +29,7 @@ typedef enum {
  *   VOTE_REQ     prevote, last_index, last_term, transfer
  *   VOTE_RESP    prevote, granted
  *   APPEND_REQ   prev_index, prev_term, commit, echo, entries
- *   APPEND_RESP  success, last_index, prev_index, echo
+ *   APPEND_RESP  success, last_index, prev_index, echo, syncing
  *   SNAP_REQ     snap (meta), data (the chunk at offset), offset, total, echo
  *   SNAP_RESP    success, last_index, offset, echo
  *   TIMEOUT_NOW  (term and from only) */
@@ -37,7 +37,7 @@ typedef struct {
 	raft_msg_type type;
 	uint64_t term;
 	const char *from;
-	bool prevote, granted, success, transfer;
+	bool prevote, granted, success, transfer, syncing;
 	uint64_t last_index, last_term;
 	uint64_t prev_index, prev_term, commit, echo;
 	uint64_t offset, total;   /* snapshot chunks */

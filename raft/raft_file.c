@@ -6,7 +6,11 @@
  *                 u32 hcheck     low 32 bits of XXH3(len) ^ 0x52465431
  *                 u64 phash      XXH3(payload)
  *                 payload        u64 index, u64 term, u8 type, data
- *               Indexes are contiguous.  One fsync per batch.
+ *               Indexes are contiguous.  Appends are written at once
+ *               and made durable by sync (one fdatasync for a batch of
+ *               them); a truncation, a hard state or a snapshot first
+ *               syncs what was appended before it, so what a crash keeps
+ *               is always a prefix of the calls made.
  *   raft.hard   "SKRHRD01", u64 term, u8 vote length, vote, u64 XXH3 of
  *               all before; written as raft.hard.tmp, fsync, rename, fsync
  *               of the directory, so a crash leaves the old or the new.
@@ -56,6 +60,7 @@ typedef struct {
 	bool fsync_on;
 	int fd;                   /* raft.log */
 	uint64_t end;             /* bytes of valid log */
+	bool dirty;               /* appended since the last fdatasync */
 	rec_pos *recs;
 	size_t n, cap;
 } file_store;
@@ -200,6 +205,16 @@ static int load_hard(file_store *f, raft_loaded *out, char *err, size_t errlen)
 	return 0;
 }
 
+/* Makes the appends so far durable. */
+static int file_sync(void *ctx, char *err, size_t errlen)
+{
+	file_store *f = ctx;
+	if (!f->dirty) return 0;
+	if (f->fsync_on && fdatasync(f->fd) != 0) return sys_err(err, errlen, "fdatasync", "raft.log");
+	f->dirty = false;
+	return 0;
+}
+
 static int file_save_hard(void *ctx, uint64_t term, const char *vote, char *err, size_t errlen)
 {
 	uint8_t b[17 + RAFT_NAME_MAX + 8];
@@ -209,6 +224,7 @@ static int file_save_hard(void *ctx, uint64_t term, const char *vote, char *err,
 	b[16] = (uint8_t)vl;
 	memcpy(b + 17, vote, vl);
 	put64(b + 17 + vl, XXH3_64bits(b, 17 + vl));
+	if (file_sync(ctx, err, errlen) != 0) return -1;
 	return write_atomic(ctx, "raft.hard", b, 17 + vl + 8, err, errlen);
 }
 
@@ -386,11 +402,12 @@ static int file_append(void *ctx, const raft_entry *e, size_t n, char *err, size
 	}
 	int rc = write_all(f->fd, buf, total, (off_t)f->end);
 	free(buf);
-	if (rc != 0 || (f->fsync_on && fdatasync(f->fd) != 0)) {
+	if (rc != 0) {
 		f->n = n0;
 		return sys_err(err, errlen, "append to", "raft.log");
 	}
 	f->end += total;
+	f->dirty = true;
 	return 0;
 }
 
@@ -401,10 +418,12 @@ static int file_truncate(void *ctx, uint64_t from, char *err, size_t errlen)
 	while (k > 0 && f->recs[k - 1].index >= from) k--;
 	if (k == f->n) return 0;
 	uint64_t off = f->recs[k].off;
+	/* synced at once: appends after it must not land on an uncut tail */
 	if (ftruncate(f->fd, (off_t)off) != 0 || (f->fsync_on && fsync(f->fd) != 0))
 		return sys_err(err, errlen, "truncate", "raft.log");
 	f->n = k;
 	f->end = off;
+	f->dirty = false;
 	return 0;
 }
 
@@ -466,7 +485,7 @@ static int file_save_snapshot(void *ctx, const raft_snap_meta *meta, const uint8
 	put64(b + 28 + vl, len);
 	if (len) memcpy(b + 28 + vl + 8, data, len);
 	put64(b + total - 8, XXH3_64bits(b, total - 8));
-	int rc = write_atomic(f, "raft.snap", b, total, err, errlen);
+	int rc = file_sync(f, err, errlen) == 0 ? write_atomic(f, "raft.snap", b, total, err, errlen) : -1;
 	free(b);
 	if (rc != 0) return -1;
 	return compact(f, upto, err, errlen);
@@ -499,7 +518,8 @@ raft_storage *raft_file_storage_new(const char *dir, bool fsync_on, char *err, s
 		free(f);
 		return NULL;
 	}
-	f->st = (raft_storage){ f, file_load, file_save_hard, file_append, file_truncate, file_save_snapshot };
+	f->st = (raft_storage){ .ctx = f, .load = file_load, .save_hard = file_save_hard, .append = file_append,
+				.truncate = file_truncate, .save_snapshot = file_save_snapshot, .sync = file_sync };
 	return &f->st;
 }
 

@@ -33,7 +33,15 @@ typedef struct {
 	uint8_t type;
 	uint8_t *data;
 	size_t len;
+	uint64_t seq;             /* the storage call that wrote it (0: loaded) */
 } lentry;
+
+/* A message waiting until storage call `seq` is durable. */
+typedef struct {
+	raft_out out;
+	uint64_t seq;
+	bool reply;               /* an AppendEntries or InstallSnapshot answer */
+} held_out;
 
 typedef struct {
 	char name[RAFT_NAME_MAX + 1];
@@ -51,6 +59,12 @@ struct raft {
 	char name[RAFT_NAME_MAX + 1];
 	raft_storage *st;
 	bool failed;
+	/* storage calls made, and reported durable; the calls that last wrote
+	 * the hard state and the snapshot (raft.h: the storage seam) */
+	uint64_t st_issued, st_durable, hard_seq, snap_seq;
+	held_out *held;           /* messages waiting for the disk, in order */
+	size_t nheld, capheld;
+	uint64_t reply_at;        /* an answer to the leader last left then */
 
 	/* persistent */
 	uint64_t term;

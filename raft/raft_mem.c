@@ -109,11 +109,27 @@ static int mem_save_snapshot(void *ctx, const raft_snap_meta *meta, const uint8_
 	return 0;
 }
 
+void raft_mem_storage_hard(const raft_storage *s, uint64_t *term, const char **vote)
+{
+	const mem_store *m = s->ctx;
+	*term = m->term;
+	*vote = m->vote;
+}
+
+bool raft_mem_storage_has(const raft_storage *s, uint64_t index, uint64_t term)
+{
+	const mem_store *m = s->ctx;
+	if (index <= m->snap.index) return true;
+	if (!m->n || index < m->log[0].index || index > m->log[m->n - 1].index) return false;
+	return !term || m->log[index - m->log[0].index].term == term;
+}
+
 raft_storage *raft_mem_storage_new(void)
 {
 	mem_store *m = calloc(1, sizeof *m);
 	if (!m) return NULL;
-	m->st = (raft_storage){ m, mem_load, mem_save_hard, mem_append, mem_truncate, mem_save_snapshot };
+	m->st = (raft_storage){ .ctx = m, .load = mem_load, .save_hard = mem_save_hard, .append = mem_append,
+				.truncate = mem_truncate, .save_snapshot = mem_save_snapshot };
 	return &m->st;
 }
 

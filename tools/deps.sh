@@ -17,8 +17,9 @@ PKGS_REQUIRED="build-essential pkg-config libev-dev libprotobuf-c-dev protobuf-c
 # OpenBLAS, torch's matmuls go to the reference BLAS, 10-20x slower; the serial
 # build keeps one thread per process (four processes share the cores).
 PKGS_REQUIRED="$PKGS_REQUIRED python3-torch python3-numpy libopenblas0-serial"
-# serf is only the benchmark's baseline; iproute2 gives `ip netns` to the partition tests.
-PKGS_OPTIONAL="serf iproute2"
+# serf and etcd are only the benchmarks' baselines (tests/agent/bench.sh,
+# etcd_bench.sh); iproute2 gives `ip netns` to the partition tests.
+PKGS_OPTIONAL="serf iproute2 etcd-server etcd-client"
 # Used only by tests, which fail (not skip) without them: prometheus and promtool
 # (tests/agent/metrics_test.sh), curl (metrics), dnsmasq-base (the Kubernetes test's
 # DNS), binutils (readelf: the container test), systemd (systemd-analyze verify; procps
@@ -52,6 +53,8 @@ install() {
 	[ -z "$t" ] || apt-get install -y -qq --no-install-recommends $t >&2 || echo "skein: test packages not installed:$t" >&2
 	# Optional packages: best effort, never fail the build for them.
 	apt-get install -y -qq --no-install-recommends $PKGS_OPTIONAL >/dev/null 2>&1 || true
+	# etcd_bench.sh starts its own members: not the package's service
+	if command -v systemctl >/dev/null 2>&1; then systemctl disable --now etcd >/dev/null 2>&1 || true; fi
 }
 
 case "${1:-ensure}" in

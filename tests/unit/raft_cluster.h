@@ -8,10 +8,25 @@
  * (raft_destroy, then raft_new on the same storage).  Each node applies
  * what raft commits to a raft_kv and snapshots when raft asks.
  *
+ * With c.lag_max set (cluster_init_lagging), every node's storage is
+ * asynchronous and its durability lags: each call is queued with a durable
+ * instant a random delay after it (in order: a disk does not reorder
+ * fsyncs), reported to raft then (raft_storage_done); a crash keeps a random
+ * prefix of what was not yet durable and loses the rest.  stall_until[i]
+ * holds node i's disk still, as a disk hog would.
+ *
  * Checked after every step of every test:
  *  - at most one leader per term;
  *  - at most one node whose lease holds (raft_leader_ok) at any instant;
- *  - every node applies the same entry (term) at each index.
+ *  - every node applies the same entry (term) at each index;
+ * and with lagging storage in memory, against what each "disk" (c.st[i])
+ * holds at that moment:
+ *  - a vote granted leaves only once the voter's disk holds it;
+ *  - an AppendEntries or InstallSnapshot success (syncing ones too) only
+ *    once the entry it acknowledges is on the follower's disk;
+ *  - a new leader had a majority of durable votes (its own only if on disk);
+ *  - a leader's commit index is on the disks of a majority of voters;
+ *  - a node applies only entries on its own disk.
  * Writes are acknowledged when committed; at the end of the randomized
  * tests every acknowledged write must be on every node.  A failing seed is
  * printed; TEST_SEED=... replays the run. */
@@ -49,6 +64,29 @@ typedef struct {
 	bool acked;
 } write_rec;
 
+/* One storage call queued on a lagging storage, with a copy of its data. */
+typedef enum { LAG_APPEND, LAG_TRUNCATE, LAG_HARD, LAG_SNAP } lag_kind;
+typedef struct {
+	lag_kind kind;
+	uint64_t seq, at;
+	raft_entry *ents;
+	size_t n;
+	uint64_t arg;             /* truncate from, the hard term, compact up to */
+	char vote[RAFT_NAME_MAX + 1];
+	raft_snap_meta meta;
+	uint8_t *data;
+	size_t len;
+} lag_op;
+
+typedef struct {
+	raft_storage st;          /* async; its calls land in c.st[node] later */
+	int node;
+	uint64_t seq;             /* calls numbered as raft numbers them */
+	lag_op *q;
+	size_t head, n, cap;
+	uint64_t last_at;
+} lag_store;
+
 RC_STATIC struct {
 	int n;
 	uint64_t seed;
@@ -81,6 +119,11 @@ RC_STATIC struct {
 	uint64_t tot_elections, tot_snap, tot_trunc;
 	uint64_t last_applied_term[NMAX], commit_at_lead[NMAX];
 	uint64_t transfer_abandoned[NMAX];
+	uint32_t lag_max;         /* > 0: lagging asynchronous storage */
+	lag_store *lag[NMAX];
+	uint64_t stall_until[NMAX];
+	uint64_t lost_writes;     /* storage calls lost in crashes (not yet durable) */
+	raft_voters boot;         /* the first voter set (cluster_start) */
 } c;
 
 RC_STATIC void fail_seed(const char *what, int line)
@@ -99,11 +142,236 @@ RC_STATIC int idx_of(const char *name)
 
 RC_STATIC bool paused(int i) { return c.paused_until[i] > c.now; }
 
+/* ---- the lagging storage ---- */
+
+RC_STATIC lag_op *lag_push(void *ctx, lag_kind kind)
+{
+	lag_store *l = ctx;
+	if (l->head + l->n == l->cap) {
+		if (l->head) {
+			memmove(l->q, l->q + l->head, l->n * sizeof *l->q);
+			l->head = 0;
+		} else {
+			l->cap = l->cap ? l->cap * 2 : 64;
+			l->q = realloc(l->q, l->cap * sizeof *l->q);
+		}
+	}
+	/* half within a few ms, half up to lag_max (a slow fsync) */
+	uint64_t d = sk_rng_below(&c.rng, 4);
+	if (sk_rng_below(&c.rng, 2) == 0) d = sk_rng_below(&c.rng, c.lag_max + 1);
+	uint64_t at = c.now + d < l->last_at ? l->last_at : c.now + d;
+	l->last_at = at;
+	lag_op *o = &l->q[l->head + l->n++];
+	memset(o, 0, sizeof *o);
+	o->kind = kind;
+	o->seq = ++l->seq;
+	o->at = at;
+	return o;
+}
+
+RC_STATIC uint8_t *lag_dup(const uint8_t *p, size_t len)
+{
+	uint8_t *d = malloc(len ? len : 1);
+	if (len) memcpy(d, p, len);
+	return d;
+}
+
+RC_STATIC int lag_load(void *ctx, raft_loaded *out, char *err, size_t errlen)
+{
+	raft_storage *in = c.st[((lag_store *)ctx)->node];
+	return in->load(in->ctx, out, err, errlen);
+}
+
+RC_STATIC int lag_save_hard(void *ctx, uint64_t term, const char *vote, char *err, size_t errlen)
+{
+	lag_op *o = lag_push(ctx, LAG_HARD);
+	o->arg = term;
+	snprintf(o->vote, sizeof o->vote, "%s", vote);
+	return 0;
+}
+
+RC_STATIC int lag_append(void *ctx, const raft_entry *e, size_t n, char *err, size_t errlen)
+{
+	lag_op *o = lag_push(ctx, LAG_APPEND);
+	o->ents = calloc(n ? n : 1, sizeof *o->ents);
+	o->n = n;
+	for (size_t i = 0; i < n; i++) {
+		o->ents[i] = e[i];
+		o->ents[i].data = lag_dup(e[i].data, e[i].len);
+	}
+	return 0;
+}
+
+RC_STATIC int lag_truncate(void *ctx, uint64_t from, char *err, size_t errlen)
+{
+	lag_push(ctx, LAG_TRUNCATE)->arg = from;
+	return 0;
+}
+
+RC_STATIC int lag_save_snapshot(void *ctx, const raft_snap_meta *meta, const uint8_t *data, size_t len,
+				uint64_t upto, char *err, size_t errlen)
+{
+	lag_op *o = lag_push(ctx, LAG_SNAP);
+	o->meta = *meta;
+	o->data = lag_dup(data, len);
+	o->len = len;
+	o->arg = upto;
+	return 0;
+}
+
+RC_STATIC void lag_free_op(lag_op *o)
+{
+	for (size_t i = 0; i < o->n; i++) free((void *)o->ents[i].data);
+	free(o->ents);
+	free(o->data);
+}
+
+/* Does the oldest queued call on the node's real storage. */
+RC_STATIC void lag_do_one(int i)
+{
+	lag_store *l = c.lag[i];
+	lag_op *o = &l->q[l->head];
+	raft_storage *in = c.st[i];
+	char err[256] = "";
+	int rc = 0;
+	switch (o->kind) {
+	case LAG_APPEND: rc = in->append(in->ctx, o->ents, o->n, err, sizeof err); break;
+	case LAG_TRUNCATE: rc = in->truncate(in->ctx, o->arg, err, sizeof err); break;
+	case LAG_HARD: rc = in->save_hard(in->ctx, o->arg, o->vote, err, sizeof err); break;
+	case LAG_SNAP: rc = in->save_snapshot(in->ctx, &o->meta, o->data, o->len, o->arg, err, sizeof err); break;
+	}
+	if (rc == 0 && in->sync) rc = in->sync(in->ctx, err, sizeof err);
+	if (rc != 0) T_FAIL("lagging storage of %s: %s (seed %llu)", c.names[i], err, (unsigned long long)c.seed);
+	lag_free_op(o);
+	l->head++;
+	l->n--;
+}
+
+/* When node i's disk next reports (UINT64_MAX: nothing queued). */
+RC_STATIC uint64_t lag_deadline(int i)
+{
+	lag_store *l = c.lag[i];
+	if (!l || !l->n || !c.r[i]) return UINT64_MAX;
+	uint64_t d = l->q[l->head].at;
+	if (d < c.stall_until[i]) d = c.stall_until[i];
+	return d < c.paused_until[i] ? c.paused_until[i] : d;
+}
+
+RC_STATIC void drain(int i);
+
+/* What is due on node i's disk becomes durable and is reported. */
+RC_STATIC void lag_complete(int i)
+{
+	lag_store *l = c.lag[i];
+	uint64_t last = 0;
+	while (l->n && l->q[l->head].at <= c.now) {
+		last = l->q[l->head].seq;
+		lag_do_one(i);
+	}
+	if (last) raft_storage_done(c.r[i], c.now, last);
+	drain(i);
+}
+
+/* A crash: a random prefix of the queue reached the disk anyway. */
+RC_STATIC void lag_crash(int i)
+{
+	lag_store *l = c.lag[i];
+	if (!l) return;
+	size_t keep = (size_t)sk_rng_below(&c.rng, l->n + 1);
+	for (size_t k = 0; k < keep; k++) lag_do_one(i);
+	c.lost_writes += l->n;
+	while (l->n) {
+		lag_free_op(&l->q[l->head++]);
+		l->n--;
+	}
+	l->head = 0;
+	l->seq = 0;
+	l->last_at = 0;
+}
+
+/* ---- durability checks (lagging storage in memory) ---- */
+
+RC_STATIC bool durable_checks(void) { return c.lag_max && !c.file_storage; }
+
+/* Entry `index`, as node i's log holds it now, is on its disk. */
+RC_STATIC bool on_disk(int i, uint64_t index)
+{
+	uint64_t t = 0;
+	if (!index) return true;
+	/* compacted into a snapshot (maybe not yet durable): its term is gone
+	 * from memory, any entry there (or a snapshot covering it) will do */
+	if (!raft__term_at(c.r[i], index, &t)) t = 0;
+	return raft_mem_storage_has(c.st[i], index, t);
+}
+
+/* A message node i sends promises only what its disk holds. */
+RC_STATIC void check_sent(int i, const raft_out *o)
+{
+	raft_decoded d;
+	if (!durable_checks() || raft_codec_decode(o->data, o->len, &d) != WIRE_OK) return;
+	const raft_msg *m = &d.msg;
+	/* (an answer of an older term may be outdone by a later write: the
+	 * leader it was for is gone, as in synchronous Raft) */
+	if (m->term == raft_term(c.r[i])) {
+		if (m->type == RAFT_MSG_VOTE_RESP && m->granted && !m->prevote) {
+			uint64_t t;
+			const char *v;
+			raft_mem_storage_hard(c.st[i], &t, &v);
+			CHECK(t == m->term && !strcmp(v, o->to));
+		}
+		if ((m->type == RAFT_MSG_APPEND_RESP || m->type == RAFT_MSG_SNAP_RESP) && m->success)
+			CHECK(on_disk(i, m->last_index));
+	}
+	raft_codec_free(&d);
+}
+
+/* Node i just became leader of `term`: a majority of durable votes. */
+RC_STATIC void check_votes(int i, uint64_t term)
+{
+	const raft_t *r = c.r[i];
+	if (!durable_checks() || raft_term(r) != term || !raft_is_leader(r)) return;
+	uint64_t t;
+	const char *v;
+	size_t n = 0;
+	raft_mem_storage_hard(c.st[i], &t, &v);
+	for (size_t j = 0; j < r->voters.n; j++)
+		if (!strcmp(r->voters.names[j], c.names[i])) n += t == term && !strcmp(v, c.names[i]);
+		else n += r->granted[j]; /* their durability is checked as they are sent */
+	CHECK(n >= r->voters.n / 2 + 1);
+}
+
+/* Leader i's commit index is on a majority of its voters' disks. */
+RC_STATIC void check_commit(int i)
+{
+	const raft_t *r = c.r[i];
+	uint64_t ci = raft_commit_index(r), t;
+	if (!durable_checks() || !raft_is_leader(r) || ci <= r->snap.index || !raft__term_at(r, ci, &t)) return;
+	size_t n = 0;
+	for (size_t j = 0; j < r->voters.n; j++) {
+		int k = idx_of(r->voters.names[j]);
+		n += k >= 0 && raft_mem_storage_has(c.st[k], ci, t);
+	}
+	CHECK(n >= r->voters.n / 2 + 1);
+}
+
+RC_STATIC raft_storage *node_storage(int i)
+{
+	if (!c.lag_max) return c.st[i];
+	if (!c.lag[i]) {
+		c.lag[i] = calloc(1, sizeof *c.lag[i]);
+		c.lag[i]->node = i;
+		c.lag[i]->st = (raft_storage){ .ctx = c.lag[i], .async = true, .load = lag_load,
+					       .save_hard = lag_save_hard, .append = lag_append,
+					       .truncate = lag_truncate, .save_snapshot = lag_save_snapshot };
+	}
+	return &c.lag[i]->st;
+}
+
 RC_STATIC void start_node(int i)
 {
 	char err[256] = "";
 	raft_self self = { c.names[i], sk_mix64(c.seed * 131 + (uint64_t)i * 7 + c.restarts[i] * 1000003) };
-	c.r[i] = raft_new(&c.cfg, &self, c.st[i], c.now, err, sizeof err);
+	c.r[i] = raft_new(&c.cfg, &self, node_storage(i), c.now, err, sizeof err);
 	if (!c.r[i]) T_FAIL("raft_new %s: %s", c.names[i], err);
 	raft_kv_destroy(&c.kv[i]);
 	c.kv[i] = raft_kv_new();
@@ -128,6 +396,13 @@ RC_STATIC void cluster_init(int n, uint64_t seed, const char *profile)
 	}
 }
 
+/* The same with lagging asynchronous storage (durable up to lag_max ms late). */
+RC_STATIC void cluster_init_lagging(int n, uint64_t seed, const char *profile, uint32_t lag_max)
+{
+	cluster_init(n, seed, profile);
+	c.lag_max = lag_max;
+}
+
 RC_STATIC void cluster_start(int nvoters)
 {
 	const char *names[NMAX];
@@ -135,6 +410,7 @@ RC_STATIC void cluster_start(int nvoters)
 	char err[256];
 	for (int i = 0; i < nvoters; i++) names[i] = c.names[i];
 	T_CHECK(raft_voters_make(&v, names, (size_t)nvoters, err, sizeof err) == 0);
+	c.boot = v;
 	for (int i = 0; i < c.n; i++) {
 		start_node(i);
 		if (i < nvoters && raft_bootstrap(c.r[i], c.now, &v, err, sizeof err) != 0)
@@ -145,6 +421,7 @@ RC_STATIC void cluster_start(int nvoters)
 RC_STATIC void crash(int i)
 {
 	raft_destroy(&c.r[i]);
+	lag_crash(i);
 	c.up[i] = false;
 }
 
@@ -158,6 +435,12 @@ RC_STATIC void restart(int i)
 		if (!c.st[i]) T_FAIL("file storage: %s", err);
 	}
 	start_node(i);
+	/* a bootstrap lost (or half lost) before it was durable is done again,
+	 * as the agent does while it has no voter set */
+	char err[256];
+	if (c.lag_max && raft_voters_has(&c.boot, c.names[i]) && !raft_get_voters(c.r[i])->n &&
+	    raft_bootstrap(c.r[i], c.now, &c.boot, err, sizeof err) != 0)
+		T_FAIL("bootstrap again on %s: %s (seed %llu)", c.names[i], err, (unsigned long long)c.seed);
 }
 
 RC_STATIC void cluster_free(void)
@@ -165,6 +448,14 @@ RC_STATIC void cluster_free(void)
 	for (int i = 0; i < c.n; i++) {
 		raft_destroy(&c.r[i]);
 		raft_kv_destroy(&c.kv[i]);
+		if (c.lag[i]) {
+			while (c.lag[i]->n) {
+				lag_free_op(&c.lag[i]->q[c.lag[i]->head++]);
+				c.lag[i]->n--;
+			}
+			free(c.lag[i]->q);
+			free(c.lag[i]);
+		}
 		if (c.file_storage) raft_file_storage_free(&c.st[i]);
 		else raft_mem_storage_free(&c.st[i]);
 	}
@@ -192,6 +483,7 @@ RC_STATIC void grow_u64(uint64_t **a, size_t *cap, size_t need)
 RC_STATIC void on_apply(int i, const raft_apply *a)
 {
 	char err[256];
+	CHECK(!durable_checks() || raft_mem_storage_has(c.st[i], a->index, a->term));
 	if (a->kind == RAFT_APPLY_SNAPSHOT) {
 		if (raft_kv_restore(c.kv[i], a->data, a->len, err, sizeof err) != 0)
 			T_FAIL("restore on %s: %s (seed %llu)", c.names[i], err, (unsigned long long)c.seed);
@@ -224,6 +516,7 @@ RC_STATIC void drain(int i)
 	raft_event ev;
 	if (!c.r[i]) return;
 	while (raft_pop_out(c.r[i], &o)) {
+		check_sent(i, &o);
 		int to = idx_of(o.to);
 		if (to < 0 || c.cut[i][to] || (c.loss > 0 && sk_rng_unit(&c.rng) < c.loss)) {
 			free(o.data);
@@ -238,11 +531,13 @@ RC_STATIC void drain(int i)
 		if (ev.type == RAFT_EV_STEPDOWN) c.stepdown_at[i] = c.now;
 		if (ev.type == RAFT_EV_TRANSFER) c.transfer_abandoned[i]++;
 		if (ev.type == RAFT_EV_LEADER) {
+			check_votes(i, ev.term);
 			c.leader_at[i] = c.now;
 			c.commit_at_lead[i] = raft_commit_index(c.r[i]);
 		}
 		CHECK(ev.type != RAFT_EV_FAILED);
 	}
+	check_commit(i);
 	while (raft_pop_apply(c.r[i], &a)) on_apply(i, &a);
 	/* the commit rule: a leader's commit moves only to an entry of its
 	 * own term (Figure 8 of the Raft paper) */
@@ -286,9 +581,11 @@ RC_STATIC void run_until(uint64_t until)
 	for (;;) {
 		uint64_t t = UINT64_MAX;
 		int who = -1;
+		bool disk = false;
 		for (int i = 0; i < c.n; i++) {
-			uint64_t d = node_deadline(i);
-			if (d < t) { t = d; who = i; }
+			uint64_t d = node_deadline(i), dd = lag_deadline(i);
+			if (d < t) { t = d; who = i; disk = false; }
+			if (dd < t) { t = dd; who = i; disk = true; }
 		}
 		const sk_heap_entry *top = sk_heap_peek(&c.q);
 		bool is_pkt = top && top->key <= t;
@@ -313,6 +610,8 @@ RC_STATIC void run_until(uint64_t until)
 				free(p);
 				drain(to);
 			}
+		} else if (disk) {
+			lag_complete(who);
 		} else {
 			raft_tick(c.r[who], c.now);
 			drain(who);
@@ -368,6 +667,7 @@ RC_STATIC void heal(void)
 	c.loss = 0;
 	for (int i = 0; i < c.n; i++) {
 		c.paused_until[i] = 0;
+		c.stall_until[i] = 0;
 		if (!c.r[i]) restart(i);
 	}
 }
