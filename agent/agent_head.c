@@ -189,7 +189,7 @@ void agent_head_counters(agent *a, uint64_t c[6])
 	c[2] = h->drop_send;
 	c[3] = st->elections;
 	c[4] = st->stepdowns_lease;
-	for (int i = 0; i < 12; i++) c[5] += st->drop[i];
+	for (int i = 0; i < WIRE_ERR__COUNT; i++) c[5] += st->drop[i];
 	c[5] += st->drop_stale_term + st->drop_not_voter + st->drop_bad_state;
 }
 
@@ -439,7 +439,7 @@ static void head_pump(agent *a)
 			agent_metrics_head_seen(a, ev.leader, ev.term);
 			break;
 		case RAFT_EV_STEPDOWN:
-			if (!strncmp(ev.reason, "handing over", 12))
+			if (ev.planned)
 				SK_INFO("head", "stepped down as head (term %llu): %s", (unsigned long long)ev.term, ev.reason);
 			else
 				SK_WARN("head", "stepped down as head (term %llu): %s", (unsigned long long)ev.term, ev.reason);

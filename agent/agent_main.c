@@ -19,6 +19,7 @@
 #include "agent/agent_files.h"
 #include "agent/agent_metrics.h"
 #include "common/sk_time.h"
+#include "common/sk_file.h"
 #include "common/sk_log.h"
 #include "proto/gossip.pb-c.h"
 
@@ -28,27 +29,6 @@ static const double LEAVE_MAX_S = 3.0;
 static const double JOIN_BACKOFF_MAX_S = 10.0;
 
 /* ---- data directory ---- */
-
-static int write_atomic(const char *dir, const char *name, const char *data, size_t len, mode_t mode,
-			char *err, size_t errlen)
-{
-	char path[600], tmp[620];
-	snprintf(path, sizeof path, "%s/%s", dir, name);
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
-	if (fd < 0) { snprintf(err, errlen, "cannot write %s: %m", tmp); return -1; }
-	if (write(fd, data, len) != (ssize_t)len || fsync(fd) != 0) {
-		snprintf(err, errlen, "cannot write %s: %m", tmp);
-		close(fd);
-		unlink(tmp);
-		return -1;
-	}
-	close(fd);
-	if (rename(tmp, path) != 0) { snprintf(err, errlen, "cannot rename %s: %m", tmp); return -1; }
-	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
-	if (dfd >= 0) { fsync(dfd); close(dfd); }
-	return 0;
-}
 
 static int mkdirs(const char *dir)
 {
@@ -91,7 +71,7 @@ static int next_generation(agent *a, char *err, size_t errlen)
 	a->generation = g + 1;
 	char buf[32];
 	int n = snprintf(buf, sizeof buf, "%llu\n", (unsigned long long)a->generation);
-	return write_atomic(a->opts.data_dir, "generation", buf, (size_t)n, 0600, err, errlen);
+	return sk_file_write_atomic(a->opts.data_dir, "generation", buf, (size_t)n, 0600, true, err, errlen);
 }
 
 int agent_save_keyring(agent *a, char *err, size_t errlen)
@@ -104,7 +84,7 @@ int agent_save_keyring(agent *a, char *err, size_t errlen)
 		agent_key_encode(&a->kr.keys[i], b64, sizeof b64);
 		off += (size_t)snprintf(buf + off, sizeof buf - off, "%s\n", b64);
 	}
-	return write_atomic(a->opts.data_dir, "keyring", buf, off, 0600, err, errlen);
+	return sk_file_write_atomic(a->opts.data_dir, "keyring", buf, off, 0600, true, err, errlen);
 }
 
 static int load_keys(agent *a, char *err, size_t errlen)

@@ -253,7 +253,7 @@ static void head(agent *a, sk_buf *b)
 		    file_size(a->opts.data_dir, "raft.snap"));
 	}
 	uint64_t rdrop = s->drop_stale_term + s->drop_not_voter + s->drop_bad_state;
-	for (int i = 0; i < 12; i++) rdrop += s->drop[i];
+	for (int i = 0; i < WIRE_ERR__COUNT; i++) rdrop += s->drop[i];
 	uint64_t rc[6];
 	agent_head_counters(a, rc);
 	lv msg[] = { { "in", s->msgs_recv }, { "out", s->msgs_sent } };

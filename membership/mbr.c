@@ -951,7 +951,7 @@ void mbr_recv(mbr_t *m, uint64_t now, const mbr_addr *from, const uint8_t *buf, 
 	mbr_decoded d;
 	wire_err e = mbr_codec_decode(buf, len, stream ? WIRE_STREAM_MAX : 65507, &d);
 	if (e != WIRE_OK) {
-		m->stats.drop[e < 8 ? e : 7]++;
+		m->stats.drop[e < WIRE_ERR__COUNT ? e : WIRE_ERR_INVALID]++;
 		return;
 	}
 	for (size_t i = 0; i < d.nmsgs; i++) {

@@ -112,6 +112,7 @@ void raft__push_event(raft_t *r, raft_event_type t, const char *reason)
 	snprintf(e->leader, sizeof e->leader, "%s", r->leader);
 	snprintf(e->reason, sizeof e->reason, "%s", reason ? reason : "");
 	e->at_ms = r->last_now;
+	e->planned = t == RAFT_EV_STEPDOWN && r->handed_over;
 }
 
 int raft_pop_event(raft_t *r, raft_event *ev)
@@ -1080,7 +1081,7 @@ void raft_recv(raft_t *r, uint64_t now, const uint8_t *buf, size_t len)
 	raft_decoded d;
 	wire_err e = raft_codec_decode(buf, len, &d);
 	if (e != WIRE_OK) {
-		r->stats.drop[e < 12 ? e : 11]++;
+		r->stats.drop[e < WIRE_ERR__COUNT ? e : WIRE_ERR_INVALID]++;
 		return;
 	}
 	r->stats.msgs_recv++;

@@ -38,6 +38,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/wire_frame.h"
+
 enum {
 	RAFT_NAME_MAX = 128,        /* bytes of a voter name (= MBR_NAME_MAX) */
 	RAFT_VOTERS_MAX = 16,       /* Consul advises 3 or 5; 16 leaves room */
@@ -315,6 +317,7 @@ typedef struct {
 	char leader[RAFT_NAME_MAX + 1];
 	char reason[RAFT_ERR_MAX];
 	uint64_t at_ms;
+	bool planned;             /* RAFT_EV_STEPDOWN of a completed handover, not a lost lease */
 } raft_event;
 int raft_pop_event(raft_t *r, raft_event *ev);
 
@@ -350,7 +353,7 @@ const raft_config *raft_get_config(const raft_t *r);
 
 typedef struct {
 	uint64_t msgs_sent, msgs_recv;
-	uint64_t drop[12];          /* by raft_codec_err (raft/raft_codec.h) */
+	uint64_t drop[WIRE_ERR__COUNT]; /* by wire_err (raft_codec_decode) */
 	uint64_t drop_stale_term;   /* a message of an older term */
 	uint64_t drop_not_voter;    /* from a name outside the voter set, where it matters */
 	uint64_t drop_bad_state;    /* valid bytes that make no sense here */

@@ -65,7 +65,10 @@ void raft__transfer_check(raft_t *r, uint64_t now)
 	r->stats.transfers++;
 	r->xfer_to[0] = 0; /* done, not abandoned */
 	snprintf(why, sizeof why, "handing over to %s", to);
-	if (raft__become_follower(r, now, r->term, "", why) != 0) return;
+	r->handed_over = true;
+	int rc = raft__become_follower(r, now, r->term, "", why);
+	r->handed_over = false;
+	if (rc != 0) return;
 	raft_msg m = { .type = RAFT_MSG_TIMEOUT_NOW };
 	raft__send_msg(r, to, &m);
 }

@@ -40,6 +40,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "common/sk_file.h"
+
 enum {
 	REC_HDR = 16,
 	REC_FIXED = 17,           /* index, term, type */
@@ -108,33 +110,11 @@ static int write_all(int fd, const uint8_t *p, size_t len, off_t off)
 	return 0;
 }
 
-static int sync_dir(file_store *f, char *err, size_t errlen)
-{
-	if (!f->fsync_on) return 0;
-	int d = open(f->dir, O_RDONLY | O_DIRECTORY);
-	if (d < 0) return sys_err(err, errlen, "open", f->dir);
-	int rc = fsync(d);
-	close(d);
-	return rc ? sys_err(err, errlen, "fsync", f->dir) : 0;
-}
-
 /* Writes name atomically: name.tmp, fsync, rename, fsync of the directory. */
 static int write_atomic(file_store *f, const char *name, const uint8_t *buf, size_t len, char *err,
 			size_t errlen)
 {
-	char tmp[4200], dst[4200];
-	path_of(f, name, dst, sizeof dst);
-	snprintf(tmp, sizeof tmp, "%s.tmp", dst);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0) return sys_err(err, errlen, "create", tmp);
-	if (write_all(fd, buf, len, 0) != 0 || (f->fsync_on && fsync(fd) != 0)) {
-		sys_err(err, errlen, "write", tmp);
-		close(fd);
-		return -1;
-	}
-	close(fd);
-	if (rename(tmp, dst) != 0) return sys_err(err, errlen, "rename", tmp);
-	return sync_dir(f, err, errlen);
+	return sk_file_write_atomic(f->dir, name, buf, len, 0600, f->fsync_on, err, errlen);
 }
 
 /* Reads a whole file; 1 when it does not exist. */

@@ -97,6 +97,7 @@ struct raft {
 	char staging[RAFT_NAME_MAX + 1]; /* leader: a voter-to-be catching up ("" = none) */
 	uint64_t staging_until;
 	char xfer_to[RAFT_NAME_MAX + 1]; /* leader: handing over to it ("" = not) */
+	bool handed_over;          /* the step-down under way completes a handover */
 	uint64_t xfer_start, xfer_until; /* ... since, until */
 	bool campaign_transfer;          /* the election being started answers a TimeoutNow */
 	bool no_campaign;                /* raft_stop_campaigning: never stand again */

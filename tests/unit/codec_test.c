@@ -251,7 +251,7 @@ T_TEST(garbage_into_a_node_is_counted_not_fatal)
 	}
 	const mbr_stats *s = mbr_get_stats(m);
 	uint64_t drops = 0;
-	for (int i = 0; i < 8; i++) drops += s->drop[i];
+	for (int i = 0; i < WIRE_ERR__COUNT; i++) drops += s->drop[i];
 	T_CHECK(drops > 19000);
 	T_EQ(mbr_member_count(m), 1);
 	mbr_destroy(&m);
