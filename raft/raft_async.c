@@ -16,6 +16,7 @@
  * raft_new calls before there is anything to do.  Unlike etcd, the queue
  * has no bound of its own: raft refuses proposals past RAFT_BEHIND_MAX
  * calls not yet durable. */
+#include "common/sk_time.h"
 #include "raft/raft_int.h"
 
 #include <pthread.h>
@@ -159,13 +160,6 @@ static int run_op(raft_storage *s, const aop *o, char *err, size_t errlen)
 	return -1;
 }
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* The storage thread: one batch at a time, until stopped and drained. */
 static void *run(void *arg)
 {
@@ -181,14 +175,14 @@ static void *run(void *arg)
 
 		char err[RAFT_ERR_MAX] = "";
 		int rc = 0;
-		uint64_t last = 0, n = 0, t0 = mono_ms();
+		uint64_t last = 0, n = 0, t0 = sk_mono_ms();
 		for (aop *o = batch; o && !skip && rc == 0; o = o->next) {
 			rc = run_op(a->inner, o, err, sizeof err);
 			last = o->seq;
 			n++;
 		}
 		if (!skip && rc == 0 && a->inner->sync) rc = a->inner->sync(a->inner->ctx, err, sizeof err);
-		uint64_t took = mono_ms() - t0;
+		uint64_t took = sk_mono_ms() - t0;
 		while (batch) {
 			aop *nx = batch->next;
 			op_free(batch);
