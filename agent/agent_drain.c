@@ -95,8 +95,10 @@ void aj_drain_mark(agent *a, place_node *nodes, size_t n)
  * generation, for ENGINE_SETTLE_S: "running" means its process exists, not
  * that it serves (a process forked a moment ago has not even started its
  * program).  A stand-in for the readiness engines will report with issue
- * #13 (holding the latest committed weight version). */
-static const double ENGINE_SETTLE_S = 0.3;
+ * #13 (holding the latest committed weight version).  1 s: on a loaded
+ * 2-core machine a shell took over 300 ms to run its first line, and the
+ * drain then took the next engine down before the last one was up. */
+static const double ENGINE_SETTLE_S = 1.0;
 
 struct drain_seen {
 	char id[SUP_ID_MAX];
