@@ -135,8 +135,19 @@ int xfer_sum_equal(xfer_sum a, xfer_sum b);
 void xfer_sum_hex(xfer_sum s, char out[33]);
 int xfer_sum_parse(const char *hex, xfer_sum *out);
 
+/* ---- the tree checksum (docs/tree-checksum.md) ----
+ * XXH3-64 of every 256 KiB chunk, then the XXH3-128 (seeded with the byte
+ * count) of those chunk hashes: many CPU threads or GPU blocks compute it,
+ * with the same bits.  threads 0: one per CPU, at most 16. */
+#define XFER_TREE_CHUNK (256u << 10)
+xfer_sum xfer_tree_checksum(const void *p, size_t n, int threads);
+
 /* ---- data paths ---- */
 typedef enum { XFER_SENDER = 0, XFER_RECEIVER = 1 } xfer_role;
+/* What a tensor's checksum is: xxh3-128 of its bytes (one stream, the
+ * default on host paths), or the tree checksum (above: the CPU threads and
+ * the GPU compute it; colocated always uses it). */
+typedef enum { XFER_SUM_XXH3_128 = 0, XFER_SUM_TREE = 1 } xfer_sum_kind;
 typedef enum { XFER_ENC_OVERWRITE = 0, XFER_ENC_XOR = 1 } xfer_encoding;
 
 typedef struct {
@@ -166,6 +177,8 @@ typedef struct {
 	} nccl;
 	int verify_device;      /* CUDA destinations: check checksums (copies to host) */
 	int threads;            /* disk-delta encode/apply threads (0: one per CPU, at most 16) */
+	xfer_sum_kind checksum; /* disk-delta sender: written into each index (a
+				   tree index is format 2: older readers refuse it) */
 } xfer_config;
 
 /* Defaults: bucket 512 MiB, timeout 30 s, keep_previous 1, overwrite encoding,
