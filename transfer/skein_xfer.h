@@ -179,6 +179,9 @@ typedef struct {
 	int threads;            /* disk-delta encode/apply threads (0: one per CPU, at most 16) */
 	xfer_sum_kind checksum; /* disk-delta sender: written into each index (a
 				   tree index is format 2: older readers refuse it) */
+	uint64_t device_journal_bytes; /* CUDA receiver: the undo journal's device
+					  memory budget, beyond it pinned host
+					  memory (0: 256 MiB) */
 } xfer_config;
 
 /* Defaults: bucket 512 MiB, timeout 30 s, keep_previous 1, overwrite encoding,
@@ -205,6 +208,11 @@ typedef struct {
 				    back after the last version failed */
 	uint64_t versions_applied; /* disk-delta receiver: versions applied last time */
 	int full_loaded;         /* disk-delta receiver: caught up from a full version */
+	double hash_seconds;     /* colocated: of seconds, computing tree checksums
+				    (GPU, this side; the sender's comes back too) */
+	uint64_t device_journal_peak;    /* CUDA receiver: device memory the undo
+					    journal held (bounded by its budget) */
+	uint64_t device_journal_spilled; /* of journal_bytes, spilled to pinned host memory */
 } xfer_stats;
 
 /* Probes, then sets the path up.  The manifest is borrowed: it must outlive

@@ -176,17 +176,29 @@ XXH3P_FN uint64_t xxh3p_lane_init(unsigned lane)
 
 /* One stripe for lane i: mine is word i, partner word i^1; soff the stripe's
  * secret offset. */
+XXH3P_FN uint64_t xxh3p_lane_acc_k(uint64_t acc, uint64_t mine, uint64_t partner, uint64_t secret_word)
+{
+	uint64_t key = mine ^ secret_word;
+	return acc + partner + (key & 0xffffffffull) * (key >> 32);
+}
+
 XXH3P_FN uint64_t xxh3p_lane_acc(uint64_t acc, unsigned lane, uint64_t mine, uint64_t partner, unsigned soff)
 {
-	uint64_t key = mine ^ xxh3p_s64(soff + 8 * lane);
-	return acc + partner + (key & 0xffffffffull) * (key >> 32);
+	return xxh3p_lane_acc_k(acc, mine, partner, xxh3p_s64(soff + 8 * lane));
+}
+
+/* The scramble after each full block; the GPU passes its lane's secret
+ * word (xxh3p_s64(128 + 8 * lane)) from a register. */
+XXH3P_FN uint64_t xxh3p_lane_scramble_k(uint64_t acc, uint64_t secret_word)
+{
+	acc ^= acc >> 47;
+	acc ^= secret_word;
+	return acc * XXH3P_P32_1;
 }
 
 XXH3P_FN uint64_t xxh3p_lane_scramble(uint64_t acc, unsigned lane)
 {
-	acc ^= acc >> 47;
-	acc ^= xxh3p_s64(128 + 8 * lane);
-	return acc * XXH3P_P32_1;
+	return xxh3p_lane_scramble_k(acc, xxh3p_s64(128 + 8 * lane));
 }
 
 /* The layout of a long input: full blocks scrambled after, then the stripes
