@@ -23,9 +23,11 @@
  * vanished peer) ends the transfer with an error on both sides.  With
  * cfg.keep_previous (the default) a receiver journals the bytes it
  * overwrites and puts them back on failure, so its previous version stays
- * intact: host memory on disk-delta and p2p-tcp, CUDA memory on p2p-tcp too
- * (not yet on NCCL); xfer_endpoint_stats says how much memory and time that
- * took.
+ * intact: host memory on disk-delta and p2p-tcp, CUDA memory on p2p-tcp
+ * and colocated (there in device memory, up to cfg.device_journal_bytes,
+ * beyond it pinned host memory; not yet on NCCL); xfer_endpoint_stats says
+ * how much memory and time that took.  colocated checks tree checksums
+ * computed by libskein's GPU kernels (docs/tree-checksum.md).
  *
  * Every call returns 0 or -1 and fills an xfer_err.  Nothing here needs CUDA,
  * NCCL or rdma-core to build or run: those paths say why they are unavailable. */

@@ -22,7 +22,9 @@
  * stores are aligned; the first and last word of a tensor may be partial (a
  * byte mask: the bytes beside a tensor may belong to another one, written
  * at the same time).  Unaligned sources are read with two aligned loads and
- * a funnel shift: it reads at most the aligned words holding the bytes. */
+ * a funnel shift: it reads at most the aligned words holding the bytes (on
+ * the H200 that measured faster, 6.5 ms for 8 GiB of unaligned tensors, than
+ * one load a lane and the upper half by shuffle, 9.5 ms). */
 #include <stdint.h>
 
 __device__ __forceinline__ uint64_t bload64(const unsigned char *p)

@@ -2,7 +2,7 @@
  * transfer/xfer_gpu.cu (Build cuda_13.0.r13.0/compiler.36424714_0).
  * sm_90 + compute_90 PTX, compressed fatbin; do not edit. */
 #include <stddef.h>
-const char xfer_gpu_fatbin_sources[] = "4e7d5104b4b99f6aefc1194b4f988220867aed93f880094591c29e6c1e15ff26";
+const char xfer_gpu_fatbin_sources[] = "518e82fdaaf999ce38714302c08e502b90091c6a2fbdfb8db06934b8a2c5ee4b";
 /* 8-byte aligned: the driver reads the fatbin header in place */
 __attribute__((aligned(8))) const unsigned char xfer_gpu_fatbin[] = {
 	0x50,0xed,0x55,0xba,0x01,0x00,0x10,0x00,0xe0,0xff,0x00,0x00,0x00,0x00,0x00,0x00,

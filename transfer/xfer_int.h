@@ -278,7 +278,10 @@ int xfer_tree_threads(int threads); /* 0: one per CPU, at most 16 */
 typedef struct {
 	long long corrupt_at;    /* sender: flip one byte at this stream offset (+1) */
 	int stop_after_bucket;   /* receiver: raise SIGSTOP after this chunk (+1; p2p-tcp: half buckets) */
-	int die_after_bucket;    /* sender: _exit after this chunk (+1; p2p-tcp: half buckets) */
+	int die_after_bucket;    /* sender: _exit after this chunk (+1; p2p-tcp: half buckets;
+				    colocated: any value, right after the version header) */
+	int wait_sender_gone_before; /* colocated receiver: before this bucket, wait until
+					the sender's socket closes (a sender killed mid-transfer) */
 	void (*disk_after_plan)(void *arg); /* receiver: between planning a chain and applying it */
 	void *disk_after_plan_arg;
 	/* journal: its device copies (kind XFER_CUDA_D2H or XFER_CUDA_H2D) go
