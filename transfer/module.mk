@@ -33,5 +33,5 @@ PROGRAMS += $(LIB_XFER) $(LIB_XFER_SO) $(BIN)/skein-xfer-bench $(BIN)/skein-trai
 # tests/unit/*_test.c with $(TEST_EXTRA_LIBS) and $(LDLIBS).
 TEST_EXTRA_LIBS += $(LIB_XFER)
 LDLIBS += $(XFER_LIBS)
-TEST_SCRIPTS += tests/transfer/sims.sh
+TEST_SCRIPTS += tests/transfer/sims.sh tests/transfer/gpu_kernels_fresh.sh
 BENCH_SCRIPTS += tests/transfer/bench.sh

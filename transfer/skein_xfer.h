@@ -23,9 +23,11 @@
  * vanished peer) ends the transfer with an error on both sides.  With
  * cfg.keep_previous (the default) a receiver journals the bytes it
  * overwrites and puts them back on failure, so its previous version stays
- * intact: host memory on disk-delta and p2p-tcp, CUDA memory on p2p-tcp too
- * (not yet on NCCL); xfer_endpoint_stats says how much memory and time that
- * took.
+ * intact: host memory on disk-delta and p2p-tcp, CUDA memory on p2p-tcp
+ * and colocated (there in device memory, up to cfg.device_journal_bytes,
+ * beyond it pinned host memory; not yet on NCCL); xfer_endpoint_stats says
+ * how much memory and time that took.  colocated checks tree checksums
+ * computed by libskein's GPU kernels (docs/tree-checksum.md).
  *
  * Every call returns 0 or -1 and fills an xfer_err.  Nothing here needs CUDA,
  * NCCL or rdma-core to build or run: those paths say why they are unavailable. */
@@ -135,8 +137,19 @@ int xfer_sum_equal(xfer_sum a, xfer_sum b);
 void xfer_sum_hex(xfer_sum s, char out[33]);
 int xfer_sum_parse(const char *hex, xfer_sum *out);
 
+/* ---- the tree checksum (docs/tree-checksum.md) ----
+ * XXH3-64 of every 256 KiB chunk, then the XXH3-128 (seeded with the byte
+ * count) of those chunk hashes: many CPU threads or GPU blocks compute it,
+ * with the same bits.  threads 0: one per CPU, at most 16. */
+#define XFER_TREE_CHUNK (256u << 10)
+xfer_sum xfer_tree_checksum(const void *p, size_t n, int threads);
+
 /* ---- data paths ---- */
 typedef enum { XFER_SENDER = 0, XFER_RECEIVER = 1 } xfer_role;
+/* What a tensor's checksum is: xxh3-128 of its bytes (one stream, the
+ * default on host paths), or the tree checksum (above: the CPU threads and
+ * the GPU compute it; colocated always uses it). */
+typedef enum { XFER_SUM_XXH3_128 = 0, XFER_SUM_TREE = 1 } xfer_sum_kind;
 typedef enum { XFER_ENC_OVERWRITE = 0, XFER_ENC_XOR = 1 } xfer_encoding;
 
 typedef struct {
@@ -166,6 +179,11 @@ typedef struct {
 	} nccl;
 	int verify_device;      /* CUDA destinations: check checksums (copies to host) */
 	int threads;            /* disk-delta encode/apply threads (0: one per CPU, at most 16) */
+	xfer_sum_kind checksum; /* disk-delta sender: written into each index (a
+				   tree index is format 2: older readers refuse it) */
+	uint64_t device_journal_bytes; /* CUDA receiver: the undo journal's device
+					  memory budget, beyond it pinned host
+					  memory (0: 256 MiB) */
 } xfer_config;
 
 /* Defaults: bucket 512 MiB, timeout 30 s, keep_previous 1, overwrite encoding,
@@ -192,6 +210,11 @@ typedef struct {
 				    back after the last version failed */
 	uint64_t versions_applied; /* disk-delta receiver: versions applied last time */
 	int full_loaded;         /* disk-delta receiver: caught up from a full version */
+	double hash_seconds;     /* colocated: of seconds, computing tree checksums
+				    (GPU, this side; the sender's comes back too) */
+	uint64_t device_journal_peak;    /* CUDA receiver: device memory the undo
+					    journal held (bounded by its budget) */
+	uint64_t device_journal_spilled; /* of journal_bytes, spilled to pinned host memory */
 } xfer_stats;
 
 /* Probes, then sets the path up.  The manifest is borrowed: it must outlive

@@ -45,8 +45,13 @@ enum {
 	POLL_MS = 10,           /* receiver: how often it looks for a new version */
 	MAX_THREADS = 16,       /* encode / apply threads: memory bandwidth is shared beyond this */
 	LOOKAHEAD = 2,          /* sender: tensors encoded ahead of the writer, per thread */
-	INDEX_MAGIC_VERSION = 1,
+	INDEX_FORMAT_XXH3 = 1,  /* every checksum is xxh3-128 (no checksum line) */
+	INDEX_FORMAT_MAX = 2,   /* 2: a "checksum" line names the kind */
 };
+
+/* The checksum kinds as the index names them. */
+#define SUM_XXH3_NAME "xxh3-128"
+#define SUM_TREE_NAME "tree-xxh3-256k"
 
 typedef xfer_disk_tensor disk_tensor;
 typedef xfer_disk_index disk_index;
@@ -95,10 +100,16 @@ char *xfer_disk_index_format(const disk_index *x, size_t *len)
 	size_t cap = 512 + x->n * (XFER_NAME_MAX + 300), k = 0;
 	char *s = malloc(cap), hex[33];
 	if (!s) return NULL;
+	/* An xxh3-128 index stays format 1, byte for byte what older readers
+	 * know; a tree index is format 2, which they refuse by its number. */
+	if (x->sum_kind == XFER_SUM_TREE)
+		k += (size_t)snprintf(s, cap, "skein-weights %d\nchecksum %s\n", INDEX_FORMAT_MAX, SUM_TREE_NAME);
+	else
+		k += (size_t)snprintf(s, cap, "skein-weights %d\n", INDEX_FORMAT_XXH3);
 	k += (size_t)snprintf(s + k, cap - k,
-			      "skein-weights %d\nchain %016llx\nversion %llu\nbase %llu\nkind %s\nencoding %s\n"
+			      "chain %016llx\nversion %llu\nbase %llu\nkind %s\nencoding %s\n"
 			      "compression %s\ntensors %zu\ndata_bytes %llu\n",
-			      INDEX_MAGIC_VERSION, (unsigned long long)x->chain, (unsigned long long)x->version,
+			      (unsigned long long)x->chain, (unsigned long long)x->version,
 			      (unsigned long long)x->base, x->full ? "full" : "delta", enc_name(x->full, x->enc),
 			      x->zstd ? "zstd" : "none", x->n, (unsigned long long)x->data_bytes);
 	for (size_t i = 0; i < x->n; i++) {
@@ -135,7 +146,7 @@ int xfer_disk_index_parse(const char *text, size_t len, uint64_t v, const char *
 	}
 	*end = 0;
 	int magic = 0;
-	char kind[16] = "", enc[16] = "", comp[16] = "";
+	char kind[16] = "", enc[16] = "", comp[16] = "", sumk[32] = "";
 	unsigned long long chain = 0, ver = 0, base = 0, data = 0;
 	size_t n = 0, got = 0;
 	for (char *line = strtok_r(txt, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
@@ -170,6 +181,7 @@ int xfer_disk_index_parse(const char *text, size_t len, uint64_t v, const char *
 		else if (!strcmp(key, "kind")) snprintf(kind, sizeof kind, "%.15s", val);
 		else if (!strcmp(key, "encoding")) snprintf(enc, sizeof enc, "%.15s", val);
 		else if (!strcmp(key, "compression")) snprintf(comp, sizeof comp, "%.15s", val);
+		else if (!strcmp(key, "checksum")) snprintf(sumk, sizeof sumk, "%.31s", val);
 		else if (!strcmp(key, "data_bytes")) data = strtoull(val, NULL, 10);
 		else if (!strcmp(key, "tensors")) {
 			n = strtoull(val, NULL, 10);
@@ -191,12 +203,27 @@ int xfer_disk_index_parse(const char *text, size_t len, uint64_t v, const char *
 			goto err;
 		}
 	}
-	if (magic != INDEX_MAGIC_VERSION || got != n || ver != v ||
-	    (strcmp(kind, "full") && strcmp(kind, "delta"))) {
-		xfer_fail(err, XFER_EFORMAT, "%s: not a skein-weights %d index of version %llu", path,
-			  INDEX_MAGIC_VERSION, (unsigned long long)v);
+	if (magic > INDEX_FORMAT_MAX) {
+		xfer_fail(err, XFER_EFORMAT, "%s: index format %d is newer than this reader (formats 1..%d): "
+			  "upgrade the receiver", path, magic, INDEX_FORMAT_MAX);
 		goto err;
 	}
+	if (magic < INDEX_FORMAT_XXH3 || got != n || ver != v ||
+	    (strcmp(kind, "full") && strcmp(kind, "delta"))) {
+		xfer_fail(err, XFER_EFORMAT, "%s: not a skein-weights index (formats 1..%d) of version %llu", path,
+			  INDEX_FORMAT_MAX, (unsigned long long)v);
+		goto err;
+	}
+	if (magic == INDEX_FORMAT_XXH3 && *sumk) {
+		xfer_fail(err, XFER_EFORMAT, "%s: a checksum line in a format 1 index", path);
+		goto err;
+	}
+	if (magic > INDEX_FORMAT_XXH3 && strcmp(sumk, SUM_TREE_NAME) && strcmp(sumk, SUM_XXH3_NAME)) {
+		xfer_fail(err, XFER_EFORMAT, "%s: checksum \"%s\" is unknown to this reader (it knows %s and %s)", path,
+			  sumk, SUM_XXH3_NAME, SUM_TREE_NAME);
+		goto err;
+	}
+	x->sum_kind = !strcmp(sumk, SUM_TREE_NAME) ? XFER_SUM_TREE : XFER_SUM_XXH3_128;
 	x->chain = chain;
 	x->version = ver;
 	x->base = base;
@@ -466,16 +493,18 @@ static int encode_one(enc_job *J, size_t i, xfer_err *err)
 	d->nbytes = t->nbytes;
 	const void *src;
 	size_t len;
+	int tree = J->x->sum_kind == XFER_SUM_TREE;
 	if (J->x->full) {
-		d->sum = xfer_checksum(t->ptr, t->nbytes);
+		d->sum = tree ? xfer_tree_checksum(t->ptr, t->nbytes, 1) : xfer_checksum(t->ptr, t->nbytes);
 		memcpy(shadow, t->ptr, t->nbytes);
 		d->changed = t->nbytes / esz;
 		src = t->ptr;
 		len = t->nbytes;
 	} else {
 		if (xfer_delta_encode((xfer_encoding)J->x->enc, esz, shadow, t->ptr, t->nbytes, 1, &sl->raw, &d->changed,
-				      &d->sum, err) != 0)
+				      tree ? NULL : &d->sum, err) != 0)
 			return -1;
+		if (tree) d->sum = xfer_tree_checksum(t->ptr, t->nbytes, 1); /* tensors are on threads already */
 		src = sl->raw.p;
 		len = sl->raw.len;
 	}
@@ -592,7 +621,8 @@ static int disk_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 	const char *dir = ep->cfg.disk.dir;
 	int zl = ep->cfg.disk.zstd_level, fd = -1;
 	char tmp[4096], path[4200], dst[4096];
-	disk_index x = { .chain = s->chain, .version = v, .enc = (int)ep->cfg.disk.encoding, .zstd = zl > 0 };
+	disk_index x = { .chain = s->chain, .version = v, .enc = (int)ep->cfg.disk.encoding, .zstd = zl > 0,
+			 .sum_kind = ep->cfg.checksum };
 	x.full = !s->have_shadow || s->since_full + 1 >= ep->cfg.disk.full_every;
 	x.base = x.full ? 0 : ep->stats.version;
 	x.n = m->n;
@@ -673,10 +703,13 @@ static int apply_one(xfer_endpoint *ep, const disk_index *x, int fd, size_t i, x
 			return xfer_fail(err, XFER_EFORMAT, "version %llu tensor %s: %zu bytes stored, %llu expected",
 					 (unsigned long long)x->version, t->name, plen, (unsigned long long)t->nbytes);
 		if (xfer_journal_copy(j, t->ptr, p, plen, err) != 0) return -1;
-		got = xfer_checksum(t->ptr, t->nbytes);
-	} else if (xfer_delta_apply((xfer_encoding)x->enc, esz, t->ptr, t->nbytes, p, plen, j, &got, err) != 0) {
+		got = x->sum_kind == XFER_SUM_TREE ? xfer_tree_checksum(t->ptr, t->nbytes, 1) : xfer_checksum(t->ptr, t->nbytes);
+	} else if (xfer_delta_apply((xfer_encoding)x->enc, esz, t->ptr, t->nbytes, p, plen, j,
+				    x->sum_kind == XFER_SUM_TREE ? NULL : &got, err) != 0) {
 		xfer_err_prefix(err, "version %llu tensor %s", (unsigned long long)x->version, t->name);
 		return -1;
+	} else if (x->sum_kind == XFER_SUM_TREE) {
+		got = xfer_tree_checksum(t->ptr, t->nbytes, 1); /* tensors are on threads already */
 	}
 	if (!xfer_sum_equal(got, d->sum))
 		return xfer_fail(err, XFER_ECHECKSUM, "version %llu tensor %s: checksum of the result differs",

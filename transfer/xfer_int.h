@@ -230,6 +230,7 @@ typedef struct {
 typedef struct {
 	uint64_t chain, version, base, data_bytes;
 	int full, enc, zstd; /* enc: XFER_ENC_* for deltas */
+	xfer_sum_kind sum_kind; /* format 1: xxh3-128 only; format 2 names it */
 	size_t n;
 	xfer_disk_tensor *t;
 } xfer_disk_index;
@@ -327,15 +328,35 @@ int xfer_cuda_check(const xfer_cuda_api *cu, int rc, const char *what, xfer_err 
 int xfer_cuda_copy(const xfer_cuda_api *cu, void *dst, xfer_mem dm, const void *src,
 		   xfer_mem sm, size_t n, xfer_err *err);
 
+/* The CUDA runtime for a tensor in CUDA memory, or NULL with the reason. */
+const xfer_cuda_api *xfer_tensor_cuda(const xfer_tensor *t, xfer_err *err);
 /* Checksum of a tensor wherever it lives (CUDA: staged through a host buffer). */
 int xfer_tensor_checksum(const xfer_tensor *t, void *stage, size_t stage_len, xfer_sum *out,
 			 xfer_err *err);
+
+/* ---- the tree checksum (xfer_tree.c) ---- */
+uint64_t xfer_tree_nchunks(uint64_t n);
+/* The XXH3-64 of each chunk of p[0..n) into out[0..xfer_tree_nchunks(n)). */
+void xfer_tree_chunk_hashes(const void *p, uint64_t n, uint64_t *out, int threads);
+/* The second level: XXH3-128 of the chunk hashes, seeded with nbytes. */
+xfer_sum xfer_tree_top(const uint64_t *h, uint64_t nchunks, uint64_t nbytes);
+/* Tree checksums of count host buffers at once, chunks spread on threads. */
+int xfer_tree_sums(const void *const *p, const uint64_t *n, size_t count, xfer_sum *out, int threads,
+		   xfer_err *err);
+/* The tree checksum of a tensor wherever it lives (CUDA: staged through
+ * stage, on CPU threads). */
+int xfer_tensor_tree_sum(const xfer_tensor *t, void *stage, size_t stage_len, int threads, xfer_sum *out,
+			 xfer_err *err);
+int xfer_tree_threads(int threads); /* 0: one per CPU, at most 16 */
 
 /* ---- test hooks (tests only; zero in production) ---- */
 typedef struct {
 	long long corrupt_at;    /* sender: flip one byte at this stream offset (+1) */
 	int stop_after_bucket;   /* receiver: raise SIGSTOP after this chunk (+1; p2p-tcp: half buckets) */
-	int die_after_bucket;    /* sender: _exit after this chunk (+1; p2p-tcp: half buckets) */
+	int die_after_bucket;    /* sender: _exit after this chunk (+1; p2p-tcp: half buckets;
+				    colocated: any value, right after the version header) */
+	int wait_sender_gone_before; /* colocated receiver: before this bucket, wait until
+					the sender's socket closes (a sender killed mid-transfer) */
 	void (*disk_after_plan)(void *arg); /* receiver: between planning a chain and applying it */
 	void *disk_after_plan_arg;
 	/* journal: its device copies (kind XFER_CUDA_D2H or XFER_CUDA_H2D) go

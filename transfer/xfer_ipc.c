@@ -10,12 +10,26 @@
  * receiver's verdict; xfer_send returns once the receiver has copied, so the
  * trainer may then change its weights.
  *
- * With cfg.verify_device the receiver checks the sender's bytes (through a
- * pinned host buffer, on the CPU) BEFORE copying, so a mismatch leaves its
- * previous version untouched; that check costs far more than the copy (no
- * GPU hash kernel here), and stats.data_seconds reports the copy alone. */
+ * Checksums are tree checksums (docs/tree-checksum.md), computed by the GPU
+ * kernels (xfer_gpu.cu) where they load, else on CPU threads through a pinned
+ * host buffer (same bits).  With the kernels the receiver copies the
+ * sender's buckets into its tensors (with cfg.keep_previous through the
+ * device-side undo journal, xfer_cuda_journal.c: old words kept where they
+ * change, only those written), checking between buckets that the sender is
+ * still there, then hashes its own copy on the GPU (cfg.verify_device) and
+ * compares with the sender's sums; a mismatch, or a sender gone, replays
+ * the journal, so its tensors hold the
+ * previous version bit for bit.  Without the kernels it checks the sender's
+ * bytes on the CPU BEFORE copying (no undo needed, far slower).
+ * stats: data_seconds the copy (journal included), hash_seconds this side's
+ * hashing, journal_bytes / device_journal_* / undo_seconds the journal.
+ * The version header is SKV2 (tree sums); an SKV1 sender is refused by name. */
+#include "transfer/xfer_gpu.h"
 #include "transfer/xfer_sock.h"
 
+#include "transfer/xfer_sock.h"
+
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -51,7 +65,12 @@ typedef struct {
 	void **bases;           /* receiver: opened allocations */
 	uint32_t nbases;
 	ipc_place *place;
-	xfer_sum *sums;
+	xfer_sum *sums, *got;
+	xfer_gpu *gpu;          /* NULL: no GPU kernels here (ep->note says why) */
+	xfer_djournal *dj;      /* receiver with keep_previous and kernels */
+	void **bdst;            /* per bucket: destinations, sources, sizes */
+	const void **bsrc;
+	uint64_t *bn;
 } ipc_state;
 
 static int ipc_probe(char *why, size_t n)
@@ -96,9 +115,20 @@ static int ipc_setup(xfer_endpoint *ep, xfer_err *err)
 	    xfer_cuda_check(s->cu, s->cu->StreamCreate(&s->stream), "cudaStreamCreate", err) != 0 ||
 	    xfer_cuda_check(s->cu, s->cu->MallocHost((void **)&s->hstage, STAGE_BYTES), "cudaMallocHost", err) != 0)
 		return -1;
-	s->place = calloc(ep->m->n + 1, sizeof *s->place);
-	s->sums = calloc(ep->m->n + 1, sizeof *s->sums);
-	if (!s->place || !s->sums) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	size_t n = ep->m->n + 1;
+	s->place = calloc(n, sizeof *s->place);
+	s->sums = calloc(n, sizeof *s->sums);
+	s->got = calloc(n, sizeof *s->got);
+	s->bdst = calloc(n, sizeof *s->bdst);
+	s->bsrc = calloc(n, sizeof *s->bsrc);
+	s->bn = calloc(n, sizeof *s->bn);
+	if (!s->place || !s->sums || !s->got || !s->bdst || !s->bsrc || !s->bn)
+		return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	xfer_err ge = { 0 };
+	if (!(s->gpu = xfer_gpu_new(dev, &ge))) snprintf(ep->note, sizeof ep->note, "%s", ge.msg);
+	if (s->gpu && ep->cfg.role == XFER_RECEIVER && ep->cfg.keep_previous &&
+	    !(s->dj = xfer_djournal_new(s->gpu, ep->cfg.device_journal_bytes, err)))
+		return -1;
 	if (ep->cfg.role == XFER_RECEIVER) {
 		s->lfd = xfer_sock_listen(ep->cfg.p2p.host, ep->cfg.p2p.port, &ep->port, err);
 		if (s->lfd < 0) return -1;
@@ -116,8 +146,14 @@ static void ipc_teardown(xfer_endpoint *ep)
 	if (s->lfd >= 0) close(s->lfd);
 	if (s->stream) s->cu->StreamDestroy(s->stream);
 	if (s->hstage) s->cu->FreeHost(s->hstage);
+	xfer_djournal_free(&s->dj);
+	xfer_gpu_free(&s->gpu);
 	free(s->place);
 	free(s->sums);
+	free(s->got);
+	free(s->bdst);
+	free(s->bsrc);
+	free(s->bn);
 	free(s);
 	ep->impl = NULL;
 }
@@ -135,6 +171,36 @@ static int version_done(xfer_endpoint *ep, double copy_seconds)
 	ep->stats.data_seconds = copy_seconds;
 	ep->stats.bytes_moved = ep->m->bytes;
 	return 0;
+}
+
+/* Tree checksums of tensors [a, b): at their own pointers, or (receiver,
+ * src set) in the sender's memory; GPU kernels, else CPU threads. */
+static int tree_sums(xfer_endpoint *ep, ipc_state *s, size_t a, size_t b, void **src, xfer_sum *out, xfer_err *err)
+{
+	const xfer_manifest *m = ep->m;
+	if (s->gpu) {
+		for (size_t i = a; i < b; i++) {
+			s->bsrc[i - a] = src ? src[i - a] : m->t[i].ptr;
+			s->bn[i - a] = m->t[i].nbytes;
+		}
+		return xfer_gpu_tree_sums(s->gpu, s->stream, s->bsrc, s->bn, b - a, out + a, err);
+	}
+	for (size_t i = a; i < b; i++) {
+		xfer_tensor t = m->t[i];
+		if (src) t.ptr = src[i - a];
+		if (xfer_tensor_tree_sum(&t, s->hstage, STAGE_BYTES, ep->cfg.threads, &out[i], err) != 0) return -1;
+	}
+	return 0;
+}
+
+/* Receiver, between buckets: the sender's socket at end of file means it
+ * died, and its memory may be gone with it. */
+static int peer_gone(int fd, int wait_ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char c;
+	if (poll(&p, 1, wait_ms) <= 0) return 0;
+	return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
 /* Sender: exports the allocations behind its tensors. */
@@ -195,15 +261,15 @@ static int ipc_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 	int to = ep->cfg.timeout_ms;
 	if (s->ctl < 0 && sender_connect(ep, s, err) != 0) return -1;
 	if (xfer_cuda_check(s->cu, s->cu->DeviceSynchronize(), "cudaDeviceSynchronize", err) != 0) goto err;
-	for (size_t i = 0; i < m->n; i++) {
-		s->sums[i] = (xfer_sum){ 0, 0 };
-		if (ep->cfg.verify_device && xfer_tensor_checksum(&m->t[i], s->hstage, STAGE_BYTES, &s->sums[i], err) != 0)
-			goto err;
-	}
+	double th = xfer_now();
+	memset(s->sums, 0, m->n * sizeof *s->sums);
+	if (ep->cfg.verify_device && tree_sums(ep, s, 0, m->n, NULL, s->sums, err) != 0) goto err;
+	ep->stats.hash_seconds = xfer_now() - th;
 	ipc_vhead h = { .ntensors = (uint32_t)m->n, .version = v, .total = m->bytes };
-	memcpy(h.magic, "SKV1", 4);
+	memcpy(h.magic, "SKV2", 4);
 	struct iovec iv[2] = { { &h, sizeof h }, { s->sums, m->n * sizeof *s->sums } };
 	if (xfer_sock_sendv(s->ctl, iv, 2, "version header", "receiver", to, err) != 0) goto err;
+	if (xfer_hooks.die_after_bucket) _exit(3); /* tests: a sender killed while the receiver copies */
 	/* The receiver copies now; its verdict (and copy time) comes back. */
 	if (xfer_sock_recv_status(s->ctl, "receiver", to, err) != 0) goto err;
 	double dsec;
@@ -268,6 +334,122 @@ err:
 	return -1;
 }
 
+/* The bytes of tensor i in the sender's memory. */
+static void *their(const ipc_state *s, size_t i)
+{
+	return (char *)s->bases[s->place[i].alloc] + s->place[i].offset;
+}
+
+/* Without GPU kernels: check the sender's bytes on the CPU, then copy. */
+static double receive_cpu(xfer_endpoint *ep, ipc_state *s, uint64_t v, xfer_err *st)
+{
+	const xfer_manifest *m = ep->m;
+	double th = xfer_now();
+	for (size_t i = 0; ep->cfg.verify_device && i < m->n; i++) {
+		void *src = their(s, i);
+		if (!m->t[i].nbytes) continue;
+		if (tree_sums(ep, s, i, i + 1, &src, s->got, st) != 0) break;
+		if (!xfer_sum_equal(s->got[i], s->sums[i])) {
+			xfer_fail(st, XFER_ECHECKSUM, "version %llu tensor %s: checksum mismatch in the sender's memory",
+				  (unsigned long long)v, m->t[i].name);
+			break;
+		}
+	}
+	ep->stats.hash_seconds = xfer_now() - th;
+	double t0 = xfer_now();
+	for (size_t i = 0; st->code == XFER_OK && i < m->n; i++) {
+		if (!m->t[i].nbytes) continue;
+		xfer_cuda_check(s->cu, s->cu->MemcpyAsync(m->t[i].ptr, their(s, i), m->t[i].nbytes, XFER_CUDA_D2D, s->stream),
+				"cudaMemcpyAsync", st);
+	}
+	if (st->code == XFER_OK) xfer_cuda_check(s->cu, s->cu->StreamSynchronize(s->stream), "cudaStreamSynchronize", st);
+	return xfer_now() - t0;
+}
+
+/* Tests: flips one byte of the sender's memory (byte-space offset at) just
+ * before we copy it, as if its bytes had changed after it hashed them. */
+static void corrupt_source(xfer_endpoint *ep, ipc_state *s, size_t a, size_t b, uint64_t at)
+{
+	for (size_t i = a; i < b; i++) {
+		if (at < ep->offsets[i] || at >= ep->offsets[i + 1]) continue;
+		unsigned char c;
+		char *p = (char *)their(s, i) + (at - ep->offsets[i]);
+		s->cu->Memcpy(&c, p, 1, XFER_CUDA_D2H);
+		c ^= 0x40;
+		s->cu->Memcpy(p, &c, 1, XFER_CUDA_H2D);
+	}
+}
+
+/* With GPU kernels: per bucket, copy (journaled), hash our copy, compare;
+ * on failure put the previous version back. */
+static double receive_gpu(xfer_endpoint *ep, ipc_state *s, uint64_t v, xfer_err *st)
+{
+	const xfer_manifest *m = ep->m;
+	double copy = 0, hash = 0;
+	/* nothing to keep before the first version: no journal then */
+	xfer_djournal *dj = ep->stats.version > 0 ? s->dj : NULL;
+	if (dj) xfer_djournal_reset(dj);
+	for (size_t b = 0; st->code == XFER_OK && b < ep->nbuckets; b++) {
+		const xfer_bucket *bk = &ep->buckets[b];
+		size_t a = bk->first, e = bk->first + bk->count;
+		if (b > 0 && xfer_hooks.wait_sender_gone_before == (int)b) peer_gone(s->ctl, ep->cfg.timeout_ms);
+		if (b > 0 && peer_gone(s->ctl, 0)) {
+			xfer_fail(st, XFER_EPEER, "version %llu: the sender vanished before bucket %zu", (unsigned long long)v, b);
+			break;
+		}
+		if (xfer_hooks.corrupt_at && b + 1 == ep->nbuckets) corrupt_source(ep, s, a, e, (uint64_t)xfer_hooks.corrupt_at - 1);
+		double t0 = xfer_now();
+		for (size_t i = a; i < e; i++) {
+			s->bdst[i - a] = m->t[i].ptr;
+			s->bsrc[i - a] = their(s, i);
+			s->bn[i - a] = m->t[i].nbytes;
+		}
+		if (dj) {
+			if (xfer_djournal_copy(dj, s->stream, s->bdst, s->bsrc, s->bn, e - a, st) != 0) break;
+		} else {
+			for (size_t i = a; st->code == XFER_OK && i < e; i++)
+				if (m->t[i].nbytes)
+					xfer_cuda_check(s->cu, s->cu->MemcpyAsync(m->t[i].ptr, their(s, i), m->t[i].nbytes,
+										  XFER_CUDA_D2D, s->stream), "cudaMemcpyAsync", st);
+			if (st->code == XFER_OK)
+				xfer_cuda_check(s->cu, s->cu->StreamSynchronize(s->stream), "cudaStreamSynchronize", st);
+			if (st->code != XFER_OK) break;
+		}
+		copy += xfer_now() - t0;
+	}
+	/* Our copy is hashed in one call, not per bucket: a bucket of 512 MiB
+	 * is 2048 chunks, too few to keep every SM busy (the journal can undo
+	 * every bucket, so checking at the end loses nothing). */
+	double t0 = xfer_now();
+	if (st->code == XFER_OK && ep->cfg.verify_device && tree_sums(ep, s, 0, m->n, NULL, s->got, st) == 0)
+		for (size_t i = 0; i < m->n; i++)
+			if (!xfer_sum_equal(s->got[i], s->sums[i])) {
+				xfer_fail(st, XFER_ECHECKSUM, "version %llu tensor %s: checksum mismatch after the copy",
+					  (unsigned long long)v, m->t[i].name);
+				break;
+			}
+	hash += xfer_now() - t0;
+	ep->stats.hash_seconds = hash;
+	ep->stats.undo_seconds = 0;
+	if (dj) {
+		xfer_djournal_stats js = xfer_djournal_get_stats(dj);
+		ep->stats.journal_bytes = js.bytes;
+		ep->stats.device_journal_peak = js.device_peak;
+		ep->stats.device_journal_spilled = js.spilled;
+	}
+	if (st->code != XFER_OK) {
+		double tu = xfer_now();
+		xfer_err ue = { 0 };
+		if (!dj) {
+			xfer_err_prefix(st, "(no previous version kept: the tensors are partly updated)");
+		} else if (xfer_djournal_undo(dj, s->stream, &ue) != 0) {
+			xfer_err_prefix(st, "(and the undo failed: %s)", ue.msg);
+		}
+		ep->stats.undo_seconds = xfer_now() - tu;
+	}
+	return copy;
+}
+
 static int ipc_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err)
 {
 	ipc_state *s = ep->impl;
@@ -277,39 +459,25 @@ static int ipc_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	if (xfer_sock_wait(s->ctl, wait_ms, err) != 0) return -1;
 	ipc_vhead h;
 	if (xfer_sock_recv(s->ctl, &h, sizeof h, "version header", "sender", to, err) != 0) goto err;
-	if (memcmp(h.magic, "SKV1", 4) != 0 || h.ntensors != m->n || h.total != m->bytes) {
+	if (!memcmp(h.magic, "SKV1", 4)) {
+		xfer_fail(err, XFER_EFORMAT, "the colocated sender sends xxh3-128 checksums (SKV1): "
+			  "this receiver needs tree checksums (SKV2); upgrade the sender");
+		goto err;
+	}
+	if (memcmp(h.magic, "SKV2", 4) != 0 || h.ntensors != m->n || h.total != m->bytes) {
 		xfer_fail(err, XFER_EFORMAT, "malformed version header");
 		goto err;
 	}
 	if (xfer_sock_recv(s->ctl, s->sums, m->n * sizeof *s->sums, "checksums", "sender", to, err) != 0) goto err;
 	xfer_err st = { 0 };
-	/* Check the sender's bytes first: a mismatch leaves our buffers alone. */
-	for (size_t i = 0; ep->cfg.verify_device && i < m->n; i++) {
-		xfer_tensor src = m->t[i];
-		xfer_sum got;
-		if (!src.nbytes) continue;
-		src.ptr = (char *)s->bases[s->place[i].alloc] + s->place[i].offset;
-		if (xfer_tensor_checksum(&src, s->hstage, STAGE_BYTES, &got, &st) != 0) break;
-		if (!xfer_sum_equal(got, s->sums[i])) {
-			xfer_fail(&st, XFER_ECHECKSUM, "version %llu tensor %s: checksum mismatch in the sender's memory",
-				  (unsigned long long)h.version, m->t[i].name);
-			break;
-		}
-	}
-	double t0 = xfer_now();
-	for (size_t i = 0; st.code == XFER_OK && i < m->n; i++) {
-		if (!m->t[i].nbytes) continue;
-		const char *src = (char *)s->bases[s->place[i].alloc] + s->place[i].offset;
-		xfer_cuda_check(s->cu, s->cu->MemcpyAsync(m->t[i].ptr, src, m->t[i].nbytes, XFER_CUDA_D2D, s->stream),
-				"cudaMemcpyAsync", &st);
-	}
-	if (st.code == XFER_OK) xfer_cuda_check(s->cu, s->cu->StreamSynchronize(s->stream), "cudaStreamSynchronize", &st);
-	double dsec = xfer_now() - t0;
-	if (xfer_sock_send_status(s->ctl, &st, to, err) != 0) goto err;
+	double dsec = s->gpu ? receive_gpu(ep, s, h.version, &st) : receive_cpu(ep, s, h.version, &st);
 	if (st.code != XFER_OK) {
+		xfer_err ignored; /* the sender may be gone: our own error is the one to report */
+		xfer_sock_send_status(s->ctl, &st, to, &ignored);
 		*err = st;
 		goto err;
 	}
+	if (xfer_sock_send_status(s->ctl, &st, to, err) != 0) goto err;
 	if (xfer_sock_send(s->ctl, &dsec, sizeof dsec, "copy time", "sender", to, err) != 0) goto err;
 	*version = h.version;
 	return version_done(ep, dsec);

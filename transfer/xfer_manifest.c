@@ -322,6 +322,14 @@ int xfer_sum_parse(const char *hex, xfer_sum *out)
 	return 0;
 }
 
+const xfer_cuda_api *xfer_tensor_cuda(const xfer_tensor *t, xfer_err *err)
+{
+	char why[256];
+	const xfer_cuda_api *cu = xfer_cuda(why, sizeof why);
+	if (!cu) xfer_fail(err, XFER_EUNAVAIL, "tensor %s is in CUDA memory: %s", t->name, why);
+	return cu;
+}
+
 int xfer_tensor_checksum(const xfer_tensor *t, void *stage, size_t stage_len, xfer_sum *out,
 			 xfer_err *err)
 {
@@ -329,9 +337,8 @@ int xfer_tensor_checksum(const xfer_tensor *t, void *stage, size_t stage_len, xf
 		*out = xfer_checksum(t->ptr, t->nbytes);
 		return 0;
 	}
-	char why[256];
-	const xfer_cuda_api *cu = xfer_cuda(why, sizeof why);
-	if (!cu) return xfer_fail(err, XFER_EUNAVAIL, "tensor %s is in CUDA memory: %s", t->name, why);
+	const xfer_cuda_api *cu = xfer_tensor_cuda(t, err);
+	if (!cu) return -1;
 	XXH3_state_t *st = XXH3_createState();
 	if (!st) return xfer_fail(err, XFER_ENOMEM, "checksum: out of memory");
 	XXH3_128bits_reset(st);

@@ -124,7 +124,8 @@ class XferConfig(ctypes.Structure):
     _fields_ = [("path", ctypes.c_char_p), ("role", ctypes.c_int), ("bucket_bytes", ctypes.c_uint64),
                 ("timeout_ms", ctypes.c_int), ("keep_previous", ctypes.c_int),
                 ("journal_dir", ctypes.c_char_p), ("disk", _Disk), ("p2p", _P2P), ("nccl", _Nccl),
-                ("verify_device", ctypes.c_int), ("threads", ctypes.c_int)]
+                ("verify_device", ctypes.c_int), ("threads", ctypes.c_int), ("checksum", ctypes.c_int),
+                ("device_journal_bytes", ctypes.c_uint64)]
 
 
 class XferStats(ctypes.Structure):
@@ -132,7 +133,8 @@ class XferStats(ctypes.Structure):
                 ("data_seconds", ctypes.c_double), ("staging_peak", ctypes.c_uint64),
                 ("journal_bytes", ctypes.c_uint64), ("journal_seconds", ctypes.c_double),
                 ("undo_seconds", ctypes.c_double), ("versions_applied", ctypes.c_uint64),
-                ("full_loaded", ctypes.c_int)]
+                ("full_loaded", ctypes.c_int), ("hash_seconds", ctypes.c_double),
+                ("device_journal_peak", ctypes.c_uint64), ("device_journal_spilled", ctypes.c_uint64)]
 
 
 # ---- loading ----

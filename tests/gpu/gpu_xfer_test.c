@@ -32,6 +32,7 @@
 #endif
 #include "transfer/skein_xfer.h"
 #include "transfer/xfer_int.h" /* xfer_hooks: a corrupt byte, a sender that dies */
+#include "transfer/xfer_gpu.h" /* the GPU kernels and the device journal, tested directly */
 
 #include <arpa/inet.h>
 #include <cuda_runtime.h>
@@ -215,6 +216,27 @@ static xfer_endpoint *open_or_die(const char *path, xfer_role role, const xfer_m
 
 /* ---- colocated ---- */
 
+/* The best of 5 plain device-to-device copies of the model's bytes. */
+static double d2d_best(gmodel *g, uint64_t total)
+{
+	char *dst;
+	CU(cudaMalloc((void **)&dst, total));
+	double best = 1e9;
+	for (int r = 0; r < 5; r++) {
+		CU(cudaDeviceSynchronize());
+		double t0 = now();
+		uint64_t off = 0;
+		for (int a = 0; a < NALLOC; a++) {
+			CU(cudaMemcpyAsync(dst + off, g->alloc[a], total / NALLOC, cudaMemcpyDeviceToDevice, 0));
+			off += total / NALLOC;
+		}
+		CU(cudaDeviceSynchronize());
+		if (now() - t0 < best) best = now() - t0;
+	}
+	cudaFree(dst);
+	return best;
+}
+
 static int mode_ipc(uint64_t total, int versions)
 {
 	size_t per = 16;
@@ -276,23 +298,7 @@ static int mode_ipc(uint64_t total, int versions)
 	}
 	CHECK(all_exact, "colocated: %d versions of %.2f GiB bit-exact between two processes", versions,
 	      total / 1073741824.0);
-	/* device-to-device copy of the same bytes in this process */
-	char *dst;
-	CU(cudaMalloc((void **)&dst, total));
-	double d2d[5];
-	for (int r = 0; r < 5; r++) {
-		CU(cudaDeviceSynchronize());
-		double t0 = now();
-		uint64_t off = 0;
-		for (int a = 0; a < NALLOC; a++) {
-			CU(cudaMemcpyAsync(dst + off, g.alloc[a], total / NALLOC, cudaMemcpyDeviceToDevice, 0));
-			off += total / NALLOC;
-		}
-		CU(cudaDeviceSynchronize());
-		d2d[r] = now() - t0;
-	}
-	double best_d2d = d2d[0], best_ipc = copy_s[0];
-	for (int r = 1; r < 5; r++) if (d2d[r] < best_d2d) best_d2d = d2d[r];
+	double best_d2d = d2d_best(&g, total), best_ipc = copy_s[0];
 	for (int v = 1; v < versions; v++) if (copy_s[v] < best_ipc) best_ipc = copy_s[v];
 	double gi = total / 1e9;
 	printf("RESULT mode=colocated bytes=%llu ipc_copy_s=%.5f ipc_gbps=%.1f d2d_s=%.5f d2d_gbps=%.1f ratio=%.3f "
@@ -300,7 +306,6 @@ static int mode_ipc(uint64_t total, int versions)
 	       (unsigned long long)total, best_ipc, gi / best_ipc, best_d2d, gi / best_d2d, best_d2d / best_ipc,
 	       whole_s[versions - 1]);
 	CHECK(best_d2d / best_ipc >= 0.8, "colocated copy >= 0.8x a device-to-device copy (%.2fx)", best_d2d / best_ipc);
-	cudaFree(dst);
 	xfer_close(&ep);
 	gm_free(&g);
 	int st;
@@ -496,19 +501,23 @@ typedef struct {
 	char msg[512];
 } rreport;
 
-static void undo_receiver(int wfd, uint64_t total, int attempts)
+/* Receives `attempts` versions on path and reports each (then its hashes);
+ * before(a, bytes), when set, arms the test hooks for attempt a (from 1). */
+static void undo_receiver(int wfd, const char *path, uint64_t total, size_t per, uint64_t bucket, int keep,
+			  int attempts, void (*before)(int a, uint64_t bytes))
 {
 	gmodel g;
 	CU(cudaSetDevice(0));
-	gm_make(&g, total, 8);
-	xfer_endpoint *ep = open_or_die("p2p-tcp", XFER_RECEIVER, g.m, 0, 64 << 20, 1);
+	gm_make(&g, total, per);
+	xfer_endpoint *ep = open_or_die(path, XFER_RECEIVER, g.m, 0, bucket, keep);
 	int port = xfer_endpoint_port(ep);
 	wr(wfd, &port, sizeof port);
 	XXH128_hash_t *hs = calloc(g.n, sizeof *hs);
-	for (int a = 0; a < attempts; a++) {
+	for (int a = 1; a <= attempts; a++) {
 		rreport r = { 0 };
 		xfer_err e = { 0 };
 		uint64_t got;
+		if (before) before(a, xfer_manifest_bytes(g.m));
 		double t0 = now();
 		r.ok = xfer_receive(ep, 120000, &got, &e) == 0;
 		r.wall = now() - t0;
@@ -537,7 +546,7 @@ static int mode_tcp_undo(uint64_t total)
 		close(c2p[0]);
 		close(go[0]);
 		close(go[1]);
-		undo_receiver(c2p[1], total, ATTEMPTS);
+		undo_receiver(c2p[1], "p2p-tcp", total, 8, 64 << 20, 1, ATTEMPTS, NULL);
 		fflush(stdout);
 		_exit(0);
 	}
@@ -653,10 +662,300 @@ static int mode_tcp_undo(uint64_t total)
 	return 0;
 }
 
+/* ---- the tree checksum on the GPU; the device journal ---- */
+
+static double best_of(double *v, int n)
+{
+	double b = v[0];
+	for (int i = 1; i < n; i++) if (v[i] < b) b = v[i];
+	return b;
+}
+
+static int mode_hash(uint64_t bench_bytes)
+{
+	CU(cudaSetDevice(0));
+	xfer_err e = { 0 };
+	xfer_gpu *g = xfer_gpu_new(0, &e);
+	CHECK(g != NULL, "GPU kernels load (%s)", g ? "ok" : e.msg);
+	if (!g) return 0;
+	void *stream;
+	CU(cudaStreamCreate((cudaStream_t *)&stream));
+	/* GPU == CPU: every dtype, odd element counts, tensors smaller than a
+	 * chunk and larger, at unaligned offsets of one allocation */
+	static const uint64_t counts[] = { 0, 1, 3, 17, 30, 31, 241, 1001, 65537, 131073, 262145, 1048583 };
+	enum { NT = XFER_DTYPE_COUNT * (sizeof counts / sizeof *counts) };
+	uint64_t n[NT], off[NT], total = 0;
+	size_t k = 0;
+	for (int d = 0; d < XFER_DTYPE_COUNT; d++)
+		for (size_t c = 0; c < sizeof counts / sizeof *counts; c++, k++) {
+			total += (uint64_t)(d * 3 + c) % 8; /* an unaligned start */
+			off[k] = total;
+			n[k] = counts[c] * xfer_dtype_size((xfer_dtype)d);
+			total += n[k];
+		}
+	unsigned char *h = malloc(total + 8), *dbuf;
+	uint64_t x = 12345;
+	for (uint64_t i = 0; i < total; i++) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		h[i] = (unsigned char)(x >> 56);
+	}
+	CU(cudaMalloc((void **)&dbuf, total + 8));
+	CU(cudaMemcpy(dbuf, h, total, cudaMemcpyHostToDevice));
+	const void *hp[NT], *dp[NT];
+	for (k = 0; k < NT; k++) {
+		hp[k] = h + off[k];
+		dp[k] = dbuf + off[k];
+	}
+	xfer_sum gs[NT], cs[NT];
+	int ok = xfer_gpu_tree_sums(g, stream, dp, n, NT, gs, &e) == 0;
+	if (!ok) printf("  gpu: %s\n", e.msg);
+	xfer_tree_sums(hp, n, NT, cs, 0, &e);
+	int same = ok;
+	for (k = 0; ok && k < NT; k++)
+		if (!xfer_sum_equal(gs[k], cs[k])) {
+			same = 0;
+			printf("  differs: tensor %zu, %llu bytes at +%llu\n", k, (unsigned long long)n[k], (unsigned long long)off[k]);
+		}
+	CHECK(same, "GPU tree checksum == CPU on %d tensors (every dtype, 0..%llu elements, unaligned)", NT,
+	      (unsigned long long)counts[sizeof counts / sizeof *counts - 1]);
+	/* the journal: 1%% of words change; budget 1 MiB forces spills */
+	uint64_t jb = 1ull << 30;
+	unsigned char *oldb, *newb, *dst;
+	CU(cudaMalloc((void **)&oldb, jb));
+	CU(cudaMalloc((void **)&newb, jb));
+	CU(cudaMalloc((void **)&dst, jb));
+	for (uint64_t o = 0; o < jb; o += total) {
+		uint64_t c = jb - o < total ? jb - o : total;
+		CU(cudaMemcpy(oldb + o, h, c, cudaMemcpyHostToDevice));
+	}
+	CU(cudaMemcpy(newb, oldb, jb, cudaMemcpyDeviceToDevice));
+	for (uint64_t p = 0; p < jb / 4096 / 100; p++)
+		CU(cudaMemset(newb + (p * 2654435761ull % (jb / 4096)) * 4096 + (p % 8), (int)(p & 0xff) | 1, 40));
+	CU(cudaDeviceSynchronize());
+	const void *one[1];
+	uint64_t onen[1] = { jb - 3 }; /* an odd size */
+	xfer_sum s_old, s_new, s_dst;
+	one[0] = oldb; xfer_gpu_tree_sums(g, stream, one, onen, 1, &s_old, &e);
+	one[0] = newb; xfer_gpu_tree_sums(g, stream, one, onen, 1, &s_new, &e);
+	double jt[2][3] = { { 0 } }, ct[3];
+	xfer_djournal_stats js[2] = { { 0 } };
+	for (int small = 1; small >= 0; small--) {
+		xfer_djournal *j = xfer_djournal_new(g, small ? (1 << 20) : 0, &e);
+		for (int r = 0; r < 3; r++) {
+			CU(cudaMemcpy(dst, oldb, jb, cudaMemcpyDeviceToDevice));
+			xfer_djournal_reset(j);
+			void *dd[1] = { dst };
+			const void *ss[1] = { newb };
+			double t0 = now();
+			int rc = xfer_djournal_copy(j, stream, dd, ss, onen, 1, &e);
+			jt[small][r] = now() - t0;
+			if (rc) printf("  journal copy: %s\n", e.msg);
+			js[small] = xfer_djournal_get_stats(j);
+			one[0] = dst; xfer_gpu_tree_sums(g, stream, one, onen, 1, &s_dst, &e);
+			int landed = xfer_sum_equal(s_dst, s_new);
+			rc |= xfer_djournal_undo(j, stream, &e);
+			xfer_gpu_tree_sums(g, stream, one, onen, 1, &s_dst, &e);
+			if (r == 0)
+				CHECK(!rc && landed && xfer_sum_equal(s_dst, s_old),
+				      "device journal (budget %s): copy lands, undo restores bit for bit (%llu words, %llu bytes spilled)",
+				      small ? "1 MiB: spills" : "256 MiB", (unsigned long long)js[small].entries,
+				      (unsigned long long)js[small].spilled);
+		}
+		if (!small) CHECK(js[0].device_peak <= (256u << 20) + 64, "device journal peak %llu bytes <= its budget",
+				 (unsigned long long)js[0].device_peak);
+		xfer_djournal_free(&j);
+	}
+	for (int r = 0; r < 3; r++) {
+		CU(cudaDeviceSynchronize());
+		double t0 = now();
+		CU(cudaMemcpyAsync(dst, newb, jb - 3, cudaMemcpyDeviceToDevice, (cudaStream_t)stream));
+		CU(cudaStreamSynchronize((cudaStream_t)stream));
+		ct[r] = now() - t0;
+	}
+	printf("RESULT mode=device-journal bytes=%llu changed_words=%llu copy_s=%.5f journal_copy_s=%.5f ratio=%.3f "
+	       "spill_budget_1MiB_s=%.4f spilled=%llu device_peak=%llu\n", (unsigned long long)jb,
+	       (unsigned long long)js[0].entries, best_of(ct, 3), best_of(jt[0], 3), best_of(jt[0], 3) / best_of(ct, 3),
+	       best_of(jt[1], 3), (unsigned long long)js[1].spilled, (unsigned long long)js[0].device_peak);
+	cudaFree(oldb);
+	cudaFree(newb);
+	cudaFree(dst);
+	/* throughput: bench_bytes in 16 tensors, and one 512 MiB bucket */
+	unsigned char *big;
+	CU(cudaMalloc((void **)&big, bench_bytes));
+	CU(cudaMemset(big, 0x5a, bench_bytes));
+	const void *bp[16];
+	uint64_t bn[16];
+	xfer_sum bs[16];
+	for (int i = 0; i < 16; i++) {
+		bp[i] = big + (uint64_t)i * (bench_bytes / 16);
+		bn[i] = bench_bytes / 16;
+	}
+	double ht[5], bt[5];
+	for (int r = 0; r < 5; r++) {
+		double t0 = now();
+		xfer_gpu_tree_sums(g, stream, bp, bn, 16, bs, &e);
+		ht[r] = now() - t0;
+		uint64_t b512 = 512ull << 20;
+		t0 = now();
+		xfer_gpu_tree_sums(g, stream, bp, &b512, 1, bs, &e);
+		bt[r] = now() - t0;
+	}
+	double tbs = bench_bytes / best_of(ht, 5) / 1e12;
+	printf("RESULT mode=gpu-tree-hash bytes=%llu seconds=%.5f tbps=%.3f bucket512MiB_s=%.5f bucket_tbps=%.3f\n",
+	       (unsigned long long)bench_bytes, best_of(ht, 5), tbs, best_of(bt, 5), (512ull << 20) / best_of(bt, 5) / 1e12);
+	CHECK(tbs >= 1.5, "GPU tree hashing %.2f TB/s (target >= 1.5)", tbs);
+	cudaFree(big);
+	cudaFree(dbuf);
+	free(h);
+	xfer_gpu_free(&g);
+	return 0;
+}
+
+/* CPU: the tree on 16 threads against one stream of xxh3-128, same bytes. */
+static int mode_tree_cpu(uint64_t bytes)
+{
+	unsigned char *p = malloc(bytes);
+	for (uint64_t i = 0; i < bytes; i += 4096) memset(p + i, (int)(i >> 12) & 0xff, bytes - i < 4096 ? bytes - i : 4096);
+	double one[3], tree[3];
+	volatile uint64_t sink = 0;
+	for (int r = 0; r < 3; r++) {
+		double t0 = now();
+		sink ^= XXH3_128bits(p, bytes).low64;
+		one[r] = now() - t0;
+		t0 = now();
+		sink ^= xfer_tree_checksum(p, bytes, 16).lo;
+		tree[r] = now() - t0;
+	}
+	double ratio = best_of(one, 3) / best_of(tree, 3);
+	printf("RESULT mode=cpu-tree-hash bytes=%llu cores=%ld xxh3_128_single_s=%.3f (%.1f GB/s) tree_16threads_s=%.3f "
+	       "(%.1f GB/s) ratio=%.2f\n", (unsigned long long)bytes, sysconf(_SC_NPROCESSORS_ONLN), best_of(one, 3),
+	       bytes / best_of(one, 3) / 1e9, best_of(tree, 3), bytes / best_of(tree, 3) / 1e9, ratio);
+	CHECK(ratio >= 4, "CPU tree checksum, 16 threads: %.2fx single-stream xxh3-128 (target >= 4)", ratio);
+	free(p);
+	return 0;
+}
+
+/* ---- colocated with GPU verification and the device journal ---- */
+
+enum { CU_ATTEMPTS = 6 };
+
+/* v4: a byte of the sender's last bucket changes before it is copied; v5:
+ * the receiver waits, before its second bucket, for the sender to be gone. */
+static void ipc_undo_hooks(int a, uint64_t bytes)
+{
+	xfer_hooks.corrupt_at = a == 4 ? 1 + (long long)(bytes - 100) : 0;
+	xfer_hooks.wait_sender_gone_before = a == 5 ? 1 : 0;
+}
+
+static int mode_ipc_undo(uint64_t total, int keep)
+{
+	int attempts = keep ? CU_ATTEMPTS : 3;
+	int c2p[2], go[2];
+	if (pipe(c2p) || pipe(go)) return 1;
+	fflush(stdout);
+	pid_t rpid = fork();
+	if (rpid == 0) {
+		close(c2p[0]);
+		close(go[0]);
+		close(go[1]);
+		undo_receiver(c2p[1], "colocated", total, 16, 0, keep, attempts, ipc_undo_hooks);
+		fflush(stdout);
+		_exit(0);
+	}
+	close(c2p[1]);
+	int port;
+	if (rd(c2p[0], &port, sizeof port)) return 1;
+	fflush(stdout);
+	pid_t dpid = fork();
+	if (dpid == 0) { /* the sender that dies after its version header (v5) */
+		char c;
+		close(go[1]);
+		if (rd(go[0], &c, 1)) _exit(0);
+		gmodel d;
+		CU(cudaSetDevice(0));
+		gm_make(&d, total, 16);
+		gm_fill(&d, 99);
+		xfer_endpoint *dep = open_or_die("colocated", XFER_SENDER, d.m, port, 0, 1);
+		xfer_hooks.die_after_bucket = 1;
+		xfer_err e;
+		xfer_send(dep, 5, &e);
+		printf("FAIL the dying sender lived on: %s\n", e.msg);
+		fflush(stdout);
+		_exit(1);
+	}
+	close(go[0]);
+	CU(cudaSetDevice(0));
+	gmodel g;
+	gm_make(&g, total, 16);
+	xfer_endpoint *ep = open_or_die("colocated", XFER_SENDER, g.m, port, 0, 1);
+	size_t hb = g.n * sizeof(XXH128_hash_t);
+	XXH128_hash_t *mine = calloc(g.n, sizeof *mine), *theirs = calloc(g.n, sizeof *theirs), *held = calloc(g.n, sizeof *held);
+	rreport r[CU_ATTEMPTS + 1];
+	double send_s[CU_ATTEMPTS + 1] = { 0 }, shash[CU_ATTEMPTS + 1] = { 0 };
+	for (int v = 1; v <= attempts; v++) {
+		if (v == 1) gm_fill(&g, 3);
+		else gm_step(&g, 0.01, v);
+		int sent = 0;
+		xfer_err se = { 0 };
+		if (v == 5) {
+			if (wr(go[1], "g", 1)) return 1;
+		} else {
+			double t0 = now();
+			sent = xfer_send(ep, (uint64_t)v, &se) == 0;
+			send_s[v] = now() - t0;
+			shash[v] = xfer_endpoint_stats(ep).hash_seconds;
+			if (!sent) printf("  sender v%d: %s\n", v, se.msg);
+		}
+		if (rd(c2p[0], &r[v], sizeof r[v]) || rd(c2p[0], theirs, hb)) return 1;
+		if (!r[v].ok) printf("  receiver v%d: %s\n", v, r[v].msg);
+		printf("  v%d: send %.4f s (hash %.4f s), receiver copy %.4f s hash %.4f s, journal %llu bytes "
+		       "(spilled %llu, device %llu), undo %.4f s\n", v, send_s[v], shash[v], r[v].st.data_seconds,
+		       r[v].st.hash_seconds, (unsigned long long)r[v].st.journal_bytes,
+		       (unsigned long long)r[v].st.device_journal_spilled, (unsigned long long)r[v].st.device_journal_peak,
+		       r[v].st.undo_seconds);
+		fflush(stdout);
+		if (v == 4 || v == 5) {
+			CHECK(!r[v].ok && memcmp(held, theirs, hb) == 0 && (v == 4 ? r[v].code == XFER_ECHECKSUM : r[v].code == XFER_EPEER),
+			      "colocated, v%d fails (%s, %s): the receiver's device tensors hold v3 bit for bit (undo %.4f s)", v,
+			      v == 4 ? "a byte corrupted in the last bucket" : "sender killed mid-transfer",
+			      xfer_code_name((xfer_code)r[v].code), r[v].st.undo_seconds);
+			if (v == 4) gm_hash(&g, mine); /* the sender moved on; the receiver did not */
+			continue;
+		}
+		gm_hash(&g, mine);
+		CHECK(sent && r[v].ok && memcmp(mine, theirs, hb) == 0, "colocated keep_previous %d, v%d bit-exact", keep, v);
+		if (v == 3) memcpy(held, mine, hb);
+	}
+	double upd = send_s[2] < send_s[3] ? send_s[2] : send_s[3], cd = d2d_best(&g, total);
+	int bv = send_s[2] < send_s[3] ? 2 : 3;
+	printf("RESULT mode=colocated-verified keep_previous=%d bytes=%llu update_s=%.5f d2d_s=%.5f ratio=%.2f "
+	       "sender_hash_s=%.5f receiver_copy_s=%.5f receiver_hash_s=%.5f journal_bytes=%llu device_journal_peak=%llu "
+	       "undo_corrupt_s=%.4f undo_killed_s=%.4f\n", keep, (unsigned long long)total, upd, cd, upd / cd, shash[bv],
+	       r[bv].st.data_seconds, r[bv].st.hash_seconds, (unsigned long long)r[bv].st.journal_bytes,
+	       (unsigned long long)r[bv].st.device_journal_peak, keep ? r[4].st.undo_seconds : 0.0,
+	       keep ? r[5].st.undo_seconds : 0.0);
+	CHECK(upd / cd <= 4, "colocated update incl. verification %.2fx the device-to-device copy (target <= 4x)", upd / cd);
+	xfer_close(&ep);
+	gm_free(&g);
+	int st;
+	if (!keep) {
+		close(go[1]);
+	}
+	waitpid(dpid, &st, 0);
+	if (keep) CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 3, "v5: the second sender died after its header (exit 3)");
+	waitpid(rpid, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "colocated undo receiver exited cleanly");
+	free(mine);
+	free(theirs);
+	free(held);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: %s ipc BYTES | nccl | tcp BYTES [KEEP] | tcp-undo BYTES\n", argv[0]);
+		fprintf(stderr, "usage: %s ipc BYTES | nccl | tcp BYTES [KEEP] | tcp-undo BYTES | hash BYTES | tree-cpu BYTES | "
+			"ipc-undo BYTES [KEEP]\n", argv[0]);
 		return 2;
 	}
 	uint64_t bytes = argc > 2 ? strtoull(argv[2], NULL, 0) : (1ull << 30);
@@ -665,6 +964,9 @@ int main(int argc, char **argv)
 	else if (!strcmp(argv[1], "nccl")) rc = mode_nccl();
 	else if (!strcmp(argv[1], "tcp")) rc = mode_tcp(bytes, argc > 3 ? atoi(argv[3]) : 1);
 	else if (!strcmp(argv[1], "tcp-undo")) rc = mode_tcp_undo(bytes);
+	else if (!strcmp(argv[1], "hash")) rc = mode_hash(bytes);
+	else if (!strcmp(argv[1], "tree-cpu")) rc = mode_tree_cpu(bytes);
+	else if (!strcmp(argv[1], "ipc-undo")) rc = mode_ipc_undo(bytes, argc > 3 ? atoi(argv[3]) : 1);
 	printf("# %d passed, %d failed\n", g_pass, g_fail + (rc ? 1 : 0));
 	return g_fail || rc ? 1 : 0;
 }

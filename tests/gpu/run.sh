@@ -15,6 +15,14 @@
 #      is killed mid-transfer leave the receiver's device buffers holding the
 #      previous version bit for bit; the journal's bytes and seconds beside
 #      the transfer time for a 1% and a 100% change.
+#   5. hash: the tree checksum on the GPU equals the CPU's (every dtype, odd
+#      sizes, unaligned), the device journal lands and undoes (with spills),
+#      GPU hashing throughput (HASH_BYTES, default 8 GiB);
+#   6. tree-cpu: the CPU tree checksum on 16 threads vs one xxh3-128 stream;
+#   7. ipc-undo / ipc-undo-nojournal: colocated IPC_BYTES with GPU verification
+#      and the device journal: bit-exact, a corrupted byte in the last bucket
+#      and a sender killed mid-transfer undone on device, the update vs the plain
+#      device copy; without the journal for its overhead.
 # Then (SKEIN_GPU_CPU_BENCH=1, the default) the CPU benchmarks of
 # tests/transfer/bench.sh on that machine's cores and disk (SKEIN_BENCH_DISK
 # default 4G there, SKEIN_BENCH_P2P 2G).  Prints the results last; full logs
@@ -27,7 +35,8 @@
 #   cp /usr/lib/x86_64-linux-gnu/libzstd.a /usr/lib/x86_64-linux-gnu/libxxhash.so.0* .gpu-deps/lib/
 # and name .gpu-deps in the device call's carry list (libxxhash's shared
 # library, as it alone has the x86 dispatcher; see transfer/xfer_hash.h).
-# SKEIN_GPU_CASES picks the cases (default "nccl ipc tcp tcp-nojournal tcp-undo").
+# SKEIN_GPU_CASES picks the cases (default "nccl ipc tcp tcp-nojournal tcp-undo hash tree-cpu ipc-undo
+# ipc-undo-nojournal").
 # Usage: tests/gpu/run.sh [IPC_BYTES] [TCP_BYTES]
 set -u
 cd "$(dirname "$0")/../.."
@@ -95,13 +104,17 @@ run() {
 		fail=$((fail + 1))
 	fi
 }
-for c in ${SKEIN_GPU_CASES:-nccl ipc tcp tcp-nojournal tcp-undo}; do
+for c in ${SKEIN_GPU_CASES:-nccl ipc tcp tcp-nojournal tcp-undo hash tree-cpu ipc-undo ipc-undo-nojournal}; do
 	case $c in
 	nccl) run nccl nccl ;;
 	ipc) run ipc ipc "$IPC_BYTES" ;;
 	tcp) run tcp tcp "$TCP_BYTES" 1 ;;
 	tcp-nojournal) run tcp-nojournal tcp "$TCP_BYTES" 0 ;;
 	tcp-undo) run tcp-undo tcp-undo "$TCP_BYTES" ;;
+	hash) run hash hash "${HASH_BYTES:-8589934592}" ;;
+	tree-cpu) run tree-cpu tree-cpu "${TREE_CPU_BYTES:-4294967296}" ;;
+	ipc-undo) run ipc-undo ipc-undo "$IPC_BYTES" 1 ;;
+	ipc-undo-nojournal) run ipc-undo-nojournal ipc-undo "$IPC_BYTES" 0 ;;
 	*) echo "unknown case $c"; fail=$((fail + 1)) ;;
 	esac
 done

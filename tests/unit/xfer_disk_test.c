@@ -13,7 +13,7 @@ typedef struct {
 	sk_rng r;
 } rig;
 
-static void rig_open(rig *g, int enc, int zstd, int full_every, uint64_t bucket)
+static void rig_open_sum(rig *g, int enc, int zstd, int full_every, uint64_t bucket, xfer_sum_kind sum)
 {
 	sk_rng_seed(&g->r, t_seed() ^ (uint64_t)(enc * 7 + zstd * 13 + full_every));
 	g->dir = t_tmpdir();
@@ -27,11 +27,17 @@ static void rig_open(rig *g, int enc, int zstd, int full_every, uint64_t bucket)
 	c.disk.encoding = (xfer_encoding)enc;
 	c.disk.zstd_level = zstd;
 	c.disk.full_every = full_every;
+	c.checksum = sum;
 	c.role = XFER_SENDER;
 	T_XOK(xfer_open(&g->snd, &c, g->tr.m, err_));
 	c.role = XFER_RECEIVER;
 	c.disk.receiver_id = "engine-0";
 	T_XOK(xfer_open(&g->rcv, &c, g->en.m, err_));
+}
+
+static void rig_open(rig *g, int enc, int zstd, int full_every, uint64_t bucket)
+{
+	rig_open_sum(g, enc, zstd, full_every, bucket, XFER_SUM_XXH3_128);
 }
 
 static void rig_close(rig *g)
@@ -89,6 +95,49 @@ T_TEST(xfer_disk_roundtrip_all_encodings)
 		}
 }
 
+/* The next receive fails on a checksum naming what; the engine's weights
+ * are what they were before it. */
+static void receive_fails_keeps(rig *g, const char *what)
+{
+	tmodel keep;
+	tm_make(&keep, &g->r, 3000, 0);
+	tm_copy(&keep, &g->en);
+	xfer_err e;
+	T_EQ(xfer_receive(g->rcv, 0, NULL, &e), -1);
+	T_EQ(e.code, XFER_ECHECKSUM);
+	T_CHECK(strstr(e.msg, what) && strstr(e.msg, "corrupt"));
+	T_CHECK(tm_equal(&keep, &g->en));
+	tm_free(&keep);
+}
+
+/* The tree checksum in the index (format 2): full and delta versions, both
+ * encodings; a corrupted delta is still caught, by the tree sum. */
+T_TEST(xfer_disk_tree_checksum_index)
+{
+	for (int enc = 0; enc < 2; enc++) {
+		rig g;
+		rig_open_sum(&g, enc, 0, 3, 1024, XFER_SUM_TREE);
+		for (uint64_t v = 1; v <= 4; v++) {
+			if (v > 1) tm_step(&g.tr, &g.r, v == 3 ? 1.0 : 0.02);
+			T_XOK(xfer_send(g.snd, v, err_));
+			T_XOK(xfer_receive(g.rcv, 0, NULL, err_));
+			T_CHECK(tm_equal(&g.tr, &g.en));
+		}
+		char path[600], *txt;
+		size_t len;
+		file_at(g.dir, "weight_v000004/index", path, sizeof path);
+		T_XOK(xfer_read_file(path, &txt, &len, err_));
+		static const char head[] = "skein-weights 2\nchecksum tree-xxh3-256k\n";
+		T_CHECK(len > sizeof head && !strncmp(txt, head, sizeof head - 1));
+		free(txt);
+		tm_step(&g.tr, &g.r, 0.05);
+		T_XOK(xfer_send(g.snd, 5, err_));
+		flip_byte(path, file_at(g.dir, "weight_v000005/data", path, sizeof path) - 1);
+		receive_fails_keeps(&g, "version 5");
+		rig_close(&g);
+	}
+}
+
 /* A corrupted delta file is detected; the receiver keeps the version it had. */
 T_TEST(xfer_disk_corrupt_delta_keeps_old_version)
 {
@@ -104,15 +153,7 @@ T_TEST(xfer_disk_corrupt_delta_keeps_old_version)
 		/* corrupt the last stored byte of version 3 (the big tensor's delta) */
 		char path[600];
 		flip_byte(path, file_at(g.dir, "weight_v000003/data", path, sizeof path) - 1);
-		tmodel keep;
-		tm_make(&keep, &g.r, 3000, 0);
-		tm_copy(&keep, &g.en);
-		xfer_err e;
-		T_EQ(xfer_receive(g.rcv, 0, NULL, &e), -1);
-		T_EQ(e.code, XFER_ECHECKSUM);
-		T_CHECK(strstr(e.msg, "version 3") && strstr(e.msg, "corrupt"));
-		T_CHECK(tm_equal(&keep, &g.en)); /* v1 intact although v2 had been applied */
-		tm_free(&keep);
+		receive_fails_keeps(&g, "version 3"); /* v1 intact although v2 had been applied */
 		rig_close(&g);
 	}
 }

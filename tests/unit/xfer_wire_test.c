@@ -91,6 +91,45 @@ T_TEST(xfer_disk_index_parse_roundtrip_and_bounds)
 	free(txt);
 }
 
+/* Format 1 (no checksum line: xxh3-128) still reads; format 2 names its
+ * checksum; a newer format or an unknown checksum is refused by name. */
+T_TEST(xfer_disk_index_formats)
+{
+	static const char *const tensor = "tensor w u8 4 4 0 4 4 0123456789abcdef0123456789abcdef 0\n";
+	static const struct { const char *head; int ok; xfer_sum_kind kind; const char *msg; } cases[] = {
+		{ "skein-weights 1\n", 1, XFER_SUM_XXH3_128, NULL },
+		{ "skein-weights 2\nchecksum tree-xxh3-256k\n", 1, XFER_SUM_TREE, NULL },
+		{ "skein-weights 2\nchecksum xxh3-128\n", 1, XFER_SUM_XXH3_128, NULL },
+		{ "skein-weights 2\nchecksum blake9\n", 0, 0, "checksum \"blake9\" is unknown" },
+		{ "skein-weights 1\nchecksum tree-xxh3-256k\n", 0, 0, "checksum line in a format 1" },
+		{ "skein-weights 3\nchecksum tree-xxh3-256k\n", 0, 0, "format 3 is newer than this reader" },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		char body[512];
+		snprintf(body, sizeof body, "%sversion 1\nkind full\ndata_bytes 10\ntensors 1\n%s", cases[i].head, tensor);
+		size_t len;
+		char *txt = with_end(body, &len);
+		xfer_disk_index y;
+		xfer_err e = { 0 };
+		int rc = xfer_disk_index_parse(txt, len, 1, "i", &y, &e);
+		T_EQ(rc, cases[i].ok ? 0 : -1);
+		if (rc == 0) {
+			T_EQ(y.sum_kind, cases[i].kind);
+			/* and it writes back in the same format */
+			size_t olen;
+			char *out = xfer_disk_index_format(&y, &olen);
+			const char *want = cases[i].kind == XFER_SUM_TREE ? cases[i].head : "skein-weights 1\nchain";
+			T_CHECK(!strncmp(out, want, strlen(want)));
+			free(out);
+			xfer_disk_index_free(&y);
+		} else {
+			T_EQ(e.code, XFER_EFORMAT);
+			if (!strstr(e.msg, cases[i].msg)) T_FAIL("case %zu: %s", i, e.msg);
+		}
+		free(txt);
+	}
+}
+
 T_TEST(xfer_tcp_hello_and_plan)
 {
 	xfer_manifest *m = xfer_manifest_new();
