@@ -146,10 +146,43 @@ static int spill(xfer_djournal *j, void *stream, xfer_err *err)
 	return 0;
 }
 
+/* Runs skein_journal_copy (fused 0: units are pieces) or skein_copy_tree
+ * (units are tree chunks) over the nt uploaded tasks, spilling and resuming
+ * while the device array fills. */
+static int run_journaled(xfer_djournal *j, void *stream, size_t nt, uint64_t units, int fused, xfer_err *err)
+{
+	const xfer_cuda_api *cu = j->g->cu;
+	if (xfer_gpu_upload_tasks(j->g, stream, nt * sizeof(jtask), err) != 0) return -1;
+	uint64_t from = 0;
+	for (;;) {
+		*j->h_st = (jstat){ .count = j->fill, .restart = ~0ull };
+		if (xfer_cuda_check(cu, cu->MemcpyAsync(j->d_st, j->h_st, sizeof(jstat), XFER_CUDA_H2D, stream),
+				    "journal counters", err) != 0 ||
+		    (fused ? xfer_gpu_copy_tree_launch(j->g, stream, (unsigned)nt, units, from, j->d_ent, j->cap, j->d_st, err)
+			   : xfer_gpu_journal_launch(j->g, stream, (unsigned)nt, units, from, j->d_ent, j->cap, j->d_st, 1,
+						     err)) != 0 ||
+		    xfer_cuda_check(cu, cu->MemcpyAsync(j->h_st, j->d_st, sizeof(jstat), XFER_CUDA_D2H, stream),
+				    "journal counters", err) != 0 ||
+		    xfer_cuda_check(cu, cu->StreamSynchronize(stream), fused ? "skein_copy_tree" : "skein_journal_copy",
+				    err) != 0)
+			return -1;
+		jstat st = *j->h_st;
+		uint64_t got = st.count < j->cap ? st.count : j->cap;
+		j->entries += got - j->fill;
+		j->fill = got;
+		if (!st.full) return 0;
+		if (st.restart < from || st.restart >= units)
+			return xfer_fail(err, XFER_EIO, "device journal: resume %s %llu outside [%llu, %llu)",
+					 fused ? "chunk" : "piece", st.restart, (unsigned long long)from,
+					 (unsigned long long)units);
+		if (spill(j, stream, err) != 0) return -1;
+		from = st.restart;
+	}
+}
+
 int xfer_djournal_copy(xfer_djournal *j, void *stream, void *const *dst, const void *const *src, const uint64_t *n,
 		       size_t count, xfer_err *err)
 {
-	const xfer_cuda_api *cu = j->g->cu;
 	if (!count) return 0;
 	if (first_use(j, err) != 0) return -1;
 	jtask *t = xfer_gpu_host_tasks(j->g, count * sizeof *t, err);
@@ -163,29 +196,37 @@ int xfer_djournal_copy(xfer_djournal *j, void *stream, void *const *dst, const v
 		t[nt++] = (jtask){ dst[i], src[i], n[i], pieces };
 		pieces += (words + XFER_GPU_PIECE_WORDS - 1) / XFER_GPU_PIECE_WORDS;
 	}
-	if (!nt) return 0;
-	if (xfer_gpu_upload_tasks(j->g, stream, nt * sizeof *t, err) != 0) return -1;
-	uint64_t from = 0;
-	for (;;) {
-		*j->h_st = (jstat){ .count = j->fill, .restart = ~0ull };
-		if (xfer_cuda_check(cu, cu->MemcpyAsync(j->d_st, j->h_st, sizeof(jstat), XFER_CUDA_H2D, stream),
-				    "journal counters", err) != 0 ||
-		    xfer_gpu_journal_launch(j->g, stream, (unsigned)nt, pieces, from, j->d_ent, j->cap, j->d_st, 1, err) != 0 ||
-		    xfer_cuda_check(cu, cu->MemcpyAsync(j->h_st, j->d_st, sizeof(jstat), XFER_CUDA_D2H, stream),
-				    "journal counters", err) != 0 ||
-		    xfer_cuda_check(cu, cu->StreamSynchronize(stream), "skein_journal_copy", err) != 0)
-			return -1;
-		jstat st = *j->h_st;
-		uint64_t got = st.count < j->cap ? st.count : j->cap;
-		j->entries += got - j->fill;
-		j->fill = got;
-		if (!st.full) return 0;
-		if (st.restart < from || st.restart >= pieces)
-			return xfer_fail(err, XFER_EIO, "device journal: resume piece %llu outside [%llu, %llu)",
-					 st.restart, (unsigned long long)from, (unsigned long long)pieces);
-		if (spill(j, stream, err) != 0) return -1;
-		from = st.restart;
+	return nt ? run_journaled(j, stream, nt, pieces, 0, err) : 0;
+}
+
+int xfer_djournal_copy_tree(xfer_djournal *j, void *stream, void *const *dst, const void *const *src,
+			    const uint64_t *n, size_t count, xfer_sum *out, xfer_err *err)
+{
+	for (size_t i = 0; i < count; i++)
+		if (n[i] && (((uintptr_t)dst[i] ^ (uintptr_t)src[i]) & 7)) return 1;
+	if (!count) return 0;
+	if (first_use(j, err) != 0) return -1;
+	jtask *t = xfer_gpu_host_tasks(j->g, count * sizeof *t, err);
+	if (!t) return -1;
+	uint64_t chunks = 0;
+	size_t nt = 0;
+	for (size_t i = 0; i < count; i++) {
+		if (!n[i]) continue;
+		t[nt++] = (jtask){ dst[i], src[i], n[i], chunks };
+		chunks += xfer_tree_nchunks(n[i]);
 	}
+	if (xfer_gpu_hash_room(j->g, chunks, err) != 0) return -1;
+	if (nt && run_journaled(j, stream, nt, chunks, 1, err) != 0) return -1;
+	const xfer_cuda_api *cu = j->g->cu;
+	if (chunks && (xfer_cuda_check(cu, cu->MemcpyAsync(j->g->h_hash, j->g->d_hash, chunks * 8, XFER_CUDA_D2H, stream),
+				       "cudaMemcpyAsync (chunk hashes)", err) != 0 ||
+		       xfer_cuda_check(cu, cu->StreamSynchronize(stream), "skein_copy_tree", err) != 0))
+		return -1;
+	for (size_t i = 0, k = 0; i < count; i++) {
+		out[i] = xfer_tree_top(j->g->h_hash + (n[i] ? t[k].first : 0), xfer_tree_nchunks(n[i]), n[i]);
+		if (n[i]) k++;
+	}
+	return 0;
 }
 
 int xfer_djournal_undo(xfer_djournal *j, void *stream, xfer_err *err)

@@ -31,7 +31,7 @@ typedef struct {
 			    unsigned shmem, void *stream, void **params, void **extra);
 	int (*DeviceGetAttribute)(int *v, int attr, int dev);
 	int (*GetErrorString)(int rc, const char **s);
-	struct { int tried, ok, sms; void *f_tree, *f_jcopy, *f_undo; char why[256]; } dev[MAX_DEVICES];
+	struct { int tried, ok, sms; void *f_tree, *f_jcopy, *f_undo, *f_ctree, *f_tree_d, *f_ctree_d; char why[256]; } dev[MAX_DEVICES];
 } drv_api;
 
 static drv_api g_drv;
@@ -95,7 +95,10 @@ static int load_device(const xfer_cuda_api *cu, int dev, char *why, size_t n)
 			drv_fail(&e, "cuModuleLoadData (libskein's GPU kernels)", rc);
 		else if ((rc = g_drv.ModuleGetFunction(&g_drv.dev[dev].f_tree, mod, "skein_tree_chunks")) != 0 ||
 			 (rc = g_drv.ModuleGetFunction(&g_drv.dev[dev].f_jcopy, mod, "skein_journal_copy")) != 0 ||
-			 (rc = g_drv.ModuleGetFunction(&g_drv.dev[dev].f_undo, mod, "skein_journal_undo")) != 0)
+			 (rc = g_drv.ModuleGetFunction(&g_drv.dev[dev].f_undo, mod, "skein_journal_undo")) != 0 ||
+			 (rc = g_drv.ModuleGetFunction(&g_drv.dev[dev].f_ctree, mod, "skein_copy_tree")) != 0 ||
+			 (rc = g_drv.ModuleGetFunction(&g_drv.dev[dev].f_tree_d, mod, "skein_tree_chunks_direct")) != 0 ||
+			 (rc = g_drv.ModuleGetFunction(&g_drv.dev[dev].f_ctree_d, mod, "skein_copy_tree_direct")) != 0)
 			drv_fail(&e, "cuModuleGetFunction", rc);
 		else if ((rc = g_drv.DeviceGetAttribute(&g_drv.dev[dev].sms, ATTR_SM_COUNT, dev)) != 0)
 			drv_fail(&e, "cuDeviceGetAttribute", rc);
@@ -171,6 +174,11 @@ void *xfer_gpu_host_tasks(xfer_gpu *g, size_t bytes, xfer_err *err)
 	return grow(g, &g->d_tasks, &g->h_tasks, &g->tasks_cap, bytes, err) == 0 ? g->h_tasks : NULL;
 }
 
+int xfer_gpu_hash_room(xfer_gpu *g, uint64_t chunks, xfer_err *err)
+{
+	return grow(g, (void **)&g->d_hash, (void **)&g->h_hash, &g->hash_cap, (chunks + 1) * 8, err);
+}
+
 int xfer_gpu_upload_tasks(xfer_gpu *g, void *stream, size_t bytes, xfer_err *err)
 {
 	return xfer_cuda_check(g->cu, g->cu->MemcpyAsync(g->d_tasks, g->h_tasks, bytes, XFER_CUDA_H2D, stream),
@@ -202,12 +210,12 @@ int xfer_gpu_tree_sums(xfer_gpu *g, void *stream, const void *const *p, const ui
 		t[i] = (tree_task){ p[i], n[i], chunks };
 		chunks += xfer_tree_nchunks(n[i]);
 	}
-	if (grow(g, (void **)&g->d_hash, (void **)&g->h_hash, &g->hash_cap, (chunks + 1) * 8, err) != 0) return -1;
+	if (xfer_gpu_hash_room(g, chunks, err) != 0) return -1;
 	if (xfer_gpu_upload_tasks(g, stream, count * sizeof *t, err) != 0) return -1;
 	unsigned nt = (unsigned)count;
 	void *d_tasks = g->d_tasks, *d_hash = g->d_hash;
 	void *params[] = { &d_tasks, &nt, &chunks, &d_hash };
-	if (launch(g_drv.dev[g->device].f_tree, (chunks * 8 + TREE_BLOCK - 1) / TREE_BLOCK, TREE_BLOCK, stream, params,
+	if (launch(xfer_hooks.gpu_direct_loads ? g_drv.dev[g->device].f_tree_d : g_drv.dev[g->device].f_tree, (chunks * 8 + TREE_BLOCK - 1) / TREE_BLOCK, TREE_BLOCK, stream, params,
 		   "launching skein_tree_chunks", err) != 0)
 		return -1;
 	if (xfer_cuda_check(g->cu, g->cu->MemcpyAsync(g->h_hash, g->d_hash, chunks * 8, XFER_CUDA_D2H, stream),
@@ -228,6 +236,15 @@ int xfer_gpu_journal_launch(xfer_gpu *g, void *stream, unsigned ntasks, uint64_t
 	uint64_t blocks = npieces - from, most = (uint64_t)(g->sms > 0 ? g->sms : 132) * 8;
 	return launch(g_drv.dev[g->device].f_jcopy, blocks < most ? blocks : most, XFER_GPU_JOURNAL_BLOCK, stream, params,
 		      "launching skein_journal_copy", err);
+}
+
+int xfer_gpu_copy_tree_launch(xfer_gpu *g, void *stream, unsigned ntasks, uint64_t nchunks, uint64_t from, void *ent,
+			      uint64_t cap, void *stat, xfer_err *err)
+{
+	void *d_tasks = g->d_tasks, *d_hash = g->d_hash;
+	void *params[] = { &d_tasks, &ntasks, &nchunks, &from, &ent, &cap, &stat, &d_hash };
+	return launch(xfer_hooks.gpu_direct_loads ? g_drv.dev[g->device].f_ctree_d : g_drv.dev[g->device].f_ctree, ((nchunks - from) * 8 + TREE_BLOCK - 1) / TREE_BLOCK, TREE_BLOCK,
+		      stream, params, "launching skein_copy_tree", err);
 }
 
 int xfer_gpu_undo_launch(xfer_gpu *g, void *stream, void *ent, uint64_t n, xfer_err *err)

@@ -17,14 +17,19 @@
  *                       kernel cleanly: no word is written unless journaled,
  *                       and the host learns where to resume (restart).
  *   skein_journal_undo  writes the old words back.
+ *   skein_copy_tree     skein_journal_copy and skein_tree_chunks of the new
+ *                       bytes in one pass over the source (the colocated
+ *                       receiver), where source and destination share their
+ *                       alignment mod 8.
  *
  * Words are the aligned 8-byte words of the destination's address space, so
  * stores are aligned; the first and last word of a tensor may be partial (a
  * byte mask: the bytes beside a tensor may belong to another one, written
- * at the same time).  Unaligned sources are read with two aligned loads and
- * a funnel shift: it reads at most the aligned words holding the bytes (on
- * the H200 that measured faster, 6.5 ms for 8 GiB of unaligned tensors, than
- * one load a lane and the upper half by shuffle, 9.5 ms). */
+ * at the same time).  The hashing kernels stage each 1 KiB block through
+ * shared memory (stage_block): 8 GiB of unaligned tensors hash in 2.2 ms on
+ * the H200 that way, 6.6 ms with wload's two 8-byte loads a word (the
+ * *_direct kernels, kept to compare), 9.5 ms with one load a lane and the
+ * upper half by shuffle.  skein_journal_copy reads with wload. */
 #include <stdint.h>
 
 __device__ __forceinline__ uint64_t bload64(const unsigned char *p)
@@ -58,6 +63,37 @@ __device__ __forceinline__ uint64_t wload(const unsigned char *p)
 	return (lo >> (8 * r)) | (hi << (64 - 8 * r));
 }
 
+/* Staged loads: a group copies a 1 KiB block (+16 bytes) of its chunk
+ * into shared memory with aligned 16-byte loads, 8 lanes reading 128
+ * contiguous bytes each time, and its lanes take their words from there;
+ * an unaligned source then costs no more global loads than an aligned one
+ * (wload's two 8-byte loads per word measured 2.7x slower on the H200).
+ * STAGE_WORDS pads a group's buffer to 1088 bytes: the 4 groups of a warp
+ * then sit 64 bytes apart modulo 128 (shared memory banks). */
+#define STAGE_WORDS 136u
+#define STAGE_VECS 65u /* 16-byte vectors of a full block, from its aligned start */
+
+__device__ __forceinline__ void stage_block(uint64_t *buf, const unsigned char *blk, unsigned nv, unsigned lane,
+					    unsigned gmask)
+{
+	const uint4 *v = (const uint4 *)((uintptr_t)blk & ~(uintptr_t)15);
+	uint4 x[9];
+	__syncwarp(gmask); /* the previous block's words were read */
+#pragma unroll
+	for (unsigned i = 0; i < 9; i++)
+		if (lane + 8 * i < nv) x[i] = __ldcs(v + lane + 8 * i);
+#pragma unroll
+	for (unsigned i = 0; i < 9; i++)
+		if (lane + 8 * i < nv) ((uint4 *)buf)[lane + 8 * i] = x[i];
+	__syncwarp(gmask);
+}
+
+/* The word at byte 8 j + sh / 8 of a staged block. */
+__device__ __forceinline__ uint64_t stage_word(const uint64_t *buf, unsigned j, unsigned sh)
+{
+	return sh ? (buf[j] >> sh) | (buf[j + 1] << (64 - sh)) : buf[j];
+}
+
 struct tree_task {
 	const unsigned char *p;
 	uint64_t n;
@@ -77,19 +113,28 @@ template <class T> __device__ __forceinline__ unsigned find_task(const T *t, uns
 	return lo;
 }
 
-extern "C" __global__ void __launch_bounds__(256) skein_tree_chunks(const tree_task *tasks, unsigned ntasks,
-								   uint64_t nchunks, uint64_t *out)
+template <bool STAGED>
+__device__ __forceinline__ void tree_chunks(const tree_task *tasks, unsigned ntasks, uint64_t nchunks, uint64_t *out)
 {
+	__shared__ __align__(16) uint64_t sbuf[STAGED ? 32 * STAGE_WORDS : 2];
+	uint64_t *buf = sbuf + (STAGED ? (threadIdx.x >> 3) * STAGE_WORDS : 0);
 	unsigned lane = threadIdx.x & 7;
 	unsigned gmask = 0xffu << (threadIdx.x & 24);
 	uint64_t group = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 3;
 	uint64_t ngroups = ((uint64_t)gridDim.x * blockDim.x) >> 3;
 	/* this lane's secret words, in registers (constant memory serialises
 	 * lanes that read different addresses) */
-	uint64_t key[16];
+	uint64_t key[16], kscr = 0, klast = xxh3p_s64(XXH3P_LAST_SOFF + 8 * lane);
+	__shared__ uint64_t skey[24]; /* staged: the registers go to the staging */
+	if (STAGED) {
+		if (threadIdx.x < 24) skey[threadIdx.x] = xxh3p_s64(8 * threadIdx.x);
+		__syncthreads();
+	} else {
 #pragma unroll
-	for (unsigned s = 0; s < 16; s++) key[s] = xxh3p_s64(8 * s + 8 * lane);
-	uint64_t kscr = xxh3p_s64(128 + 8 * lane), klast = xxh3p_s64(XXH3P_LAST_SOFF + 8 * lane);
+		for (unsigned s = 0; s < 16; s++) key[s] = xxh3p_s64(8 * s + 8 * lane);
+		kscr = xxh3p_s64(128 + 8 * lane);
+	}
+#define KEY(s) (STAGED ? skey[(s) + lane] : key[s])
 	for (uint64_t c = group; c < nchunks; c += ngroups) {
 		const tree_task *t = &tasks[find_task(tasks, ntasks, c)];
 		uint64_t off = (c - t->first) * TREE_CHUNK;
@@ -100,21 +145,32 @@ extern "C" __global__ void __launch_bounds__(256) skein_tree_chunks(const tree_t
 		} else {
 			uint64_t acc = xxh3p_lane_init(lane), nb = xxh3p_blocks(len);
 			const unsigned char *lp = p + 8 * lane;
+			unsigned e = ((uintptr_t)p & 15) >> 3, sh = 8 * ((uintptr_t)p & 7);
 			for (uint64_t b = 0; b < nb; b++, lp += XXH3P_BLOCK) {
-				uint64_t w[16];
+				if (STAGED) {
+					stage_block(buf, p + b * XXH3P_BLOCK, STAGE_VECS, lane, gmask);
 #pragma unroll
-				for (unsigned s = 0; s < 16; s++) w[s] = wload(lp + 64 * s);
+					for (unsigned s = 0; s < 16; s++) {
+						uint64_t w = stage_word(buf, 8 * s + lane + e, sh);
+						acc = xxh3p_lane_acc_k(acc, w, __shfl_xor_sync(gmask, w, 1), KEY(s));
+					}
+				} else {
+					uint64_t w[16];
 #pragma unroll
-				for (unsigned s = 0; s < 16; s++)
-					acc = xxh3p_lane_acc_k(acc, w[s], __shfl_xor_sync(gmask, w[s], 1), key[s]);
-				acc = xxh3p_lane_scramble_k(acc, kscr);
+					for (unsigned s = 0; s < 16; s++) w[s] = wload(lp + 64 * s);
+#pragma unroll
+					for (unsigned s = 0; s < 16; s++)
+						acc = xxh3p_lane_acc_k(acc, w[s], __shfl_xor_sync(gmask, w[s], 1), KEY(s));
+				}
+				acc = xxh3p_lane_scramble_k(acc, STAGED ? skey[16 + lane] : kscr);
 			}
 			unsigned ns = xxh3p_tail_stripes(len);
+			if (STAGED && ns) stage_block(buf, p + nb * XXH3P_BLOCK, 4 * ns + 1, lane, gmask);
 #pragma unroll
 			for (unsigned s = 0; s < 16; s++) {
 				if (s >= ns) break;
-				uint64_t w = wload(lp + 64 * s);
-				acc = xxh3p_lane_acc_k(acc, w, __shfl_xor_sync(gmask, w, 1), key[s]);
+				uint64_t w = STAGED ? stage_word(buf, 8 * s + lane + e, sh) : wload(lp + 64 * s);
+				acc = xxh3p_lane_acc_k(acc, w, __shfl_xor_sync(gmask, w, 1), KEY(s));
 			}
 			uint64_t w = wload(p + len - 64 + 8 * lane);
 			acc = xxh3p_lane_acc_k(acc, w, __shfl_xor_sync(gmask, w, 1), klast);
@@ -126,6 +182,20 @@ extern "C" __global__ void __launch_bounds__(256) skein_tree_chunks(const tree_t
 		}
 		if (lane == 0) out[c] = h;
 	}
+#undef KEY
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) skein_tree_chunks(const tree_task *tasks, unsigned ntasks,
+								      uint64_t nchunks, uint64_t *out)
+{
+	tree_chunks<true>(tasks, ntasks, nchunks, out);
+}
+
+/* the same with wload (xfer_hooks.gpu_direct_loads: to compare) */
+extern "C" __global__ void __launch_bounds__(256) skein_tree_chunks_direct(const tree_task *tasks, unsigned ntasks,
+									  uint64_t nchunks, uint64_t *out)
+{
+	tree_chunks<false>(tasks, ntasks, nchunks, out);
 }
 
 /* ---- the journal ---- */
@@ -239,4 +309,190 @@ extern "C" __global__ void skein_journal_undo(const journal_entry *ent, uint64_t
 		if (mask == 0xff) *(uint64_t *)p = e.old;
 		else masked_store(p, e.old, mask);
 	}
+}
+
+/* ---- copy, journal and tree hash in one pass (skein_copy_tree) ----
+ *
+ * The receiver's journaled copy and its hash of the new bytes, reading the
+ * source once: a group of 8 threads takes a tree chunk, as skein_tree_chunks
+ * does, and with each stripe's words it also compares, journals and writes
+ * the destination.  Source and destination must share their alignment mod 8
+ * (the host checks): then the aligned source word a lane loads for the hash
+ * is the new value of one aligned destination word.  Word k of a chunk is
+ * the aligned word holding chunk byte 8k - r (r: the chunk's misalignment);
+ * the first and last words are partial (a byte mask), shared with the
+ * neighbouring chunk or tensor, each side writing only its bytes.  Changed
+ * words are journaled per 1 KiB block with one atomic per group; a full
+ * journal stops the chunk (what was written is journaled) and reports it
+ * as the restart, whose chunks the host runs again: words already copied
+ * compare equal, and the hash is recomputed from the source. */
+
+struct cchunk {
+	const uint64_t *qs; /* source words */
+	uint64_t *qd;       /* destination words */
+	uint64_t len, nwords;
+	unsigned r;
+};
+
+__device__ __forceinline__ unsigned cc_mask(const cchunk &j, uint64_t k)
+{
+	unsigned m = 0xff;
+	if (k == 0) m &= 0xffu << j.r;
+	uint64_t end = 8 * k + 8 - j.r; /* chunk byte just past word k */
+	if (end > j.len) m &= 0xffu >> (end - j.len);
+	return m & 0xff;
+}
+
+__device__ __forceinline__ uint64_t byte_mask(unsigned m)
+{
+	uint64_t b = 0;
+	for (int i = 0; i < 8; i++)
+		if ((m >> i) & 1) b |= 0xffull << (8 * i);
+	return b;
+}
+
+__device__ __forceinline__ int cc_differs(const cchunk &j, uint64_t k, uint64_t nw)
+{
+	uint64_t d = j.qd[k] ^ nw;
+	unsigned m = cc_mask(j, k);
+	return (m == 0xff ? d : d & byte_mask(m)) != 0;
+}
+
+/* Journals and writes this lane's changed words (bit i of dm: word k0 + 8 i)
+ * after one atomic for the group's entries; 1 when the journal is full (the
+ * entries below cap are written, with their words; the group stops). */
+__device__ __forceinline__ int cc_flush(const cchunk &j, uint64_t k0, unsigned dm, unsigned lane, unsigned gmask,
+					journal_entry *ent, uint64_t cap, journal_stat *st)
+{
+	unsigned cnt = __popc(dm), x = cnt;
+	for (unsigned d = 1; d < 8; d <<= 1) {
+		unsigned y = __shfl_up_sync(gmask, x, d, 8);
+		if (lane >= d) x += y;
+	}
+	unsigned total = __shfl_sync(gmask, x, 7, 8);
+	if (!total) return 0;
+	unsigned long long base = 0;
+	if (lane == 0) base = atomicAdd(&st->count, (unsigned long long)total);
+	base = __shfl_sync(gmask, base, 0, 8);
+	int full = base + total > cap;
+	base += x - cnt;
+	for (; dm; dm &= dm - 1, base++) {
+		if (base >= cap) break;
+		uint64_t k = k0 + 8ull * (__ffs(dm) - 1);
+		unsigned m = cc_mask(j, k);
+		uint64_t nw = __ldg(j.qs + k);
+		ent[base].where = (uint64_t)(uintptr_t)(j.qd + k) | ((uint64_t)m << 56);
+		ent[base].old = j.qd[k] & byte_mask(m);
+		if (m == 0xff) j.qd[k] = nw;
+		else masked_store((unsigned char *)(j.qd + k), nw, m);
+	}
+	return full;
+}
+
+template <bool STAGED>
+__device__ __forceinline__ void copy_tree(const journal_task *tasks, unsigned ntasks, uint64_t nchunks, uint64_t from,
+					  journal_entry *ent, uint64_t cap, journal_stat *st, uint64_t *out)
+{
+	__shared__ __align__(16) uint64_t sbuf[STAGED ? 32 * STAGE_WORDS : 2];
+	uint64_t *buf = sbuf + (STAGED ? (threadIdx.x >> 3) * STAGE_WORDS : 0);
+	unsigned lane = threadIdx.x & 7;
+	unsigned gmask = 0xffu << (threadIdx.x & 24);
+	uint64_t group = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 3;
+	uint64_t ngroups = ((uint64_t)gridDim.x * blockDim.x) >> 3;
+	/* the secret's words in shared memory: registers go to the loads here */
+	__shared__ uint64_t key[24];
+	if (threadIdx.x < 24) key[threadIdx.x] = xxh3p_s64(8 * threadIdx.x);
+	__syncthreads();
+	uint64_t klast = xxh3p_s64(XXH3P_LAST_SOFF + 8 * lane);
+	for (uint64_t c = from + group; c < nchunks; c += ngroups) {
+		unsigned stop = 0;
+		if (lane == 0 && (stop = *(volatile unsigned *)&st->full)) atomicMin(&st->restart, (unsigned long long)c);
+		if (__shfl_sync(gmask, stop, 0, 8)) return;
+		const journal_task *t = &tasks[find_task(tasks, ntasks, c)];
+		uint64_t off = (c - t->first) * TREE_CHUNK;
+		const unsigned char *p = t->src + off;
+		cchunk j;
+		j.len = t->n - off < TREE_CHUNK ? t->n - off : TREE_CHUNK;
+		j.r = (unsigned)((uintptr_t)p & 7);
+		j.qs = (const uint64_t *)(p - j.r);
+		j.qd = (uint64_t *)(t->dst + off - j.r);
+		j.nwords = (j.r + j.len + 7) / 8;
+		uint64_t row = 0, h;
+		int full = 0;
+		if (j.len <= XXH3P_MIDSIZE_MAX) {
+			h = xxh3p_short(p, j.len);
+		} else {
+			uint64_t acc = xxh3p_lane_init(lane), nb = xxh3p_blocks(j.len);
+			unsigned ns = xxh3p_tail_stripes(j.len), sh = 8 * j.r, e = ((uintptr_t)p & 15) >> 3;
+			for (uint64_t b = 0; b <= nb && !full; b++) {
+				unsigned nr = b < nb ? 16 : ns, dm = 0;
+				uint64_t k0 = 8 * row + lane;
+				if (STAGED) {
+					if (nr) stage_block(buf, p + b * XXH3P_BLOCK, b < nb ? STAGE_VECS : 4 * nr + 1, lane, gmask);
+#pragma unroll
+					for (unsigned s = 0; s < 16; s++) {
+						if (s >= nr) break;
+						uint64_t lo = buf[8 * s + lane + e], w = stage_word(buf, 8 * s + lane + e, sh);
+						if (cc_differs(j, k0 + 8 * s, lo)) dm |= 1u << s;
+						acc = xxh3p_lane_acc_k(acc, w, __shfl_xor_sync(gmask, w, 1), key[s + lane]);
+					}
+				} else {
+					uint64_t lo[16];
+#pragma unroll
+					for (unsigned s = 0; s < 16; s++)
+						if (s < nr) lo[s] = __ldg(j.qs + k0 + 8 * s);
+#pragma unroll
+					for (unsigned s = 0; s < 16; s++) {
+						if (s >= nr) break;
+						uint64_t w = sh ? (lo[s] >> sh) | (__ldg(j.qs + k0 + 8 * s + 1) << (64 - sh)) : lo[s];
+						if (cc_differs(j, k0 + 8 * s, lo[s])) dm |= 1u << s;
+						acc = xxh3p_lane_acc_k(acc, w, __shfl_xor_sync(gmask, w, 1), key[s + lane]);
+					}
+				}
+				if (b < nb) acc = xxh3p_lane_scramble_k(acc, key[16 + lane]);
+				full = cc_flush(j, k0, dm, lane, gmask, ent, cap, st);
+				row += nr;
+			}
+			uint64_t w = wload(p + j.len - 64 + 8 * lane);
+			acc = xxh3p_lane_acc_k(acc, w, __shfl_xor_sync(gmask, w, 1), klast);
+			uint64_t other = __shfl_xor_sync(gmask, acc, 1);
+			uint64_t part = (lane & 1) ? 0 : xxh3p_merge_pair(acc, other, lane >> 1);
+			part += __shfl_xor_sync(gmask, part, 2);
+			part += __shfl_xor_sync(gmask, part, 4);
+			h = xxh3p_avalanche(j.len * XXH3P_P64_1 + part);
+		}
+		/* the words past the hash's loops: the last stripe's, a partial one */
+		for (uint64_t k0 = 8 * row + lane; !full && k0 - lane < j.nwords; k0 += 8 * 16) {
+			unsigned dm = 0;
+			for (unsigned s = 0; s < 16; s++) {
+				uint64_t k = k0 + 8 * s;
+				if (k < j.nwords && cc_differs(j, k, __ldg(j.qs + k))) dm |= 1u << s;
+			}
+			full = cc_flush(j, k0, dm, lane, gmask, ent, cap, st);
+		}
+		if (full) {
+			if (lane == 0) {
+				st->full = 1;
+				atomicMin(&st->restart, (unsigned long long)c);
+			}
+			return;
+		}
+		if (lane == 0) out[c] = h;
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) skein_copy_tree(const journal_task *tasks, unsigned ntasks,
+								 uint64_t nchunks, uint64_t from, journal_entry *ent,
+								 uint64_t cap, journal_stat *st, uint64_t *out)
+{
+	copy_tree<true>(tasks, ntasks, nchunks, from, ent, cap, st, out);
+}
+
+/* the same with direct loads (xfer_hooks.gpu_direct_loads: to compare) */
+extern "C" __global__ void __launch_bounds__(256, 2) skein_copy_tree_direct(const journal_task *tasks, unsigned ntasks,
+									uint64_t nchunks, uint64_t from,
+									journal_entry *ent, uint64_t cap,
+									journal_stat *st, uint64_t *out)
+{
+	copy_tree<false>(tasks, ntasks, nchunks, from, ent, cap, st, out);
 }

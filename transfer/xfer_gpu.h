@@ -36,12 +36,18 @@ void xfer_gpu_free(xfer_gpu **g);
 /* Tree checksums of count device buffers; waits for the stream. */
 int xfer_gpu_tree_sums(xfer_gpu *g, void *stream, const void *const *p, const uint64_t *n, size_t count,
 		       xfer_sum *out, xfer_err *err);
+/* The chunk hash buffers (g->d_hash, g->h_hash) for at least chunks. */
+int xfer_gpu_hash_room(xfer_gpu *g, uint64_t chunks, xfer_err *err);
 /* The pinned task table (at least bytes), then its upload on the stream. */
 void *xfer_gpu_host_tasks(xfer_gpu *g, size_t bytes, xfer_err *err);
 int xfer_gpu_upload_tasks(xfer_gpu *g, void *stream, size_t bytes, xfer_err *err);
 /* skein_journal_copy over the uploaded journal tasks, pieces [from, npieces). */
 int xfer_gpu_journal_launch(xfer_gpu *g, void *stream, unsigned ntasks, uint64_t npieces, uint64_t from, void *ent,
 			    uint64_t cap, void *stat, int copy, xfer_err *err);
+/* skein_copy_tree over the uploaded journal tasks (first = first tree chunk),
+ * chunks [from, nchunks), chunk hashes into g->d_hash. */
+int xfer_gpu_copy_tree_launch(xfer_gpu *g, void *stream, unsigned ntasks, uint64_t nchunks, uint64_t from, void *ent,
+			      uint64_t cap, void *stat, xfer_err *err);
 int xfer_gpu_undo_launch(xfer_gpu *g, void *stream, void *ent, uint64_t n, xfer_err *err);
 
 /* ---- the device-side undo journal (xfer_cuda_journal.c) ----
@@ -62,6 +68,12 @@ void xfer_djournal_free(xfer_djournal **j);
  * journaling what changes; waits for the stream. */
 int xfer_djournal_copy(xfer_djournal *j, void *stream, void *const *dst, const void *const *src, const uint64_t *n,
 		       size_t count, xfer_err *err);
+/* The same, and the tree checksums of the new bytes (out[i], the sums of
+ * src[i] as read) from the same pass over the source (skein_copy_tree):
+ * 0, -1 on error, or 1 without touching anything when some src[i] and
+ * dst[i] differ in alignment mod 8 (use copy, then xfer_gpu_tree_sums). */
+int xfer_djournal_copy_tree(xfer_djournal *j, void *stream, void *const *dst, const void *const *src,
+			    const uint64_t *n, size_t count, xfer_sum *out, xfer_err *err);
 /* Puts every journaled word back (newest first); waits for the stream. */
 int xfer_djournal_undo(xfer_djournal *j, void *stream, xfer_err *err);
 void xfer_djournal_reset(xfer_djournal *j);

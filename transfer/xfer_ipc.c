@@ -17,7 +17,10 @@
  * device-side undo journal, xfer_cuda_journal.c: old words kept where they
  * change, only those written), checking between buckets that the sender is
  * still there, then hashes its own copy on the GPU (cfg.verify_device) and
- * compares with the sender's sums; a mismatch, or a sender gone, replays
+ * compares with the sender's sums (with the journal and the verification,
+ * copy and hash are one kernel, skein_copy_tree, over every bucket at once
+ * after their checks: data_seconds holds both; hash_seconds the compare);
+ * a mismatch, or a sender gone, replays
  * the journal, so its tensors hold the
  * previous version bit for bit.  Without the kernels it checks the sender's
  * bytes on the CPU BEFORE copying (no undo needed, far slower).
@@ -389,6 +392,10 @@ static double receive_gpu(xfer_endpoint *ep, ipc_state *s, uint64_t v, xfer_err 
 	/* nothing to keep before the first version: no journal then */
 	xfer_djournal *dj = ep->stats.version > 0 ? s->dj : NULL;
 	if (dj) xfer_djournal_reset(dj);
+	/* With the journal and verification: copy, journal and hash in one pass
+	 * (skein_copy_tree), over all the buckets at once after their checks:
+	 * a bucket of 512 MiB is 2048 chunks, too few to keep every SM busy. */
+	int fused = dj && ep->cfg.verify_device && !xfer_hooks.ipc_unfused;
 	for (size_t b = 0; st->code == XFER_OK && b < ep->nbuckets; b++) {
 		const xfer_bucket *bk = &ep->buckets[b];
 		size_t a = bk->first, e = bk->first + bk->count;
@@ -398,6 +405,7 @@ static double receive_gpu(xfer_endpoint *ep, ipc_state *s, uint64_t v, xfer_err 
 			break;
 		}
 		if (xfer_hooks.corrupt_at && b + 1 == ep->nbuckets) corrupt_source(ep, s, a, e, (uint64_t)xfer_hooks.corrupt_at - 1);
+		if (fused) continue; /* one pass over every bucket below */
 		double t0 = xfer_now();
 		for (size_t i = a; i < e; i++) {
 			s->bdst[i - a] = m->t[i].ptr;
@@ -417,11 +425,25 @@ static double receive_gpu(xfer_endpoint *ep, ipc_state *s, uint64_t v, xfer_err 
 		}
 		copy += xfer_now() - t0;
 	}
+	double t0 = xfer_now();
+	if (fused && st->code == XFER_OK) {
+		for (size_t i = 0; i < m->n; i++) {
+			s->bdst[i] = m->t[i].ptr;
+			s->bsrc[i] = their(s, i);
+			s->bn[i] = m->t[i].nbytes;
+		}
+		int rc = xfer_djournal_copy_tree(dj, s->stream, s->bdst, s->bsrc, s->bn, m->n, s->got, st);
+		if (rc == 1) { /* alignments differ: copy, then hash */
+			rc = xfer_djournal_copy(dj, s->stream, s->bdst, s->bsrc, s->bn, m->n, st);
+			fused = 0;
+		}
+		copy += xfer_now() - t0;
+	}
 	/* Our copy is hashed in one call, not per bucket: a bucket of 512 MiB
 	 * is 2048 chunks, too few to keep every SM busy (the journal can undo
 	 * every bucket, so checking at the end loses nothing). */
-	double t0 = xfer_now();
-	if (st->code == XFER_OK && ep->cfg.verify_device && tree_sums(ep, s, 0, m->n, NULL, s->got, st) == 0)
+	t0 = xfer_now();
+	if (st->code == XFER_OK && ep->cfg.verify_device && (fused || tree_sums(ep, s, 0, m->n, NULL, s->got, st) == 0))
 		for (size_t i = 0; i < m->n; i++)
 			if (!xfer_sum_equal(s->got[i], s->sums[i])) {
 				xfer_fail(st, XFER_ECHECKSUM, "version %llu tensor %s: checksum mismatch after the copy",

@@ -707,17 +707,63 @@ static int mode_hash(uint64_t bench_bytes)
 		dp[k] = dbuf + off[k];
 	}
 	xfer_sum gs[NT], cs[NT];
-	int ok = xfer_gpu_tree_sums(g, stream, dp, n, NT, gs, &e) == 0;
-	if (!ok) printf("  gpu: %s\n", e.msg);
 	xfer_tree_sums(hp, n, NT, cs, 0, &e);
-	int same = ok;
-	for (k = 0; ok && k < NT; k++)
-		if (!xfer_sum_equal(gs[k], cs[k])) {
-			same = 0;
-			printf("  differs: tensor %zu, %llu bytes at +%llu\n", k, (unsigned long long)n[k], (unsigned long long)off[k]);
-		}
-	CHECK(same, "GPU tree checksum == CPU on %d tensors (every dtype, 0..%llu elements, unaligned)", NT,
-	      (unsigned long long)counts[sizeof counts / sizeof *counts - 1]);
+	/* staged loads (the default), then direct loads (the comparison) */
+	for (int direct = 0; direct <= 1; direct++) {
+		xfer_hooks.gpu_direct_loads = direct;
+		int ok = xfer_gpu_tree_sums(g, stream, dp, n, NT, gs, &e) == 0;
+		if (!ok) printf("  gpu: %s\n", e.msg);
+		int same = ok;
+		for (k = 0; ok && k < NT; k++)
+			if (!xfer_sum_equal(gs[k], cs[k])) {
+				same = 0;
+				printf("  differs: tensor %zu, %llu bytes at +%llu\n", k, (unsigned long long)n[k],
+				       (unsigned long long)off[k]);
+			}
+		CHECK(same, "GPU tree checksum (%s loads) == CPU on %d tensors (every dtype, 0..%llu elements, unaligned)",
+		      direct ? "direct" : "staged", NT, (unsigned long long)counts[sizeof counts / sizeof *counts - 1]);
+	}
+	xfer_hooks.gpu_direct_loads = 0;
+	/* copy + journal + hash in one pass (skein_copy_tree): the same tensors
+	 * into a buffer whose words differ in a third of the places (the bytes
+	 * between tensors too, which must stay); a 1 MiB budget forces spills */
+	for (int direct = 0; direct <= 1; direct++) {
+		xfer_hooks.gpu_direct_loads = direct;
+		unsigned char *d2, *want = malloc(total + 8), *back = malloc(total + 8), *old = malloc(total + 8);
+		for (uint64_t i = 0; i < total + 8; i++)
+			old[i] = (i < total ? h[i] : 0) ^ (((i >> 3) * 2654435761u) % 3 == 0 ? 0x5a : 0);
+		memcpy(want, old, total + 8);
+		for (k = 0; k < NT; k++) memcpy(want + off[k], h + off[k], n[k]);
+		CU(cudaMalloc((void **)&d2, total + 8));
+		CU(cudaMemcpy(d2, old, total + 8, cudaMemcpyHostToDevice));
+		xfer_djournal *j = xfer_djournal_new(g, 1 << 20, &e);
+		void *dd[NT];
+		for (k = 0; k < NT; k++) dd[k] = d2 + off[k];
+		xfer_sum fs[NT];
+		int rc = j ? xfer_djournal_copy_tree(j, stream, dd, dp, n, NT, fs, &e) : -1;
+		if (rc) printf("  copy_tree: rc %d %s\n", rc, e.msg);
+		CU(cudaMemcpy(back, d2, total + 8, cudaMemcpyDeviceToHost));
+		int landed = !rc && !memcmp(back, want, total + 8), fsame = !rc;
+		for (k = 0; !rc && k < NT; k++)
+			if (!xfer_sum_equal(fs[k], cs[k])) {
+				fsame = 0;
+				printf("  copy_tree sum differs: tensor %zu, %llu bytes at +%llu\n", k, (unsigned long long)n[k],
+				       (unsigned long long)off[k]);
+			}
+		xfer_djournal_stats fj = xfer_djournal_get_stats(j);
+		rc |= xfer_djournal_undo(j, stream, &e);
+		CU(cudaMemcpy(back, d2, total + 8, cudaMemcpyDeviceToHost));
+		CHECK(landed && fsame && !rc && !memcmp(back, old, total + 8),
+		      "copy_tree (%s loads): copy lands (bytes between tensors kept), sums == CPU, undo restores bit "
+		      "for bit (%llu words, %llu bytes spilled)", direct ? "direct" : "staged", (unsigned long long)fj.entries,
+		      (unsigned long long)fj.spilled);
+		xfer_djournal_free(&j);
+		cudaFree(d2);
+		free(want);
+		free(back);
+		free(old);
+	}
+	xfer_hooks.gpu_direct_loads = 0;
 	/* the journal: 1%% of words change; budget 1 MiB forces spills */
 	uint64_t jb = 1ull << 30;
 	unsigned char *oldb, *newb, *dst;
@@ -765,6 +811,34 @@ static int mode_hash(uint64_t bench_bytes)
 				 (unsigned long long)js[0].device_peak);
 		xfer_djournal_free(&j);
 	}
+	/* copy_tree, 1%% changed, unaligned by 3: staged vs direct loads */
+	double ft[2][3];
+	int fok = 1;
+	for (int direct = 0; direct <= 1; direct++) {
+		xfer_hooks.gpu_direct_loads = direct;
+		xfer_djournal *j = xfer_djournal_new(g, 0, &e);
+		uint64_t un[1] = { jb - 8 };
+		for (int r = 0; r < 3; r++) {
+			CU(cudaMemcpy(dst, oldb, jb, cudaMemcpyDeviceToDevice));
+			xfer_djournal_reset(j);
+			void *dd[1] = { dst + 3 };
+			const void *ss[1] = { newb + 3 };
+			xfer_sum fs, want;
+			double t0 = now();
+			int rc = xfer_djournal_copy_tree(j, stream, dd, ss, un, 1, &fs, &e);
+			ft[direct][r] = now() - t0;
+			one[0] = newb + 3;
+			xfer_gpu_tree_sums(g, stream, one, un, 1, &want, &e);
+			one[0] = dst + 3;
+			xfer_gpu_tree_sums(g, stream, one, un, 1, &s_dst, &e);
+			fok &= !rc && xfer_sum_equal(fs, want) && xfer_sum_equal(s_dst, want);
+		}
+		xfer_djournal_free(&j);
+	}
+	xfer_hooks.gpu_direct_loads = 0;
+	CHECK(fok, "copy_tree 1 GiB unaligned (staged and direct): lands, sums right");
+	printf("RESULT mode=copy-tree bytes=%llu staged_s=%.5f direct_s=%.5f\n", (unsigned long long)(jb - 8),
+	       best_of(ft[0], 3), best_of(ft[1], 3));
 	for (int r = 0; r < 3; r++) {
 		CU(cudaDeviceSynchronize());
 		double t0 = now();
@@ -804,6 +878,27 @@ static int mode_hash(uint64_t bench_bytes)
 	printf("RESULT mode=gpu-tree-hash bytes=%llu seconds=%.5f tbps=%.3f bucket512MiB_s=%.5f bucket_tbps=%.3f\n",
 	       (unsigned long long)bench_bytes, best_of(ht, 5), tbs, best_of(bt, 5), (512ull << 20) / best_of(bt, 5) / 1e12);
 	CHECK(tbs >= 1.5, "GPU tree hashing %.2f TB/s (target >= 1.5)", tbs);
+	/* the same bytes in 16 tensors at unaligned offsets: staged vs direct loads */
+	double ut[2][5];
+	xfer_sum us[2][16];
+	for (int i = 0; i < 16; i++) {
+		bp[i] = big + (uint64_t)i * (bench_bytes / 16) + 1 + i % 7;
+		bn[i] = bench_bytes / 16 - 8;
+	}
+	for (int direct = 0; direct <= 1; direct++) {
+		xfer_hooks.gpu_direct_loads = direct;
+		for (int r = 0; r < 5; r++) {
+			double t0 = now();
+			xfer_gpu_tree_sums(g, stream, bp, bn, 16, us[direct], &e);
+			ut[direct][r] = now() - t0;
+		}
+	}
+	xfer_hooks.gpu_direct_loads = 0;
+	int usame = 1;
+	for (int i = 0; i < 16; i++) usame &= xfer_sum_equal(us[0][i], us[1][i]);
+	CHECK(usame, "GPU tree hash of unaligned tensors: staged == direct loads");
+	printf("RESULT mode=gpu-tree-hash-unaligned bytes=%llu staged_s=%.5f direct_s=%.5f\n",
+	       (unsigned long long)(bench_bytes - 128), best_of(ut[0], 5), best_of(ut[1], 5));
 	cudaFree(big);
 	cudaFree(dbuf);
 	free(h);
@@ -959,6 +1054,9 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	uint64_t bytes = argc > 2 ? strtoull(argv[2], NULL, 0) : (1ull << 30);
+	/* SKEIN_GPU_UNFUSED=1: the colocated receiver copies, then hashes */
+	const char *unf = getenv("SKEIN_GPU_UNFUSED");
+	xfer_hooks.ipc_unfused = unf && *unf == '1';
 	int rc = 1;
 	if (!strcmp(argv[1], "ipc")) rc = mode_ipc(bytes, 4);
 	else if (!strcmp(argv[1], "nccl")) rc = mode_nccl();
