@@ -363,7 +363,7 @@ typedef struct {
 	 * here instead of CUDA, so host memory can stand in for a device */
 	int (*device_copy)(void *dst, const void *src, size_t n, int kind, xfer_err *err);
 	int gpu_direct_loads; /* GPU hashing kernels without staged loads (to compare) */
-	int ipc_unfused;      /* colocated receiver: journal copy, then hash (not skein_copy_tree) */
+	int ipc_fused;        /* colocated receiver: skein_copy_tree (one pass) instead of copy, then hash */
 } xfer_test_hooks;
 extern xfer_test_hooks xfer_hooks;
 

@@ -1054,9 +1054,9 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	uint64_t bytes = argc > 2 ? strtoull(argv[2], NULL, 0) : (1ull << 30);
-	/* SKEIN_GPU_UNFUSED=1: the colocated receiver copies, then hashes */
-	const char *unf = getenv("SKEIN_GPU_UNFUSED");
-	xfer_hooks.ipc_unfused = unf && *unf == '1';
+	/* SKEIN_GPU_FUSED=1: the colocated receiver copies and hashes in one pass */
+	const char *fus = getenv("SKEIN_GPU_FUSED");
+	xfer_hooks.ipc_fused = fus && *fus == '1';
 	int rc = 1;
 	if (!strcmp(argv[1], "ipc")) rc = mode_ipc(bytes, 4);
 	else if (!strcmp(argv[1], "nccl")) rc = mode_nccl();

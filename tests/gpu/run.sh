@@ -35,8 +35,8 @@
 #   cp /usr/lib/x86_64-linux-gnu/libzstd.a /usr/lib/x86_64-linux-gnu/libxxhash.so.0* .gpu-deps/lib/
 # and name .gpu-deps in the device call's carry list (libxxhash's shared
 # library, as it alone has the x86 dispatcher; see transfer/xfer_hash.h).
-# SKEIN_GPU_UNFUSED=1: the colocated receiver runs the journal copy and then
-# the hash (two kernels) instead of skein_copy_tree (one pass), to compare.
+# SKEIN_GPU_FUSED=1: the colocated receiver runs skein_copy_tree (copy, journal
+# and hash in one pass) instead of the journal copy and then the hash, to compare.
 # SKEIN_GPU_CASES picks the cases (default "nccl ipc tcp tcp-nojournal tcp-undo hash tree-cpu ipc-undo
 # ipc-undo-nojournal").
 # Usage: tests/gpu/run.sh [IPC_BYTES] [TCP_BYTES]
