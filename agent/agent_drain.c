@@ -107,10 +107,9 @@ struct drain_seen {
 static bool engine_up(agent *a, const job_spec *s, const lay *L, uint32_t e, double *wait)
 {
 	agent_jobs *J = a->jobs;
-	uint32_t off = s->colocate ? 0 : job_spec_trainer_ranks(s), tp = s->rollout_num_gpus_per_engine;
 	char id[SUP_ID_MAX];
 	aj_member_id(id, sizeof id, s->name, false, e);
-	const char *node = L->node[off + e * tp];
+	const char *node = aj_engine_node(s, L, e);
 	const Skein__Jobs__MemberStatus *st = node[0] ? aj_status_of(a, node, id) : NULL;
 	if (!st || st->gen != L->engine_gen[e] || strcmp(st->state, "running")) return false;
 	double now = sk_mono_s();
@@ -142,7 +141,6 @@ bool aj_drain_step(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place
 	lay L;
 	if (aj_lay_from_job(&L, j, s) < 0) return false;
 	uint32_t A = job_spec_trainer_ranks(s), E = job_spec_engines(s), tp = s->rollout_num_gpus_per_engine;
-	uint32_t off = s->colocate ? 0 : A;
 	place_layout pl = { 0 };
 	place_result res = { 0 };
 	bool *eng = calloc(E ? E : 1, sizeof *eng), moved = false;
@@ -176,9 +174,9 @@ bool aj_drain_step(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place
 	/* engines: the first one on a drained node, once every engine runs */
 	int64_t move = -1;
 	for (uint32_t e = 0; e < E && move < 0; e++)
-		if (drained(a, L.node[off + e * tp])) move = e;
+		if (drained(a, aj_engine_node(s, &L, e))) move = e;
 	if (move < 0) goto out;
-	snprintf(from, sizeof from, "%s", L.node[off + (uint32_t)move * tp]);
+	snprintf(from, sizeof from, "%s", aj_engine_node(s, &L, (uint32_t)move));
 	double wait = -1;
 	for (uint32_t e = 0; e < E; e++)
 		if (!engine_up(a, s, &L, e, &wait)) {
@@ -187,7 +185,8 @@ bool aj_drain_step(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place
 			if (wait > 0) aj_kick_in(a, wait + 0.01);
 			goto out;
 		}
-	for (uint32_t k = 0; k < tp; k++) pl.slots[off + (uint32_t)move * tp + k].node = -1;
+	uint32_t first = place_engine_slot(s, (uint32_t)move);
+	for (uint32_t k = 0; k < tp && first + k < pl.nslots; k++) pl.slots[first + k].node = -1;
 	if (place_repair(s, nodes, n, &pl, &res) != 0) {
 		note(a, from, "engine %u of job %s has no room elsewhere (%u free GPUs on one node): %s", (unsigned)move,
 		     s->name, tp, res.reason);
@@ -199,9 +198,9 @@ bool aj_drain_step(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place
 	if (st && st->restarts > L.engine_restarts[move]) L.engine_restarts[move] = st->restarts;
 	aj_from_place(s, &L, &pl, nodes, eng);
 	L.engine_gen[move]++;
-	snprintf(why, sizeof why, "drain of %s: engine %u moves to %s", from, (unsigned)move,
-		 L.node[off + (uint32_t)move * tp]);
-	note(a, from, "moving engine %u of job %s to %s", (unsigned)move, s->name, L.node[off + (uint32_t)move * tp]);
+	const char *to = aj_engine_node(s, &L, (uint32_t)move);
+	snprintf(why, sizeof why, "drain of %s: engine %u moves to %s", from, (unsigned)move, to);
+	note(a, from, "moving engine %u of job %s to %s", (unsigned)move, s->name, to);
 	aj_propose_update(a, j, "running", j->reason, &L, why);
 	moved = true;
 out:
@@ -229,12 +228,13 @@ static drain_left left_on(agent *a, const char *node)
 		job_spec s;
 		char err[200];
 		if (!aj_job_active(j) || !aj_placed(j) || job_spec_from_pb(&s, j->spec, err, sizeof err) < 0) continue;
-		uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s), tp = s.rollout_num_gpus_per_engine;
-		uint32_t off = s.colocate ? 0 : A;
+		uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s);
 		for (uint32_t r = 0; r < A && r < j->layout->n_slots; r++)
 			if (!strcmp(j->layout->slots[r]->node, node)) d.ranks++;
-		for (uint32_t e = 0; e < E && off + e * tp < j->layout->n_slots; e++)
-			if (!strcmp(j->layout->slots[off + e * tp]->node, node)) d.engines++;
+		for (uint32_t e = 0; e < E; e++) {
+			uint32_t first = place_engine_slot(&s, e);
+			if (first < j->layout->n_slots && !strcmp(j->layout->slots[first]->node, node)) d.engines++;
+		}
 	}
 	agent_jobs *J = a->jobs;
 	for (size_t i = 0; i < J->nreports; i++) {

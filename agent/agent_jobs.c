@@ -476,8 +476,7 @@ int aj_to_place(const lay *L, const place_node *nodes, size_t n, place_layout *p
  * 1 = a trainer slot, 2 = an engine slot. */
 int aj_from_place(const job_spec *s, lay *L, const place_layout *pl, const place_node *nodes, bool *eng_changed)
 {
-	uint32_t A = job_spec_trainer_ranks(s), tp = s->rollout_num_gpus_per_engine;
-	uint32_t off = s->colocate ? 0 : A;
+	uint32_t A = job_spec_trainer_ranks(s);
 	int changed = 0;
 	for (uint32_t i = 0; i < L->n; i++) {
 		char name[MBR_NAME_MAX + 1] = "";
@@ -486,12 +485,19 @@ int aj_from_place(const job_spec *s, lay *L, const place_layout *pl, const place
 		snprintf(L->node[i], sizeof L->node[i], "%s", name);
 		L->gpu[i] = pl->slots[i].gpu;
 		if (i < A) changed |= 1;
-		if (i >= off && tp && (i - off) / tp < L->neng) {
-			eng_changed[(i - off) / tp] = true;
+		int64_t e = place_slot_engine(s, i);
+		if (e >= 0 && (uint64_t)e < L->neng) {
+			eng_changed[e] = true;
 			changed |= 2;
 		}
 	}
 	return changed;
+}
+
+const char *aj_engine_node(const job_spec *s, const lay *L, uint32_t e)
+{
+	uint32_t first = place_engine_slot(s, e);
+	return first < L->n ? L->node[first] : "";
 }
 
 void aj_member_id(char *out, size_t cap, const char *job, bool trainer, uint32_t k)
@@ -519,11 +525,11 @@ static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec
 	int rc = fresh ? place_fresh(s, nodes, n, &pl, &res) : place_repair(s, nodes, n, &pl, &res);
 	if (rc < 0) goto out;
 	/* restarts an engine had where it was, for its SKEIN_RESTART_COUNT on the new node */
-	uint32_t off = s->colocate ? 0 : job_spec_trainer_ranks(s), tp = s->rollout_num_gpus_per_engine;
 	for (uint32_t e = 0; !fresh && e < L.neng; e++) {
 		char id[SUP_ID_MAX];
 		aj_member_id(id, sizeof id, s->name, false, e);
-		const Skein__Jobs__MemberStatus *st = L.node[off + e * tp][0] ? aj_status_of(a, L.node[off + e * tp], id) : NULL;
+		const char *at = aj_engine_node(s, &L, e);
+		const Skein__Jobs__MemberStatus *st = at[0] ? aj_status_of(a, at, id) : NULL;
 		if (st && st->gen == L.engine_gen[e] && st->restarts > L.engine_restarts[e]) L.engine_restarts[e] = st->restarts;
 	}
 	int changed = aj_from_place(s, &L, &pl, nodes, eng);
@@ -554,7 +560,7 @@ static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec
 		}
 		for (uint32_t e = 0; e < L.neng; e++) {
 			/* once per move: when it has a place again (not when it loses one) */
-			if (!eng[e] || !L.node[off + e * tp][0]) continue;
+			if (!eng[e] || !aj_engine_node(s, &L, e)[0]) continue;
 			L.engine_gen[e]++;
 			L.engine_restarts[e]++;
 		}
@@ -724,8 +730,7 @@ void aj_gpu_list(char *out, size_t cap, const uint32_t *g, uint32_t n)
 bool aj_build_order(const Skein__Jobs__Job *j, const job_spec *s, const lay *L, bool trainer, uint32_t k,
 			order_buf *b, char *node, size_t nodecap)
 {
-	uint32_t A = job_spec_trainer_ranks(s), E = job_spec_engines(s), tp = s->rollout_num_gpus_per_engine;
-	uint32_t off = s->colocate ? 0 : A, ng;
+	uint32_t A = job_spec_trainer_ranks(s), E = job_spec_engines(s), tp = s->rollout_num_gpus_per_engine, ng;
 	skein__jobs__member_order__init(&b->o);
 	if (trainer) {
 		if (!trainer_all_placed(L, A)) return false;
@@ -733,8 +738,8 @@ bool aj_build_order(const Skein__Jobs__Job *j, const job_spec *s, const lay *L, 
 		b->gpus[0] = L->gpu[k];
 		ng = 1;
 	} else {
-		uint32_t first = off + k * tp;
-		if (!L->node[first][0]) return false;
+		uint32_t first = place_engine_slot(s, k);
+		if (first > L->n || L->n - first < tp || !L->node[first][0]) return false;
 		snprintf(node, nodecap, "%s", L->node[first]);
 		for (ng = 0; ng < tp; ng++) b->gpus[ng] = L->gpu[first + ng];
 	}

@@ -320,11 +320,11 @@ static void member_node(agent *a, const char *id, char *node, size_t cap)
 	if (!j || job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0 ||
 	    aj_lay_from_job(&L, j, &s) < 0)
 		return;
-	uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s), off = s.colocate ? 0 : A;
+	uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s);
 	for (uint32_t m = 0; m < A + E; m++) {
 		char mid[SUP_ID_MAX];
 		aj_member_id(mid, sizeof mid, s.name, m < A, m < A ? m : m - A);
-		uint32_t slot = m < A ? m : off + (m - A) * s.rollout_num_gpus_per_engine;
+		uint32_t slot = m < A ? m : place_engine_slot(&s, m - A);
 		if (!strcmp(mid, id) && slot < L.n) snprintf(node, cap, "%s", L.node[slot]);
 	}
 	aj_lay_free(&L);

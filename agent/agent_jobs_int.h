@@ -96,6 +96,9 @@ int aj_pack_job(const Skein__Jobs__Job *old, const char *state, const char *reas
 /* The state of member `id` as `node` last reported it (NULL if none). */
 const Skein__Jobs__MemberStatus *aj_status_of(agent *a, const char *node, const char *id);
 void aj_inflight_add(agent *a, const char *job, uint64_t index);
+/* The node engine e of a valid spec is placed on ("" when none), through
+ * job_place.c's slot formula. */
+const char *aj_engine_node(const job_spec *s, const lay *L, uint32_t e);
 void aj_member_id(char *out, size_t cap, const char *job, bool trainer, uint32_t k);
 /* The order of trainer rank / engine k of job j; false when it does not run now. */
 bool aj_build_order(const Skein__Jobs__Job *j, const job_spec *s, const lay *L, bool trainer, uint32_t k,
