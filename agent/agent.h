@@ -19,7 +19,9 @@
  * One libev loop runs everything.  The membership logic (membership/mbr.h)
  * gets time from sk_mono_ms (common/sk_time.h) and packets from the sockets; after every
  * call into it, agent_pump() sends what it produced and logs its events, and
- * re-arms the timer at its next deadline. */
+ * re-arms the timer at its next deadline.  Membership changes reach the head
+ * and the jobs later, from the loop (agent->members_changed): a pump inside
+ * the head's own work cannot call back into it. */
 #ifndef AGENT_H
 #define AGENT_H
 
@@ -140,7 +142,10 @@ typedef struct agent {
 	agent_jobs *jobs;
 	agent_metrics *metrics;    /* --metrics (agent_metrics.c) */
 	uint64_t fence_newest;     /* newest head term seen: older orders are refused */
-	bool in_head_update;       /* re-entrance guard of agent_pump -> head -> meta -> pump */
+	/* Membership changed: the head and the jobs hear it from this zero-delay
+	 * timer, on the next loop iteration, never from inside agent_pump (whose
+	 * callers may be the head itself, through agent_update_meta). */
+	ev_timer members_changed;
 } agent;
 
 /* skeind's exit status (README, "Exit codes"): systemd's Restart=on-failure
