@@ -170,11 +170,6 @@ int aj_pack_job(const Skein__Jobs__Job *old, const char *state, const char *reas
 
 /* ---------------------------------------------------------------- the cluster as placement sees it */
 
-static Skein__Gossip__NodeMeta *meta_of(const mbr_member_info *mi)
-{
-	return mi->meta_len ? skein__gossip__node_meta__unpack(NULL, mi->meta_len, mi->meta) : NULL;
-}
-
 static void ip_str(const mbr_addr *ad, char *out, size_t cap)
 {
 	if (!inet_ntop(ad->len == 4 ? AF_INET : AF_INET6, ad->ip, out, (socklen_t)cap)) snprintf(out, cap, "?");
@@ -196,7 +191,7 @@ static size_t cluster_nodes(agent *a, place_node **out)
 		if (i == 0 || !strcmp(mi[i].name, a->opts.name)) {
 			gpus = (uint32_t)a->gpus;
 		} else {
-			Skein__Gossip__NodeMeta *m = meta_of(&mi[i]);
+			Skein__Gossip__NodeMeta *m = agent_peer_meta(&mi[i]);
 			gpus = m ? m->gpus : 0;
 			if (m) skein__gossip__node_meta__free_unpacked(m, NULL);
 		}
@@ -886,7 +881,7 @@ static void send_orders(agent *a)
 		q.payload.len = len;
 		/* dropped when the connection is not up yet (a new head's first order
 		 * to each node): the next round comes in 100 ms, not a second */
-		if (agent_head_send(a, node, &q) < 0) dropped = true;
+		if (agent_peer_send(a, node, &q) < 0) dropped = true;
 		free(buf);
 	}
 	J->quick_rounds = dropped && J->quick_rounds < 5 ? J->quick_rounds + 1 : 0;
@@ -944,7 +939,7 @@ static void send_report(agent *a)
 		q.cmd = "report";
 		q.payload.data = buf;
 		q.payload.len = len;
-		agent_head_send(a, head, &q);
+		agent_peer_send(a, head, &q);
 	}
 	free(buf);
 out:

@@ -347,7 +347,7 @@ void aj_cmd_logs(agent *a, const Skein__Control__Request *q, const agent_client 
 		char node[MBR_NAME_MAX + 1];
 		member_node(a, id, node, sizeof node);
 		if (node[0] && strcmp(node, a->opts.name)) {
-			agent_head_forward_node(a, q, c, r, node);
+			agent_peer_forward_node(a, q, c, r, node);
 			return;
 		}
 		if (!serve_log(a, id, off, mx, r))

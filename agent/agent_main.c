@@ -598,6 +598,7 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 	raise_nofile(); /* after every usage check: their error stays the only line */
 	if (agent_net_open(a, err, sizeof err) < 0) goto fatal;
 	if (agent_ctl_open(a, err, sizeof err) < 0) goto fatal;
+	if (agent_peer_open(a, err, sizeof err) < 0) goto fatal;
 	int orc = agent_head_open(a, err, sizeof err);
 	if (orc < 0) {
 		/* raft storage opened and read here */
@@ -649,6 +650,7 @@ static void teardown(agent *a)
 		agent_metrics_close(a);
 		agent_jobs_close(a);
 		agent_head_close(a);
+		agent_peer_close(a);
 		agent_ctl_close(a);
 		agent_net_close(a);
 	}
