@@ -104,12 +104,12 @@ struct drain_seen {
 	double since;
 };
 
-static bool engine_up(agent *a, const job_spec *s, const lay *L, uint32_t e, double *wait)
+static bool engine_up(agent *a, const job_spec *s, const job_layout *L, uint32_t e, double *wait)
 {
 	agent_jobs *J = a->jobs;
 	char id[SUP_ID_MAX];
 	aj_member_id(id, sizeof id, s->name, false, e);
-	const char *node = aj_engine_node(s, L, e);
+	const char *node = job_layout_engine_node(s, L, e);
 	const Skein__Jobs__MemberStatus *st = node[0] ? aj_status_of(a, node, id) : NULL;
 	if (!st || st->gen != L->engine_gen[e] || strcmp(st->state, "running")) return false;
 	double now = sk_mono_s();
@@ -138,14 +138,14 @@ bool aj_drain_step(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place
 {
 	const job_state *js = agent_head_jobs(a);
 	if (!js || !job_state_drained_count(js) || strcmp(j->state, "running")) return false;
-	lay L;
-	if (aj_lay_from_job(&L, j, s) < 0) return false;
+	job_layout L;
+	if (job_codec_layout(&L, j, s) < 0) return false;
 	uint32_t A = job_spec_trainer_ranks(s), E = job_spec_engines(s), tp = s->rollout_num_gpus_per_engine;
 	place_layout pl = { 0 };
 	place_result res = { 0 };
 	bool *eng = calloc(E ? E : 1, sizeof *eng), moved = false;
 	char from[JOB_NODE_MAX + 1] = "", why[400];
-	if (!eng || aj_to_place(&L, nodes, n, &pl) < 0) goto out;
+	if (!eng || job_layout_to_place(&L, nodes, n, &pl) < 0) goto out;
 	/* the trainer group (and, colocated, the engines it carries): one step */
 	uint32_t span = s->colocate ? L.n : A;
 	for (uint32_t i = 0; i < span; i++)
@@ -158,7 +158,7 @@ bool aj_drain_step(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place
 			note(a, from, "the trainer ranks of job %s have no room elsewhere: %s", s->name, res.reason);
 			goto out;
 		}
-		aj_from_place(s, &L, &pl, nodes, eng);
+		job_layout_from_place(s, &L, &pl, nodes, eng);
 		L.trainer_gen++;
 		for (uint32_t e = 0; e < E; e++)
 			if (eng[e]) L.engine_gen[e]++;
@@ -174,9 +174,9 @@ bool aj_drain_step(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place
 	/* engines: the first one on a drained node, once every engine runs */
 	int64_t move = -1;
 	for (uint32_t e = 0; e < E && move < 0; e++)
-		if (drained(a, aj_engine_node(s, &L, e))) move = e;
+		if (drained(a, job_layout_engine_node(s, &L, e))) move = e;
 	if (move < 0) goto out;
-	snprintf(from, sizeof from, "%s", aj_engine_node(s, &L, (uint32_t)move));
+	snprintf(from, sizeof from, "%s", job_layout_engine_node(s, &L, (uint32_t)move));
 	double wait = -1;
 	for (uint32_t e = 0; e < E; e++)
 		if (!engine_up(a, s, &L, e, &wait)) {
@@ -196,9 +196,9 @@ bool aj_drain_step(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place
 	aj_member_id(id, sizeof id, s->name, false, (uint32_t)move);
 	const Skein__Jobs__MemberStatus *st = aj_status_of(a, from, id);
 	if (st && st->restarts > L.engine_restarts[move]) L.engine_restarts[move] = st->restarts;
-	aj_from_place(s, &L, &pl, nodes, eng);
+	job_layout_from_place(s, &L, &pl, nodes, eng);
 	L.engine_gen[move]++;
-	const char *to = aj_engine_node(s, &L, (uint32_t)move);
+	const char *to = job_layout_engine_node(s, &L, (uint32_t)move);
 	snprintf(why, sizeof why, "drain of %s: engine %u moves to %s", from, (unsigned)move, to);
 	note(a, from, "moving engine %u of job %s to %s", (unsigned)move, s->name, to);
 	aj_propose_update(a, j, "running", j->reason, &L, why);
@@ -206,7 +206,7 @@ bool aj_drain_step(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place
 out:
 	free(pl.slots);
 	free(eng);
-	aj_lay_free(&L);
+	job_layout_free(&L);
 	return moved;
 }
 
@@ -227,7 +227,7 @@ static drain_left left_on(agent *a, const char *node)
 		const Skein__Jobs__Job *j = job_state_at(js, i);
 		job_spec s;
 		char err[200];
-		if (!aj_job_active(j) || !aj_placed(j) || job_spec_from_pb(&s, j->spec, err, sizeof err) < 0) continue;
+		if (!aj_job_active(j) || !job_codec_placed(j) || job_spec_from_pb(&s, j->spec, err, sizeof err) < 0) continue;
 		uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s);
 		for (uint32_t r = 0; r < A && r < j->layout->n_slots; r++)
 			if (!strcmp(j->layout->slots[r]->node, node)) d.ranks++;

@@ -76,98 +76,6 @@ static void kick(agent *a)
 
 /* ---------------------------------------------------------------- layouts */
 
-void aj_lay_free(lay *L)
-{
-	free(L->node);
-	free(L->gpu);
-	free(L->engine_gen);
-	free(L->engine_restarts);
-	memset(L, 0, sizeof *L);
-}
-
-static int lay_init(lay *L, uint32_t n, uint32_t neng)
-{
-	memset(L, 0, sizeof *L);
-	L->n = n;
-	L->neng = neng;
-	L->node = calloc(n ? n : 1, sizeof *L->node);
-	L->gpu = calloc(n ? n : 1, sizeof *L->gpu);
-	L->engine_gen = calloc(neng ? neng : 1, sizeof *L->engine_gen);
-	L->engine_restarts = calloc(neng ? neng : 1, sizeof *L->engine_restarts);
-	if (!L->node || !L->gpu || !L->engine_gen || !L->engine_restarts) {
-		aj_lay_free(L);
-		return -1;
-	}
-	return 0;
-}
-
-int aj_lay_from_job(lay *L, const Skein__Jobs__Job *j, const job_spec *s)
-{
-	if (lay_init(L, job_spec_slots(s), job_spec_engines(s)) < 0) return -1;
-	const Skein__Jobs__Layout *pl = j->layout;
-	if (!pl) return 0;
-	for (uint32_t i = 0; i < L->n && i < pl->n_slots; i++) {
-		snprintf(L->node[i], sizeof L->node[i], "%s", pl->slots[i]->node);
-		L->gpu[i] = pl->slots[i]->gpu;
-	}
-	L->trainer_gen = pl->trainer_gen;
-	L->trainer_failures = pl->trainer_failures;
-	snprintf(L->master_addr, sizeof L->master_addr, "%s", pl->master_addr);
-	L->master_port = pl->master_port;
-	for (uint32_t i = 0; i < L->neng; i++) {
-		L->engine_gen[i] = i < pl->n_engine_gen ? pl->engine_gen[i] : 0;
-		L->engine_restarts[i] = i < pl->n_engine_restarts ? pl->engine_restarts[i] : 0;
-	}
-	return 0;
-}
-
-bool aj_placed(const Skein__Jobs__Job *j)
-{
-	return j->layout && j->layout->n_slots > 0;
-}
-
-/* Packs a Job equal to `old` but with this state, reason and layout. */
-int aj_pack_job(const Skein__Jobs__Job *old, const char *state, const char *reason, const lay *L,
-		    uint8_t **out, size_t *len)
-{
-	Skein__Jobs__Job j = *old;
-	Skein__Jobs__Layout pl = SKEIN__JOBS__LAYOUT__INIT;
-	j.version = old->version + 1; /* compare-and-set against the record we read */
-	Skein__Jobs__Slot *slots = NULL, **ptrs = NULL;
-	j.state = (char *)state;
-	j.reason = (char *)(reason ? reason : "");
-	if (L) {
-		slots = calloc(L->n ? L->n : 1, sizeof *slots);
-		ptrs = calloc(L->n ? L->n : 1, sizeof *ptrs);
-		if (!slots || !ptrs) {
-			free(slots);
-			free(ptrs);
-			return -1;
-		}
-		for (uint32_t i = 0; i < L->n; i++) {
-			skein__jobs__slot__init(&slots[i]);
-			slots[i].node = L->node[i];
-			slots[i].gpu = L->gpu[i];
-			ptrs[i] = &slots[i];
-		}
-		pl.n_slots = L->n;
-		pl.slots = ptrs;
-		pl.trainer_gen = L->trainer_gen;
-		pl.master_addr = (char *)L->master_addr;
-		pl.master_port = L->master_port;
-		pl.n_engine_gen = L->neng;
-		pl.engine_gen = L->engine_gen;
-		pl.n_engine_restarts = L->neng;
-		pl.engine_restarts = L->engine_restarts;
-		pl.trainer_failures = L->trainer_failures;
-		j.layout = &pl;
-	}
-	int rc = job_state_encode(&j, out, len);
-	free(slots);
-	free(ptrs);
-	return rc;
-}
-
 /* ---------------------------------------------------------------- the cluster as placement sees it */
 
 static void ip_str(const mbr_addr *ad, char *out, size_t cap)
@@ -214,13 +122,6 @@ done:
 	return k;
 }
 
-static int node_index(const place_node *nodes, size_t n, const char *name)
-{
-	for (size_t i = 0; i < n; i++)
-		if (!strcmp(nodes[i].name, name)) return (int)i;
-	return -1;
-}
-
 bool aj_job_active(const Skein__Jobs__Job *j)
 {
 	return !strcmp(j->state, "pending") || !strcmp(j->state, "running");
@@ -246,11 +147,11 @@ static void mark_busy(agent *a, const job_state *js, const Skein__Jobs__Job *ski
 {
 	for (size_t i = 0; i < job_state_count(js); i++) {
 		const Skein__Jobs__Job *j = job_state_at(js, i);
-		if (j == skip || !aj_placed(j)) continue;
+		if (j == skip || !job_codec_placed(j)) continue;
 		bool active = aj_job_active(j);
 		for (size_t s = 0; s < j->layout->n_slots; s++) {
 			const Skein__Jobs__Slot *sl = j->layout->slots[s];
-			int ni = node_index(nodes, n, sl->node);
+			int ni = job_node_index(nodes, n, sl->node);
 			if (ni < 0 || sl->gpu >= 64) continue;
 			if (active || job_lingers_on(a, j->spec->name, sl->node)) nodes[ni].busy |= 1ULL << sl->gpu;
 		}
@@ -327,14 +228,14 @@ void aj_inflight_add(agent *a, const char *job, uint64_t index)
 }
 
 void aj_propose_update(agent *a, const Skein__Jobs__Job *old, const char *state, const char *reason,
-			   const lay *L, const char *why)
+			   const job_layout *L, const char *why)
 {
 	uint8_t *data;
 	size_t len;
 	/* with one voter the entry commits inside the propose and `old` is freed */
 	char name[JOB_NAME_MAX + 1];
 	snprintf(name, sizeof name, "%s", old->spec->name);
-	if (aj_pack_job(old, state, reason, L, &data, &len) < 0) return;
+	if (job_codec_update(old, state, reason, L, &data, &len) < 0) return;
 	agent_reply r = { 0 };
 	sk_buf_init(&r.body);
 	uint64_t index;
@@ -402,16 +303,9 @@ static uint32_t node_free_port(agent *a, const char *node, uint32_t old)
 	return port == old ? 0 : port;
 }
 
-static bool trainer_all_placed(const lay *L, uint32_t ranks)
+void aj_master_of(agent *a, job_layout *L, const place_node *nodes, size_t n)
 {
-	for (uint32_t r = 0; r < ranks; r++)
-		if (!L->node[r][0]) return false;
-	return true;
-}
-
-void aj_master_of(agent *a, lay *L, const place_node *nodes, size_t n)
-{
-	int ni = node_index(nodes, n, L->node[0]);
+	int ni = job_node_index(nodes, n, L->node[0]);
 	char addr[64] = "";
 	if (L->node[0][0] && ni >= 0) {
 		mbr_member_info mi;
@@ -427,7 +321,7 @@ void aj_master_of(agent *a, lay *L, const place_node *nodes, size_t n)
 /* A new trainer generation gets a new MASTER_PORT when rank 0's node offers
  * one: ranks of the old generation still around (a cut-off node) cannot
  * join the new world.  Keeps the old one otherwise. */
-void aj_fresh_port(agent *a, lay *L)
+void aj_fresh_port(agent *a, job_layout *L)
 {
 	if (!L->node[0][0] || !L->master_port) return;
 	uint32_t p = node_free_port(a, L->node[0], L->master_port);
@@ -439,7 +333,7 @@ void aj_fresh_port(agent *a, lay *L)
  * lost node), is one of the --max-restarts the job may have: true and L
  * advanced to the next generation when one is left; false when the policy
  * is spent (`why` then says so and the job must fail). */
-static bool trainer_restart(agent *a, const job_spec *s, lay *L, const char *cause, char *why, size_t wl)
+static bool trainer_restart(agent *a, const job_spec *s, job_layout *L, const char *cause, char *why, size_t wl)
 {
 	if (s->max_restarts >= 0 && L->trainer_failures >= (uint32_t)s->max_restarts) {
 		snprintf(why, wl, "the trainer group restarted %u times (--max-restarts %d); last: %s", L->trainer_failures,
@@ -454,47 +348,6 @@ static bool trainer_restart(agent *a, const job_spec *s, lay *L, const char *cau
 	return true;
 }
 
-/* Fills a place_layout from node names (unknown names: unplaced). */
-int aj_to_place(const lay *L, const place_node *nodes, size_t n, place_layout *pl)
-{
-	pl->nslots = L->n;
-	pl->slots = calloc(L->n ? L->n : 1, sizeof *pl->slots);
-	if (!pl->slots) return -1;
-	for (uint32_t i = 0; i < L->n; i++) {
-		pl->slots[i].node = L->node[i][0] ? node_index(nodes, n, L->node[i]) : -1;
-		pl->slots[i].gpu = L->gpu[i];
-	}
-	return 0;
-}
-
-/* Copies a place_layout back; returns a bitmask of what changed:
- * 1 = a trainer slot, 2 = an engine slot. */
-int aj_from_place(const job_spec *s, lay *L, const place_layout *pl, const place_node *nodes, bool *eng_changed)
-{
-	uint32_t A = job_spec_trainer_ranks(s);
-	int changed = 0;
-	for (uint32_t i = 0; i < L->n; i++) {
-		char name[MBR_NAME_MAX + 1] = "";
-		if (pl->slots[i].node >= 0) snprintf(name, sizeof name, "%s", nodes[pl->slots[i].node].name);
-		if (!strcmp(name, L->node[i]) && (!name[0] || pl->slots[i].gpu == L->gpu[i])) continue;
-		snprintf(L->node[i], sizeof L->node[i], "%s", name);
-		L->gpu[i] = pl->slots[i].gpu;
-		if (i < A) changed |= 1;
-		int64_t e = place_slot_engine(s, i);
-		if (e >= 0 && (uint64_t)e < L->neng) {
-			eng_changed[e] = true;
-			changed |= 2;
-		}
-	}
-	return changed;
-}
-
-const char *aj_engine_node(const job_spec *s, const lay *L, uint32_t e)
-{
-	uint32_t first = place_engine_slot(s, e);
-	return first < L->n ? L->node[first] : "";
-}
-
 void aj_member_id(char *out, size_t cap, const char *job, bool trainer, uint32_t k)
 {
 	snprintf(out, cap, "%s/%s-%u", job, trainer ? "trainer" : "engine", k);
@@ -503,13 +356,13 @@ void aj_member_id(char *out, size_t cap, const char *job, bool trainer, uint32_t
 /* Units on failed nodes move; pending ones are retried. */
 static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place_node *nodes, size_t n)
 {
-	lay L;
-	if (aj_lay_from_job(&L, j, s) < 0) return;
+	job_layout L;
+	if (job_codec_layout(&L, j, s) < 0) return;
 	place_layout pl = { 0 };
 	place_result res = { 0 };
 	bool *eng = calloc(L.neng ? L.neng : 1, sizeof *eng);
-	if (!eng || aj_to_place(&L, nodes, n, &pl) < 0) goto out;
-	bool fresh = !aj_placed(j);
+	if (!eng || job_layout_to_place(&L, nodes, n, &pl) < 0) goto out;
+	bool fresh = !job_codec_placed(j);
 	bool need = fresh;
 	for (uint32_t i = 0; i < pl.nslots; i++)
 		if (pl.slots[i].node < 0 || !nodes[pl.slots[i].node].alive) need = true;
@@ -523,11 +376,11 @@ static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec
 	for (uint32_t e = 0; !fresh && e < L.neng; e++) {
 		char id[SUP_ID_MAX];
 		aj_member_id(id, sizeof id, s->name, false, e);
-		const char *at = aj_engine_node(s, &L, e);
+		const char *at = job_layout_engine_node(s, &L, e);
 		const Skein__Jobs__MemberStatus *st = at[0] ? aj_status_of(a, at, id) : NULL;
 		if (st && st->gen == L.engine_gen[e] && st->restarts > L.engine_restarts[e]) L.engine_restarts[e] = st->restarts;
 	}
-	int changed = aj_from_place(s, &L, &pl, nodes, eng);
+	int changed = job_layout_from_place(s, &L, &pl, nodes, eng);
 	if (fresh && rc == 1) {
 		if (strcmp(j->reason, res.reason))
 			aj_propose_update(a, j, "pending", res.reason, NULL, res.reason);
@@ -545,7 +398,7 @@ static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec
 		if (res.reason[0]) strncat(why, res.reason, sizeof why - strlen(why) - 1);
 		/* one new generation per move, once every rank has a place again
 		 * (while a unit is pending no rank runs, so nothing restarts) */
-		if ((changed & 1) && trainer_all_placed(&L, job_spec_trainer_ranks(s))) {
+		if ((changed & 1) && job_layout_trainer_placed(&L, job_spec_trainer_ranks(s))) {
 			char cause[sizeof why];
 			snprintf(cause, sizeof cause, "%s", why);
 			if (!trainer_restart(a, s, &L, cause, why, sizeof why)) {
@@ -555,7 +408,7 @@ static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec
 		}
 		for (uint32_t e = 0; e < L.neng; e++) {
 			/* once per move: when it has a place again (not when it loses one) */
-			if (!eng[e] || !aj_engine_node(s, &L, e)[0]) continue;
+			if (!eng[e] || !job_layout_engine_node(s, &L, e)[0]) continue;
 			L.engine_gen[e]++;
 			L.engine_restarts[e]++;
 		}
@@ -566,7 +419,7 @@ static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec
 	goto out;
 port:
 	/* the trainer waits for MASTER_PORT until rank 0's node has reported one */
-	if (aj_placed(j) && !L.master_port && L.node[0][0]) {
+	if (job_codec_placed(j) && !L.master_port && L.node[0][0]) {
 		aj_master_of(a, &L, nodes, n);
 		L.master_port = node_free_port(a, L.node[0], 0);
 		if (L.master_port) aj_propose_update(a, j, j->state, j->reason, &L, "MASTER_PORT chosen");
@@ -574,7 +427,7 @@ port:
 out:
 	free(pl.slots);
 	free(eng);
-	aj_lay_free(&L);
+	job_layout_free(&L);
 }
 
 static rank_seen *seen_get(agent *a, const char *id)
@@ -607,11 +460,11 @@ static void forget_head_caches(agent *a)
  * exited 0. */
 static void reconcile_trainer(agent *a, const Skein__Jobs__Job *j, const job_spec *s)
 {
-	lay L;
-	if (aj_lay_from_job(&L, j, s) < 0) return;
+	job_layout L;
+	if (job_codec_layout(&L, j, s) < 0) return;
 	uint32_t A = job_spec_trainer_ranks(s), done = 0;
 	const Skein__Jobs__MemberStatus *dead = NULL, *reborn = NULL;
-	if (!trainer_all_placed(&L, A) || !L.master_port) goto out;
+	if (!job_layout_trainer_placed(&L, A) || !L.master_port) goto out;
 	for (uint32_t r = 0; r < A; r++) {
 		char id[SUP_ID_MAX];
 		aj_member_id(id, sizeof id, s->name, true, r);
@@ -649,7 +502,7 @@ static void reconcile_trainer(agent *a, const Skein__Jobs__Job *j, const job_spe
 		aj_propose_update(a, j, "completed", "every trainer rank exited 0", &L, "completed");
 	}
 out:
-	aj_lay_free(&L);
+	job_layout_free(&L);
 }
 
 static void reconcile(agent *a)
@@ -676,7 +529,7 @@ static void reconcile(agent *a)
 		aj_drain_mark(a, nodes, n);
 		reconcile_layout(a, j, &s, nodes, n);
 		j = job_state_get(js, names[i]);
-		if (j && aj_job_active(j) && !inflight_any(a) && aj_placed(j)) reconcile_trainer(a, j, &s);
+		if (j && aj_job_active(j) && !inflight_any(a) && job_codec_placed(j)) reconcile_trainer(a, j, &s);
 	}
 	free(names);
 	free(nodes);
@@ -722,13 +575,13 @@ void aj_gpu_list(char *out, size_t cap, const uint32_t *g, uint32_t n)
 
 /* The orders of one member (trainer rank or engine k) of job j; false when
  * it does not run now (not placed, or its trainer is incomplete). */
-bool aj_build_order(const Skein__Jobs__Job *j, const job_spec *s, const lay *L, bool trainer, uint32_t k,
+bool aj_build_order(const Skein__Jobs__Job *j, const job_spec *s, const job_layout *L, bool trainer, uint32_t k,
 			order_buf *b, char *node, size_t nodecap)
 {
 	uint32_t A = job_spec_trainer_ranks(s), E = job_spec_engines(s), tp = s->rollout_num_gpus_per_engine, ng;
 	skein__jobs__member_order__init(&b->o);
 	if (trainer) {
-		if (!trainer_all_placed(L, A)) return false;
+		if (!job_layout_trainer_placed(L, A)) return false;
 		snprintf(node, nodecap, "%s", L->node[k]);
 		b->gpus[0] = L->gpu[k];
 		ng = 1;
@@ -822,7 +675,7 @@ static void send_orders(agent *a)
 	for (size_t i = 0; i < ndr; i++) drained[i] = (char *)job_state_drained_at(js, i, NULL);
 	for (size_t i = 0; i < job_state_count(js); i++) {
 		const Skein__Jobs__Job *j = job_state_at(js, i);
-		if (!strcmp(j->state, "running") && aj_placed(j)) cap += j->layout->n_slots * 2;
+		if (!strcmp(j->state, "running") && job_codec_placed(j)) cap += j->layout->n_slots * 2;
 	}
 	size_t nm = mbr_members(a->mbr, NULL, 0);
 	mbr_member_info *mi = calloc(nm ? nm : 1, sizeof *mi);
@@ -835,10 +688,10 @@ static void send_orders(agent *a)
 		const Skein__Jobs__Job *j = job_state_at(js, i);
 		job_spec s;
 		char err[256];
-		lay L;
-		if (strcmp(j->state, "running") || !aj_placed(j)) continue;
+		job_layout L;
+		if (strcmp(j->state, "running") || !job_codec_placed(j)) continue;
 		if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0 ||
-		    aj_lay_from_job(&L, j, &s) < 0)
+		    job_codec_layout(&L, j, &s) < 0)
 			continue;
 		uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s);
 		for (uint32_t k = 0; k < A + E && cnt < cap; k++)
@@ -846,7 +699,7 @@ static void send_orders(agent *a)
 				sorted[cnt] = &ob[cnt];
 				cnt++;
 			}
-		aj_lay_free(&L); /* the orders point into the committed record, not into L or s */
+		job_layout_free(&L); /* the orders point into the committed record, not into L or s */
 	}
 	qsort(sorted, cnt, sizeof *sorted, order_cmp);
 	for (size_t i = 0; i < nm; i++) {
@@ -1042,11 +895,11 @@ static void handle_report(agent *a, const char *node, const uint8_t *data, size_
 		const Skein__Jobs__MemberStatus *m = r->members[k];
 		if (!strstr(m->id, "/trainer-") || (strcmp(m->state, "failed") && strcmp(m->state, "stopped"))) continue;
 		const Skein__Jobs__Job *j = job_state_get(js, m->job);
-		act = j && aj_placed(j) && m->gen == j->layout->trainer_gen; /* of the current generation */
+		act = j && job_codec_placed(j) && m->gen == j->layout->trainer_gen; /* of the current generation */
 	}
 	for (size_t k = 0; js && k < job_state_count(js) && !act; k++) {
 		const Skein__Jobs__Job *j = job_state_at(js, k);
-		act = !strcmp(j->state, "running") && aj_placed(j) && !j->layout->master_port &&
+		act = !strcmp(j->state, "running") && job_codec_placed(j) && !j->layout->master_port &&
 		      !strcmp(j->layout->slots[0]->node, node); /* rank 0's node: its port came */
 	}
 	/* a drain moves the next engine as soon as the last one runs */

@@ -80,7 +80,7 @@ typedef struct {
 	int pid;
 } member_view;
 
-static void view_member(agent *a, const Skein__Jobs__Job *j, const job_spec *s, const lay *L, bool trainer,
+static void view_member(agent *a, const Skein__Jobs__Job *j, const job_spec *s, const job_layout *L, bool trainer,
 			uint32_t k, member_view *v)
 {
 	order_buf *b = calloc(1, sizeof *b);
@@ -116,9 +116,9 @@ static void print_members(agent *a, const Skein__Jobs__Job *j, sk_buf *o, bool j
 {
 	job_spec s;
 	char err[256];
-	lay L;
+	job_layout L;
 	if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0 ||
-	    aj_lay_from_job(&L, j, &s) < 0)
+	    job_codec_layout(&L, j, &s) < 0)
 		return;
 	uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s);
 	for (uint32_t m = 0; m < A + E; m++) {
@@ -148,7 +148,7 @@ static void print_members(agent *a, const Skein__Jobs__Job *j, sk_buf *o, bool j
 				      v.state, v.restarts, sk_text_escape(v.reason, why, sizeof why));
 		}
 	}
-	aj_lay_free(&L);
+	job_layout_free(&L);
 }
 
 static const char MEMBER_HDR[] = "%-28s %-8s %-16s %-10s %-8s %-10s %-8s %s\n";
@@ -257,7 +257,7 @@ void aj_cmd_job(agent *a, const Skein__Control__Request *q, const agent_client *
 		if (!aj_job_active(j)) { sk_buf_printf(&r->body, "job %s is %s already\n", j->spec->name, j->state); return; }
 		uint8_t *data;
 		size_t len;
-		if (aj_pack_job(j, "stopped", "stopped by the operator", NULL, &data, &len) < 0) {
+		if (job_codec_update(j, "stopped", "stopped by the operator", NULL, &data, &len) < 0) {
 			agent_reply_fail(r, 1, "out of memory");
 			return;
 		}
@@ -316,9 +316,9 @@ static void member_node(agent *a, const char *id, char *node, size_t cap)
 	const Skein__Jobs__Job *j = find_job(agent_head_jobs(a), job);
 	job_spec s;
 	char err[256];
-	lay L;
+	job_layout L;
 	if (!j || job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0 ||
-	    aj_lay_from_job(&L, j, &s) < 0)
+	    job_codec_layout(&L, j, &s) < 0)
 		return;
 	uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s);
 	for (uint32_t m = 0; m < A + E; m++) {
@@ -327,7 +327,7 @@ static void member_node(agent *a, const char *id, char *node, size_t cap)
 		uint32_t slot = m < A ? m : place_engine_slot(&s, m - A);
 		if (!strcmp(mid, id) && slot < L.n) snprintf(node, cap, "%s", L.node[slot]);
 	}
-	aj_lay_free(&L);
+	job_layout_free(&L);
 }
 
 /* logs MEMBER OFFSET MAX: served by the agent that runs (or ran) the member;
@@ -410,15 +410,15 @@ void aj_cmd_status(agent *a, const Skein__Control__Request *q, agent_reply *r, b
 		const Skein__Jobs__Job *j = job_state_at(js, i);
 		job_spec s;
 		char err[256];
-		lay L;
-		if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || aj_lay_from_job(&L, j, &s) < 0) continue;
+		job_layout L;
+		if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_codec_layout(&L, j, &s) < 0) continue;
 		uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s), running = 0;
-		for (uint32_t m = 0; m < A + E && aj_placed(j); m++) {
+		for (uint32_t m = 0; m < A + E && job_codec_placed(j); m++) {
 			member_view v;
 			view_member(a, j, &s, &L, m < A, m < A ? m : m - A, &v);
 			if (!strcmp(v.state, "running") && v.pid > 0) running++;
 		}
-		aj_lay_free(&L);
+		job_layout_free(&L);
 		if (json) {
 			sk_buf_printf(o, "%s{\"name\":", i ? "," : "");
 			sk_buf_json_str(o, s.name);

@@ -15,6 +15,7 @@
 #include "common/sk_time.h"
 #include "agent/agent_crypto.h"
 #include "agent/agent_rpc.h"
+#include "jobs/job_codec.h"
 #include "jobs/job_spec.h"
 #include "proto/jobs.pb-c.h"
 

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <stdio.h>
 
+#include "jobs/job_codec.h"
 #include "jobs/job_spec.h"
 
 typedef struct {

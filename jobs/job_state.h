@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "jobs/job_model.h"
 #include "proto/jobs.pb-c.h"
 
 enum {
@@ -30,7 +31,6 @@ enum {
 	JOB_ENTRY_DRAIN = 35,
 	JOB_STATE_JOBS_MAX = 4096,
 	JOB_STATE_DRAINED_MAX = 1024,
-	JOB_NODE_MAX = 128,          /* a node name, as membership allows it */
 };
 
 typedef struct job_state job_state;

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "jobs/job_codec.h"
 #include "jobs/job_spec.h"
 #include "jobs/job_state.h"
 #include "membership/mbr_codec.h"

@@ -9,6 +9,7 @@
 #include "tests/t.h"
 
 #include "common/sk_rng.h"
+#include "jobs/job_codec.h"
 #include "jobs/job_spec.h"
 #include "jobs/job_state.h"
 #include "proto/jobs.pb-c.h"
