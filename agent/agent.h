@@ -12,7 +12,8 @@
  *   agent_opts.c   flags, environment, config file
  *   agent_gpu.c    counting GPUs at run time
  *   agent_head.c   the head election (raft/) wired in: storage thread, pump,
- *                  bootstrap, voter replacement, the head's commands
+ *                  bootstrap, voter replacement, forwards to the head
+ *   agent_head_cmd.c  the head's commands: head [transfer], state, voters
  *   agent_state.c  the replicated state machine: key-value map + jobs, its
  *                  snapshot ("SKSM"); pure, it calls nothing back
  *   agent_peer.c   messages to other agents by name (one connection each),
@@ -219,7 +220,8 @@ void agent_head_known(agent *a, char *name, size_t cap, uint64_t *term, char *rp
 void agent_head_counters(agent *a, uint64_t c[6]);
 /* What this voter publishes in gossip ("" and 0 for a non-voter). */
 void agent_head_published(agent *a, const char **head, uint64_t *term);
-/* Control commands of the head: "head", "state", "voters", "raft". */
+/* agent_head_cmd.c: control commands of the head: "head", "state",
+ * "voters", and "raft" (a peer voter's message). */
 struct Skein__Control__Request;
 bool agent_head_dispatch(agent *a, const struct Skein__Control__Request *q, const agent_client *c,
 			 agent_reply *r);

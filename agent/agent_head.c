@@ -28,7 +28,10 @@
  * on the old one are taken back and served here;
  * a write is answered only once committed (a majority has it).  The head
  * and its term travel in gossip metadata, so every agent knows them, and
- * every order a head sends carries its term (fencing, agent_ctl.c). */
+ * every order a head sends carries its term (fencing, agent_ctl.c).
+ *
+ * The head's control commands (head, state, voters) are agent_head_cmd.c's;
+ * they reach this file through agent.h and agent_head_int.h. */
 #include "agent/agent.h"
 
 #include <stdio.h>
@@ -38,6 +41,7 @@
 #include <unistd.h>
 
 #include "agent/agent_rpc.h"
+#include "agent/agent_head_int.h"
 #include "agent/agent_metrics.h"
 #include "agent/agent_state.h"
 #include "common/sk_time.h"
@@ -179,14 +183,13 @@ static void fail_all_pending(agent *a, const char *why)
 	while (a->head->npend) answer_pending(a, 0, 1, why, NULL);
 }
 
-static void head_pump(agent *a);
 
 static void raft_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	agent *a = t->data;
 	(void)loop; (void)revents;
 	raft_tick(a->head->raft, sk_mono_ms());
-	head_pump(a);
+	agent_head_pump(a);
 }
 
 /* On the storage thread: a batch is durable (or failed); wake the loop. */
@@ -202,7 +205,7 @@ static void disk_wake_cb(struct ev_loop *loop, ev_async *w, int revents)
 	(void)loop; (void)revents;
 	if (!a->head->raft) return;
 	raft_async_deliver(a->head->disk, a->head->raft, sk_mono_ms());
-	head_pump(a);
+	agent_head_pump(a);
 }
 
 static void apply_all(agent *a)
@@ -263,7 +266,7 @@ static void apply_all(agent *a)
 	}
 }
 
-static void head_pump(agent *a)
+void agent_head_pump(agent *a)
 {
 	agent_head *h = a->head;
 	raft_out o;
@@ -357,7 +360,7 @@ static void try_bootstrap(agent *a)
 			SK_ERROR("head", "bootstrap failed: %s", err);
 	}
 	free(mi);
-	head_pump(a);
+	agent_head_pump(a);
 }
 
 /* The head replaces a voter failed for longer than --voter-replace-after by
@@ -379,7 +382,7 @@ static void try_replace(agent *a)
 			if (raft_voter_remove(h->raft, now, name, err, sizeof err) == 0)
 				SK_WARN("head", "removing voter %s: %s for %llu s", name, mbr_status_str(mi.status),
 					(unsigned long long)((now - mi.status_since_ms) / 1000));
-			head_pump(a);
+			agent_head_pump(a);
 			return;
 		}
 	}
@@ -409,7 +412,7 @@ static void try_replace(agent *a)
 		snprintf(h->staged, sizeof h->staged, "%s", best);
 	}
 	free(all);
-	head_pump(a);
+	agent_head_pump(a);
 }
 
 static void fwd_follow_head(agent *a);
@@ -454,7 +457,7 @@ void agent_head_members_changed(agent *a)
 /* ---------------------------------------------------------------- forwarding */
 
 /* Sends the request on to the head (agent_peer.c relays the answer). */
-static void forward(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+void agent_head_forward(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
 {
 	char head[RAFT_NAME_MAX + 1], rpc[64];
 	uint64_t term;
@@ -469,11 +472,6 @@ static void forward(agent *a, const Skein__Control__Request *q, const agent_clie
 		return;
 	}
 	agent_peer_forward(a, q, c, r, head, rpc);
-}
-
-void agent_head_forward(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
-{
-	forward(a, q, c, r);
 }
 
 /* We became the head while a request waited on the old one: handle it
@@ -516,7 +514,7 @@ static void fwd_follow_head(agent *a)
 		take_over(a, req, len, &c);
 }
 
-/* ---------------------------------------------------------------- commands */
+/* ---------------------------------------------------------------- the head's view */
 
 static bool is_head(agent *a)
 {
@@ -533,58 +531,6 @@ bool agent_head_is_head(agent *a)
 bool agent_head_ready(agent *a)
 {
 	return agent_head_is_head(a) && a->head->applied_term == raft_term(a->head->raft);
-}
-
-static void cmd_head(agent *a, const Skein__Control__Request *q, agent_reply *r)
-{
-	char head[RAFT_NAME_MAX + 1];
-	uint64_t term;
-	agent_head_known(a, head, sizeof head, &term, NULL, 0);
-	bool json = !strcmp(q->format, "json");
-	bool leader = is_head(a);
-	const raft_voters *v = a->head->raft ? raft_get_voters(a->head->raft) : NULL;
-	uint64_t now = sk_mono_ms();
-	if (json) {
-		sk_buf_printf(&r->body, "{\"head\":");
-		if (head[0]) sk_buf_json_str(&r->body, head);
-		else sk_buf_printf(&r->body, "null");
-		sk_buf_printf(&r->body, ",\"term\":%llu,\"voters\":[", (unsigned long long)term);
-	} else {
-		char shown[4 * sizeof head];
-		sk_buf_printf(&r->body, "head: %s\nterm: %llu\n", head[0] ? sk_text_escape(head, shown, sizeof shown) : "(none)",
-			      (unsigned long long)term);
-		if (v && v->n) sk_buf_printf(&r->body, "%-24s %-10s %s\n", "VOTER", "STATE", "LAST_CONTACT_MS");
-	}
-	for (size_t i = 0; v && i < v->n; i++) {
-		const char *st;
-		int64_t lc = leader ? raft_last_contact_ms(a->head->raft, v->names[i], now) : -1;
-		mbr_member_info mi;
-		bool known = !strcmp(v->names[i], a->opts.name) || mbr_lookup(a->mbr, v->names[i], &mi) == 0;
-		if (!strcmp(v->names[i], head)) st = "leader";
-		else if (known && strcmp(v->names[i], a->opts.name) && (mi.status == MBR_DEAD || mi.status == MBR_LEFT))
-			st = "failed";
-		else if (leader && (lc < 0 || lc > (int64_t)raft_get_config(a->head->raft)->heartbeat_timeout_ms))
-			st = "unreachable";
-		else st = "follower";
-		if (json) {
-			sk_buf_printf(&r->body, "%s{\"name\":", i ? "," : "");
-			sk_buf_json_str(&r->body, v->names[i]);
-			sk_buf_printf(&r->body, ",\"state\":\"%s\",\"last_contact_ms\":%lld}", st, (long long)lc);
-		} else {
-			char shown[4 * RAFT_NAME_MAX + 1];
-			sk_buf_printf(&r->body, "%-24s %-10s %lld\n", sk_text_escape(v->names[i], shown, sizeof shown), st,
-				      (long long)lc);
-		}
-	}
-	const char *stg = leader ? raft_staging(a->head->raft) : NULL;
-	if (json) {
-		sk_buf_printf(&r->body, "],\"catching_up\":");
-		if (stg) sk_buf_json_str(&r->body, stg);
-		else sk_buf_printf(&r->body, "null");
-		sk_buf_printf(&r->body, "}\n");
-	} else if (stg) {
-		sk_buf_printf(&r->body, "(catching up before it joins the voters: %s)\n", stg);
-	}
 }
 
 int agent_head_propose(agent *a, const agent_client *c, agent_reply *r, uint8_t type, uint8_t *data, size_t len,
@@ -613,13 +559,8 @@ int agent_head_propose(agent *a, const agent_client *c, agent_reply *r, uint8_t 
 		snprintf(p->body, sizeof p->body, "%s", body ? body : "");
 		r->deferred = true;
 	}
-	head_pump(a);
+	agent_head_pump(a);
 	return 0;
-}
-
-static void propose(agent *a, const agent_client *c, agent_reply *r, uint8_t type, uint8_t *data, size_t len)
-{
-	agent_head_propose(a, c, r, type, data, len, NULL, NULL);
 }
 
 uint64_t agent_head_applied(agent *a)
@@ -642,72 +583,11 @@ uint64_t agent_head_term(agent *a)
 	return a->head && a->head->raft ? raft_term(a->head->raft) : 0;
 }
 
-static void cmd_state(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
-{
-	const char *op = q->n_args ? q->args[0] : "";
-	bool stale = q->n_args >= 1 && !strcmp(q->args[q->n_args - 1], "--stale");
-	size_t nargs = q->n_args - (stale ? 1 : 0);
-	if (!strcmp(op, "put") ? nargs != 3 : !strcmp(op, "get") || !strcmp(op, "del") ? nargs != 2 :
-	    !strcmp(op, "list") ? nargs != 1 : 1) {
-		agent_reply_fail(r, 2, "usage: skeinctl state put KEY VALUE | get KEY [--stale] | del KEY | list [--stale]");
-		return;
-	}
-	bool read = !strcmp(op, "get") || !strcmp(op, "list");
-	/* --stale: this agent's replica, possibly behind (Consul's stale reads) */
-	if (!(read && stale && a->head->raft) && !is_head(a)) {
-		forward(a, q, c, r);
-		return;
-	}
-	agent_head *h = a->head;
-	char err[300];
-	const char *key = nargs >= 2 ? q->args[1] : "";
-	if (!strcmp(op, "get")) {
-		const uint8_t *v;
-		size_t vl;
-		if (raft_kv_get(agent_state_kv(h->state), key, strlen(key), &v, &vl) < 0) {
-			agent_reply_fail(r, 1, "no such key: %s", key);
-			return;
-		}
-		sk_buf_add(&r->body, v, vl);
-		sk_buf_add(&r->body, "\n", 1);
-	} else if (!strcmp(op, "list")) {
-		raft_kv_item *it;
-		size_t n = raft_kv_list(agent_state_kv(h->state), &it);
-		if (n == (size_t)-1) { agent_reply_fail(r, 1, "out of memory"); return; }
-		bool json = !strcmp(q->format, "json");
-		if (json) sk_buf_printf(&r->body, "{\"state\":{");
-		for (size_t i = 0; i < n; i++) {
-			char *k = strndup((const char *)it[i].key, it[i].klen);
-			char *v = strndup((const char *)it[i].val, it[i].vlen);
-			if (json) {
-				if (i) sk_buf_add(&r->body, ",", 1);
-				sk_buf_json_str(&r->body, k ? k : "");
-				sk_buf_add(&r->body, ":", 1);
-				sk_buf_json_str(&r->body, v ? v : "");
-			} else {
-				sk_buf_printf(&r->body, "%s\t%s\n", k ? k : "", v ? v : "");
-			}
-			free(k);
-			free(v);
-		}
-		if (json) sk_buf_printf(&r->body, "}}\n");
-		free(it);
-	} else {
-		uint8_t type, *data;
-		size_t len;
-		int rc = !strcmp(op, "put")
-			? raft_kv_encode_put(key, strlen(key), q->args[2], strlen(q->args[2]), &type, &data, &len, err, sizeof err)
-			: raft_kv_encode_del(key, strlen(key), &type, &data, &len, err, sizeof err);
-		if (rc < 0) { agent_reply_fail(r, 2, "%s", err); return; }
-		propose(a, c, r, type, data, len);
-	}
-}
-
 /* The voter to hand the head to when none is named: alive in gossip the
  * longest (a voter that restarted a moment ago may not have its connections
  * back yet, and its vote requests or their answers would be dropped); NULL
  * lets raft pick by log. */
-static const char *handover_target(agent *a, char *buf, size_t cap)
+const char *agent_head_handover_target(agent *a, char *buf, size_t cap)
 {
 	const raft_voters *v = raft_get_voters(a->head->raft);
 	uint64_t best_since = UINT64_MAX;
@@ -722,30 +602,6 @@ static const char *handover_target(agent *a, char *buf, size_t cap)
 	return buf[0] ? buf : NULL;
 }
 
-/* skeinctl head transfer [NAME]: hands the head to NAME (or the voter alive
- * the longest) without waiting out an election timeout. */
-static void cmd_transfer(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
-{
-	if (q->n_args > 2) {
-		agent_reply_fail(r, 2, "usage: skeinctl head transfer [NAME]");
-		return;
-	}
-	if (!is_head(a)) {
-		forward(a, q, c, r);
-		return;
-	}
-	char err[300], to[RAFT_NAME_MAX + 1] = "", pick[RAFT_NAME_MAX + 1];
-	uint64_t term = raft_term(a->head->raft);
-	const char *want = q->n_args == 2 ? q->args[1] : handover_target(a, pick, sizeof pick);
-	if (raft_transfer(a->head->raft, sk_mono_ms(), want, to, sizeof to, err, sizeof err) != 0) {
-		agent_reply_fail(r, 1, "head transfer: %s", err);
-		return;
-	}
-	SK_INFO("head", "handing the head over to %s (asked by an operator)", to);
-	head_pump(a);
-	sk_buf_printf(&r->body, "handing the head (term %llu) over to %s\n", (unsigned long long)term, to);
-}
-
 /* Hands the head to the voter alive the longest; 0 when started (or already
  * under way), -1 with the reason logged. */
 static int hand_over(agent *a, const char *why, char *err, size_t errlen)
@@ -753,11 +609,11 @@ static int hand_over(agent *a, const char *why, char *err, size_t errlen)
 	agent_head *h = a->head;
 	char to[RAFT_NAME_MAX + 1] = "", pick[RAFT_NAME_MAX + 1];
 	if (raft_transfer_target(h->raft)) return 0;
-	if (raft_transfer(h->raft, sk_mono_ms(), handover_target(a, pick, sizeof pick), to, sizeof to, err,
+	if (raft_transfer(h->raft, sk_mono_ms(), agent_head_handover_target(a, pick, sizeof pick), to, sizeof to, err,
 			  errlen) != 0)
 		return -1;
 	SK_INFO("head", "%s: handing the head over to %s", why, to);
-	head_pump(a);
+	agent_head_pump(a);
 	return 0;
 }
 
@@ -787,72 +643,16 @@ bool agent_head_handing_over(agent *a)
 	return !l || !*l || !strcmp(l, a->opts.name);
 }
 
-static void cmd_voters(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+void agent_head_recv(agent *a, const uint8_t *data, size_t len)
 {
-	const char *op = q->n_args ? q->args[0] : "";
-	if (!(((!strcmp(op, "add") || !strcmp(op, "remove")) && q->n_args == 2))) {
-		agent_reply_fail(r, 2, "usage: skeinctl voters add NAME | remove NAME");
-		return;
-	}
-	if (!is_head(a)) {
-		forward(a, q, c, r);
-		return;
-	}
-	char err[300];
-	uint64_t now = sk_mono_ms();
-	const char *name = q->args[1];
-	if (!strcmp(op, "add")) {
-		mbr_member_info mi;
-		if (strcmp(name, a->opts.name) && (mbr_lookup(a->mbr, name, &mi) < 0 || mi.status != MBR_ALIVE)) {
-			agent_reply_fail(r, 1, "voters add: %s is not an alive member", name);
-			return;
-		}
-	}
-	int rc = !strcmp(op, "add") ? raft_voter_add(a->head->raft, now, name, err, sizeof err)
-				    : raft_voter_remove(a->head->raft, now, name, err, sizeof err);
-	if (rc < 0) {
-		agent_reply_fail(r, 1, "voters %s %s: %s", op, name, err);
-		return;
-	}
-	head_pump(a);
-	if (!strcmp(op, "add"))
-		sk_buf_printf(&r->body, "%s catches up as a non-voter, then joins the voters (skeinctl head shows it)\n",
-			      name);
-	else
-		sk_buf_printf(&r->body, "voter %s removal proposed (in effect once a majority has it)\n", name);
+	if (!a->head || !a->head->raft) return;
+	raft_recv(a->head->raft, sk_mono_ms(), data, len);
+	agent_head_pump(a);
 }
 
-bool agent_head_dispatch(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+const raft_kv *agent_head_kv(agent *a)
 {
-	const char *cmd = q->cmd;
-	if (!strcmp(cmd, "raft")) {
-		/* one-way: no answer */
-		r->deferred = true;
-		if (!a->head->raft) return true;
-		raft_recv(a->head->raft, sk_mono_ms(), q->payload.data, q->payload.len);
-		head_pump(a);
-		return true;
-	}
-	if (!strcmp(cmd, "head")) {
-		char head[RAFT_NAME_MAX + 1];
-		uint64_t t;
-		agent_head_known(a, head, sizeof head, &t, NULL, 0);
-		if (q->n_args >= 1 && !strcmp(q->args[0], "transfer")) {
-			cmd_transfer(a, q, c, r);
-			return true;
-		}
-		if (q->n_args) {
-			agent_reply_fail(r, 2, "usage: skeinctl head [--format text|json] | head transfer [NAME]");
-			return true;
-		}
-		/* the head knows its voters' last contact: ask it */
-		if (!is_head(a) && !q->forwarded && head[0] && strcmp(head, a->opts.name)) forward(a, q, c, r);
-		else cmd_head(a, q, r);
-		return true;
-	}
-	if (!strcmp(cmd, "state")) { cmd_state(a, q, c, r); return true; }
-	if (!strcmp(cmd, "voters")) { cmd_voters(a, q, c, r); return true; }
-	return false;
+	return a->head ? agent_state_kv(a->head->state) : NULL;
 }
 
 /* ---------------------------------------------------------------- lifecycle */
@@ -917,7 +717,7 @@ int agent_head_open(agent *a, char *err, size_t errlen)
 	if (!h->raft) return -1;
 	ev_init(&h->timer, raft_timer_cb);
 	h->timer.data = a;
-	head_pump(a);
+	agent_head_pump(a);
 	return 0;
 }
 
