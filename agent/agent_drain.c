@@ -134,12 +134,12 @@ static bool engine_up(agent *a, const job_spec *s, const job_layout *L, uint32_t
 	return left <= 0;
 }
 
-bool aj_drain_step(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place_node *nodes, size_t n)
+bool aj_drain_step(agent *a, const job_rec *j, const job_spec *s, place_node *nodes, size_t n)
 {
 	const job_state *js = agent_head_jobs(a);
 	if (!js || !job_state_drained_count(js) || strcmp(j->state, "running")) return false;
 	job_layout L;
-	if (job_codec_layout(&L, j, s) < 0) return false;
+	if (job_rec_layout(&L, j, s) < 0) return false;
 	uint32_t A = job_spec_trainer_ranks(s), E = job_spec_engines(s), tp = s->rollout_num_gpus_per_engine;
 	place_layout pl = { 0 };
 	place_result res = { 0 };
@@ -224,16 +224,15 @@ static drain_left left_on(agent *a, const char *node)
 	drain_left d = { 0 };
 	const job_state *js = agent_head_jobs(a);
 	for (size_t i = 0; js && i < job_state_count(js); i++) {
-		const Skein__Jobs__Job *j = job_state_at(js, i);
-		job_spec s;
-		char err[200];
-		if (!aj_job_active(j) || !job_codec_placed(j) || job_spec_from_pb(&s, j->spec, err, sizeof err) < 0) continue;
+		const job_rec *j = job_state_at(js, i);
+		if (!job_rec_active(j) || !job_rec_placed(j)) continue;
+		job_spec s = j->spec; /* as submitted, unvalidated, as before */
 		uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s);
-		for (uint32_t r = 0; r < A && r < j->layout->n_slots; r++)
-			if (!strcmp(j->layout->slots[r]->node, node)) d.ranks++;
+		for (uint32_t r = 0; r < A && r < j->layout.n; r++)
+			if (!strcmp(j->layout.node[r], node)) d.ranks++;
 		for (uint32_t e = 0; e < E; e++) {
 			uint32_t first = place_engine_slot(&s, e);
-			if (first < j->layout->n_slots && !strcmp(j->layout->slots[first]->node, node)) d.engines++;
+			if (first < j->layout.n && !strcmp(j->layout.node[first], node)) d.engines++;
 		}
 	}
 	agent_jobs *J = a->jobs;

@@ -122,10 +122,6 @@ done:
 	return k;
 }
 
-bool aj_job_active(const Skein__Jobs__Job *j)
-{
-	return !strcmp(j->state, "pending") || !strcmp(j->state, "running");
-}
 
 /* GPUs held by every active job but `skip`. */
 static const Skein__Jobs__Report *report_of(agent *a, const char *node);
@@ -143,17 +139,18 @@ static bool job_lingers_on(agent *a, const char *job, const char *node)
 /* GPUs held by every active job but `skip`, and by stopped ones whose
  * processes are still going on that node (a long stop grace: a checkpoint
  * being written must not share its GPU with a new job). */
-static void mark_busy(agent *a, const job_state *js, const Skein__Jobs__Job *skip, place_node *nodes, size_t n)
+static void mark_busy(agent *a, const job_state *js, const job_rec *skip, place_node *nodes, size_t n)
 {
 	for (size_t i = 0; i < job_state_count(js); i++) {
-		const Skein__Jobs__Job *j = job_state_at(js, i);
-		if (j == skip || !job_codec_placed(j)) continue;
-		bool active = aj_job_active(j);
-		for (size_t s = 0; s < j->layout->n_slots; s++) {
-			const Skein__Jobs__Slot *sl = j->layout->slots[s];
-			int ni = job_node_index(nodes, n, sl->node);
-			if (ni < 0 || sl->gpu >= 64) continue;
-			if (active || job_lingers_on(a, j->spec->name, sl->node)) nodes[ni].busy |= 1ULL << sl->gpu;
+		const job_rec *j = job_state_at(js, i);
+		if (j == skip || !job_rec_placed(j)) continue;
+		bool active = job_rec_active(j);
+		for (uint32_t s = 0; s < j->layout.n; s++) {
+			const char *at = j->layout.node[s];
+			uint32_t gpu = j->layout.gpu[s];
+			int ni = job_node_index(nodes, n, at);
+			if (ni < 0 || gpu >= 64) continue;
+			if (active || job_lingers_on(a, j->spec.name, at)) nodes[ni].busy |= 1ULL << gpu;
 		}
 	}
 }
@@ -227,14 +224,14 @@ void aj_inflight_add(agent *a, const char *job, uint64_t index)
 	J->ninfl++;
 }
 
-void aj_propose_update(agent *a, const Skein__Jobs__Job *old, const char *state, const char *reason,
+void aj_propose_update(agent *a, const job_rec *old, const char *state, const char *reason,
 			   const job_layout *L, const char *why)
 {
 	uint8_t *data;
 	size_t len;
 	/* with one voter the entry commits inside the propose and `old` is freed */
 	char name[JOB_NAME_MAX + 1];
-	snprintf(name, sizeof name, "%s", old->spec->name);
+	snprintf(name, sizeof name, "%s", old->spec.name);
 	if (job_codec_update(old, state, reason, L, &data, &len) < 0) return;
 	agent_reply r = { 0 };
 	sk_buf_init(&r.body);
@@ -295,8 +292,8 @@ static uint32_t node_free_port(agent *a, const char *node, uint32_t old)
 	}
 	const job_state *js = agent_head_jobs(a);
 	for (size_t i = 0; port && js && i < job_state_count(js); i++) {
-		const Skein__Jobs__Job *j = job_state_at(js, i);
-		if (j->layout && j->layout->master_port == port && j->layout->n_slots && !strcmp(j->layout->slots[0]->node, node) &&
+		const job_rec *j = job_state_at(js, i);
+		if (j->layout.master_port == port && job_rec_placed(j) && !strcmp(j->layout.node[0], node) &&
 		    (!strcmp(j->state, "running") || !strcmp(j->state, "pending")))
 			port = 0;
 	}
@@ -354,15 +351,15 @@ void aj_member_id(char *out, size_t cap, const char *job, bool trainer, uint32_t
 }
 
 /* Units on failed nodes move; pending ones are retried. */
-static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place_node *nodes, size_t n)
+static void reconcile_layout(agent *a, const job_rec *j, const job_spec *s, place_node *nodes, size_t n)
 {
 	job_layout L;
-	if (job_codec_layout(&L, j, s) < 0) return;
+	if (job_rec_layout(&L, j, s) < 0) return;
 	place_layout pl = { 0 };
 	place_result res = { 0 };
 	bool *eng = calloc(L.neng ? L.neng : 1, sizeof *eng);
 	if (!eng || job_layout_to_place(&L, nodes, n, &pl) < 0) goto out;
-	bool fresh = !job_codec_placed(j);
+	bool fresh = !job_rec_placed(j);
 	bool need = fresh;
 	for (uint32_t i = 0; i < pl.nslots; i++)
 		if (pl.slots[i].node < 0 || !nodes[pl.slots[i].node].alive) need = true;
@@ -419,7 +416,7 @@ static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec
 	goto out;
 port:
 	/* the trainer waits for MASTER_PORT until rank 0's node has reported one */
-	if (job_codec_placed(j) && !L.master_port && L.node[0][0]) {
+	if (job_rec_placed(j) && !L.master_port && L.node[0][0]) {
 		aj_master_of(a, &L, nodes, n);
 		L.master_port = node_free_port(a, L.node[0], 0);
 		if (L.master_port) aj_propose_update(a, j, j->state, j->reason, &L, "MASTER_PORT chosen");
@@ -458,10 +455,10 @@ static void forget_head_caches(agent *a)
 /* Trainer exits reported for the current generation: restart the group, or
  * fail it when the policy is spent, or complete the job when every rank
  * exited 0. */
-static void reconcile_trainer(agent *a, const Skein__Jobs__Job *j, const job_spec *s)
+static void reconcile_trainer(agent *a, const job_rec *j, const job_spec *s)
 {
 	job_layout L;
-	if (job_codec_layout(&L, j, s) < 0) return;
+	if (job_rec_layout(&L, j, s) < 0) return;
 	uint32_t A = job_spec_trainer_ranks(s), done = 0;
 	const Skein__Jobs__MemberStatus *dead = NULL, *reborn = NULL;
 	if (!job_layout_trainer_placed(&L, A) || !L.master_port) goto out;
@@ -517,19 +514,19 @@ static void reconcile(agent *a)
 	/* by name: a proposal may commit at once (one voter) and replace records */
 	size_t cnt = job_state_count(js);
 	char (*names)[JOB_NAME_MAX + 1] = calloc(cnt ? cnt : 1, sizeof *names);
-	for (size_t i = 0; names && i < cnt; i++) snprintf(names[i], sizeof names[i], "%s", job_state_at(js, i)->spec->name);
+	for (size_t i = 0; names && i < cnt; i++) snprintf(names[i], sizeof names[i], "%s", job_state_at(js, i)->spec.name);
 	for (size_t i = 0; names && i < cnt; i++) {
-		const Skein__Jobs__Job *j = job_state_get(js, names[i]);
+		const job_rec *j = job_state_get(js, names[i]);
 		job_spec s;
 		char err[256];
-		if (!j || !aj_job_active(j) || inflight_any(a)) continue;
-		if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0) continue;
+		if (!j || !job_rec_active(j) || inflight_any(a)) continue;
+		if (job_rec_spec(j, &s, err, sizeof err) < 0) continue;
 		for (size_t k = 0; k < n; k++) nodes[k].busy = 0;
 		mark_busy(a, js, j, nodes, n);
 		aj_drain_mark(a, nodes, n);
 		reconcile_layout(a, j, &s, nodes, n);
 		j = job_state_get(js, names[i]);
-		if (j && aj_job_active(j) && !inflight_any(a) && job_codec_placed(j)) reconcile_trainer(a, j, &s);
+		if (j && job_rec_active(j) && !inflight_any(a) && job_rec_placed(j)) reconcile_trainer(a, j, &s);
 	}
 	free(names);
 	free(nodes);
@@ -575,7 +572,7 @@ void aj_gpu_list(char *out, size_t cap, const uint32_t *g, uint32_t n)
 
 /* The orders of one member (trainer rank or engine k) of job j; false when
  * it does not run now (not placed, or its trainer is incomplete). */
-bool aj_build_order(const Skein__Jobs__Job *j, const job_spec *s, const job_layout *L, bool trainer, uint32_t k,
+bool aj_build_order(const job_rec *j, const job_spec *s, const job_layout *L, bool trainer, uint32_t k,
 			order_buf *b, char *node, size_t nodecap)
 {
 	uint32_t A = job_spec_trainer_ranks(s), E = job_spec_engines(s), tp = s->rollout_num_gpus_per_engine, ng;
@@ -593,13 +590,13 @@ bool aj_build_order(const Skein__Jobs__Job *j, const job_spec *s, const job_layo
 	}
 	aj_member_id(b->id, sizeof b->id, s->name, trainer, k);
 	b->o.id = b->id;
-	b->o.job = j->spec->name; /* the committed record outlives the order; `s` may not */
+	b->o.job = (char *)j->spec.name; /* the committed record outlives the order; `s` may not */
 	b->o.role = trainer ? "trainer" : "rollout";
 	b->o.rank = trainer ? (int32_t)k : -1;
 	b->o.engine = trainer ? -1 : (int32_t)k;
 	b->o.gpus = b->gpus;
 	b->o.n_gpus = ng;
-	b->o.cmd = (char *)(trainer ? j->spec->trainer_cmd : j->spec->rollout_cmd);
+	b->o.cmd = (char *)(trainer ? j->spec.trainer_cmd : j->spec.rollout_cmd);
 	b->o.env = b->env;
 	b->o.gen = trainer ? L->trainer_gen : L->engine_gen[k];
 	b->o.restart_base = trainer ? (uint32_t)(L->trainer_gen - 1) : L->engine_restarts[k];
@@ -674,8 +671,8 @@ static void send_orders(agent *a)
 	size_t ndr = job_state_drained_count(js);
 	for (size_t i = 0; i < ndr; i++) drained[i] = (char *)job_state_drained_at(js, i, NULL);
 	for (size_t i = 0; i < job_state_count(js); i++) {
-		const Skein__Jobs__Job *j = job_state_at(js, i);
-		if (!strcmp(j->state, "running") && job_codec_placed(j)) cap += j->layout->n_slots * 2;
+		const job_rec *j = job_state_at(js, i);
+		if (!strcmp(j->state, "running") && job_rec_placed(j)) cap += j->layout.n * 2;
 	}
 	size_t nm = mbr_members(a->mbr, NULL, 0);
 	mbr_member_info *mi = calloc(nm ? nm : 1, sizeof *mi);
@@ -685,13 +682,12 @@ static void send_orders(agent *a)
 	if (!mi || !ob || !sorted || !list) goto out;
 	nm = mbr_members(a->mbr, mi, nm);
 	for (size_t i = 0; i < job_state_count(js); i++) {
-		const Skein__Jobs__Job *j = job_state_at(js, i);
+		const job_rec *j = job_state_at(js, i);
 		job_spec s;
 		char err[256];
 		job_layout L;
-		if (strcmp(j->state, "running") || !job_codec_placed(j)) continue;
-		if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0 ||
-		    job_codec_layout(&L, j, &s) < 0)
+		if (strcmp(j->state, "running") || !job_rec_placed(j)) continue;
+		if (job_rec_spec(j, &s, err, sizeof err) < 0 || job_rec_layout(&L, j, &s) < 0)
 			continue;
 		uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s);
 		for (uint32_t k = 0; k < A + E && cnt < cap; k++)
@@ -894,13 +890,13 @@ static void handle_report(agent *a, const char *node, const uint8_t *data, size_
 	for (size_t k = 0; js && k < r->n_members && !act; k++) {
 		const Skein__Jobs__MemberStatus *m = r->members[k];
 		if (!strstr(m->id, "/trainer-") || (strcmp(m->state, "failed") && strcmp(m->state, "stopped"))) continue;
-		const Skein__Jobs__Job *j = job_state_get(js, m->job);
-		act = j && job_codec_placed(j) && m->gen == j->layout->trainer_gen; /* of the current generation */
+		const job_rec *j = job_state_get(js, m->job);
+		act = j && job_rec_placed(j) && m->gen == j->layout.trainer_gen; /* of the current generation */
 	}
 	for (size_t k = 0; js && k < job_state_count(js) && !act; k++) {
-		const Skein__Jobs__Job *j = job_state_at(js, k);
-		act = !strcmp(j->state, "running") && job_codec_placed(j) && !j->layout->master_port &&
-		      !strcmp(j->layout->slots[0]->node, node); /* rank 0's node: its port came */
+		const job_rec *j = job_state_at(js, k);
+		act = !strcmp(j->state, "running") && job_rec_placed(j) && !j->layout.master_port &&
+		      !strcmp(j->layout.node[0], node); /* rank 0's node: its port came */
 	}
 	/* a drain moves the next engine as soon as the last one runs */
 	if (!act && js && job_state_drained_count(js)) act = true;

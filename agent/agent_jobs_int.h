@@ -76,19 +76,18 @@ typedef struct {
 	char *env[40];
 } order_buf;
 
-bool aj_job_active(const Skein__Jobs__Job *j);
 /* The state of member `id` as `node` last reported it (NULL if none). */
 const Skein__Jobs__MemberStatus *aj_status_of(agent *a, const char *node, const char *id);
 void aj_inflight_add(agent *a, const char *job, uint64_t index);
 void aj_member_id(char *out, size_t cap, const char *job, bool trainer, uint32_t k);
 /* The order of trainer rank / engine k of job j; false when it does not run now. */
-bool aj_build_order(const Skein__Jobs__Job *j, const job_spec *s, const job_layout *L, bool trainer, uint32_t k,
+bool aj_build_order(const job_rec *j, const job_spec *s, const job_layout *L, bool trainer, uint32_t k,
 		    order_buf *b, char *node, size_t nodecap);
 void aj_gpu_list(char *out, size_t cap, const uint32_t *g, uint32_t n);
 
 /* agent_jobs.c helpers the drain uses */
 void aj_kick_in(agent *a, double after);
-void aj_propose_update(agent *a, const Skein__Jobs__Job *old, const char *state, const char *reason, const job_layout *L,
+void aj_propose_update(agent *a, const job_rec *old, const char *state, const char *reason, const job_layout *L,
 		       const char *why);
 void aj_master_of(agent *a, job_layout *L, const place_node *nodes, size_t n);
 void aj_fresh_port(agent *a, job_layout *L);
@@ -98,7 +97,7 @@ void aj_drain_tick(agent *a);                 /* head: before a reconcile round 
 void aj_drain_mark(agent *a, place_node *nodes, size_t n); /* drained nodes offer no GPUs */
 /* Moves one step of job j off drained nodes (the whole trainer group, or one
  * engine once every engine runs); true when it proposed a change. */
-bool aj_drain_step(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place_node *nodes, size_t n);
+bool aj_drain_step(agent *a, const job_rec *j, const job_spec *s, place_node *nodes, size_t n);
 void aj_cmd_drain(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r);
 /* Agent side: the drained set as the head's last order said. */
 void aj_drained_set(agent *a, char **names, size_t n);

@@ -83,12 +83,19 @@ int job_spec_from_pb(job_spec *s, const struct Skein__Jobs__JobSpec *pb, char *e
 	return 0;
 }
 
-int job_codec_layout(job_layout *L, const Skein__Jobs__Job *j, const job_spec *s)
+static char *dup_str(const char *s)
 {
-	if (job_layout_init(L, s) < 0) return -1;
-	const Skein__Jobs__Layout *pl = j->layout;
-	if (!pl) return 0;
-	for (uint32_t i = 0; i < L->n && i < pl->n_slots; i++) {
+	return strdup(s ? s : "");
+}
+
+/* The record's layout as it is: its slots, and as many engines as the
+ * longer of its two engine lists (the shorter reads 0 past its end). */
+static int layout_decode(job_layout *L, const Skein__Jobs__Layout *pl)
+{
+	size_t ne = pl->n_engine_gen > pl->n_engine_restarts ? pl->n_engine_gen : pl->n_engine_restarts;
+	if (pl->n_slots > UINT32_MAX || ne > UINT32_MAX || job_layout_alloc(L, (uint32_t)pl->n_slots, (uint32_t)ne) < 0)
+		return -1;
+	for (uint32_t i = 0; i < L->n; i++) {
 		snprintf(L->node[i], sizeof L->node[i], "%s", pl->slots[i]->node);
 		L->gpu[i] = pl->slots[i]->gpu;
 	}
@@ -96,35 +103,56 @@ int job_codec_layout(job_layout *L, const Skein__Jobs__Job *j, const job_spec *s
 	L->trainer_failures = pl->trainer_failures;
 	snprintf(L->master_addr, sizeof L->master_addr, "%s", pl->master_addr);
 	L->master_port = pl->master_port;
-	for (uint32_t i = 0; i < L->neng; i++) {
-		L->engine_gen[i] = i < pl->n_engine_gen ? pl->engine_gen[i] : 0;
-		L->engine_restarts[i] = i < pl->n_engine_restarts ? pl->engine_restarts[i] : 0;
+	for (uint32_t e = 0; e < L->neng; e++) {
+		L->engine_gen[e] = e < pl->n_engine_gen ? pl->engine_gen[e] : 0;
+		L->engine_restarts[e] = e < pl->n_engine_restarts ? pl->engine_restarts[e] : 0;
 	}
 	return 0;
 }
 
-bool job_codec_placed(const Skein__Jobs__Job *j)
+int job_codec_decode(job_rec *r, const uint8_t *data, size_t len)
 {
-	return j->layout && j->layout->n_slots > 0;
+	memset(r, 0, sizeof *r);
+	Skein__Jobs__Job *j = skein__jobs__job__unpack(NULL, len, data);
+	if (!j) return -1;
+	int rc = -1;
+	if (!j->spec || job_spec_from_pb(&r->spec, j->spec, NULL, 0) < 0) goto out;
+	r->state = dup_str(j->state);
+	r->reason = dup_str(j->reason);
+	r->submit_token = dup_str(j->submit_token);
+	if (!r->state || !r->reason || !r->submit_token) goto out;
+	r->has_layout = j->layout != NULL;
+	if (j->layout && layout_decode(&r->layout, j->layout) < 0) goto out;
+	r->submitted_ms = j->submitted_ms;
+	r->seq = j->seq;
+	r->version = j->version;
+	rc = 0;
+out:
+	skein__jobs__job__free_unpacked(j, NULL);
+	if (rc < 0) job_rec_free(r);
+	return rc;
 }
 
-int job_codec_update(const Skein__Jobs__Job *old, const char *state, const char *reason, const job_layout *L,
-		     uint8_t **out, size_t *len)
+/* Packs r with layout L (NULL: none) into *out. */
+static int encode_with(const job_rec *r, const job_layout *L, uint8_t **out, size_t *len)
 {
-	Skein__Jobs__Job j = *old;
+	Skein__Jobs__Job j = SKEIN__JOBS__JOB__INIT;
+	Skein__Jobs__JobSpec sp;
 	Skein__Jobs__Layout pl = SKEIN__JOBS__LAYOUT__INIT;
-	j.version = old->version + 1; /* compare-and-set against the record we read */
 	Skein__Jobs__Slot *slots = NULL, **ptrs = NULL;
-	j.state = (char *)state;
-	j.reason = (char *)(reason ? reason : "");
+	job_spec_to_pb(&r->spec, &sp);
+	j.spec = &sp;
+	j.state = r->state;
+	j.reason = r->reason;
+	j.submitted_ms = r->submitted_ms;
+	j.seq = r->seq;
+	j.version = r->version;
+	j.submit_token = r->submit_token;
+	*out = NULL;
 	if (L) {
 		slots = calloc(L->n ? L->n : 1, sizeof *slots);
 		ptrs = calloc(L->n ? L->n : 1, sizeof *ptrs);
-		if (!slots || !ptrs) {
-			free(slots);
-			free(ptrs);
-			return -1;
-		}
+		if (!slots || !ptrs) goto out;
 		for (uint32_t i = 0; i < L->n; i++) {
 			skein__jobs__slot__init(&slots[i]);
 			slots[i].node = L->node[i];
@@ -143,10 +171,80 @@ int job_codec_update(const Skein__Jobs__Job *old, const char *state, const char 
 		pl.trainer_failures = L->trainer_failures;
 		j.layout = &pl;
 	}
-	*len = skein__jobs__job__get_packed_size(&j);
-	*out = malloc(*len ? *len : 1);
-	if (*out) skein__jobs__job__pack(&j, *out);
+	job_codec_pack(&j, out, len);
+out:
 	free(slots);
 	free(ptrs);
 	return *out ? 0 : -1;
+}
+
+int job_codec_encode(const job_rec *r, uint8_t **out, size_t *len)
+{
+	return encode_with(r, r->has_layout ? &r->layout : NULL, out, len);
+}
+
+int job_codec_update(const job_rec *old, const char *state, const char *reason, const job_layout *L,
+		     uint8_t **out, size_t *len)
+{
+	job_rec u = *old; /* shallow: only read while packing */
+	u.version = old->version + 1; /* compare-and-set against the record we read */
+	u.state = (char *)state;
+	u.reason = (char *)(reason ? reason : "");
+	return encode_with(&u, L ? L : old->has_layout ? &old->layout : NULL, out, len);
+}
+
+int job_codec_pack(const Skein__Jobs__Job *j, uint8_t **out, size_t *len)
+{
+	*len = skein__jobs__job__get_packed_size(j);
+	*out = malloc(*len ? *len : 1);
+	if (!*out) return -1;
+	skein__jobs__job__pack(j, *out);
+	return 0;
+}
+
+int job_codec_drain_decode(const uint8_t *data, size_t len, char node[JOB_NODE_MAX + 1], bool *on, uint64_t *since_ms)
+{
+	Skein__Jobs__Drain *d = skein__jobs__drain__unpack(NULL, len, data);
+	int rc = -1;
+	if (d && d->node[0] && strlen(d->node) <= JOB_NODE_MAX) {
+		snprintf(node, JOB_NODE_MAX + 1, "%s", d->node);
+		*on = d->on;
+		*since_ms = d->since_ms;
+		rc = 0;
+	}
+	if (d) skein__jobs__drain__free_unpacked(d, NULL);
+	return rc;
+}
+
+int job_codec_drain_encode(const char *node, bool on, uint64_t since_ms, uint8_t **out, size_t *len)
+{
+	Skein__Jobs__Drain d = SKEIN__JOBS__DRAIN__INIT;
+	d.node = (char *)node;
+	d.on = on;
+	d.since_ms = since_ms;
+	*len = skein__jobs__drain__get_packed_size(&d);
+	*out = malloc(*len ? *len : 1);
+	if (!*out) return -1;
+	skein__jobs__drain__pack(&d, *out);
+	return 0;
+}
+
+int job_codec_spec_unpack(job_spec *s, const uint8_t *data, size_t len, char *err, size_t errlen)
+{
+	Skein__Jobs__JobSpec *pb = skein__jobs__job_spec__unpack(NULL, len, data);
+	if (!pb) return -2;
+	int rc = job_spec_from_pb(s, pb, err, errlen);
+	skein__jobs__job_spec__free_unpacked(pb, NULL);
+	return rc < 0 ? -1 : 0;
+}
+
+int job_codec_spec_pack(const job_spec *s, uint8_t **out, size_t *len)
+{
+	Skein__Jobs__JobSpec pb;
+	job_spec_to_pb(s, &pb);
+	*len = skein__jobs__job_spec__get_packed_size(&pb);
+	*out = malloc(*len ? *len : 1);
+	if (!*out) return -1;
+	skein__jobs__job_spec__pack(&pb, *out);
+	return 0;
 }

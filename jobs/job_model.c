@@ -21,7 +21,11 @@ void job_layout_free(job_layout *L)
 
 int job_layout_init(job_layout *L, const job_spec *s)
 {
-	uint32_t n = job_spec_slots(s), neng = job_spec_engines(s);
+	return job_layout_alloc(L, job_spec_slots(s), job_spec_engines(s));
+}
+
+int job_layout_alloc(job_layout *L, uint32_t n, uint32_t neng)
+{
 	memset(L, 0, sizeof *L);
 	L->n = n;
 	L->neng = neng;
@@ -87,4 +91,49 @@ int job_layout_from_place(const job_spec *s, job_layout *L, const place_layout *
 		}
 	}
 	return changed;
+}
+
+void job_rec_free(job_rec *r)
+{
+	free(r->state);
+	free(r->reason);
+	free(r->submit_token);
+	job_layout_free(&r->layout);
+	memset(r, 0, sizeof *r);
+}
+
+bool job_rec_placed(const job_rec *r)
+{
+	return r->has_layout && r->layout.n > 0;
+}
+
+bool job_rec_active(const job_rec *r)
+{
+	return !strcmp(r->state, "pending") || !strcmp(r->state, "running");
+}
+
+int job_rec_layout(job_layout *L, const job_rec *r, const job_spec *s)
+{
+	if (job_layout_init(L, s) < 0) return -1;
+	if (!r->has_layout) return 0;
+	const job_layout *R = &r->layout;
+	for (uint32_t i = 0; i < L->n && i < R->n; i++) {
+		memcpy(L->node[i], R->node[i], sizeof L->node[i]);
+		L->gpu[i] = R->gpu[i];
+	}
+	L->trainer_gen = R->trainer_gen;
+	L->trainer_failures = R->trainer_failures;
+	memcpy(L->master_addr, R->master_addr, sizeof L->master_addr);
+	L->master_port = R->master_port;
+	for (uint32_t e = 0; e < L->neng && e < R->neng; e++) {
+		L->engine_gen[e] = R->engine_gen[e];
+		L->engine_restarts[e] = R->engine_restarts[e];
+	}
+	return 0;
+}
+
+int job_rec_spec(const job_rec *r, job_spec *s, char *err, size_t errlen)
+{
+	*s = r->spec;
+	return job_spec_validate(s, err, errlen);
 }

@@ -3,9 +3,10 @@
  *
  * Checks a layout's sizes from its spec, the trip through placement's node
  * indices and back (unknown names unplaced, the change bits per trainer
- * and engine slot), and that an update packed from a layout reads back the
- * same layout with the state, reason and version + 1, or keeps the old
- * layout when given none. */
+ * and engine slot), that an update packed from a record and a layout reads
+ * back the same layout with the state, reason and version + 1 (or keeps
+ * the old layout when given none), that encode(decode(x)) == x, and that
+ * bad bytes or a Job without a spec do not decode. */
 #include "tests/t.h"
 
 #include <stdlib.h>
@@ -118,43 +119,54 @@ T_TEST(codec_update_round_trip)
 	spec_split(&s);
 	T_EQ(job_layout_init(&L, &s), 0);
 	fill(&L);
-	Skein__Jobs__Job old = SKEIN__JOBS__JOB__INIT;
-	Skein__Jobs__JobSpec sp;
-	job_spec_to_pb(&s, &sp);
-	old.spec = &sp;
-	old.state = (char *)"pending";
-	old.reason = (char *)"";
-	old.seq = 7;
-	old.version = 4;
-	T_CHECK(!job_codec_placed(&old));
-	T_EQ(job_codec_layout(&E, &old, &s), 0); /* no layout: an empty one, sized */
+	job_rec old = { .spec = s, .state = (char *)"pending", .reason = (char *)"", .seq = 7, .version = 4,
+			.submit_token = (char *)"tok", .submitted_ms = 123 };
+	T_CHECK(!job_rec_placed(&old));
+	T_EQ(job_rec_layout(&E, &old, &s), 0); /* no layout: an empty one, sized */
 	T_EQ(E.n, 8);
 	T_STREQ(E.node[0], "");
 	uint8_t *p;
 	size_t len;
+	job_rec j, k;
 	T_EQ(job_codec_update(&old, "running", "placed", &L, &p, &len), 0);
-	Skein__Jobs__Job *j = skein__jobs__job__unpack(NULL, len, p);
+	T_EQ(job_codec_decode(&j, p, len), 0);
 	free(p);
-	T_CHECK(j != NULL);
-	T_STREQ(j->state, "running");
-	T_STREQ(j->reason, "placed");
-	T_EQ(j->version, 5);
-	T_EQ(j->seq, 7);
-	T_CHECK(job_codec_placed(j));
-	T_EQ(job_codec_layout(&M, j, &s), 0);
+	T_STREQ(j.state, "running");
+	T_STREQ(j.reason, "placed");
+	T_STREQ(j.submit_token, "tok");
+	T_STREQ(j.spec.trainer_cmd, "train");
+	T_EQ(j.version, 5);
+	T_EQ(j.seq, 7);
+	T_EQ(j.submitted_ms, 123);
+	T_CHECK(job_rec_placed(&j));
+	T_EQ(job_rec_layout(&M, &j, &s), 0);
 	same_layout(&L, &M);
-	/* no layout given: the old one stays */
-	T_EQ(job_codec_update(j, "stopped", NULL, NULL, &p, &len), 0);
-	Skein__Jobs__Job *k = skein__jobs__job__unpack(NULL, len, p);
-	free(p);
-	T_CHECK(k != NULL);
-	T_STREQ(k->reason, "");
-	T_EQ(k->version, 6);
+	/* no layout given: the old one stays; and encode(decode(x)) == x */
+	T_EQ(job_codec_update(&j, "stopped", NULL, NULL, &p, &len), 0);
+	T_EQ(job_codec_decode(&k, p, len), 0);
+	T_STREQ(k.reason, "");
+	T_EQ(k.version, 6);
 	job_layout_free(&M);
-	T_EQ(job_codec_layout(&M, k, &s), 0);
+	T_EQ(job_rec_layout(&M, &k, &s), 0);
 	same_layout(&L, &M);
-	skein__jobs__job__free_unpacked(j, NULL);
-	skein__jobs__job__free_unpacked(k, NULL);
+	uint8_t *q;
+	size_t qlen;
+	T_EQ(job_codec_encode(&k, &q, &qlen), 0);
+	T_EQ(qlen, len);
+	T_CHECK(memcmp(p, q, len) == 0);
+	free(p);
+	free(q);
+	/* bytes that are not a Job, and a Job without a spec */
+	job_rec_free(&k);
+	uint8_t junk[4] = { 0xff, 0xff, 0xff, 0xff };
+	T_EQ(job_codec_decode(&k, junk, sizeof junk), -1);
+	Skein__Jobs__Job bare = SKEIN__JOBS__JOB__INIT;
+	bare.state = (char *)"running";
+	T_EQ(job_codec_pack(&bare, &p, &len), 0);
+	T_EQ(job_codec_decode(&k, p, len), -1);
+	free(p);
+	job_rec_free(&j);
+	job_rec_free(&j); /* safe twice */
 	job_layout_free(&E);
 	job_layout_free(&L);
 	job_layout_free(&M);
