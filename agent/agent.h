@@ -11,15 +11,25 @@
  *   agent_crypto.c keyring and AES-GCM
  *   agent_opts.c   flags, environment, config file
  *   agent_gpu.c    counting GPUs at run time
+ *   agent_head.c   the head election (raft/) wired in: storage thread, pump,
+ *                  bootstrap, voter replacement, forwards to the head
+ *   agent_head_cmd.c  the head's commands: head [transfer], state, voters
+ *   agent_state.c  the replicated state machine: key-value map + jobs, its
+ *                  snapshot ("SKSM"); pure, it calls nothing back
+ *   agent_peer.c   messages to other agents by name (one connection each),
+ *                  forwarded requests and their answers
  *   agent_jobs.c   jobs: placement and orders (head), supervision (every agent)
  *   agent_jobs_cmd.c  skeinctl's job, placement and logs commands
+ *   agent_drain.c  skeinctl drain / undrain, and the head's moves off drained nodes
  *   agent_sup.c    the member processes of this node
  *   agent_metrics.c, agent_http.c  GET /metrics (--metrics)
  *
  * One libev loop runs everything.  The membership logic (membership/mbr.h)
  * gets time from sk_mono_ms (common/sk_time.h) and packets from the sockets; after every
  * call into it, agent_pump() sends what it produced and logs its events, and
- * re-arms the timer at its next deadline. */
+ * re-arms the timer at its next deadline.  Membership changes reach the head
+ * and the jobs later, from the loop (agent->members_changed): a pump inside
+ * the head's own work cannot call back into it. */
 #ifndef AGENT_H
 #define AGENT_H
 
@@ -41,6 +51,7 @@
 
 typedef struct agent_tcp agent_tcp;
 typedef struct agent_head agent_head;
+typedef struct agent_peers agent_peers;
 typedef struct agent_jobs agent_jobs;
 typedef struct agent_metrics agent_metrics;
 
@@ -137,10 +148,14 @@ typedef struct agent {
 	uint64_t started_ms;
 
 	agent_head *head;          /* every agent forwards; voters (--head-eligible) also elect */
+	agent_peers *peers;        /* connections to other agents, forwards in flight */
 	agent_jobs *jobs;
 	agent_metrics *metrics;    /* --metrics (agent_metrics.c) */
 	uint64_t fence_newest;     /* newest head term seen: older orders are refused */
-	bool in_head_update;       /* re-entrance guard of agent_pump -> head -> meta -> pump */
+	/* Membership changed: the head and the jobs hear it from this zero-delay
+	 * timer, on the next loop iteration, never from inside agent_pump (whose
+	 * callers may be the head itself, through agent_update_meta). */
+	ev_timer members_changed;
 } agent;
 
 /* skeind's exit status (README, "Exit codes"): systemd's Restart=on-failure
@@ -205,7 +220,8 @@ void agent_head_known(agent *a, char *name, size_t cap, uint64_t *term, char *rp
 void agent_head_counters(agent *a, uint64_t c[6]);
 /* What this voter publishes in gossip ("" and 0 for a non-voter). */
 void agent_head_published(agent *a, const char **head, uint64_t *term);
-/* Control commands of the head: "head", "state", "voters", "raft". */
+/* agent_head_cmd.c: control commands of the head: "head", "state",
+ * "voters", and "raft" (a peer voter's message). */
 struct Skein__Control__Request;
 bool agent_head_dispatch(agent *a, const struct Skein__Control__Request *q, const agent_client *c,
 			 agent_reply *r);
@@ -229,14 +245,37 @@ uint64_t agent_head_term(agent *a);
  * entry to wait for.  -1 with r filled when refused. */
 int agent_head_propose(agent *a, const agent_client *c, agent_reply *r, uint8_t type, uint8_t *data, size_t len,
 		       const char *body, uint64_t *index);
-/* One-way control message to a member's control endpoint (sealed). */
-int agent_head_send(agent *a, const char *to, const struct Skein__Control__Request *q);
-/* The answer to a forwarded request (data NULL: none came, `why`). */
-void agent_head_answer(agent *a, void *cookie, const uint8_t *data, size_t len, const char *why);
-/* Forwards a request to the head, or to a named agent; the answer is relayed. */
+/* Forwards a request to the head it knows; the answer is relayed. */
 void agent_head_forward(agent *a, const struct Skein__Control__Request *q, const agent_client *c, agent_reply *r);
-void agent_head_forward_node(agent *a, const struct Skein__Control__Request *q, const agent_client *c,
+
+/* agent_peer.c: messages to other agents by name, and forwarded requests */
+int agent_peer_open(agent *a, char *err, size_t errlen);
+void agent_peer_close(agent *a);
+/* The control endpoint `name` advertises in gossip ("" when unknown). */
+void agent_peer_rpc(agent *a, const char *name, char *out, size_t cap);
+/* A member's gossip metadata, decoded (free it with node_meta__free_unpacked); NULL when absent or unreadable. */
+struct Skein__Gossip__NodeMeta;
+struct Skein__Gossip__NodeMeta *agent_peer_meta(const mbr_member_info *mi);
+/* Opens (keeps) a connection to `name` ahead of need; not to ourselves. */
+void agent_peer_connect(agent *a, const char *name);
+/* One-way control message to an agent's control endpoint (sealed); -1 when
+ * dropped (counted: agent_peer_drops). */
+int agent_peer_send(agent *a, const char *to, const struct Skein__Control__Request *q);
+uint64_t agent_peer_drops(agent *a);
+/* Sends a request on to the head `head` at `rpc`, or to a named agent; the
+ * answer is relayed to the client (r->deferred), or r says why not. */
+void agent_peer_forward(agent *a, const struct Skein__Control__Request *q, const agent_client *c, agent_reply *r,
+			const char *head, const char *rpc);
+void agent_peer_forward_node(agent *a, const struct Skein__Control__Request *q, const agent_client *c,
 			     agent_reply *r, const char *node);
+/* The answer to a forwarded request (data NULL: none came, `why`). */
+void agent_peer_answer(agent *a, void *cookie, const uint8_t *data, size_t len, const char *why);
+/* The head became `head`: forwards waiting on another agent go to it. */
+void agent_peer_follow(agent *a, const char *head, const char *rpc);
+/* Forwards in flight; one forward for the head not waiting on `head`, handed
+ * over with its packed request (the caller frees it) and its client. */
+int agent_peer_forwards(agent *a);
+bool agent_peer_take(agent *a, const char *head, uint8_t **req, size_t *len, agent_client *c);
 
 /* agent_jobs.c; open: -2 for a bad flag (usage), -1 otherwise */
 int agent_jobs_open(agent *a, char *err, size_t errlen);

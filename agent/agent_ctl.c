@@ -662,7 +662,7 @@ static void on_request(void *ctx, wire_id id, const wire_peer *p, uint8_t *data,
 
 static void on_answer(void *ctx, void *cookie, uint8_t *data, size_t len, const char *why)
 {
-	agent_head_answer(ctx, cookie, data, len, why);
+	agent_peer_answer(ctx, cookie, data, len, why);
 	free(data);
 }
 

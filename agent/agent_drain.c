@@ -106,13 +106,12 @@ struct drain_seen {
 	double since;
 };
 
-static bool engine_up(agent *a, const job_spec *s, const lay *L, uint32_t e, double *wait)
+static bool engine_up(agent *a, const job_spec *s, const job_layout *L, uint32_t e, double *wait)
 {
 	agent_jobs *J = a->jobs;
-	uint32_t off = s->colocate ? 0 : job_spec_trainer_ranks(s), tp = s->rollout_num_gpus_per_engine;
 	char id[SUP_ID_MAX];
 	aj_member_id(id, sizeof id, s->name, false, e);
-	const char *node = L->node[off + e * tp];
+	const char *node = job_layout_engine_node(s, L, e);
 	const Skein__Jobs__MemberStatus *st = node[0] ? aj_status_of(a, node, id) : NULL;
 	if (!st || st->gen != L->engine_gen[e] || strcmp(st->state, "running")) return false;
 	double now = sk_mono_s();
@@ -137,19 +136,18 @@ static bool engine_up(agent *a, const job_spec *s, const lay *L, uint32_t e, dou
 	return left <= 0;
 }
 
-bool aj_drain_step(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place_node *nodes, size_t n)
+bool aj_drain_step(agent *a, const job_rec *j, const job_spec *s, place_node *nodes, size_t n)
 {
 	const job_state *js = agent_head_jobs(a);
 	if (!js || !job_state_drained_count(js) || strcmp(j->state, "running")) return false;
-	lay L;
-	if (aj_lay_from_job(&L, j, s) < 0) return false;
+	job_layout L;
+	if (job_rec_layout(&L, j, s) < 0) return false;
 	uint32_t A = job_spec_trainer_ranks(s), E = job_spec_engines(s), tp = s->rollout_num_gpus_per_engine;
-	uint32_t off = s->colocate ? 0 : A;
 	place_layout pl = { 0 };
 	place_result res = { 0 };
 	bool *eng = calloc(E ? E : 1, sizeof *eng), moved = false;
 	char from[JOB_NODE_MAX + 1] = "", why[400];
-	if (!eng || aj_to_place(&L, nodes, n, &pl) < 0) goto out;
+	if (!eng || job_layout_to_place(&L, nodes, n, &pl) < 0) goto out;
 	/* the trainer group (and, colocated, the engines it carries): one step */
 	uint32_t span = s->colocate ? L.n : A;
 	for (uint32_t i = 0; i < span; i++)
@@ -162,7 +160,7 @@ bool aj_drain_step(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place
 			note(a, from, "the trainer ranks of job %s have no room elsewhere: %s", s->name, res.reason);
 			goto out;
 		}
-		aj_from_place(s, &L, &pl, nodes, eng);
+		job_layout_from_place(s, &L, &pl, nodes, eng);
 		L.trainer_gen++;
 		for (uint32_t e = 0; e < E; e++)
 			if (eng[e]) L.engine_gen[e]++;
@@ -178,9 +176,9 @@ bool aj_drain_step(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place
 	/* engines: the first one on a drained node, once every engine runs */
 	int64_t move = -1;
 	for (uint32_t e = 0; e < E && move < 0; e++)
-		if (drained(a, L.node[off + e * tp])) move = e;
+		if (drained(a, job_layout_engine_node(s, &L, e))) move = e;
 	if (move < 0) goto out;
-	snprintf(from, sizeof from, "%s", L.node[off + (uint32_t)move * tp]);
+	snprintf(from, sizeof from, "%s", job_layout_engine_node(s, &L, (uint32_t)move));
 	double wait = -1;
 	for (uint32_t e = 0; e < E; e++)
 		if (!engine_up(a, s, &L, e, &wait)) {
@@ -189,7 +187,8 @@ bool aj_drain_step(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place
 			if (wait > 0) aj_kick_in(a, wait + 0.01);
 			goto out;
 		}
-	for (uint32_t k = 0; k < tp; k++) pl.slots[off + (uint32_t)move * tp + k].node = -1;
+	uint32_t first = place_engine_slot(s, (uint32_t)move);
+	for (uint32_t k = 0; k < tp && first + k < pl.nslots; k++) pl.slots[first + k].node = -1;
 	if (place_repair(s, nodes, n, &pl, &res) != 0) {
 		note(a, from, "engine %u of job %s has no room elsewhere (%u free GPUs on one node): %s", (unsigned)move,
 		     s->name, tp, res.reason);
@@ -199,17 +198,17 @@ bool aj_drain_step(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place
 	aj_member_id(id, sizeof id, s->name, false, (uint32_t)move);
 	const Skein__Jobs__MemberStatus *st = aj_status_of(a, from, id);
 	if (st && st->restarts > L.engine_restarts[move]) L.engine_restarts[move] = st->restarts;
-	aj_from_place(s, &L, &pl, nodes, eng);
+	job_layout_from_place(s, &L, &pl, nodes, eng);
 	L.engine_gen[move]++;
-	snprintf(why, sizeof why, "drain of %s: engine %u moves to %s", from, (unsigned)move,
-		 L.node[off + (uint32_t)move * tp]);
-	note(a, from, "moving engine %u of job %s to %s", (unsigned)move, s->name, L.node[off + (uint32_t)move * tp]);
+	const char *to = job_layout_engine_node(s, &L, (uint32_t)move);
+	snprintf(why, sizeof why, "drain of %s: engine %u moves to %s", from, (unsigned)move, to);
+	note(a, from, "moving engine %u of job %s to %s", (unsigned)move, s->name, to);
 	aj_propose_update(a, j, "running", j->reason, &L, why);
 	moved = true;
 out:
 	free(pl.slots);
 	free(eng);
-	aj_lay_free(&L);
+	job_layout_free(&L);
 	return moved;
 }
 
@@ -227,16 +226,16 @@ static drain_left left_on(agent *a, const char *node)
 	drain_left d = { 0 };
 	const job_state *js = agent_head_jobs(a);
 	for (size_t i = 0; js && i < job_state_count(js); i++) {
-		const Skein__Jobs__Job *j = job_state_at(js, i);
-		job_spec s;
-		char err[200];
-		if (!aj_job_active(j) || !aj_placed(j) || job_spec_from_pb(&s, j->spec, err, sizeof err) < 0) continue;
-		uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s), tp = s.rollout_num_gpus_per_engine;
-		uint32_t off = s.colocate ? 0 : A;
-		for (uint32_t r = 0; r < A && r < j->layout->n_slots; r++)
-			if (!strcmp(j->layout->slots[r]->node, node)) d.ranks++;
-		for (uint32_t e = 0; e < E && off + e * tp < j->layout->n_slots; e++)
-			if (!strcmp(j->layout->slots[off + e * tp]->node, node)) d.engines++;
+		const job_rec *j = job_state_at(js, i);
+		if (!job_rec_active(j) || !job_rec_placed(j)) continue;
+		job_spec s = j->spec; /* as submitted, unvalidated, as before */
+		uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s);
+		for (uint32_t r = 0; r < A && r < j->layout.n; r++)
+			if (!strcmp(j->layout.node[r], node)) d.ranks++;
+		for (uint32_t e = 0; e < E; e++) {
+			uint32_t first = place_engine_slot(&s, e);
+			if (first < j->layout.n && !strcmp(j->layout.node[first], node)) d.engines++;
+		}
 	}
 	agent_jobs *J = a->jobs;
 	for (size_t i = 0; i < J->nreports; i++) {

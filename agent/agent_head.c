@@ -5,7 +5,10 @@
  * many: more means the operator's count is wrong, and we refuse rather than
  * risk two different first voter sets), each of them bootstraps the same
  * sorted voter set, as Consul does.  From then on Raft elects the head and
- * replicates the cluster state (raft_kv), persisted in <data-dir>/raft.
+ * replicates the cluster state (agent_state.c: the key-value map and the
+ * jobs), persisted in <data-dir>/raft.  This file applies what commits and
+ * tells the jobs when their part changed; the state machine itself never
+ * calls out.
  *
  * The disk stays off the loop: raft's storage calls go to a storage thread
  * (raft_async: ordered, one fdatasync per batch) that wakes the loop through
@@ -14,20 +17,21 @@
  * never waits for an fsync.
  *
  * Transport: Raft messages ride the control channel (Request "raft" with a
- * payload, one-way), one connection per peer voter (agent_wire.c), to the
- * control endpoint that voter advertises in its gossip metadata, kept open
- * to every voter of the current set (periodic_cb), not only those written
- * to so far.  Sends never block: frames queue while a connection is made,
- * up to a bound; past it a message is dropped and counted, and Raft retries
- * on its own.  Every request is sealed with the cluster key and addressed
- * to its recipient by name (agent_rpc.c), so it cannot be replayed to
- * another agent.
+ * payload, one-way) through agent_peer.c, one connection per peer voter,
+ * kept open to every voter of the current set (periodic_cb), not only
+ * those written to so far.  Sends never block; a message that cannot go is
+ * dropped and counted, and Raft retries on its own.
  *
  * Head-only requests (state put/get/list/del, voters, head) that reach a
- * follower or a non-voter are forwarded to the head and the answer relayed;
+ * follower or a non-voter are forwarded to the head (agent_peer.c) and the
+ * answer relayed; when this agent becomes the head, forwards still waiting
+ * on the old one are taken back and served here;
  * a write is answered only once committed (a majority has it).  The head
  * and its term travel in gossip metadata, so every agent knows them, and
- * every order a head sends carries its term (fencing, agent_ctl.c). */
+ * every order a head sends carries its term (fencing, agent_ctl.c).
+ *
+ * The head's control commands (head, state, voters) are agent_head_cmd.c's;
+ * they reach this file through agent.h and agent_head_int.h. */
 #include "agent/agent.h"
 
 #include <stdio.h>
@@ -37,7 +41,9 @@
 #include <unistd.h>
 
 #include "agent/agent_rpc.h"
+#include "agent/agent_head_int.h"
 #include "agent/agent_metrics.h"
+#include "agent/agent_state.h"
 #include "common/sk_time.h"
 #include "common/sk_log.h"
 #include "common/sk_text.h"
@@ -48,18 +54,9 @@
 #include "jobs/job_state.h"
 
 enum {
-	PEERS_MAX = 8192,         /* voters, and every agent the head gives orders to */
 	PENDING_MAX = 4096,
-	FORWARDS_MAX = 256,
 };
 static const double WRITE_TIMEOUT_S = 5.0;   /* a write not committed by then fails */
-static const double FORWARD_TIMEOUT_S = 5.0;
-
-typedef struct {
-	char name[RAFT_NAME_MAX + 1];
-	char rpc[64];
-	wire_id conn;
-} peer;
 
 typedef struct {
 	uint64_t index, term;
@@ -68,42 +65,23 @@ typedef struct {
 	char body[160];           /* the answer once committed ("" = the index and term) */
 } pending;
 
-typedef struct fwd {
-	agent *a;
-	wire_id conn;             /* the call in flight; 0 when it failed (sent again) */
-	uint8_t *req;             /* the packed request, unsealed, to send again to a new head */
-	size_t reqlen;
-	uint8_t nonce[AUTH_NONCE];/* of the copy in flight: its answer must carry it */
-	char target[RAFT_NAME_MAX + 1];
-	bool to_node;             /* sent to a named agent, not the head: never follows the head */
-	ev_timer t;
-	agent_client client;
-	struct fwd *next;
-} fwd;
-
 struct agent_head {
 	raft_t *raft;
 	raft_storage *st;         /* the file (or memory) storage */
 	bool file_storage;
 	raft_async *disk;         /* the storage thread in front of the file storage */
 	ev_async disk_wake;
-	raft_kv *kv;
-	job_state *jobs;
+	agent_state *state;       /* the replicated state machine (agent_state.c) */
 	uint64_t applied, applied_term;  /* index and term of the last applied entry */
 	ev_timer timer;
 	ev_timer periodic;
-	peer *peers;
-	int npeers, peers_cap;
 	pending *pend;
 	size_t npend;
-	fwd *fwds;
-	int nfwds;
 	int bootstrap_expect;
 	bool bootstrap_warned;
 	uint64_t replace_after_ms;
 	char published_head[RAFT_NAME_MAX + 1];
 	uint64_t published_term;
-	uint64_t drop_send;
 	uint64_t handover_at;  /* a leave started a handover then (sk_mono_ms), 0 = none */
 	char staged[RAFT_NAME_MAX + 1];  /* the replacement we last staged */
 	char skip[RAFT_NAME_MAX + 1];    /* ... dropped as it did not catch up: not again until */
@@ -111,37 +89,6 @@ struct agent_head {
 };
 
 /* ---------------------------------------------------------------- gossip view */
-
-/* Reads NodeMeta of one member; returns NULL when absent or unreadable. */
-static Skein__Gossip__NodeMeta *meta_of(const mbr_member_info *mi)
-{
-	if (!mi->meta_len) return NULL;
-	return skein__gossip__node_meta__unpack(NULL, mi->meta_len, mi->meta);
-}
-
-static void rpc_str(const Skein__Gossip__NodeMeta *m, char *out, size_t cap)
-{
-	out[0] = 0;
-	if (!m || !m->rpc || (m->rpc->ip.len != 4 && m->rpc->ip.len != 16)) return;
-	mbr_addr ad = { .len = (uint8_t)m->rpc->ip.len, .port = (uint16_t)m->rpc->port };
-	memcpy(ad.ip, m->rpc->ip.data, ad.len);
-	mbr_addr_format(&ad, out, cap);
-}
-
-/* The control endpoint a member advertises ("" when unknown). */
-static void rpc_of(agent *a, const char *name, char *out, size_t cap)
-{
-	mbr_member_info mi;
-	out[0] = 0;
-	if (!strcmp(name, a->opts.name)) {
-		snprintf(out, cap, "%s", a->rpc_bound);
-		return;
-	}
-	if (mbr_lookup(a->mbr, name, &mi) < 0) return;
-	Skein__Gossip__NodeMeta *m = meta_of(&mi);
-	rpc_str(m, out, cap);
-	if (m) skein__gossip__node_meta__free_unpacked(m, NULL);
-}
 
 void agent_head_known(agent *a, char *name, size_t cap, uint64_t *term, char *rpc, size_t rpccap)
 {
@@ -162,7 +109,7 @@ void agent_head_known(agent *a, char *name, size_t cap, uint64_t *term, char *rp
 		mbr_members(a->mbr, mi, n);
 		for (size_t i = 0; i < n; i++) {
 			if (mi[i].status != MBR_ALIVE && mi[i].status != MBR_SUSPECT) continue;
-			Skein__Gossip__NodeMeta *m = meta_of(&mi[i]);
+			Skein__Gossip__NodeMeta *m = agent_peer_meta(&mi[i]);
 			if (m && m->head_eligible && m->head[0] && m->term > *term) {
 				snprintf(name, cap, "%s", m->head);
 				*term = m->term;
@@ -174,7 +121,7 @@ void agent_head_known(agent *a, char *name, size_t cap, uint64_t *term, char *rp
 	if (*term > a->fence_newest) a->fence_newest = *term;
 	if (rpc) {
 		rpc[0] = 0;
-		if (name[0]) rpc_of(a, name, rpc, rpccap);
+		if (name[0]) agent_peer_rpc(a, name, rpc, rpccap);
 	}
 }
 
@@ -186,7 +133,7 @@ void agent_head_counters(agent *a, uint64_t c[6])
 	const raft_stats *st = raft_get_stats(h->raft);
 	c[0] = st->msgs_sent;
 	c[1] = st->msgs_recv;
-	c[2] = h->drop_send;
+	c[2] = agent_peer_drops(a);
 	c[3] = st->elections;
 	c[4] = st->stepdowns_lease;
 	for (int i = 0; i < WIRE_ERR__COUNT; i++) c[5] += st->drop[i];
@@ -200,62 +147,13 @@ void agent_head_published(agent *a, const char **head, uint64_t *term)
 	*term = h && h->raft ? h->published_term : 0;
 }
 
-/* ---------------------------------------------------------------- transport */
-
-static peer *peer_get(agent *a, const char *name)
-{
-	agent_head *h = a->head;
-	char rpc[64];
-	rpc_of(a, name, rpc, sizeof rpc);
-	if (!rpc[0]) return NULL;
-	for (int i = 0; i < h->npeers; i++) {
-		if (strcmp(h->peers[i].name, name)) continue;
-		if (!strcmp(h->peers[i].rpc, rpc) && wire_alive(a->wire, h->peers[i].conn)) return &h->peers[i];
-		/* it moved (a restart on a new address), or the connection broke: reconnect */
-		wire_close(a->wire, h->peers[i].conn);
-		h->peers[i] = h->peers[--h->npeers];
-		break;
-	}
-	if (h->npeers == h->peers_cap) {
-		int cap = h->peers_cap ? h->peers_cap * 2 : 16;
-		peer *np = cap <= PEERS_MAX ? realloc(h->peers, (size_t)cap * sizeof *np) : NULL;
-		if (!np) return NULL;
-		h->peers = np;
-		h->peers_cap = cap;
-	}
-	wire_id conn = wire_connect(a->wire, rpc);
-	if (!conn) return NULL;
-	peer *p = &h->peers[h->npeers++];
-	snprintf(p->name, sizeof p->name, "%s", name);
-	snprintf(p->rpc, sizeof p->rpc, "%s", rpc);
-	p->conn = conn;
-	return p;
-}
-
-int agent_head_send(agent *a, const char *to, const Skein__Control__Request *q)
-{
-	agent_head *h = a->head;
-	peer *p = peer_get(a, to);
-	if (!p) { h->drop_send++; return -1; }
-	Skein__Control__Request oq = *q;
-	oq.oneway = 1;
-	agent_rpc_cred cred = agent_ctl_cred(a);
-	uint8_t nonce[AUTH_NONCE];
-	size_t len;
-	uint8_t *buf = agent_req_pack(&oq, &cred, to, nonce, &len);
-	int rc = buf ? wire_send(a->wire, p->conn, buf, len) : -1;
-	if (rc < 0) h->drop_send++;
-	free(buf);
-	return rc;
-}
-
 static void raft_send(agent *a, const raft_out *o)
 {
 	Skein__Control__Request q = SKEIN__CONTROL__REQUEST__INIT;
 	q.cmd = "raft";
 	q.payload.data = o->data;
 	q.payload.len = o->len;
-	agent_head_send(a, o->to, &q);
+	agent_peer_send(a, o->to, &q);
 }
 
 /* ---------------------------------------------------------------- the pump */
@@ -285,14 +183,13 @@ static void fail_all_pending(agent *a, const char *why)
 	while (a->head->npend) answer_pending(a, 0, 1, why, NULL);
 }
 
-static void head_pump(agent *a);
 
 static void raft_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	agent *a = t->data;
 	(void)loop; (void)revents;
 	raft_tick(a->head->raft, sk_mono_ms());
-	head_pump(a);
+	agent_head_pump(a);
 }
 
 /* On the storage thread: a batch is durable (or failed); wake the loop. */
@@ -308,55 +205,7 @@ static void disk_wake_cb(struct ev_loop *loop, ev_async *w, int revents)
 	(void)loop; (void)revents;
 	if (!a->head->raft) return;
 	raft_async_deliver(a->head->disk, a->head->raft, sk_mono_ms());
-	head_pump(a);
-}
-
-/* The snapshot of the whole state machine: "SKSM", u8 version 1, then the
- * key-value map and the jobs, each as u64 length + its own snapshot.  A bare
- * key-value snapshot (what earlier versions wrote) is still read. */
-static int state_serialize(agent_head *h, uint8_t **out, size_t *len)
-{
-	uint8_t *kv = NULL, *jb = NULL;
-	size_t kvl, jbl;
-	if (raft_kv_serialize(h->kv, &kv, &kvl) < 0 || job_state_serialize(h->jobs, &jb, &jbl) < 0) {
-		free(kv);
-		return -1;
-	}
-	*len = 5 + 8 + kvl + 8 + jbl;
-	uint8_t *b = malloc(*len);
-	if (b) {
-		memcpy(b, "SKSM\1", 5);
-		uint64_t l1 = kvl, l2 = jbl;
-		memcpy(b + 5, &l1, 8);
-		memcpy(b + 13, kv, kvl);
-		memcpy(b + 13 + kvl, &l2, 8);
-		memcpy(b + 21 + kvl, jb, jbl);
-	}
-	free(kv);
-	free(jb);
-	*out = b;
-	return b ? 0 : -1;
-}
-
-static int state_restore(agent_head *h, const uint8_t *d, size_t len, char *err, size_t errlen)
-{
-	if (len < 5 || memcmp(d, "SKSM\1", 5)) return raft_kv_restore(h->kv, d, len, err, errlen);
-	uint64_t l1, l2;
-	if (len < 13 || (memcpy(&l1, d + 5, 8), l1 > len - 13) || len - 13 - l1 < 8 ||
-	    (memcpy(&l2, d + 13 + l1, 8), l2 != len - 21 - l1)) {
-		snprintf(err, errlen, "state snapshot: bad lengths");
-		return -1;
-	}
-	/* jobs first: it checks everything before changing anything */
-	job_state *tmp = job_state_new();
-	if (!tmp || job_state_restore(tmp, d + 21 + l1, l2, err, errlen) < 0 ||
-	    raft_kv_restore(h->kv, d + 13, l1, err, errlen) < 0) {
-		job_state_free(&tmp);
-		return -1;
-	}
-	job_state_free(&h->jobs);
-	h->jobs = tmp;
-	return 0;
+	agent_head_pump(a);
 }
 
 static void apply_all(agent *a)
@@ -368,7 +217,7 @@ static void apply_all(agent *a)
 		int rc = 0;
 		if (ap.kind == RAFT_APPLY_SNAPSHOT) {
 			char err[200];
-			if (state_restore(h, ap.data, ap.len, err, sizeof err) < 0) {
+			if (agent_state_restore(h->state, ap.data, ap.len, err, sizeof err) < 0) {
 				/* going on would answer from a state that differs from the others' */
 				SK_ERROR("head", "snapshot restore failed: %s; exiting so a restart recovers", err);
 				agent_exit(a, AGENT_EXIT_ERROR);
@@ -376,9 +225,9 @@ static void apply_all(agent *a)
 			}
 			jobs_changed = true;
 		} else if (ap.type >= RAFT_ENTRY_USER) {
-			rc = raft_kv_apply(h->kv, ap.type, ap.data, ap.len);
-			if (rc == 1) {
-				rc = job_state_apply(h->jobs, ap.type, ap.data, ap.len);
+			bool jobs_entry = false;
+			rc = agent_state_apply(h->state, ap.type, ap.data, ap.len, &jobs_entry);
+			if (jobs_entry) {
 				if (rc < 0) SK_DEBUG("head", "job entry %llu refused (type %u)", (unsigned long long)ap.index, ap.type);
 				jobs_changed = true;
 			}
@@ -409,7 +258,7 @@ static void apply_all(agent *a)
 		uint8_t *data;
 		size_t len;
 		char err[200];
-		if (state_serialize(h, &data, &len) == 0) {
+		if (agent_state_serialize(h->state, &data, &len) == 0) {
 			if (raft_snapshot_take(h->raft, sk_mono_ms(), h->applied, data, len, err, sizeof err) < 0)
 				SK_WARN("head", "snapshot not taken: %s", err);
 			free(data);
@@ -417,7 +266,7 @@ static void apply_all(agent *a)
 	}
 }
 
-static void head_pump(agent *a)
+void agent_head_pump(agent *a)
 {
 	agent_head *h = a->head;
 	raft_out o;
@@ -491,7 +340,7 @@ static void try_bootstrap(agent *a)
 	names[k++] = a->opts.name;
 	for (size_t i = 1; i < n && k < sizeof names / sizeof names[0]; i++) {
 		if (mi[i].status != MBR_ALIVE) continue;
-		Skein__Gossip__NodeMeta *m = meta_of(&mi[i]);
+		Skein__Gossip__NodeMeta *m = agent_peer_meta(&mi[i]);
 		if (m && m->head_eligible) names[k++] = mi[i].name;
 		if (m) skein__gossip__node_meta__free_unpacked(m, NULL);
 	}
@@ -511,7 +360,7 @@ static void try_bootstrap(agent *a)
 			SK_ERROR("head", "bootstrap failed: %s", err);
 	}
 	free(mi);
-	head_pump(a);
+	agent_head_pump(a);
 }
 
 /* The head replaces a voter failed for longer than --voter-replace-after by
@@ -533,7 +382,7 @@ static void try_replace(agent *a)
 			if (raft_voter_remove(h->raft, now, name, err, sizeof err) == 0)
 				SK_WARN("head", "removing voter %s: %s for %llu s", name, mbr_status_str(mi.status),
 					(unsigned long long)((now - mi.status_since_ms) / 1000));
-			head_pump(a);
+			agent_head_pump(a);
 			return;
 		}
 	}
@@ -554,7 +403,7 @@ static void try_replace(agent *a)
 	for (size_t i = 1; i < n; i++) {
 		if (all[i].status != MBR_ALIVE || raft_voters_has(v, all[i].name)) continue;
 		if (now < h->skip_until && !strcmp(all[i].name, h->skip)) continue;
-		Skein__Gossip__NodeMeta *m = meta_of(&all[i]);
+		Skein__Gossip__NodeMeta *m = agent_peer_meta(&all[i]);
 		if (m && m->head_eligible && (!best || strcmp(all[i].name, best) < 0)) best = all[i].name;
 		if (m) skein__gossip__node_meta__free_unpacked(m, NULL);
 	}
@@ -563,7 +412,7 @@ static void try_replace(agent *a)
 		snprintf(h->staged, sizeof h->staged, "%s", best);
 	}
 	free(all);
-	head_pump(a);
+	agent_head_pump(a);
 }
 
 static void fwd_follow_head(agent *a);
@@ -590,7 +439,7 @@ static void periodic_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	 * election timeout later */
 	const raft_voters *v = raft_get_voters(h->raft);
 	for (size_t i = 0; i < v->n; i++)
-		if (strcmp(v->names[i], a->opts.name)) peer_get(a, v->names[i]);
+		agent_peer_connect(a, v->names[i]);
 }
 
 void agent_head_members_changed(agent *a)
@@ -607,82 +456,8 @@ void agent_head_members_changed(agent *a)
 
 /* ---------------------------------------------------------------- forwarding */
 
-static void fwd_free(fwd *f)
-{
-	agent *a = f->a;
-	ev_timer_stop(a->loop, &f->t);
-	wire_close(a->wire, f->conn); /* its answer, if it comes, goes nowhere */
-	for (fwd **p = &a->head->fwds; *p; p = &(*p)->next) {
-		if (*p == f) { *p = f->next; break; }
-	}
-	a->head->nfwds--;
-	free(f->req);
-	free(f);
-}
-
-/* The answer to a forwarded request (agent_wire calls this through
- * agent_ctl.c), or why none came. */
-void agent_head_answer(agent *a, void *cookie, const uint8_t *data, size_t len, const char *why)
-{
-	fwd *f = cookie;
-	(void)a;
-	f->conn = 0; /* the transport closed it */
-	if (!data) {
-		/* a named agent is asked once; a request for the head goes again
-		 * to whoever is the head on the next round (fwd_follow_head) */
-		if (f->to_node) {
-			char msg[300];
-			snprintf(msg, sizeof msg, "%s did not answer: %s", f->target, why ? why : "connection lost");
-			agent_ctl_send(f->a, &f->client, 1, msg, NULL);
-			fwd_free(f);
-		}
-		return;
-	}
-	char err[256];
-	agent_rpc_cred cred = agent_ctl_cred(f->a);
-	Skein__Control__Response *r = agent_resp_open(data, len, &cred, f->nonce, err, sizeof err);
-	if (r) agent_ctl_send(f->a, &f->client, r->code, r->error, r->body);
-	else agent_ctl_send(f->a, &f->client, 1, "the head's answer could not be read", NULL);
-	if (r) skein__control__response__free_unpacked(r, NULL);
-	fwd_free(f);
-}
-
-static void fwd_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
-{
-	fwd *f = t->data;
-	(void)loop; (void)revents;
-	agent_ctl_send(f->a, &f->client, 1, "the head did not answer within 5 s", NULL);
-	fwd_free(f);
-}
-
-/* (Re)sends a forward to `head` at `rpc`, sealed and addressed to it. */
-static int fwd_send(fwd *f, const char *head, const char *rpc)
-{
-	agent *a = f->a;
-	wire_close(a->wire, f->conn);
-	f->conn = 0;
-	snprintf(f->target, sizeof f->target, "%s", head);
-	Skein__Control__Request *q = skein__control__request__unpack(NULL, f->reqlen, f->req);
-	if (!q) return -1;
-	agent_rpc_cred cred = agent_ctl_cred(a);
-	size_t len;
-	uint8_t *buf = agent_req_pack(q, &cred, head, f->nonce, &len);
-	/* the envelope's fields point into our buffers: detach before freeing */
-	q->sender = q->recipient = NULL;
-	q->nonce.data = NULL;
-	q->nonce.len = 0;
-	skein__control__request__free_unpacked(q, NULL);
-	if (!buf) return -1;
-	f->conn = wire_call(a->wire, rpc, buf, len, f);
-	free(buf);
-	return f->conn ? 0 : -1;
-}
-
-static void forward_to(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r,
-		       const char *head, const char *rpc, bool to_node);
-
-/* Sends the request on to the head; the answer is relayed to the client. */
-static void forward(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+/* Sends the request on to the head (agent_peer.c relays the answer). */
+void agent_head_forward(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
 {
 	char head[RAFT_NAME_MAX + 1], rpc[64];
 	uint64_t term;
@@ -696,108 +471,50 @@ static void forward(agent *a, const Skein__Control__Request *q, const agent_clie
 		agent_reply_fail(r, 1, "no head elected yet (term %llu): retry in a moment", (unsigned long long)term);
 		return;
 	}
-	forward_to(a, q, c, r, head, rpc, false);
-}
-
-void agent_head_forward(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
-{
-	forward(a, q, c, r);
-}
-
-void agent_head_forward_node(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r,
-			     const char *node)
-{
-	char rpc[64];
-	rpc_of(a, node, rpc, sizeof rpc);
-	if (!rpc[0]) {
-		agent_reply_fail(r, 1, "no control endpoint known for %s", node);
-		return;
-	}
-	forward_to(a, q, c, r, node, rpc, true);
-}
-
-static void forward_to(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r,
-		       const char *head, const char *rpc, bool to_node)
-{
-	agent_head *h = a->head;
-	if (h->nfwds >= FORWARDS_MAX) {
-		agent_reply_fail(r, 1, "too many requests in flight to the head");
-		return;
-	}
-	Skein__Control__Request fq = *q;
-	fq.forwarded = 1;
-	fq.oneway = 0;
-	fq.sender = fq.recipient = (char *)"";
-	fq.nonce.len = 0;
-	fq.time_ms = 0;
-	fwd *f = calloc(1, sizeof *f);
-	if (f) {
-		f->reqlen = skein__control__request__get_packed_size(&fq);
-		f->req = malloc(f->reqlen ? f->reqlen : 1);
-	}
-	if (!f || !f->req) {
-		if (f) free(f);
-		agent_reply_fail(r, 1, "out of memory");
-		return;
-	}
-	skein__control__request__pack(&fq, f->req);
-	f->a = a;
-	f->to_node = to_node;
-	f->client = *c;
-	ev_timer_init(&f->t, fwd_timeout_cb, FORWARD_TIMEOUT_S, 0);
-	f->t.data = f;
-	f->next = h->fwds;
-	h->fwds = f;
-	h->nfwds++;
-	if (fwd_send(f, head, rpc) < 0) {
-		agent_reply_fail(r, 1, "cannot reach the head %s at %s", head, rpc);
-		f->client.conn = 0;
-		fwd_free(f);
-		return;
-	}
-	ev_timer_start(a->loop, &f->t);
-	r->deferred = true;
+	agent_peer_forward(a, q, c, r, head, rpc);
 }
 
 /* We became the head while a request waited on the old one: handle it
  * here.  Its client is answered by the handler (now or once committed). */
-static void fwd_take_over(fwd *f)
+static void take_over(agent *a, uint8_t *req, size_t len, const agent_client *c)
 {
-	agent *a = f->a;
-	Skein__Control__Request *q = skein__control__request__unpack(NULL, f->reqlen, f->req);
+	Skein__Control__Request *q = skein__control__request__unpack(NULL, len, req);
+	free(req);
 	if (!q) return;
 	agent_reply r = { 0 };
 	sk_buf_init(&r.body);
-	agent_client c = f->client;
-	f->client.conn = 0;
-	fwd_free(f);
-	if (!agent_head_dispatch(a, q, &c, &r) && !agent_jobs_dispatch(a, q, &c, &r))
+	if (!agent_head_dispatch(a, q, c, &r) && !agent_jobs_dispatch(a, q, c, &r))
 		agent_reply_fail(&r, 2, "unknown command");
-	if (!r.deferred) agent_ctl_send(a, &c, r.code, r.error, sk_buf_str(&r.body));
+	if (!r.deferred) agent_ctl_send(a, c, r.code, r.error, sk_buf_str(&r.body));
 	sk_buf_free(&r.body);
 	skein__control__request__free_unpacked(q, NULL);
 }
 
 /* A forward waiting on a head that is no longer the head (it died, or lost
- * an election) is sent again to the new one: a client's write does not wait
- * for a timeout to learn of a failover. */
+ * an election) is sent again to the new one, or served here when the new
+ * head is us: a client's write does not wait for a timeout to learn of a
+ * failover. */
 static void fwd_follow_head(agent *a)
 {
 	char head[RAFT_NAME_MAX + 1], rpc[64];
 	uint64_t term;
 	agent_head_known(a, head, sizeof head, &term, rpc, sizeof rpc);
 	if (!head[0] || !rpc[0]) return;
-	bool self = !strcmp(head, a->opts.name);
-	if (self && !is_head(a)) return;
-	for (fwd *f = a->head->fwds, *next; f; f = next) {
-		next = f->next;
-		if (f->to_node || (f->conn && !strcmp(f->target, head))) continue;
-		if (self) fwd_take_over(f);
-		else fwd_send(f, head, rpc);
+	if (strcmp(head, a->opts.name)) {
+		agent_peer_follow(a, head, rpc);
+		return;
 	}
+	if (!is_head(a)) return;
+	uint8_t *req;
+	size_t len;
+	agent_client c;
+	/* bounded by the forwards there are now: a handler cannot add to them
+	 * (the head forwards to no head), but the loop need not trust that */
+	for (int n = agent_peer_forwards(a); n > 0 && agent_peer_take(a, head, &req, &len, &c); n--)
+		take_over(a, req, len, &c);
 }
 
-/* ---------------------------------------------------------------- commands */
+/* ---------------------------------------------------------------- the head's view */
 
 static bool is_head(agent *a)
 {
@@ -814,58 +531,6 @@ bool agent_head_is_head(agent *a)
 bool agent_head_ready(agent *a)
 {
 	return agent_head_is_head(a) && a->head->applied_term == raft_term(a->head->raft);
-}
-
-static void cmd_head(agent *a, const Skein__Control__Request *q, agent_reply *r)
-{
-	char head[RAFT_NAME_MAX + 1];
-	uint64_t term;
-	agent_head_known(a, head, sizeof head, &term, NULL, 0);
-	bool json = !strcmp(q->format, "json");
-	bool leader = is_head(a);
-	const raft_voters *v = a->head->raft ? raft_get_voters(a->head->raft) : NULL;
-	uint64_t now = sk_mono_ms();
-	if (json) {
-		sk_buf_printf(&r->body, "{\"head\":");
-		if (head[0]) sk_buf_json_str(&r->body, head);
-		else sk_buf_printf(&r->body, "null");
-		sk_buf_printf(&r->body, ",\"term\":%llu,\"voters\":[", (unsigned long long)term);
-	} else {
-		char shown[4 * sizeof head];
-		sk_buf_printf(&r->body, "head: %s\nterm: %llu\n", head[0] ? sk_text_escape(head, shown, sizeof shown) : "(none)",
-			      (unsigned long long)term);
-		if (v && v->n) sk_buf_printf(&r->body, "%-24s %-10s %s\n", "VOTER", "STATE", "LAST_CONTACT_MS");
-	}
-	for (size_t i = 0; v && i < v->n; i++) {
-		const char *st;
-		int64_t lc = leader ? raft_last_contact_ms(a->head->raft, v->names[i], now) : -1;
-		mbr_member_info mi;
-		bool known = !strcmp(v->names[i], a->opts.name) || mbr_lookup(a->mbr, v->names[i], &mi) == 0;
-		if (!strcmp(v->names[i], head)) st = "leader";
-		else if (known && strcmp(v->names[i], a->opts.name) && (mi.status == MBR_DEAD || mi.status == MBR_LEFT))
-			st = "failed";
-		else if (leader && (lc < 0 || lc > (int64_t)raft_get_config(a->head->raft)->heartbeat_timeout_ms))
-			st = "unreachable";
-		else st = "follower";
-		if (json) {
-			sk_buf_printf(&r->body, "%s{\"name\":", i ? "," : "");
-			sk_buf_json_str(&r->body, v->names[i]);
-			sk_buf_printf(&r->body, ",\"state\":\"%s\",\"last_contact_ms\":%lld}", st, (long long)lc);
-		} else {
-			char shown[4 * RAFT_NAME_MAX + 1];
-			sk_buf_printf(&r->body, "%-24s %-10s %lld\n", sk_text_escape(v->names[i], shown, sizeof shown), st,
-				      (long long)lc);
-		}
-	}
-	const char *stg = leader ? raft_staging(a->head->raft) : NULL;
-	if (json) {
-		sk_buf_printf(&r->body, "],\"catching_up\":");
-		if (stg) sk_buf_json_str(&r->body, stg);
-		else sk_buf_printf(&r->body, "null");
-		sk_buf_printf(&r->body, "}\n");
-	} else if (stg) {
-		sk_buf_printf(&r->body, "(catching up before it joins the voters: %s)\n", stg);
-	}
 }
 
 int agent_head_propose(agent *a, const agent_client *c, agent_reply *r, uint8_t type, uint8_t *data, size_t len,
@@ -894,13 +559,8 @@ int agent_head_propose(agent *a, const agent_client *c, agent_reply *r, uint8_t 
 		snprintf(p->body, sizeof p->body, "%s", body ? body : "");
 		r->deferred = true;
 	}
-	head_pump(a);
+	agent_head_pump(a);
 	return 0;
-}
-
-static void propose(agent *a, const agent_client *c, agent_reply *r, uint8_t type, uint8_t *data, size_t len)
-{
-	agent_head_propose(a, c, r, type, data, len, NULL, NULL);
 }
 
 uint64_t agent_head_applied(agent *a)
@@ -910,7 +570,7 @@ uint64_t agent_head_applied(agent *a)
 
 const job_state *agent_head_jobs(agent *a)
 {
-	return a->head ? a->head->jobs : NULL;
+	return a->head ? agent_state_jobs(a->head->state) : NULL;
 }
 
 struct raft *agent_head_raft(agent *a)
@@ -923,72 +583,11 @@ uint64_t agent_head_term(agent *a)
 	return a->head && a->head->raft ? raft_term(a->head->raft) : 0;
 }
 
-static void cmd_state(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
-{
-	const char *op = q->n_args ? q->args[0] : "";
-	bool stale = q->n_args >= 1 && !strcmp(q->args[q->n_args - 1], "--stale");
-	size_t nargs = q->n_args - (stale ? 1 : 0);
-	if (!strcmp(op, "put") ? nargs != 3 : !strcmp(op, "get") || !strcmp(op, "del") ? nargs != 2 :
-	    !strcmp(op, "list") ? nargs != 1 : 1) {
-		agent_reply_fail(r, 2, "usage: skeinctl state put KEY VALUE | get KEY [--stale] | del KEY | list [--stale]");
-		return;
-	}
-	bool read = !strcmp(op, "get") || !strcmp(op, "list");
-	/* --stale: this agent's replica, possibly behind (Consul's stale reads) */
-	if (!(read && stale && a->head->raft) && !is_head(a)) {
-		forward(a, q, c, r);
-		return;
-	}
-	agent_head *h = a->head;
-	char err[300];
-	const char *key = nargs >= 2 ? q->args[1] : "";
-	if (!strcmp(op, "get")) {
-		const uint8_t *v;
-		size_t vl;
-		if (raft_kv_get(h->kv, key, strlen(key), &v, &vl) < 0) {
-			agent_reply_fail(r, 1, "no such key: %s", key);
-			return;
-		}
-		sk_buf_add(&r->body, v, vl);
-		sk_buf_add(&r->body, "\n", 1);
-	} else if (!strcmp(op, "list")) {
-		raft_kv_item *it;
-		size_t n = raft_kv_list(h->kv, &it);
-		if (n == (size_t)-1) { agent_reply_fail(r, 1, "out of memory"); return; }
-		bool json = !strcmp(q->format, "json");
-		if (json) sk_buf_printf(&r->body, "{\"state\":{");
-		for (size_t i = 0; i < n; i++) {
-			char *k = strndup((const char *)it[i].key, it[i].klen);
-			char *v = strndup((const char *)it[i].val, it[i].vlen);
-			if (json) {
-				if (i) sk_buf_add(&r->body, ",", 1);
-				sk_buf_json_str(&r->body, k ? k : "");
-				sk_buf_add(&r->body, ":", 1);
-				sk_buf_json_str(&r->body, v ? v : "");
-			} else {
-				sk_buf_printf(&r->body, "%s\t%s\n", k ? k : "", v ? v : "");
-			}
-			free(k);
-			free(v);
-		}
-		if (json) sk_buf_printf(&r->body, "}}\n");
-		free(it);
-	} else {
-		uint8_t type, *data;
-		size_t len;
-		int rc = !strcmp(op, "put")
-			? raft_kv_encode_put(key, strlen(key), q->args[2], strlen(q->args[2]), &type, &data, &len, err, sizeof err)
-			: raft_kv_encode_del(key, strlen(key), &type, &data, &len, err, sizeof err);
-		if (rc < 0) { agent_reply_fail(r, 2, "%s", err); return; }
-		propose(a, c, r, type, data, len);
-	}
-}
-
 /* The voter to hand the head to when none is named: alive in gossip the
  * longest (a voter that restarted a moment ago may not have its connections
  * back yet, and its vote requests or their answers would be dropped); NULL
  * lets raft pick by log. */
-static const char *handover_target(agent *a, char *buf, size_t cap)
+const char *agent_head_handover_target(agent *a, char *buf, size_t cap)
 {
 	const raft_voters *v = raft_get_voters(a->head->raft);
 	uint64_t best_since = UINT64_MAX;
@@ -1003,30 +602,6 @@ static const char *handover_target(agent *a, char *buf, size_t cap)
 	return buf[0] ? buf : NULL;
 }
 
-/* skeinctl head transfer [NAME]: hands the head to NAME (or the voter alive
- * the longest) without waiting out an election timeout. */
-static void cmd_transfer(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
-{
-	if (q->n_args > 2) {
-		agent_reply_fail(r, 2, "usage: skeinctl head transfer [NAME]");
-		return;
-	}
-	if (!is_head(a)) {
-		forward(a, q, c, r);
-		return;
-	}
-	char err[300], to[RAFT_NAME_MAX + 1] = "", pick[RAFT_NAME_MAX + 1];
-	uint64_t term = raft_term(a->head->raft);
-	const char *want = q->n_args == 2 ? q->args[1] : handover_target(a, pick, sizeof pick);
-	if (raft_transfer(a->head->raft, sk_mono_ms(), want, to, sizeof to, err, sizeof err) != 0) {
-		agent_reply_fail(r, 1, "head transfer: %s", err);
-		return;
-	}
-	SK_INFO("head", "handing the head over to %s (asked by an operator)", to);
-	head_pump(a);
-	sk_buf_printf(&r->body, "handing the head (term %llu) over to %s\n", (unsigned long long)term, to);
-}
-
 /* Hands the head to the voter alive the longest; 0 when started (or already
  * under way), -1 with the reason logged. */
 static int hand_over(agent *a, const char *why, char *err, size_t errlen)
@@ -1034,11 +609,11 @@ static int hand_over(agent *a, const char *why, char *err, size_t errlen)
 	agent_head *h = a->head;
 	char to[RAFT_NAME_MAX + 1] = "", pick[RAFT_NAME_MAX + 1];
 	if (raft_transfer_target(h->raft)) return 0;
-	if (raft_transfer(h->raft, sk_mono_ms(), handover_target(a, pick, sizeof pick), to, sizeof to, err,
+	if (raft_transfer(h->raft, sk_mono_ms(), agent_head_handover_target(a, pick, sizeof pick), to, sizeof to, err,
 			  errlen) != 0)
 		return -1;
 	SK_INFO("head", "%s: handing the head over to %s", why, to);
-	head_pump(a);
+	agent_head_pump(a);
 	return 0;
 }
 
@@ -1068,72 +643,16 @@ bool agent_head_handing_over(agent *a)
 	return !l || !*l || !strcmp(l, a->opts.name);
 }
 
-static void cmd_voters(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+void agent_head_recv(agent *a, const uint8_t *data, size_t len)
 {
-	const char *op = q->n_args ? q->args[0] : "";
-	if (!(((!strcmp(op, "add") || !strcmp(op, "remove")) && q->n_args == 2))) {
-		agent_reply_fail(r, 2, "usage: skeinctl voters add NAME | remove NAME");
-		return;
-	}
-	if (!is_head(a)) {
-		forward(a, q, c, r);
-		return;
-	}
-	char err[300];
-	uint64_t now = sk_mono_ms();
-	const char *name = q->args[1];
-	if (!strcmp(op, "add")) {
-		mbr_member_info mi;
-		if (strcmp(name, a->opts.name) && (mbr_lookup(a->mbr, name, &mi) < 0 || mi.status != MBR_ALIVE)) {
-			agent_reply_fail(r, 1, "voters add: %s is not an alive member", name);
-			return;
-		}
-	}
-	int rc = !strcmp(op, "add") ? raft_voter_add(a->head->raft, now, name, err, sizeof err)
-				    : raft_voter_remove(a->head->raft, now, name, err, sizeof err);
-	if (rc < 0) {
-		agent_reply_fail(r, 1, "voters %s %s: %s", op, name, err);
-		return;
-	}
-	head_pump(a);
-	if (!strcmp(op, "add"))
-		sk_buf_printf(&r->body, "%s catches up as a non-voter, then joins the voters (skeinctl head shows it)\n",
-			      name);
-	else
-		sk_buf_printf(&r->body, "voter %s removal proposed (in effect once a majority has it)\n", name);
+	if (!a->head || !a->head->raft) return;
+	raft_recv(a->head->raft, sk_mono_ms(), data, len);
+	agent_head_pump(a);
 }
 
-bool agent_head_dispatch(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+const raft_kv *agent_head_kv(agent *a)
 {
-	const char *cmd = q->cmd;
-	if (!strcmp(cmd, "raft")) {
-		/* one-way: no answer */
-		r->deferred = true;
-		if (!a->head->raft) return true;
-		raft_recv(a->head->raft, sk_mono_ms(), q->payload.data, q->payload.len);
-		head_pump(a);
-		return true;
-	}
-	if (!strcmp(cmd, "head")) {
-		char head[RAFT_NAME_MAX + 1];
-		uint64_t t;
-		agent_head_known(a, head, sizeof head, &t, NULL, 0);
-		if (q->n_args >= 1 && !strcmp(q->args[0], "transfer")) {
-			cmd_transfer(a, q, c, r);
-			return true;
-		}
-		if (q->n_args) {
-			agent_reply_fail(r, 2, "usage: skeinctl head [--format text|json] | head transfer [NAME]");
-			return true;
-		}
-		/* the head knows its voters' last contact: ask it */
-		if (!is_head(a) && !q->forwarded && head[0] && strcmp(head, a->opts.name)) forward(a, q, c, r);
-		else cmd_head(a, q, r);
-		return true;
-	}
-	if (!strcmp(cmd, "state")) { cmd_state(a, q, c, r); return true; }
-	if (!strcmp(cmd, "voters")) { cmd_voters(a, q, c, r); return true; }
-	return false;
+	return a->head ? agent_state_kv(a->head->state) : NULL;
 }
 
 /* ---------------------------------------------------------------- lifecycle */
@@ -1182,9 +701,8 @@ int agent_head_open(agent *a, char *err, size_t errlen)
 		h->st = raft_mem_storage_new();
 	}
 	if (!h->st) return -1;
-	h->kv = raft_kv_new();
-	h->jobs = job_state_new();
-	if (!h->jobs) { snprintf(err, errlen, "out of memory"); return -1; }
+	h->state = agent_state_new();
+	if (!h->state) { snprintf(err, errlen, "out of memory"); return -1; }
 	/* Each voter its own timeouts: a seed from the generation alone was the
 	 * same on every fresh voter (generation 1), so all of them stood for
 	 * election in the same millisecond, round after round (split votes for
@@ -1195,11 +713,11 @@ int agent_head_open(agent *a, char *err, size_t errlen)
 	seed ^= a->generation * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() << 32 ^ sk_mono_ms();
 	raft_self self = { .name = a->opts.name, .seed = seed };
 	raft_storage *st = h->disk ? raft_async_storage(h->disk) : h->st;
-	h->raft = h->kv ? raft_new(&rc, &self, st, sk_mono_ms(), err, errlen) : NULL;
+	h->raft = raft_new(&rc, &self, st, sk_mono_ms(), err, errlen);
 	if (!h->raft) return -1;
 	ev_init(&h->timer, raft_timer_cb);
 	h->timer.data = a;
-	head_pump(a);
+	agent_head_pump(a);
 	return 0;
 }
 
@@ -1207,19 +725,15 @@ void agent_head_close(agent *a)
 {
 	agent_head *h = a->head;
 	if (!h) return;
-	while (h->fwds) fwd_free(h->fwds);
 	if (a->loop) {
 		ev_timer_stop(a->loop, &h->periodic);
 		if (h->raft) ev_timer_stop(a->loop, &h->timer);
 	}
-	for (int i = 0; i < h->npeers; i++) wire_close(a->wire, h->peers[i].conn);
 	/* the thread finishes what is queued before it stops; then no wake-up */
 	raft_async_free(&h->disk);
 	if (a->loop && h->file_storage) ev_async_stop(a->loop, &h->disk_wake);
 	raft_destroy(&h->raft);
-	raft_kv_destroy(&h->kv);
-	job_state_free(&h->jobs);
-	free(h->peers);
+	agent_state_free(&h->state);
 	if (h->st && h->file_storage) raft_file_storage_free(&h->st);
 	else if (h->st) raft_mem_storage_free(&h->st);
 	free(h->pend);

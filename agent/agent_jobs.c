@@ -76,104 +76,7 @@ static void kick(agent *a)
 
 /* ---------------------------------------------------------------- layouts */
 
-void aj_lay_free(lay *L)
-{
-	free(L->node);
-	free(L->gpu);
-	free(L->engine_gen);
-	free(L->engine_restarts);
-	memset(L, 0, sizeof *L);
-}
-
-static int lay_init(lay *L, uint32_t n, uint32_t neng)
-{
-	memset(L, 0, sizeof *L);
-	L->n = n;
-	L->neng = neng;
-	L->node = calloc(n ? n : 1, sizeof *L->node);
-	L->gpu = calloc(n ? n : 1, sizeof *L->gpu);
-	L->engine_gen = calloc(neng ? neng : 1, sizeof *L->engine_gen);
-	L->engine_restarts = calloc(neng ? neng : 1, sizeof *L->engine_restarts);
-	if (!L->node || !L->gpu || !L->engine_gen || !L->engine_restarts) {
-		aj_lay_free(L);
-		return -1;
-	}
-	return 0;
-}
-
-int aj_lay_from_job(lay *L, const Skein__Jobs__Job *j, const job_spec *s)
-{
-	if (lay_init(L, job_spec_slots(s), job_spec_engines(s)) < 0) return -1;
-	const Skein__Jobs__Layout *pl = j->layout;
-	if (!pl) return 0;
-	for (uint32_t i = 0; i < L->n && i < pl->n_slots; i++) {
-		snprintf(L->node[i], sizeof L->node[i], "%s", pl->slots[i]->node);
-		L->gpu[i] = pl->slots[i]->gpu;
-	}
-	L->trainer_gen = pl->trainer_gen;
-	L->trainer_failures = pl->trainer_failures;
-	snprintf(L->master_addr, sizeof L->master_addr, "%s", pl->master_addr);
-	L->master_port = pl->master_port;
-	for (uint32_t i = 0; i < L->neng; i++) {
-		L->engine_gen[i] = i < pl->n_engine_gen ? pl->engine_gen[i] : 0;
-		L->engine_restarts[i] = i < pl->n_engine_restarts ? pl->engine_restarts[i] : 0;
-	}
-	return 0;
-}
-
-bool aj_placed(const Skein__Jobs__Job *j)
-{
-	return j->layout && j->layout->n_slots > 0;
-}
-
-/* Packs a Job equal to `old` but with this state, reason and layout. */
-int aj_pack_job(const Skein__Jobs__Job *old, const char *state, const char *reason, const lay *L,
-		    uint8_t **out, size_t *len)
-{
-	Skein__Jobs__Job j = *old;
-	Skein__Jobs__Layout pl = SKEIN__JOBS__LAYOUT__INIT;
-	j.version = old->version + 1; /* compare-and-set against the record we read */
-	Skein__Jobs__Slot *slots = NULL, **ptrs = NULL;
-	j.state = (char *)state;
-	j.reason = (char *)(reason ? reason : "");
-	if (L) {
-		slots = calloc(L->n ? L->n : 1, sizeof *slots);
-		ptrs = calloc(L->n ? L->n : 1, sizeof *ptrs);
-		if (!slots || !ptrs) {
-			free(slots);
-			free(ptrs);
-			return -1;
-		}
-		for (uint32_t i = 0; i < L->n; i++) {
-			skein__jobs__slot__init(&slots[i]);
-			slots[i].node = L->node[i];
-			slots[i].gpu = L->gpu[i];
-			ptrs[i] = &slots[i];
-		}
-		pl.n_slots = L->n;
-		pl.slots = ptrs;
-		pl.trainer_gen = L->trainer_gen;
-		pl.master_addr = (char *)L->master_addr;
-		pl.master_port = L->master_port;
-		pl.n_engine_gen = L->neng;
-		pl.engine_gen = L->engine_gen;
-		pl.n_engine_restarts = L->neng;
-		pl.engine_restarts = L->engine_restarts;
-		pl.trainer_failures = L->trainer_failures;
-		j.layout = &pl;
-	}
-	int rc = job_state_encode(&j, out, len);
-	free(slots);
-	free(ptrs);
-	return rc;
-}
-
 /* ---------------------------------------------------------------- the cluster as placement sees it */
-
-static Skein__Gossip__NodeMeta *meta_of(const mbr_member_info *mi)
-{
-	return mi->meta_len ? skein__gossip__node_meta__unpack(NULL, mi->meta_len, mi->meta) : NULL;
-}
 
 static void ip_str(const mbr_addr *ad, char *out, size_t cap)
 {
@@ -196,7 +99,7 @@ static size_t cluster_nodes(agent *a, place_node **out)
 		if (i == 0 || !strcmp(mi[i].name, a->opts.name)) {
 			gpus = (uint32_t)a->gpus;
 		} else {
-			Skein__Gossip__NodeMeta *m = meta_of(&mi[i]);
+			Skein__Gossip__NodeMeta *m = agent_peer_meta(&mi[i]);
 			gpus = m ? m->gpus : 0;
 			if (m) skein__gossip__node_meta__free_unpacked(m, NULL);
 		}
@@ -219,17 +122,6 @@ done:
 	return k;
 }
 
-static int node_index(const place_node *nodes, size_t n, const char *name)
-{
-	for (size_t i = 0; i < n; i++)
-		if (!strcmp(nodes[i].name, name)) return (int)i;
-	return -1;
-}
-
-bool aj_job_active(const Skein__Jobs__Job *j)
-{
-	return !strcmp(j->state, "pending") || !strcmp(j->state, "running");
-}
 
 /* GPUs held by every active job but `skip`. */
 static const Skein__Jobs__Report *report_of(agent *a, const char *node);
@@ -247,17 +139,18 @@ static bool job_lingers_on(agent *a, const char *job, const char *node)
 /* GPUs held by every active job but `skip`, and by stopped ones whose
  * processes are still going on that node (a long stop grace: a checkpoint
  * being written must not share its GPU with a new job). */
-static void mark_busy(agent *a, const job_state *js, const Skein__Jobs__Job *skip, place_node *nodes, size_t n)
+static void mark_busy(agent *a, const job_state *js, const job_rec *skip, place_node *nodes, size_t n)
 {
 	for (size_t i = 0; i < job_state_count(js); i++) {
-		const Skein__Jobs__Job *j = job_state_at(js, i);
-		if (j == skip || !aj_placed(j)) continue;
-		bool active = aj_job_active(j);
-		for (size_t s = 0; s < j->layout->n_slots; s++) {
-			const Skein__Jobs__Slot *sl = j->layout->slots[s];
-			int ni = node_index(nodes, n, sl->node);
-			if (ni < 0 || sl->gpu >= 64) continue;
-			if (active || job_lingers_on(a, j->spec->name, sl->node)) nodes[ni].busy |= 1ULL << sl->gpu;
+		const job_rec *j = job_state_at(js, i);
+		if (j == skip || !job_rec_placed(j)) continue;
+		bool active = job_rec_active(j);
+		for (uint32_t s = 0; s < j->layout.n; s++) {
+			const char *at = j->layout.node[s];
+			uint32_t gpu = j->layout.gpu[s];
+			int ni = job_node_index(nodes, n, at);
+			if (ni < 0 || gpu >= 64) continue;
+			if (active || job_lingers_on(a, j->spec.name, at)) nodes[ni].busy |= 1ULL << gpu;
 		}
 	}
 }
@@ -331,15 +224,15 @@ void aj_inflight_add(agent *a, const char *job, uint64_t index)
 	J->ninfl++;
 }
 
-void aj_propose_update(agent *a, const Skein__Jobs__Job *old, const char *state, const char *reason,
-			   const lay *L, const char *why)
+void aj_propose_update(agent *a, const job_rec *old, const char *state, const char *reason,
+			   const job_layout *L, const char *why)
 {
 	uint8_t *data;
 	size_t len;
 	/* with one voter the entry commits inside the propose and `old` is freed */
 	char name[JOB_NAME_MAX + 1];
-	snprintf(name, sizeof name, "%s", old->spec->name);
-	if (aj_pack_job(old, state, reason, L, &data, &len) < 0) return;
+	snprintf(name, sizeof name, "%s", old->spec.name);
+	if (job_codec_update(old, state, reason, L, &data, &len) < 0) return;
 	agent_reply r = { 0 };
 	sk_buf_init(&r.body);
 	uint64_t index;
@@ -399,24 +292,17 @@ static uint32_t node_free_port(agent *a, const char *node, uint32_t old)
 	}
 	const job_state *js = agent_head_jobs(a);
 	for (size_t i = 0; port && js && i < job_state_count(js); i++) {
-		const Skein__Jobs__Job *j = job_state_at(js, i);
-		if (j->layout && j->layout->master_port == port && j->layout->n_slots && !strcmp(j->layout->slots[0]->node, node) &&
+		const job_rec *j = job_state_at(js, i);
+		if (j->layout.master_port == port && job_rec_placed(j) && !strcmp(j->layout.node[0], node) &&
 		    (!strcmp(j->state, "running") || !strcmp(j->state, "pending")))
 			port = 0;
 	}
 	return port == old ? 0 : port;
 }
 
-static bool trainer_all_placed(const lay *L, uint32_t ranks)
+void aj_master_of(agent *a, job_layout *L, const place_node *nodes, size_t n)
 {
-	for (uint32_t r = 0; r < ranks; r++)
-		if (!L->node[r][0]) return false;
-	return true;
-}
-
-void aj_master_of(agent *a, lay *L, const place_node *nodes, size_t n)
-{
-	int ni = node_index(nodes, n, L->node[0]);
+	int ni = job_node_index(nodes, n, L->node[0]);
 	char addr[64] = "";
 	if (L->node[0][0] && ni >= 0) {
 		mbr_member_info mi;
@@ -432,7 +318,7 @@ void aj_master_of(agent *a, lay *L, const place_node *nodes, size_t n)
 /* A new trainer generation gets a new MASTER_PORT when rank 0's node offers
  * one: ranks of the old generation still around (a cut-off node) cannot
  * join the new world.  Keeps the old one otherwise. */
-void aj_fresh_port(agent *a, lay *L)
+void aj_fresh_port(agent *a, job_layout *L)
 {
 	if (!L->node[0][0] || !L->master_port) return;
 	uint32_t p = node_free_port(a, L->node[0], L->master_port);
@@ -444,7 +330,7 @@ void aj_fresh_port(agent *a, lay *L)
  * lost node), is one of the --max-restarts the job may have: true and L
  * advanced to the next generation when one is left; false when the policy
  * is spent (`why` then says so and the job must fail). */
-static bool trainer_restart(agent *a, const job_spec *s, lay *L, const char *cause, char *why, size_t wl)
+static bool trainer_restart(agent *a, const job_spec *s, job_layout *L, const char *cause, char *why, size_t wl)
 {
 	if (s->max_restarts >= 0 && L->trainer_failures >= (uint32_t)s->max_restarts) {
 		snprintf(why, wl, "the trainer group restarted %u times (--max-restarts %d); last: %s", L->trainer_failures,
@@ -459,56 +345,21 @@ static bool trainer_restart(agent *a, const job_spec *s, lay *L, const char *cau
 	return true;
 }
 
-/* Fills a place_layout from node names (unknown names: unplaced). */
-int aj_to_place(const lay *L, const place_node *nodes, size_t n, place_layout *pl)
-{
-	pl->nslots = L->n;
-	pl->slots = calloc(L->n ? L->n : 1, sizeof *pl->slots);
-	if (!pl->slots) return -1;
-	for (uint32_t i = 0; i < L->n; i++) {
-		pl->slots[i].node = L->node[i][0] ? node_index(nodes, n, L->node[i]) : -1;
-		pl->slots[i].gpu = L->gpu[i];
-	}
-	return 0;
-}
-
-/* Copies a place_layout back; returns a bitmask of what changed:
- * 1 = a trainer slot, 2 = an engine slot. */
-int aj_from_place(const job_spec *s, lay *L, const place_layout *pl, const place_node *nodes, bool *eng_changed)
-{
-	uint32_t A = job_spec_trainer_ranks(s), tp = s->rollout_num_gpus_per_engine;
-	uint32_t off = s->colocate ? 0 : A;
-	int changed = 0;
-	for (uint32_t i = 0; i < L->n; i++) {
-		char name[MBR_NAME_MAX + 1] = "";
-		if (pl->slots[i].node >= 0) snprintf(name, sizeof name, "%s", nodes[pl->slots[i].node].name);
-		if (!strcmp(name, L->node[i]) && (!name[0] || pl->slots[i].gpu == L->gpu[i])) continue;
-		snprintf(L->node[i], sizeof L->node[i], "%s", name);
-		L->gpu[i] = pl->slots[i].gpu;
-		if (i < A) changed |= 1;
-		if (i >= off && tp && (i - off) / tp < L->neng) {
-			eng_changed[(i - off) / tp] = true;
-			changed |= 2;
-		}
-	}
-	return changed;
-}
-
 void aj_member_id(char *out, size_t cap, const char *job, bool trainer, uint32_t k)
 {
 	snprintf(out, cap, "%s/%s-%u", job, trainer ? "trainer" : "engine", k);
 }
 
 /* Units on failed nodes move; pending ones are retried. */
-static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place_node *nodes, size_t n)
+static void reconcile_layout(agent *a, const job_rec *j, const job_spec *s, place_node *nodes, size_t n)
 {
-	lay L;
-	if (aj_lay_from_job(&L, j, s) < 0) return;
+	job_layout L;
+	if (job_rec_layout(&L, j, s) < 0) return;
 	place_layout pl = { 0 };
 	place_result res = { 0 };
 	bool *eng = calloc(L.neng ? L.neng : 1, sizeof *eng);
-	if (!eng || aj_to_place(&L, nodes, n, &pl) < 0) goto out;
-	bool fresh = !aj_placed(j);
+	if (!eng || job_layout_to_place(&L, nodes, n, &pl) < 0) goto out;
+	bool fresh = !job_rec_placed(j);
 	bool need = fresh;
 	for (uint32_t i = 0; i < pl.nslots; i++)
 		if (pl.slots[i].node < 0 || !nodes[pl.slots[i].node].alive) need = true;
@@ -519,14 +370,14 @@ static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec
 	int rc = fresh ? place_fresh(s, nodes, n, &pl, &res) : place_repair(s, nodes, n, &pl, &res);
 	if (rc < 0) goto out;
 	/* restarts an engine had where it was, for its SKEIN_RESTART_COUNT on the new node */
-	uint32_t off = s->colocate ? 0 : job_spec_trainer_ranks(s), tp = s->rollout_num_gpus_per_engine;
 	for (uint32_t e = 0; !fresh && e < L.neng; e++) {
 		char id[SUP_ID_MAX];
 		aj_member_id(id, sizeof id, s->name, false, e);
-		const Skein__Jobs__MemberStatus *st = L.node[off + e * tp][0] ? aj_status_of(a, L.node[off + e * tp], id) : NULL;
+		const char *at = job_layout_engine_node(s, &L, e);
+		const Skein__Jobs__MemberStatus *st = at[0] ? aj_status_of(a, at, id) : NULL;
 		if (st && st->gen == L.engine_gen[e] && st->restarts > L.engine_restarts[e]) L.engine_restarts[e] = st->restarts;
 	}
-	int changed = aj_from_place(s, &L, &pl, nodes, eng);
+	int changed = job_layout_from_place(s, &L, &pl, nodes, eng);
 	if (fresh && rc == 1) {
 		if (strcmp(j->reason, res.reason))
 			aj_propose_update(a, j, "pending", res.reason, NULL, res.reason);
@@ -544,7 +395,7 @@ static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec
 		if (res.reason[0]) strncat(why, res.reason, sizeof why - strlen(why) - 1);
 		/* one new generation per move, once every rank has a place again
 		 * (while a unit is pending no rank runs, so nothing restarts) */
-		if ((changed & 1) && trainer_all_placed(&L, job_spec_trainer_ranks(s))) {
+		if ((changed & 1) && job_layout_trainer_placed(&L, job_spec_trainer_ranks(s))) {
 			char cause[sizeof why];
 			snprintf(cause, sizeof cause, "%s", why);
 			if (!trainer_restart(a, s, &L, cause, why, sizeof why)) {
@@ -554,7 +405,7 @@ static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec
 		}
 		for (uint32_t e = 0; e < L.neng; e++) {
 			/* once per move: when it has a place again (not when it loses one) */
-			if (!eng[e] || !L.node[off + e * tp][0]) continue;
+			if (!eng[e] || !job_layout_engine_node(s, &L, e)[0]) continue;
 			L.engine_gen[e]++;
 			L.engine_restarts[e]++;
 		}
@@ -565,7 +416,7 @@ static void reconcile_layout(agent *a, const Skein__Jobs__Job *j, const job_spec
 	goto out;
 port:
 	/* the trainer waits for MASTER_PORT until rank 0's node has reported one */
-	if (aj_placed(j) && !L.master_port && L.node[0][0]) {
+	if (job_rec_placed(j) && !L.master_port && L.node[0][0]) {
 		aj_master_of(a, &L, nodes, n);
 		L.master_port = node_free_port(a, L.node[0], 0);
 		if (L.master_port) aj_propose_update(a, j, j->state, j->reason, &L, "MASTER_PORT chosen");
@@ -573,7 +424,7 @@ port:
 out:
 	free(pl.slots);
 	free(eng);
-	aj_lay_free(&L);
+	job_layout_free(&L);
 }
 
 static rank_seen *seen_get(agent *a, const char *id)
@@ -604,13 +455,13 @@ static void forget_head_caches(agent *a)
 /* Trainer exits reported for the current generation: restart the group, or
  * fail it when the policy is spent, or complete the job when every rank
  * exited 0. */
-static void reconcile_trainer(agent *a, const Skein__Jobs__Job *j, const job_spec *s)
+static void reconcile_trainer(agent *a, const job_rec *j, const job_spec *s)
 {
-	lay L;
-	if (aj_lay_from_job(&L, j, s) < 0) return;
+	job_layout L;
+	if (job_rec_layout(&L, j, s) < 0) return;
 	uint32_t A = job_spec_trainer_ranks(s), done = 0;
 	const Skein__Jobs__MemberStatus *dead = NULL, *reborn = NULL;
-	if (!trainer_all_placed(&L, A) || !L.master_port) goto out;
+	if (!job_layout_trainer_placed(&L, A) || !L.master_port) goto out;
 	for (uint32_t r = 0; r < A; r++) {
 		char id[SUP_ID_MAX];
 		aj_member_id(id, sizeof id, s->name, true, r);
@@ -648,7 +499,7 @@ static void reconcile_trainer(agent *a, const Skein__Jobs__Job *j, const job_spe
 		aj_propose_update(a, j, "completed", "every trainer rank exited 0", &L, "completed");
 	}
 out:
-	aj_lay_free(&L);
+	job_layout_free(&L);
 }
 
 static void reconcile(agent *a)
@@ -663,19 +514,19 @@ static void reconcile(agent *a)
 	/* by name: a proposal may commit at once (one voter) and replace records */
 	size_t cnt = job_state_count(js);
 	char (*names)[JOB_NAME_MAX + 1] = calloc(cnt ? cnt : 1, sizeof *names);
-	for (size_t i = 0; names && i < cnt; i++) snprintf(names[i], sizeof names[i], "%s", job_state_at(js, i)->spec->name);
+	for (size_t i = 0; names && i < cnt; i++) snprintf(names[i], sizeof names[i], "%s", job_state_at(js, i)->spec.name);
 	for (size_t i = 0; names && i < cnt; i++) {
-		const Skein__Jobs__Job *j = job_state_get(js, names[i]);
+		const job_rec *j = job_state_get(js, names[i]);
 		job_spec s;
 		char err[256];
-		if (!j || !aj_job_active(j) || inflight_any(a)) continue;
-		if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0) continue;
+		if (!j || !job_rec_active(j) || inflight_any(a)) continue;
+		if (job_rec_spec(j, &s, err, sizeof err) < 0) continue;
 		for (size_t k = 0; k < n; k++) nodes[k].busy = 0;
 		mark_busy(a, js, j, nodes, n);
 		aj_drain_mark(a, nodes, n);
 		reconcile_layout(a, j, &s, nodes, n);
 		j = job_state_get(js, names[i]);
-		if (j && aj_job_active(j) && !inflight_any(a) && aj_placed(j)) reconcile_trainer(a, j, &s);
+		if (j && job_rec_active(j) && !inflight_any(a) && job_rec_placed(j)) reconcile_trainer(a, j, &s);
 	}
 	free(names);
 	free(nodes);
@@ -721,32 +572,31 @@ void aj_gpu_list(char *out, size_t cap, const uint32_t *g, uint32_t n)
 
 /* The orders of one member (trainer rank or engine k) of job j; false when
  * it does not run now (not placed, or its trainer is incomplete). */
-bool aj_build_order(const Skein__Jobs__Job *j, const job_spec *s, const lay *L, bool trainer, uint32_t k,
+bool aj_build_order(const job_rec *j, const job_spec *s, const job_layout *L, bool trainer, uint32_t k,
 			order_buf *b, char *node, size_t nodecap)
 {
-	uint32_t A = job_spec_trainer_ranks(s), E = job_spec_engines(s), tp = s->rollout_num_gpus_per_engine;
-	uint32_t off = s->colocate ? 0 : A, ng;
+	uint32_t A = job_spec_trainer_ranks(s), E = job_spec_engines(s), tp = s->rollout_num_gpus_per_engine, ng;
 	skein__jobs__member_order__init(&b->o);
 	if (trainer) {
-		if (!trainer_all_placed(L, A)) return false;
+		if (!job_layout_trainer_placed(L, A)) return false;
 		snprintf(node, nodecap, "%s", L->node[k]);
 		b->gpus[0] = L->gpu[k];
 		ng = 1;
 	} else {
-		uint32_t first = off + k * tp;
-		if (!L->node[first][0]) return false;
+		uint32_t first = place_engine_slot(s, k);
+		if (first > L->n || L->n - first < tp || !L->node[first][0]) return false;
 		snprintf(node, nodecap, "%s", L->node[first]);
 		for (ng = 0; ng < tp; ng++) b->gpus[ng] = L->gpu[first + ng];
 	}
 	aj_member_id(b->id, sizeof b->id, s->name, trainer, k);
 	b->o.id = b->id;
-	b->o.job = j->spec->name; /* the committed record outlives the order; `s` may not */
+	b->o.job = (char *)j->spec.name; /* the committed record outlives the order; `s` may not */
 	b->o.role = trainer ? "trainer" : "rollout";
 	b->o.rank = trainer ? (int32_t)k : -1;
 	b->o.engine = trainer ? -1 : (int32_t)k;
 	b->o.gpus = b->gpus;
 	b->o.n_gpus = ng;
-	b->o.cmd = (char *)(trainer ? j->spec->trainer_cmd : j->spec->rollout_cmd);
+	b->o.cmd = (char *)(trainer ? j->spec.trainer_cmd : j->spec.rollout_cmd);
 	b->o.env = b->env;
 	b->o.gen = trainer ? L->trainer_gen : L->engine_gen[k];
 	b->o.restart_base = trainer ? (uint32_t)(L->trainer_gen - 1) : L->engine_restarts[k];
@@ -821,8 +671,8 @@ static void send_orders(agent *a)
 	size_t ndr = job_state_drained_count(js);
 	for (size_t i = 0; i < ndr; i++) drained[i] = (char *)job_state_drained_at(js, i, NULL);
 	for (size_t i = 0; i < job_state_count(js); i++) {
-		const Skein__Jobs__Job *j = job_state_at(js, i);
-		if (!strcmp(j->state, "running") && aj_placed(j)) cap += j->layout->n_slots * 2;
+		const job_rec *j = job_state_at(js, i);
+		if (!strcmp(j->state, "running") && job_rec_placed(j)) cap += j->layout.n * 2;
 	}
 	size_t nm = mbr_members(a->mbr, NULL, 0);
 	mbr_member_info *mi = calloc(nm ? nm : 1, sizeof *mi);
@@ -832,13 +682,12 @@ static void send_orders(agent *a)
 	if (!mi || !ob || !sorted || !list) goto out;
 	nm = mbr_members(a->mbr, mi, nm);
 	for (size_t i = 0; i < job_state_count(js); i++) {
-		const Skein__Jobs__Job *j = job_state_at(js, i);
+		const job_rec *j = job_state_at(js, i);
 		job_spec s;
 		char err[256];
-		lay L;
-		if (strcmp(j->state, "running") || !aj_placed(j)) continue;
-		if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0 ||
-		    aj_lay_from_job(&L, j, &s) < 0)
+		job_layout L;
+		if (strcmp(j->state, "running") || !job_rec_placed(j)) continue;
+		if (job_rec_spec(j, &s, err, sizeof err) < 0 || job_rec_layout(&L, j, &s) < 0)
 			continue;
 		uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s);
 		for (uint32_t k = 0; k < A + E && cnt < cap; k++)
@@ -846,7 +695,7 @@ static void send_orders(agent *a)
 				sorted[cnt] = &ob[cnt];
 				cnt++;
 			}
-		aj_lay_free(&L); /* the orders point into the committed record, not into L or s */
+		job_layout_free(&L); /* the orders point into the committed record, not into L or s */
 	}
 	qsort(sorted, cnt, sizeof *sorted, order_cmp);
 	for (size_t i = 0; i < nm; i++) {
@@ -881,7 +730,7 @@ static void send_orders(agent *a)
 		q.payload.len = len;
 		/* dropped when the connection is not up yet (a new head's first order
 		 * to each node): the next round comes in 100 ms, not a second */
-		if (agent_head_send(a, node, &q) < 0) dropped = true;
+		if (agent_peer_send(a, node, &q) < 0) dropped = true;
 		free(buf);
 	}
 	J->quick_rounds = dropped && J->quick_rounds < 5 ? J->quick_rounds + 1 : 0;
@@ -939,7 +788,7 @@ static void send_report(agent *a)
 		q.cmd = "report";
 		q.payload.data = buf;
 		q.payload.len = len;
-		agent_head_send(a, head, &q);
+		agent_peer_send(a, head, &q);
 	}
 	free(buf);
 out:
@@ -1041,13 +890,13 @@ static void handle_report(agent *a, const char *node, const uint8_t *data, size_
 	for (size_t k = 0; js && k < r->n_members && !act; k++) {
 		const Skein__Jobs__MemberStatus *m = r->members[k];
 		if (!strstr(m->id, "/trainer-") || (strcmp(m->state, "failed") && strcmp(m->state, "stopped"))) continue;
-		const Skein__Jobs__Job *j = job_state_get(js, m->job);
-		act = j && aj_placed(j) && m->gen == j->layout->trainer_gen; /* of the current generation */
+		const job_rec *j = job_state_get(js, m->job);
+		act = j && job_rec_placed(j) && m->gen == j->layout.trainer_gen; /* of the current generation */
 	}
 	for (size_t k = 0; js && k < job_state_count(js) && !act; k++) {
-		const Skein__Jobs__Job *j = job_state_at(js, k);
-		act = !strcmp(j->state, "running") && aj_placed(j) && !j->layout->master_port &&
-		      !strcmp(j->layout->slots[0]->node, node); /* rank 0's node: its port came */
+		const job_rec *j = job_state_at(js, k);
+		act = !strcmp(j->state, "running") && job_rec_placed(j) && !j->layout.master_port &&
+		      !strcmp(j->layout.node[0], node); /* rank 0's node: its port came */
 	}
 	/* a drain moves the next engine as soon as the last one runs */
 	if (!act && js && job_state_drained_count(js)) act = true;

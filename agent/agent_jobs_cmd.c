@@ -15,7 +15,7 @@
 enum { LOG_READ_MAX = 256 << 10 };
 
 
-static const Skein__Jobs__Job *find_job(const job_state *js, const char *name)
+static const job_rec *find_job(const job_state *js, const char *name)
 {
 	return js ? job_state_get(js, name) : NULL;
 }
@@ -24,20 +24,18 @@ static void cmd_submit(agent *a, const Skein__Control__Request *q, const agent_c
 {
 	const job_state *js = agent_head_jobs(a);
 	agent_jobs *J = a->jobs;
-	Skein__Jobs__JobSpec *pb = skein__jobs__job_spec__unpack(NULL, q->payload.len, q->payload.data);
 	job_spec s;
 	char err[300];
-	if (!pb) { agent_reply_fail(r, 2, "job submit: the job description could not be read"); return; }
-	int rc = job_spec_from_pb(&s, pb, err, sizeof err);
-	skein__jobs__job_spec__free_unpacked(pb, NULL);
+	int rc = job_codec_spec_unpack(&s, q->payload.data, q->payload.len, err, sizeof err);
+	if (rc == -2) { agent_reply_fail(r, 2, "job submit: the job description could not be read"); return; }
 	if (rc < 0 || job_spec_validate(&s, err, sizeof err) < 0) { agent_reply_fail(r, 2, "%s", err); return; }
 	/* a retried submission (same token) answers with the job it made */
 	const char *token = q->n_args >= 2 ? q->args[1] : "";
 	if (strlen(token) > 64) { agent_reply_fail(r, 2, "job submit: token longer than 64 bytes"); return; }
 	for (size_t i = 0; token[0] && js && i < job_state_count(js); i++) {
-		const Skein__Jobs__Job *o = job_state_at(js, i);
-		if (o->submit_token && !strcmp(o->submit_token, token)) {
-			sk_buf_printf(&r->body, "job %s submitted\n", o->spec->name);
+		const job_rec *o = job_state_at(js, i);
+		if (!strcmp(o->submit_token, token)) {
+			sk_buf_printf(&r->body, "job %s submitted\n", o->spec.name);
 			return;
 		}
 	}
@@ -55,18 +53,11 @@ static void cmd_submit(agent *a, const Skein__Control__Request *q, const agent_c
 		return;
 	}
 	J->next_seq = seq + 1;
-	Skein__Jobs__JobSpec spb = SKEIN__JOBS__JOB_SPEC__INIT;
-	job_spec_to_pb(&s, &spb);
-	Skein__Jobs__Job j = SKEIN__JOBS__JOB__INIT;
-	j.spec = &spb;
-	j.state = "pending";
-	j.reason = "";
-	j.seq = seq;
-	j.submit_token = (char *)token;
-	j.submitted_ms = sk_wall_ms(); /* shown to people */
+	job_rec j = { .spec = s, .state = (char *)"pending", .reason = (char *)"", .seq = seq,
+		      .submit_token = (char *)token, .submitted_ms = sk_wall_ms() /* shown to people */ };
 	uint8_t *data;
 	size_t len;
-	if (job_state_encode(&j, &data, &len) < 0) { agent_reply_fail(r, 1, "out of memory"); return; }
+	if (job_codec_encode(&j, &data, &len) < 0) { agent_reply_fail(r, 1, "out of memory"); return; }
 	char body[160];
 	snprintf(body, sizeof body, "job %s submitted\n", s.name);
 	agent_head_propose(a, c, r, JOB_ENTRY_SUBMIT, data, len, body, NULL);
@@ -80,7 +71,7 @@ typedef struct {
 	int pid;
 } member_view;
 
-static void view_member(agent *a, const Skein__Jobs__Job *j, const job_spec *s, const lay *L, bool trainer,
+static void view_member(agent *a, const job_rec *j, const job_spec *s, const job_layout *L, bool trainer,
 			uint32_t k, member_view *v)
 {
 	order_buf *b = calloc(1, sizeof *b);
@@ -112,13 +103,12 @@ static void view_member(agent *a, const Skein__Jobs__Job *j, const job_spec *s, 
 	free(b);
 }
 
-static void print_members(agent *a, const Skein__Jobs__Job *j, sk_buf *o, bool json, bool *first)
+static void print_members(agent *a, const job_rec *j, sk_buf *o, bool json, bool *first)
 {
 	job_spec s;
 	char err[256];
-	lay L;
-	if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0 ||
-	    aj_lay_from_job(&L, j, &s) < 0)
+	job_layout L;
+	if (job_rec_spec(j, &s, err, sizeof err) < 0 || job_rec_layout(&L, j, &s) < 0)
 		return;
 	uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s);
 	for (uint32_t m = 0; m < A + E; m++) {
@@ -148,7 +138,7 @@ static void print_members(agent *a, const Skein__Jobs__Job *j, sk_buf *o, bool j
 				      v.state, v.restarts, sk_text_escape(v.reason, why, sizeof why));
 		}
 	}
-	aj_lay_free(&L);
+	job_layout_free(&L);
 }
 
 static const char MEMBER_HDR[] = "%-28s %-8s %-16s %-10s %-8s %-10s %-8s %s\n";
@@ -162,8 +152,8 @@ void aj_cmd_placement(agent *a, const Skein__Control__Request *q, agent_reply *r
 	if (json) sk_buf_printf(&r->body, "{\"members\":[");
 	else sk_buf_printf(&r->body, MEMBER_HDR, "MEMBER", "ROLE", "NODE", "GPUS", "PID", "STATE", "RESTARTS", "REASON");
 	for (size_t i = 0; i < job_state_count(js); i++) {
-		const Skein__Jobs__Job *j = job_state_at(js, i);
-		if (only ? strcmp(j->spec->name, only) != 0 : !aj_job_active(j)) continue;
+		const job_rec *j = job_state_at(js, i);
+		if (only ? strcmp(j->spec.name, only) != 0 : !job_rec_active(j)) continue;
 		print_members(a, j, &r->body, json, &first);
 	}
 	/* drained nodes: their members are moving (or waiting to) */
@@ -182,13 +172,13 @@ void aj_cmd_placement(agent *a, const Skein__Control__Request *q, agent_reply *r
 	}
 }
 
-static void job_line(const Skein__Jobs__Job *j, sk_buf *o, bool json)
+static void job_line(const job_rec *j, sk_buf *o, bool json)
 {
-	const Skein__Jobs__JobSpec *s = j->spec;
+	const job_spec *s = &j->spec;
 	uint32_t A = s->actor_num_nodes * s->actor_num_gpus_per_node;
 	uint32_t R = s->colocate ? A : s->rollout_num_gpus;
 	uint32_t E = s->rollout_num_gpus_per_engine ? R / s->rollout_num_gpus_per_engine : 0;
-	unsigned long long gen = j->layout ? (unsigned long long)j->layout->trainer_gen : 0;
+	unsigned long long gen = j->has_layout ? (unsigned long long)j->layout.trainer_gen : 0;
 	if (json) {
 		sk_buf_printf(o, "{\"name\":");
 		sk_buf_json_str(o, s->name);
@@ -199,8 +189,8 @@ static void job_line(const Skein__Jobs__Job *j, sk_buf *o, bool json)
 		sk_buf_json_str(o, s->transfer_mode);
 		sk_buf_printf(o, ",\"trainer_generation\":%llu,\"master\":", gen);
 		char m[96] = "";
-		if (j->layout && j->layout->master_port)
-			snprintf(m, sizeof m, "%s:%u", j->layout->master_addr, j->layout->master_port);
+		if (j->has_layout && j->layout.master_port)
+			snprintf(m, sizeof m, "%s:%u", j->layout.master_addr, j->layout.master_port);
 		sk_buf_json_str(o, m);
 		sk_buf_printf(o, ",\"seq\":%llu}", (unsigned long long)j->seq);
 	} else {
@@ -228,7 +218,7 @@ void aj_cmd_job(agent *a, const Skein__Control__Request *q, const agent_client *
 		if (json) sk_buf_printf(&r->body, "]}\n");
 	} else if (!strcmp(op, "status") && q->n_args <= 2) {
 		size_t n = job_state_count(js);
-		const Skein__Jobs__Job *j = q->n_args == 2 ? find_job(js, q->args[1]) : n ? job_state_at(js, n - 1) : NULL;
+		const job_rec *j = q->n_args == 2 ? find_job(js, q->args[1]) : n ? job_state_at(js, n - 1) : NULL;
 		if (!j) { agent_reply_fail(r, 1, q->n_args == 2 ? "no such job: %s" : "no jobs%s", q->n_args == 2 ? q->args[1] : ""); return; }
 		bool first = true;
 		if (json) {
@@ -238,49 +228,49 @@ void aj_cmd_job(agent *a, const Skein__Control__Request *q, const agent_client *
 			print_members(a, j, &r->body, true, &first);
 			sk_buf_printf(&r->body, "]}\n");
 		} else {
-			sk_buf_printf(&r->body, "job:        %s\nstate:      %s\n", j->spec->name, j->state);
+			sk_buf_printf(&r->body, "job:        %s\nstate:      %s\n", j->spec.name, j->state);
 			if (j->reason[0]) {
 				sk_buf_printf(&r->body, "reason:     ");
 				sk_buf_text(&r->body, j->reason);
 				sk_buf_add(&r->body, "\n", 1);
 			}
-			if (j->layout && j->layout->master_port)
-				sk_buf_printf(&r->body, "master:     %s:%u\n", j->layout->master_addr, j->layout->master_port);
+			if (j->has_layout && j->layout.master_port)
+				sk_buf_printf(&r->body, "master:     %s:%u\n", j->layout.master_addr, j->layout.master_port);
 			sk_buf_printf(&r->body, "generation: %llu (trainer group)\n\n",
-				      j->layout ? (unsigned long long)j->layout->trainer_gen : 0ULL);
+				      j->has_layout ? (unsigned long long)j->layout.trainer_gen : 0ULL);
 			sk_buf_printf(&r->body, MEMBER_HDR, "MEMBER", "ROLE", "NODE", "GPUS", "PID", "STATE", "RESTARTS", "REASON");
 			print_members(a, j, &r->body, false, &first);
 		}
 	} else if (!strcmp(op, "stop") && q->n_args == 2) {
-		const Skein__Jobs__Job *j = find_job(js, q->args[1]);
+		const job_rec *j = find_job(js, q->args[1]);
 		if (!j) { agent_reply_fail(r, 1, "no such job: %s", q->args[1]); return; }
-		if (!aj_job_active(j)) { sk_buf_printf(&r->body, "job %s is %s already\n", j->spec->name, j->state); return; }
+		if (!job_rec_active(j)) { sk_buf_printf(&r->body, "job %s is %s already\n", j->spec.name, j->state); return; }
 		uint8_t *data;
 		size_t len;
-		if (aj_pack_job(j, "stopped", "stopped by the operator", NULL, &data, &len) < 0) {
+		if (job_codec_update(j, "stopped", "stopped by the operator", NULL, &data, &len) < 0) {
 			agent_reply_fail(r, 1, "out of memory");
 			return;
 		}
 		char body[160], name[JOB_NAME_MAX + 1];
 		snprintf(body, sizeof body, "job %s stopped (members get SIGTERM, then SIGKILL after %u ms)\n",
-			 j->spec->name, j->spec->stop_grace_ms);
-		snprintf(name, sizeof name, "%s", j->spec->name);
+			 j->spec.name, j->spec.stop_grace_ms);
+		snprintf(name, sizeof name, "%s", j->spec.name);
 		uint64_t index;
 		if (agent_head_propose(a, c, r, JOB_ENTRY_UPDATE, data, len, body, &index) == 0) aj_inflight_add(a, name, index);
 	} else if (!strcmp(op, "delete") && q->n_args == 2) {
-		const Skein__Jobs__Job *j = find_job(js, q->args[1]);
+		const job_rec *j = find_job(js, q->args[1]);
 		if (!j) { agent_reply_fail(r, 1, "no such job: %s", q->args[1]); return; }
-		if (aj_job_active(j)) {
-			agent_reply_fail(r, 1, "job %s is %s: stop it first (skeinctl job stop %s)", j->spec->name, j->state,
-					 j->spec->name);
+		if (job_rec_active(j)) {
+			agent_reply_fail(r, 1, "job %s is %s: stop it first (skeinctl job stop %s)", j->spec.name, j->state,
+					 j->spec.name);
 			return;
 		}
-		size_t len = strlen(j->spec->name);
+		size_t len = strlen(j->spec.name);
 		uint8_t *data = malloc(len);
 		if (!data) { agent_reply_fail(r, 1, "out of memory"); return; }
-		memcpy(data, j->spec->name, len);
+		memcpy(data, j->spec.name, len);
 		char body[160];
-		snprintf(body, sizeof body, "job %s deleted\n", j->spec->name);
+		snprintf(body, sizeof body, "job %s deleted\n", j->spec.name);
 		agent_head_propose(a, c, r, JOB_ENTRY_DELETE, data, len, body, NULL);
 	} else {
 		agent_reply_fail(r, 2, "usage: skeinctl job submit FLAGS | list | status [JOB] | stop JOB | delete JOB");
@@ -313,21 +303,20 @@ static void member_node(agent *a, const char *id, char *node, size_t cap)
 	char job[JOB_NAME_MAX + 1];
 	if (!slash || slash - id > JOB_NAME_MAX) return;
 	snprintf(job, sizeof job, "%.*s", (int)(slash - id), id);
-	const Skein__Jobs__Job *j = find_job(agent_head_jobs(a), job);
+	const job_rec *j = find_job(agent_head_jobs(a), job);
 	job_spec s;
 	char err[256];
-	lay L;
-	if (!j || job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0 ||
-	    aj_lay_from_job(&L, j, &s) < 0)
+	job_layout L;
+	if (!j || job_rec_spec(j, &s, err, sizeof err) < 0 || job_rec_layout(&L, j, &s) < 0)
 		return;
-	uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s), off = s.colocate ? 0 : A;
+	uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s);
 	for (uint32_t m = 0; m < A + E; m++) {
 		char mid[SUP_ID_MAX];
 		aj_member_id(mid, sizeof mid, s.name, m < A, m < A ? m : m - A);
-		uint32_t slot = m < A ? m : off + (m - A) * s.rollout_num_gpus_per_engine;
+		uint32_t slot = m < A ? m : place_engine_slot(&s, m - A);
 		if (!strcmp(mid, id) && slot < L.n) snprintf(node, cap, "%s", L.node[slot]);
 	}
-	aj_lay_free(&L);
+	job_layout_free(&L);
 }
 
 /* logs MEMBER OFFSET MAX: served by the agent that runs (or ran) the member;
@@ -347,7 +336,7 @@ void aj_cmd_logs(agent *a, const Skein__Control__Request *q, const agent_client 
 		char node[MBR_NAME_MAX + 1];
 		member_node(a, id, node, sizeof node);
 		if (node[0] && strcmp(node, a->opts.name)) {
-			agent_head_forward_node(a, q, c, r, node);
+			agent_peer_forward_node(a, q, c, r, node);
 			return;
 		}
 		if (!serve_log(a, id, off, mx, r))
@@ -407,18 +396,17 @@ void aj_cmd_status(agent *a, const Skein__Control__Request *q, agent_reply *r, b
 				   "LAST_UPDATE", "REASON");
 	}
 	for (size_t i = 0; js && i < job_state_count(js); i++) {
-		const Skein__Jobs__Job *j = job_state_at(js, i);
-		job_spec s;
-		char err[256];
-		lay L;
-		if (job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || aj_lay_from_job(&L, j, &s) < 0) continue;
+		const job_rec *j = job_state_at(js, i);
+		job_spec s = j->spec; /* as submitted: status counts what the record says */
+		job_layout L;
+		if (job_rec_layout(&L, j, &s) < 0) continue;
 		uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s), running = 0;
-		for (uint32_t m = 0; m < A + E && aj_placed(j); m++) {
+		for (uint32_t m = 0; m < A + E && job_rec_placed(j); m++) {
 			member_view v;
 			view_member(a, j, &s, &L, m < A, m < A ? m : m - A, &v);
 			if (!strcmp(v.state, "running") && v.pid > 0) running++;
 		}
-		aj_lay_free(&L);
+		job_layout_free(&L);
 		if (json) {
 			sk_buf_printf(o, "%s{\"name\":", i ? "," : "");
 			sk_buf_json_str(o, s.name);

@@ -1,11 +1,14 @@
 /* agent/agent_jobs_int: what agent_jobs.c (the head's reconcile and orders,
- * the agent's side) and agent_jobs_cmd.c (skeinctl's job, placement and logs
- * commands) share.  Not for other files. */
+ * the agent's side), agent_jobs_cmd.c (skeinctl's job, placement and logs
+ * commands) and agent_drain.c share.  Not for other files.  A job's layout is
+ * jobs/job_model.h's job_layout; jobs/job_codec.h reads and writes records. */
 #ifndef AGENT_JOBS_INT_H
 #define AGENT_JOBS_INT_H
 
 #include "agent/agent.h"
 #include "agent/agent_sup.h"
+#include "jobs/job_codec.h"
+#include "jobs/job_model.h"
 #include "jobs/job_place.h"
 #include "jobs/job_spec.h"
 #include "jobs/job_state.h"
@@ -63,18 +66,6 @@ struct agent_jobs {
 	size_t ndrained;
 };
 
-/* A job's layout as plain C, for computing the next one. */
-typedef struct {
-	uint32_t n, neng;
-	char (*node)[MBR_NAME_MAX + 1];
-	uint32_t *gpu;
-	uint64_t trainer_gen;
-	uint32_t trainer_failures;
-	char master_addr[64];
-	uint32_t master_port;
-	uint32_t *engine_gen, *engine_restarts;
-} lay;
-
 typedef struct {
 	Skein__Jobs__MemberOrder o;
 	char id[SUP_ID_MAX];
@@ -85,39 +76,28 @@ typedef struct {
 	char *env[40];
 } order_buf;
 
-void aj_lay_free(lay *L);
-int aj_lay_from_job(lay *L, const Skein__Jobs__Job *j, const job_spec *s);
-bool aj_placed(const Skein__Jobs__Job *j);
-bool aj_job_active(const Skein__Jobs__Job *j);
-/* Packs a Job equal to `old` but with this state, reason and layout (NULL: old's),
- * version + 1. */
-int aj_pack_job(const Skein__Jobs__Job *old, const char *state, const char *reason, const lay *L, uint8_t **out,
-		size_t *len);
 /* The state of member `id` as `node` last reported it (NULL if none). */
 const Skein__Jobs__MemberStatus *aj_status_of(agent *a, const char *node, const char *id);
 void aj_inflight_add(agent *a, const char *job, uint64_t index);
 void aj_member_id(char *out, size_t cap, const char *job, bool trainer, uint32_t k);
 /* The order of trainer rank / engine k of job j; false when it does not run now. */
-bool aj_build_order(const Skein__Jobs__Job *j, const job_spec *s, const lay *L, bool trainer, uint32_t k,
+bool aj_build_order(const job_rec *j, const job_spec *s, const job_layout *L, bool trainer, uint32_t k,
 		    order_buf *b, char *node, size_t nodecap);
 void aj_gpu_list(char *out, size_t cap, const uint32_t *g, uint32_t n);
 
 /* agent_jobs.c helpers the drain uses */
 void aj_kick_in(agent *a, double after);
-void aj_propose_update(agent *a, const Skein__Jobs__Job *old, const char *state, const char *reason, const lay *L,
+void aj_propose_update(agent *a, const job_rec *old, const char *state, const char *reason, const job_layout *L,
 		       const char *why);
-void aj_master_of(agent *a, lay *L, const place_node *nodes, size_t n);
-void aj_fresh_port(agent *a, lay *L);
-int aj_to_place(const lay *L, const place_node *nodes, size_t n, place_layout *pl);
-/* bitmask: 1 a trainer slot changed, 2 an engine slot (eng_changed[e] set) */
-int aj_from_place(const job_spec *s, lay *L, const place_layout *pl, const place_node *nodes, bool *eng_changed);
+void aj_master_of(agent *a, job_layout *L, const place_node *nodes, size_t n);
+void aj_fresh_port(agent *a, job_layout *L);
 
 /* agent_drain.c: skeinctl drain / undrain, and the head's moves off drained nodes */
 void aj_drain_tick(agent *a);                 /* head: before a reconcile round */
 void aj_drain_mark(agent *a, place_node *nodes, size_t n); /* drained nodes offer no GPUs */
 /* Moves one step of job j off drained nodes (the whole trainer group, or one
  * engine once every engine runs); true when it proposed a change. */
-bool aj_drain_step(agent *a, const Skein__Jobs__Job *j, const job_spec *s, place_node *nodes, size_t n);
+bool aj_drain_step(agent *a, const job_rec *j, const job_spec *s, place_node *nodes, size_t n);
 void aj_cmd_drain(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r);
 /* Agent side: the drained set as the head's last order said. */
 void aj_drained_set(agent *a, char **names, size_t n);

@@ -204,6 +204,17 @@ static void mbr_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	agent_pump(a);
 }
 
+/* Deferred delivery of membership changes (agent_pump queues it): changes
+ * that come while the head or the jobs handle this one queue the next. */
+static void members_changed_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	agent *a = t->data;
+	(void)loop; (void)revents;
+	if (!a->head) return;
+	agent_head_members_changed(a);
+	agent_jobs_members_changed(a);
+}
+
 void agent_pump(agent *a)
 {
 	mbr_out o;
@@ -224,11 +235,9 @@ void agent_pump(agent *a)
 				mbr_event_str(ev.type), addr, (unsigned long long)ev.generation, ev.incarnation);
 		if (ev.type == MBR_EV_JOIN || ev.type == MBR_EV_ALIVE) a->joined = true;
 	}
-	if (changed && a->head && !a->in_head_update) {
-		a->in_head_update = true;
-		agent_head_members_changed(a);
-		agent_jobs_members_changed(a);
-		a->in_head_update = false;
+	if (changed && !ev_is_active(&a->members_changed)) {
+		ev_timer_set(&a->members_changed, 0.0, 0.0);
+		ev_timer_start(a->loop, &a->members_changed);
 	}
 	uint64_t now = sk_mono_ms(), d = mbr_next_deadline(a->mbr);
 	double after = d > now ? (double)(d - now) / 1000.0 : 0.0;
@@ -584,9 +593,12 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 	a->loop = ev_default_loop(EVFLAG_AUTO);
 	ev_init(&a->mbr_timer, mbr_timer_cb);
 	a->mbr_timer.data = a;
+	ev_init(&a->members_changed, members_changed_cb);
+	a->members_changed.data = a;
 	raise_nofile(); /* after every usage check: their error stays the only line */
 	if (agent_net_open(a, err, sizeof err) < 0) goto fatal;
 	if (agent_ctl_open(a, err, sizeof err) < 0) goto fatal;
+	if (agent_peer_open(a, err, sizeof err) < 0) goto fatal;
 	int orc = agent_head_open(a, err, sizeof err);
 	if (orc < 0) {
 		/* raft storage opened and read here */
@@ -634,9 +646,11 @@ fatal:
 static void teardown(agent *a)
 {
 	if (a->loop) {
+		ev_timer_stop(a->loop, &a->members_changed); /* nothing delivered while closing */
 		agent_metrics_close(a);
 		agent_jobs_close(a);
 		agent_head_close(a);
+		agent_peer_close(a);
 		agent_ctl_close(a);
 		agent_net_close(a);
 	}

@@ -295,7 +295,7 @@ static void jobs(agent *a, sk_buf *b)
 	lv jb[6];
 	for (int i = 0; i < 6; i++) jb[i] = (lv){ JS[i], 0 };
 	for (size_t i = 0; i < job_state_count(js); i++) {
-		const Skein__Jobs__Job *j = job_state_at(js, i);
+		const job_rec *j = job_state_at(js, i);
 		for (int k = 0; k < 6; k++)
 			if (!strcmp(j->state, JS[k])) jb[k].v++;
 	}

@@ -15,8 +15,8 @@
 #include "common/sk_time.h"
 #include "agent/agent_crypto.h"
 #include "agent/agent_rpc.h"
+#include "jobs/job_codec.h"
 #include "jobs/job_spec.h"
-#include "proto/jobs.pb-c.h"
 
 /* The packaged data dir's socket (deploy/), else the TCP default. */
 static const char DEFAULT_SOCKET[] = "/var/lib/skein/control.sock";
@@ -270,12 +270,9 @@ static int cmd_job_submit(char **args, int nargs, const char *format)
 	job_spec_defaults(&s);
 	if (job_spec_parse_args(&s, nargs, args, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0)
 		return die(2, "job submit: %s", err);
-	Skein__Jobs__JobSpec pb = SKEIN__JOBS__JOB_SPEC__INIT;
-	job_spec_to_pb(&s, &pb);
-	size_t len = skein__jobs__job_spec__get_packed_size(&pb);
-	uint8_t *buf = malloc(len ? len : 1);
-	if (!buf) return die(1, "out of memory%s", "");
-	skein__jobs__job_spec__pack(&pb, buf);
+	size_t len;
+	uint8_t *buf;
+	if (job_codec_spec_pack(&s, &buf, &len) < 0) return die(1, "out of memory%s", "");
 	/* a token of this submission: when skeinctl retries (a head failover
 	 * between the commit and the answer), the head finds the job the first
 	 * try created instead of creating a second one */

@@ -373,6 +373,21 @@ uint32_t place_engine(const job_spec *s, const place_layout *L, uint32_t engine,
 	return cnt;
 }
 
+uint32_t place_engine_slot(const job_spec *s, uint32_t engine)
+{
+	place_shape sh;
+	if (place_shape_of(s, &sh) != 0 || engine >= sh.ne) return UINT32_MAX;
+	return sh.off + engine * sh.tp;
+}
+
+int64_t place_slot_engine(const job_spec *s, uint32_t slot)
+{
+	place_shape sh;
+	if (place_shape_of(s, &sh) != 0 || slot < sh.off || slot >= sh.n) return -1;
+	uint32_t e = (slot - sh.off) / sh.tp;
+	return e < sh.ne ? (int64_t)e : -1;
+}
+
 uint64_t place_gpus_on(const place_layout *L, int node)
 {
 	uint64_t m = 0;

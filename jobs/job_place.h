@@ -72,6 +72,13 @@ uint32_t place_trainer_rank(const job_spec *s, const place_layout *L, uint32_t r
 uint32_t place_engine(const job_spec *s, const place_layout *L, uint32_t engine, int *node, uint32_t *gpus,
 		      uint32_t cap);
 
+/* Slot arithmetic of a valid spec, the one place the formula lives: the
+ * first of engine e's tp slots (offset + e*tp), UINT32_MAX when e is not an
+ * engine of s; the engine whose slots hold `slot`, -1 when none does (a
+ * trainer slot in split mode, or past the end). */
+uint32_t place_engine_slot(const job_spec *s, uint32_t engine);
+int64_t place_slot_engine(const job_spec *s, uint32_t slot);
+
 /* GPUs of node `node` this layout uses (bit g), for the busy masks of other jobs. */
 uint64_t place_gpus_on(const place_layout *L, int node);
 

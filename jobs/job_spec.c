@@ -25,7 +25,6 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
-#include "proto/jobs.pb-c.h"
 
 typedef enum { K_STR, K_U32, K_I32, K_BOOL, K_SIZE, K_DUR, K_BACKOFF, K_FILE } job_key_type;
 
@@ -663,68 +662,3 @@ uint32_t job_spec_slots(const job_spec *s)
 	return a + r;
 }
 
-/* ---- protobuf ---- */
-
-void job_spec_to_pb(const job_spec *s, struct Skein__Jobs__JobSpec *pb)
-{
-	skein__jobs__job_spec__init(pb);
-	/* protobuf-c's string fields are char *; packing only reads them */
-	pb->name = (char *)s->name;
-	pb->actor_num_nodes = s->actor_num_nodes;
-	pb->actor_num_gpus_per_node = s->actor_num_gpus_per_node;
-	pb->rollout_num_gpus = s->rollout_num_gpus;
-	pb->rollout_num_gpus_per_engine = s->rollout_num_gpus_per_engine;
-	pb->num_gpus_per_node = s->num_gpus_per_node;
-	pb->colocate = s->colocate;
-	pb->transfer_mode = (char *)s->transfer_mode;
-	pb->buffer_size = s->buffer_size;
-	pb->disk_dir = (char *)s->disk_dir;
-	pb->trainer_cmd = (char *)s->trainer_cmd;
-	pb->rollout_cmd = (char *)s->rollout_cmd;
-	pb->max_restarts = s->max_restarts;
-	pb->backoff_min_ms = s->backoff_min_ms;
-	pb->backoff_max_ms = s->backoff_max_ms;
-	pb->stop_grace_ms = s->stop_grace_ms;
-}
-
-static int job_pb_str(char *dst, size_t cap, const char *src, const char *flag, char *err, size_t errlen)
-{
-	size_t n = src ? strlen(src) : 0;
-	if (n >= cap) {
-		job_err(err, errlen, "--%s: %zu bytes is longer than the limit of %zu", flag, n, cap - 1);
-		return -1;
-	}
-	if (n) memcpy(dst, src, n);
-	dst[n] = 0;
-	return 0;
-}
-
-int job_spec_from_pb(job_spec *s, const struct Skein__Jobs__JobSpec *pb, char *err, size_t errlen)
-{
-	job_spec t;
-	if (!s || !pb) {
-		job_err(err, errlen, "bad arguments");
-		return -1;
-	}
-	memset(&t, 0, sizeof t);
-	if (job_pb_str(t.name, sizeof t.name, pb->name, "name", err, errlen) != 0 ||
-	    job_pb_str(t.transfer_mode, sizeof t.transfer_mode, pb->transfer_mode, "update-weight-transfer-mode", err,
-		       errlen) != 0 ||
-	    job_pb_str(t.disk_dir, sizeof t.disk_dir, pb->disk_dir, "update-weight-disk-dir", err, errlen) != 0 ||
-	    job_pb_str(t.trainer_cmd, sizeof t.trainer_cmd, pb->trainer_cmd, "trainer-cmd", err, errlen) != 0 ||
-	    job_pb_str(t.rollout_cmd, sizeof t.rollout_cmd, pb->rollout_cmd, "rollout-cmd", err, errlen) != 0)
-		return -1;
-	t.actor_num_nodes = pb->actor_num_nodes;
-	t.actor_num_gpus_per_node = pb->actor_num_gpus_per_node;
-	t.rollout_num_gpus = pb->rollout_num_gpus;
-	t.rollout_num_gpus_per_engine = pb->rollout_num_gpus_per_engine;
-	t.num_gpus_per_node = pb->num_gpus_per_node;
-	t.colocate = pb->colocate;
-	t.buffer_size = pb->buffer_size;
-	t.max_restarts = pb->max_restarts;
-	t.backoff_min_ms = pb->backoff_min_ms;
-	t.backoff_max_ms = pb->backoff_max_ms;
-	t.stop_grace_ms = pb->stop_grace_ms;
-	*s = t;
-	return 0;
-}

@@ -71,10 +71,7 @@ uint32_t job_spec_trainer_ranks(const job_spec *s);  /* actor nodes x GPUs per n
 uint32_t job_spec_engines(const job_spec *s);        /* rollout GPUs / GPUs per engine */
 uint32_t job_spec_slots(const job_spec *s);          /* split: A + R; colocated: max(A, R) */
 
-/* protobuf (proto/jobs.proto JobSpec); decode does not validate. */
-struct Skein__Jobs__JobSpec;
-void job_spec_to_pb(const job_spec *s, struct Skein__Jobs__JobSpec *pb);  /* pointers into s */
-int job_spec_from_pb(job_spec *s, const struct Skein__Jobs__JobSpec *pb, char *err, size_t errlen);
+/* protobuf (proto/jobs.proto JobSpec): jobs/job_codec.h. */
 
 /* "train", "1s", "512MiB" parsers shared with other flag readers. */
 int job_parse_size(const char *v, uint64_t *out);

@@ -1,7 +1,8 @@
 /* jobs/job_state: the replicated map of jobs (see job_state.h).
  *
- * Records are unpacked protobuf messages in an array ordered by seq; a few
- * thousand jobs at most, so lookups are linear.  An update replaces the
+ * Records are plain C (job_rec, jobs/job_model.h; job_codec.c reads and
+ * writes the bytes) in an array ordered by seq; a few thousand jobs at
+ * most, so lookups are linear.  An update replaces the
  * whole record: the head sends what it computed, and replicas never derive
  * placement themselves (their membership views differ; the log does not). */
 #include "jobs/job_state.h"
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <stdio.h>
 
+#include "jobs/job_codec.h"
 #include "jobs/job_spec.h"
 
 typedef struct {
@@ -18,7 +20,7 @@ typedef struct {
 } drained;
 
 struct job_state {
-	Skein__Jobs__Job **jobs;
+	job_rec **jobs;
 	size_t n, cap;
 	drained *dr;              /* JOB_STATE_DRAINED_MAX, allocated on the first drain */
 	size_t ndr;
@@ -31,9 +33,16 @@ job_state *job_state_new(void)
 	return calloc(1, sizeof(job_state));
 }
 
+static void rec_free(job_rec *r)
+{
+	if (!r) return;
+	job_rec_free(r);
+	free(r);
+}
+
 static void clear(job_state *js)
 {
-	for (size_t i = 0; i < js->n; i++) skein__jobs__job__free_unpacked(js->jobs[i], NULL);
+	for (size_t i = 0; i < js->n; i++) rec_free(js->jobs[i]);
 	js->n = 0;
 }
 
@@ -51,34 +60,38 @@ void job_state_free(job_state **pjs)
 static long find(const job_state *js, const char *name)
 {
 	for (size_t i = 0; i < js->n; i++)
-		if (!strcmp(js->jobs[i]->spec->name, name)) return (long)i;
+		if (!strcmp(js->jobs[i]->spec.name, name)) return (long)i;
 	return -1;
 }
 
-/* A record every replica accepts: a valid spec with a name, a known state. */
-static Skein__Jobs__Job *decode_job(const uint8_t *data, size_t len)
+/* A record every replica accepts: a valid spec with a name, a known state,
+ * a layout of the spec's slots (or none). */
+static job_rec *decode_job(const uint8_t *data, size_t len)
 {
-	Skein__Jobs__Job *j = skein__jobs__job__unpack(NULL, len, data);
+	job_rec *j = malloc(sizeof *j);
 	if (!j) return NULL;
-	job_spec s;
+	if (job_codec_decode(j, data, len) < 0) {
+		free(j);
+		return NULL;
+	}
+	job_spec s = j->spec;
 	char err[256];
 	static const char *const states[] = { "pending", "running", "stopping", "stopped", "failed", "completed" };
 	bool state_ok = false;
 	for (size_t i = 0; i < sizeof states / sizeof states[0]; i++) state_ok |= !strcmp(j->state, states[i]);
-	if (!state_ok || !j->spec || job_spec_from_pb(&s, j->spec, err, sizeof err) < 0 || !job_name_ok(s.name) ||
-	    job_spec_validate(&s, err, sizeof err) < 0 ||
-	    (j->layout && j->layout->n_slots && j->layout->n_slots != job_spec_slots(&s))) {
-		skein__jobs__job__free_unpacked(j, NULL);
+	if (!state_ok || !job_name_ok(s.name) || job_spec_validate(&s, err, sizeof err) < 0 ||
+	    (j->has_layout && j->layout.n && j->layout.n != job_spec_slots(&s))) {
+		rec_free(j);
 		return NULL;
 	}
 	return j;
 }
 
-static int insert(job_state *js, Skein__Jobs__Job *j)
+static int insert(job_state *js, job_rec *j)
 {
 	if (js->n == js->cap) {
 		size_t cap = js->cap ? js->cap * 2 : 16;
-		Skein__Jobs__Job **p = realloc(js->jobs, cap * sizeof *p);
+		job_rec **p = realloc(js->jobs, cap * sizeof *p);
 		if (!p) return -1;
 		js->jobs = p;
 		js->cap = cap;
@@ -104,26 +117,23 @@ static long find_drained(const job_state *js, const char *node)
 /* 0 applied, -1 refused (bad bytes, full, or an undrain of a node not drained). */
 static int apply_drain(job_state *js, const uint8_t *data, size_t len)
 {
-	Skein__Jobs__Drain *d = skein__jobs__drain__unpack(NULL, len, data);
-	int rc = -1;
-	if (!d || !d->node[0] || strlen(d->node) > JOB_NODE_MAX) goto out;
-	long i = find_drained(js, d->node);
-	if (!d->on) {
-		if (i < 0) goto out;
+	char node[JOB_NODE_MAX + 1];
+	bool on;
+	uint64_t since_ms;
+	if (job_codec_drain_decode(data, len, node, &on, &since_ms) < 0) return -1;
+	long i = find_drained(js, node);
+	if (!on) {
+		if (i < 0) return -1;
 		memmove(&js->dr[i], &js->dr[i + 1], (js->ndr - (size_t)i - 1) * sizeof *js->dr);
 		js->ndr--;
-		rc = 0;
-		goto out;
+		return 0;
 	}
-	if (i >= 0) { rc = 0; goto out; } /* drained already: the first time stays */
-	if (!js->dr && !(js->dr = calloc(JOB_STATE_DRAINED_MAX, sizeof *js->dr))) goto out;
-	if (js->ndr >= JOB_STATE_DRAINED_MAX) goto out;
-	snprintf(js->dr[js->ndr].node, sizeof js->dr[js->ndr].node, "%s", d->node);
-	js->dr[js->ndr++].since_ms = d->since_ms;
-	rc = 0;
-out:
-	if (d) skein__jobs__drain__free_unpacked(d, NULL);
-	return rc;
+	if (i >= 0) return 0; /* drained already: the first time stays */
+	if (!js->dr && !(js->dr = calloc(JOB_STATE_DRAINED_MAX, sizeof *js->dr))) return -1;
+	if (js->ndr >= JOB_STATE_DRAINED_MAX) return -1;
+	snprintf(js->dr[js->ndr].node, sizeof js->dr[js->ndr].node, "%s", node);
+	js->dr[js->ndr++].since_ms = since_ms;
+	return 0;
 }
 
 size_t job_state_drained_count(const job_state *js) { return js->ndr; }
@@ -142,15 +152,7 @@ bool job_state_is_drained(const job_state *js, const char *node)
 
 int job_state_encode_drain(const char *node, bool on, uint64_t since_ms, uint8_t **out, size_t *len)
 {
-	Skein__Jobs__Drain d = SKEIN__JOBS__DRAIN__INIT;
-	d.node = (char *)node;
-	d.on = on;
-	d.since_ms = since_ms;
-	*len = skein__jobs__drain__get_packed_size(&d);
-	*out = malloc(*len ? *len : 1);
-	if (!*out) return -1;
-	skein__jobs__drain__pack(&d, *out);
-	return 0;
+	return job_codec_drain_encode(node, on, since_ms, out, len);
 }
 
 int job_state_apply(job_state *js, uint8_t type, const uint8_t *data, size_t len)
@@ -169,17 +171,17 @@ int job_state_apply(job_state *js, uint8_t type, const uint8_t *data, size_t len
 		memcpy(name, data, len);
 		name[len] = 0;
 		if ((i = find(js, name)) < 0) goto refuse;
-		skein__jobs__job__free_unpacked(js->jobs[i], NULL);
+		rec_free(js->jobs[i]);
 		memmove(&js->jobs[i], &js->jobs[i + 1], (js->n - (size_t)i - 1) * sizeof *js->jobs);
 		js->n--;
 		return 0;
 	}
-	Skein__Jobs__Job *j = decode_job(data, len);
+	job_rec *j = decode_job(data, len);
 	if (!j) goto refuse;
-	long i = find(js, j->spec->name);
+	long i = find(js, j->spec.name);
 	if (type == JOB_ENTRY_SUBMIT) {
 		if (i >= 0 || js->n >= JOB_STATE_JOBS_MAX || insert(js, j) < 0) {
-			skein__jobs__job__free_unpacked(j, NULL);
+			rec_free(j);
 			goto refuse;
 		}
 		return 0;
@@ -187,10 +189,10 @@ int job_state_apply(job_state *js, uint8_t type, const uint8_t *data, size_t len
 	/* compare-and-set: the head builds an update on the record it saw; a
 	 * second update built on the same record (a stop racing a restart) loses */
 	if (i < 0 || j->seq != js->jobs[i]->seq || j->version != js->jobs[i]->version + 1) {
-		skein__jobs__job__free_unpacked(j, NULL);
+		rec_free(j);
 		goto refuse;
 	}
-	skein__jobs__job__free_unpacked(js->jobs[i], NULL);
+	rec_free(js->jobs[i]);
 	js->jobs[i] = j;
 	return 0;
 refuse:
@@ -202,24 +204,15 @@ uint64_t job_state_refused(const job_state *js) { return js->refused; }
 size_t job_state_count(const job_state *js) { return js->n; }
 uint64_t job_state_next_seq(const job_state *js) { return js->max_seq + 1; }
 
-const Skein__Jobs__Job *job_state_at(const job_state *js, size_t i)
+const job_rec *job_state_at(const job_state *js, size_t i)
 {
 	return i < js->n ? js->jobs[i] : NULL;
 }
 
-const Skein__Jobs__Job *job_state_get(const job_state *js, const char *name)
+const job_rec *job_state_get(const job_state *js, const char *name)
 {
 	long i = find(js, name);
 	return i < 0 ? NULL : js->jobs[i];
-}
-
-int job_state_encode(const Skein__Jobs__Job *j, uint8_t **out, size_t *len)
-{
-	*len = skein__jobs__job__get_packed_size(j);
-	*out = malloc(*len ? *len : 1);
-	if (!*out) return -1;
-	skein__jobs__job__pack(j, *out);
-	return 0;
 }
 
 static void put32(uint8_t *p, uint32_t v)
@@ -234,49 +227,39 @@ static uint32_t get32(const uint8_t *p)
 
 int job_state_serialize(const job_state *js, uint8_t **out, size_t *len)
 {
-	size_t total = 9;
-	for (size_t i = 0; i < js->n; i++) total += 4 + skein__jobs__job__get_packed_size(js->jobs[i]);
-	uint8_t **dp = NULL;
-	size_t *dl = NULL;
-	if (js->ndr) {
-		dp = calloc(js->ndr, sizeof *dp);
-		dl = calloc(js->ndr, sizeof *dl);
-		bool ok = dp && dl;
-		for (size_t i = 0; ok && i < js->ndr; i++) {
-			ok = job_state_encode_drain(js->dr[i].node, true, js->dr[i].since_ms, &dp[i], &dl[i]) == 0;
-			total += 4 + dl[i];
+	/* every job, then every drained node, packed first: then one buffer */
+	size_t m = js->n + js->ndr, total = 9 + (js->ndr ? 4 : 0);
+	uint8_t **ep = calloc(m ? m : 1, sizeof *ep);
+	size_t *el = calloc(m ? m : 1, sizeof *el);
+	bool ok = ep && el;
+	for (size_t i = 0; ok && i < m; i++) {
+		ok = (i < js->n ? job_codec_encode(js->jobs[i], &ep[i], &el[i])
+				: job_codec_drain_encode(js->dr[i - js->n].node, true, js->dr[i - js->n].since_ms, &ep[i],
+							 &el[i])) == 0;
+		if (ok) total += 4 + el[i];
+	}
+	uint8_t *b = ok ? malloc(total) : NULL, *p = b;
+	if (b) {
+		memcpy(p, "SKJB", 4);
+		p[4] = js->ndr ? 2 : 1;
+		put32(p + 5, (uint32_t)js->n);
+		p += 9;
+		for (size_t i = 0; i < m; i++) {
+			if (i == js->n) {
+				put32(p, (uint32_t)js->ndr);
+				p += 4;
+			}
+			put32(p, (uint32_t)el[i]);
+			memcpy(p + 4, ep[i], el[i]);
+			p += 4 + el[i];
 		}
-		total += 4;
-		if (!ok) { total = 0; goto done; }
+		*out = b;
+		*len = total;
 	}
-	uint8_t *b = malloc(total), *p = b;
-	if (!b) { total = 0; goto done; }
-	memcpy(p, "SKJB", 4);
-	p[4] = js->ndr ? 2 : 1;
-	put32(p + 5, (uint32_t)js->n);
-	p += 9;
-	for (size_t i = 0; i < js->n; i++) {
-		size_t n = skein__jobs__job__pack(js->jobs[i], p + 4);
-		put32(p, (uint32_t)n);
-		p += 4 + n;
-	}
-	if (js->ndr) {
-		put32(p, (uint32_t)js->ndr);
-		p += 4;
-		for (size_t i = 0; i < js->ndr; i++) {
-			put32(p, (uint32_t)dl[i]);
-			memcpy(p + 4, dp[i], dl[i]);
-			p += 4 + dl[i];
-		}
-	}
-	*out = b;
-done:
-	for (size_t i = 0; dp && i < js->ndr; i++) free(dp[i]);
-	free(dp);
-	free(dl);
-	if (!total) return -1;
-	*len = total;
-	return 0;
+	for (size_t i = 0; ep && i < m; i++) free(ep[i]);
+	free(ep);
+	free(el);
+	return b ? 0 : -1;
 }
 
 int job_state_restore(job_state *js, const uint8_t *data, size_t len, char *err, size_t errlen)
@@ -294,9 +277,9 @@ int job_state_restore(job_state *js, const uint8_t *data, size_t len, char *err,
 			goto fail;
 		}
 		uint32_t l = get32(data + off);
-		Skein__Jobs__Job *j = decode_job(data + off + 4, l);
-		if (!j || find(&tmp, j->spec->name) >= 0 || insert(&tmp, j) < 0) {
-			if (j) skein__jobs__job__free_unpacked(j, NULL);
+		job_rec *j = decode_job(data + off + 4, l);
+		if (!j || find(&tmp, j->spec.name) >= 0 || insert(&tmp, j) < 0) {
+			rec_free(j);
 			snprintf(err, errlen, "jobs snapshot: job %u unreadable or repeated", i);
 			goto fail;
 		}

@@ -1,7 +1,8 @@
 /* jobs/job_state: the jobs part of the replicated cluster state.
  *
- * A map of job name -> Job record (proto/jobs.proto: the spec, its state,
- * its placement layout), changed only by committed log entries, so every
+ * A map of job name -> job record (job_rec, jobs/job_model.h: the spec,
+ * its state, its placement layout; proto/jobs.proto Job on the wire, read
+ * and written by jobs/job_codec.c), changed only by committed log entries, so every
  * voter holds the same records and a new head continues from them:
  *   JOB_ENTRY_SUBMIT (32)  a packed Job; refused when the name exists or the
  *                          spec is invalid
@@ -21,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/jobs.pb-c.h"
+#include "jobs/job_model.h"
 
 enum {
 	JOB_ENTRY_SUBMIT = 32,
@@ -30,7 +31,6 @@ enum {
 	JOB_ENTRY_DRAIN = 35,
 	JOB_STATE_JOBS_MAX = 4096,
 	JOB_STATE_DRAINED_MAX = 1024,
-	JOB_NODE_MAX = 128,          /* a node name, as membership allows it */
 };
 
 typedef struct job_state job_state;
@@ -44,8 +44,8 @@ uint64_t job_state_refused(const job_state *js);
 
 size_t job_state_count(const job_state *js);
 /* In submission order; valid until the next apply or restore. */
-const Skein__Jobs__Job *job_state_at(const job_state *js, size_t i);
-const Skein__Jobs__Job *job_state_get(const job_state *js, const char *name);
+const job_rec *job_state_at(const job_state *js, size_t i);
+const job_rec *job_state_get(const job_state *js, const char *name);
 /* The seq the next submission takes (1 + the highest seen). */
 uint64_t job_state_next_seq(const job_state *js);
 
@@ -56,8 +56,7 @@ const char *job_state_drained_at(const job_state *js, size_t i, uint64_t *since_
 bool job_state_is_drained(const job_state *js, const char *node);
 int job_state_encode_drain(const char *node, bool on, uint64_t since_ms, uint8_t **out, size_t *len);
 
-/* Entry payloads (malloc'd in *out). */
-int job_state_encode(const Skein__Jobs__Job *j, uint8_t **out, size_t *len);
+/* Job entry payloads: jobs/job_codec.h (job_codec_encode, _update). */
 
 /* Snapshot: "SKJB", u8 version 1, u32 count, per job u32 length + packed Job;
  * version 2 (written only while a node is drained, so that voters of an

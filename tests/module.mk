@@ -3,7 +3,7 @@
 T_MAIN_OBJ := $(O)/tests/t_main.o
 
 # All project libraries, most dependent first (static link order).
-SK_LIBS = $(LIB_JOBS) $(LIB_RAFT) $(LIB_AGENT) $(LIB_MEMBERSHIP) $(LIB_PROTO) $(LIB_COMMON)
+SK_LIBS = $(LIB_AGENT) $(LIB_JOBS) $(LIB_RAFT) $(LIB_MEMBERSHIP) $(LIB_PROTO) $(LIB_COMMON)
 
 UNIT_SRC := $(wildcard tests/unit/*_test.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(O)/tests/%)

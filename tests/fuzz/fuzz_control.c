@@ -43,7 +43,7 @@ static void submit(const uint8_t *p, size_t n)
 	j.seq = 1;
 	j.version = 1;
 	uint8_t *e;
-	if (job_state_encode(&j, &e, &len) == 0) {
+	if (job_codec_pack(&j, &e, &len) == 0) {
 		job_state_apply(jobs(), JOB_ENTRY_SUBMIT, e, len);
 		job_state_apply(jobs(), JOB_ENTRY_DELETE, (const uint8_t *)s.name, strlen(s.name));
 		free(e);

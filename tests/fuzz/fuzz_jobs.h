@@ -4,6 +4,7 @@
 
 #include "tests/fuzz/fuzz.h"
 
+#include "jobs/job_codec.h"
 #include "jobs/job_spec.h"
 #include "proto/jobs.pb-c.h"
 

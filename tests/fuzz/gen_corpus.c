@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "jobs/job_codec.h"
 #include "jobs/job_spec.h"
 #include "jobs/job_state.h"
 #include "membership/mbr_codec.h"
@@ -127,7 +128,7 @@ static size_t job_entry(uint8_t *out, size_t cap)
 	j.version = 1;
 	uint8_t *e;
 	size_t len;
-	if (!sp || job_state_encode(&j, &e, &len) != 0 || len > cap) die("job entry");
+	if (!sp || job_codec_pack(&j, &e, &len) != 0 || len > cap) die("job entry");
 	memcpy(out, e, len);
 	free(e);
 	skein__jobs__job_spec__free_unpacked(sp, NULL);

@@ -9,6 +9,7 @@
 #include "tests/t.h"
 
 #include "common/sk_rng.h"
+#include "jobs/job_codec.h"
 #include "jobs/job_spec.h"
 #include "jobs/job_state.h"
 #include "proto/jobs.pb-c.h"
@@ -74,9 +75,9 @@ static int apply_job(job_state *js, uint8_t type, const job_spec *s, const char 
 	size_t len;
 	job_build(&b, s, state, seq, nslots);
 	/* an update is built on the record it replaces (version + 1) */
-	const Skein__Jobs__Job *cur = job_state_get(js, s->name);
+	const job_rec *cur = job_state_get(js, s->name);
 	if (type == JOB_ENTRY_UPDATE && cur) b.job.version = cur->version + 1;
-	T_EQ(job_state_encode(&b.job, &p, &len), 0);
+	T_EQ(job_codec_pack(&b.job, &p, &len), 0);
 	int rc = job_state_apply(js, type, p, len);
 	free(p);
 	return rc;
@@ -95,18 +96,30 @@ static int del(job_state *js, const char *name)
 }
 
 /* The packed bytes of a job, for comparing records. */
-static uint8_t *packed(const Skein__Jobs__Job *j, size_t *len)
+static uint8_t *packed(const job_rec *j, size_t *len)
 {
 	uint8_t *p;
 	T_CHECK(j != NULL);
-	T_EQ(job_state_encode(j, &p, len), 0);
+	T_EQ(job_codec_encode(j, &p, len), 0);
 	return p;
 }
 
-static void check_same_job(const Skein__Jobs__Job *a, const Skein__Jobs__Job *b)
+static void check_same_job(const job_rec *a, const job_rec *b)
 {
 	size_t la, lb;
 	uint8_t *pa = packed(a, &la), *pb = packed(b, &lb);
+	T_EQ(la, lb);
+	T_CHECK(memcmp(pa, pb, la) == 0);
+	free(pa);
+	free(pb);
+}
+
+/* A record that reads back as the generated Job it came from: the same bytes. */
+static void check_same_as_pb(const job_rec *a, const Skein__Jobs__Job *b)
+{
+	size_t la, lb;
+	uint8_t *pa = packed(a, &la), *pb;
+	T_EQ(job_codec_pack(b, &pb, &lb), 0);
 	T_EQ(la, lb);
 	T_CHECK(memcmp(pa, pb, la) == 0);
 	free(pa);
@@ -128,9 +141,9 @@ static void check_invariants(const job_state *js)
 	T_LE(n, JOB_STATE_JOBS_MAX);
 	T_CHECK(job_state_at(js, n) == NULL);
 	for (size_t i = 0; i < n; i++) {
-		const Skein__Jobs__Job *j = job_state_at(js, i);
-		T_CHECK(j && j->spec && j->spec->name && j->state);
-		T_CHECK(job_state_get(js, j->spec->name) == j);
+		const job_rec *j = job_state_at(js, i);
+		T_CHECK(j && j->spec.name[0] && j->state);
+		T_CHECK(job_state_get(js, j->spec.name) == j);
 		T_LE(j->seq + 1, job_state_next_seq(js));
 		if (i) T_LE(job_state_at(js, i - 1)->seq, j->seq);
 	}
@@ -149,18 +162,18 @@ T_TEST(submit_then_get)
 	T_EQ(job_state_count(js), 1);
 	T_EQ(job_state_refused(js), 0);
 	T_EQ(job_state_next_seq(js), 2);
-	const Skein__Jobs__Job *j = job_state_get(js, "grpo");
+	const job_rec *j = job_state_get(js, "grpo");
 	T_CHECK(j != NULL);
 	T_CHECK(job_state_at(js, 0) == j);
-	T_STREQ(j->spec->name, "grpo");
-	T_STREQ(j->spec->trainer_cmd, "python train.py");
-	T_STREQ(j->spec->rollout_cmd, "python -m sglang.launch_server");
-	T_EQ(j->spec->rollout_num_gpus, 8);
-	T_EQ(j->spec->rollout_num_gpus_per_engine, 2);
+	T_STREQ(j->spec.name, "grpo");
+	T_STREQ(j->spec.trainer_cmd, "python train.py");
+	T_STREQ(j->spec.rollout_cmd, "python -m sglang.launch_server");
+	T_EQ(j->spec.rollout_num_gpus, 8);
+	T_EQ(j->spec.rollout_num_gpus_per_engine, 2);
 	T_STREQ(j->state, "pending");
 	T_EQ(j->seq, 1);
 	T_EQ(j->submitted_ms, 1700000000001ull);
-	T_CHECK(j->layout == NULL);
+	T_CHECK(!j->has_layout);
 	T_CHECK(job_state_get(js, "grpo2") == NULL);
 	T_CHECK(job_state_get(js, "grp") == NULL);
 
@@ -169,10 +182,10 @@ T_TEST(submit_then_get)
 	good_spec(&s, "with-layout");
 	T_EQ(apply_job(js, JOB_ENTRY_SUBMIT, &s, "running", 7, 16), 0);
 	j = job_state_get(js, "with-layout");
-	T_CHECK(j && j->layout);
-	T_EQ(j->layout->n_slots, 16);
-	T_STREQ(j->layout->slots[15]->node, "node-1");
-	T_EQ(j->layout->slots[15]->gpu, 7);
+	T_CHECK(j && j->has_layout);
+	T_EQ(j->layout.n, 16);
+	T_STREQ(j->layout.node[15], "node-1");
+	T_EQ(j->layout.gpu[15], 7);
 	T_EQ(job_state_next_seq(js), 8);
 	job_state_free(&js);
 	T_CHECK(js == NULL);
@@ -183,7 +196,7 @@ T_TEST(submit_same_name_refused)
 {
 	job_state *js = job_state_new();
 	T_EQ(submit(js, "a", 1), 0);
-	const Skein__Jobs__Job *before = job_state_get(js, "a");
+	const job_rec *before = job_state_get(js, "a");
 	size_t lb;
 	uint8_t *pb = packed(before, &lb);
 	/* same name, other seq and state: refused, record untouched */
@@ -200,7 +213,7 @@ T_TEST(submit_same_name_refused)
 	uint8_t *pa = packed(job_state_get(js, "a"), &la);
 	T_EQ(la, lb);
 	T_CHECK(memcmp(pa, pb, la) == 0);
-	T_EQ(job_state_get(js, "a")->spec->max_restarts, 10);
+	T_EQ(job_state_get(js, "a")->spec.max_restarts, 10);
 	free(pa);
 	free(pb);
 	/* another name is fine */
@@ -244,7 +257,7 @@ T_TEST(update_other_seq_refused)
 	T_EQ(apply_job(js, JOB_ENTRY_UPDATE, &s, "running", 0, 16), -1);
 	T_EQ(job_state_refused(js), 3);
 	T_STREQ(job_state_get(js, "a")->state, "pending");
-	T_CHECK(job_state_get(js, "a")->layout == NULL);
+	T_CHECK(!job_state_get(js, "a")->has_layout);
 	T_EQ(job_state_get(js, "a")->seq, 4);
 	T_EQ(job_state_next_seq(js), 5);
 	job_state_free(&js);
@@ -271,30 +284,30 @@ T_TEST(update_replaces)
 	buf.job.version = job_state_get(js, s.name)->version + 1;
 	uint8_t *p;
 	size_t len;
-	T_EQ(job_state_encode(&buf.job, &p, &len), 0);
+	T_EQ(job_codec_pack(&buf.job, &p, &len), 0);
 	T_EQ(job_state_apply(js, JOB_ENTRY_UPDATE, p, len), 0);
 	free(p);
 	T_EQ(job_state_refused(js), 0);
 	T_EQ(job_state_count(js), 3);
-	const Skein__Jobs__Job *j = job_state_get(js, "b");
-	check_same_job(j, &buf.job);
+	const job_rec *j = job_state_get(js, "b");
+	check_same_as_pb(j, &buf.job);
 	T_CHECK(job_state_at(js, 1) == j);  /* same place */
 	T_STREQ(j->state, "running");
 	T_STREQ(j->reason, "placed");
-	T_EQ(j->layout->trainer_gen, 5);
-	T_EQ(j->layout->master_port, 29500);
-	T_EQ(j->layout->n_engine_gen, 4);
-	T_EQ(j->layout->engine_restarts[3], 2);
+	T_EQ(j->layout.trainer_gen, 5);
+	T_EQ(j->layout.master_port, 29500);
+	T_EQ(j->layout.neng, 4);
+	T_EQ(j->layout.engine_restarts[3], 2);
 	/* the spec may change too (the head rewrites it); the others stay */
 	good_spec(&s, "b");
 	s.max_restarts = 1;
 	T_EQ(apply_job(js, JOB_ENTRY_UPDATE, &s, "stopping", 2, 0), 0);
 	j = job_state_get(js, "b");
 	T_STREQ(j->state, "stopping");
-	T_EQ(j->spec->max_restarts, 1);
-	T_CHECK(j->layout == NULL);
-	T_STREQ(job_state_at(js, 0)->spec->name, "a");
-	T_STREQ(job_state_at(js, 2)->spec->name, "c");
+	T_EQ(j->spec.max_restarts, 1);
+	T_CHECK(!j->has_layout);
+	T_STREQ(job_state_at(js, 0)->spec.name, "a");
+	T_STREQ(job_state_at(js, 2)->spec.name, "c");
 	/* every state name is accepted */
 	static const char *const states[] = { "pending", "running", "stopping", "stopped", "failed", "completed" };
 	for (size_t i = 0; i < sizeof states / sizeof states[0]; i++) {
@@ -314,8 +327,8 @@ T_TEST(delete_job)
 	T_EQ(del(js, "b"), 0);
 	T_EQ(job_state_count(js), 2);
 	T_CHECK(job_state_get(js, "b") == NULL);
-	T_STREQ(job_state_at(js, 0)->spec->name, "a");
-	T_STREQ(job_state_at(js, 1)->spec->name, "c");
+	T_STREQ(job_state_at(js, 0)->spec.name, "a");
+	T_STREQ(job_state_at(js, 1)->spec.name, "c");
 	T_EQ(job_state_next_seq(js), 4);  /* seqs are not reused */
 	T_EQ(job_state_refused(js), 0);
 	/* absent, empty, prefix, too long */
@@ -406,7 +419,7 @@ T_TEST(invalid_records_refused)
 	good_spec(&s, "a");
 	job_build(&b, &s, "pending", 1, 0);
 	b.job.spec = NULL;
-	T_EQ(job_state_encode(&b.job, &p, &len), 0);
+	T_EQ(job_codec_pack(&b.job, &p, &len), 0);
 	REFUSED(job_state_apply(js, JOB_ENTRY_SUBMIT, p, len));
 	free(p);
 	/* not a Job at all */
@@ -447,7 +460,7 @@ T_TEST(other_types_ignored)
 	uint8_t *p;
 	size_t len;
 	job_build(&b, &s, "pending", 1, 0);
-	T_EQ(job_state_encode(&b.job, &p, &len), 0);
+	T_EQ(job_codec_pack(&b.job, &p, &len), 0);
 	static const uint8_t types[] = { 0, 1, 2, 31, 36, 37, 64, 128, 255 }; /* 35: drains */
 	for (size_t i = 0; i < sizeof types; i++) {
 		T_EQ(job_state_apply(js, types[i], p, len), 1);
@@ -472,7 +485,7 @@ T_TEST(order_by_seq)
 	for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) T_EQ(submit(js, in[i].name, in[i].seq), 0);
 	static const char *const want[] = { "a", "b", "c", "e", "g", "i" };
 	T_EQ(job_state_count(js), 6);
-	for (size_t i = 0; i < 6; i++) T_STREQ(job_state_at(js, i)->spec->name, want[i]);
+	for (size_t i = 0; i < 6; i++) T_STREQ(job_state_at(js, i)->spec.name, want[i]);
 	T_EQ(job_state_next_seq(js), 10);
 	/* delete in the middle, update in place: order kept */
 	T_EQ(del(js, "c"), 0);
@@ -480,12 +493,12 @@ T_TEST(order_by_seq)
 	good_spec(&s, "e");
 	T_EQ(apply_job(js, JOB_ENTRY_UPDATE, &s, "running", 5, 16), 0);
 	static const char *const want2[] = { "a", "b", "e", "g", "i" };
-	for (size_t i = 0; i < 5; i++) T_STREQ(job_state_at(js, i)->spec->name, want2[i]);
+	for (size_t i = 0; i < 5; i++) T_STREQ(job_state_at(js, i)->spec.name, want2[i]);
 	/* equal seqs keep their arrival order */
 	T_EQ(submit(js, "x", 7), 0);
-	T_STREQ(job_state_at(js, 3)->spec->name, "g");
-	T_STREQ(job_state_at(js, 4)->spec->name, "x");
-	T_STREQ(job_state_at(js, 5)->spec->name, "i");
+	T_STREQ(job_state_at(js, 3)->spec.name, "g");
+	T_STREQ(job_state_at(js, 4)->spec.name, "x");
+	T_STREQ(job_state_at(js, 5)->spec.name, "i");
 	check_invariants(js);
 	/* many, in a shuffled order, well past the first growth */
 	job_state_free(&js);
@@ -534,7 +547,7 @@ T_TEST(jobs_max)
 	T_EQ(job_state_count(js), JOB_STATE_JOBS_MAX);
 	T_EQ(del(js, "j17"), 0);
 	T_EQ(submit(js, "one-more", JOB_STATE_JOBS_MAX + 1), 0);
-	T_STREQ(job_state_at(js, JOB_STATE_JOBS_MAX - 1)->spec->name, "one-more");
+	T_STREQ(job_state_at(js, JOB_STATE_JOBS_MAX - 1)->spec.name, "one-more");
 	job_state_free(&js);
 }
 
@@ -558,7 +571,7 @@ static job_state *sample_state(void)
 	b.job.version = job_state_get(js, "beta")->version + 1;
 	uint8_t *p;
 	size_t len;
-	T_EQ(job_state_encode(&b.job, &p, &len), 0);
+	T_EQ(job_codec_pack(&b.job, &p, &len), 0);
 	T_EQ(job_state_apply(js, JOB_ENTRY_UPDATE, p, len), 0);
 	free(p);
 	good_spec(&s, "colo");
@@ -587,7 +600,7 @@ T_TEST(snapshot_round_trip)
 	check_invariants(b);
 	T_EQ(job_state_refused(b), 0);  /* the counter is local */
 	T_STREQ(job_state_get(b, "beta")->reason, "trainer restarted");
-	T_EQ(job_state_get(b, "beta")->layout->engine_gen[2], 4);
+	T_EQ(job_state_get(b, "beta")->layout.engine_gen[2], 4);
 	/* serialize(restore(x)) == x */
 	T_EQ(job_state_serialize(b, &snap2, &len2), 0);
 	T_EQ(len2, len);
@@ -776,7 +789,7 @@ T_TEST(bad_snapshots_fail_unchanged)
 	}
 	/* after all of that, js is still itself */
 	T_EQ(job_state_next_seq(js), next);
-	T_STREQ(job_state_at(js, 0)->spec->name, "keep-me");
+	T_STREQ(job_state_at(js, 0)->spec.name, "keep-me");
 	T_EQ(job_state_restore(js, snap, len, (char[64]){ 0 }, 64), 0);
 	T_EQ(job_state_count(js), job_state_count(src));
 	free(want);
@@ -876,8 +889,8 @@ T_TEST(update_on_a_stale_version_refused)
 	b1.job.version = b2.job.version = job_state_get(js, "a")->version + 1;
 	uint8_t *p1, *p2;
 	size_t l1, l2;
-	T_EQ(job_state_encode(&b1.job, &p1, &l1), 0);
-	T_EQ(job_state_encode(&b2.job, &p2, &l2), 0);
+	T_EQ(job_codec_pack(&b1.job, &p1, &l1), 0);
+	T_EQ(job_codec_pack(&b2.job, &p2, &l2), 0);
 	T_EQ(job_state_apply(js, JOB_ENTRY_UPDATE, p1, l1), 0);
 	T_EQ(job_state_apply(js, JOB_ENTRY_UPDATE, p2, l2), -1);
 	T_STREQ(job_state_get(js, "a")->state, "stopped");

@@ -127,6 +127,30 @@ T_TEST(worked_example_split)
 	free(L.slots);
 }
 
+/* The slot formula both ways, split and colocated, and its edges. */
+T_TEST(engine_slots)
+{
+	job_spec s;
+	spec_set(&s, 1, 8, 8, 2, false); /* split: 8 trainer slots, then 4 engines of 2 */
+	for (uint32_t e = 0; e < 4; e++) T_EQ(place_engine_slot(&s, e), 8 + 2 * e);
+	T_EQ(place_engine_slot(&s, 4), UINT32_MAX);
+	T_EQ(place_slot_engine(&s, 0), -1);
+	T_EQ(place_slot_engine(&s, 7), -1);
+	T_EQ(place_slot_engine(&s, 8), 0);
+	T_EQ(place_slot_engine(&s, 9), 0);
+	T_EQ(place_slot_engine(&s, 15), 3);
+	T_EQ(place_slot_engine(&s, 16), -1);
+	spec_set(&s, 1, 8, 8, 2, true); /* colocated: engines share the trainer's slots */
+	for (uint32_t e = 0; e < 4; e++) T_EQ(place_engine_slot(&s, e), 2 * e);
+	T_EQ(place_engine_slot(&s, 4), UINT32_MAX);
+	T_EQ(place_slot_engine(&s, 0), 0);
+	T_EQ(place_slot_engine(&s, 7), 3);
+	T_EQ(place_slot_engine(&s, 8), -1);
+	s.rollout_num_gpus_per_engine = 0; /* not a valid spec */
+	T_EQ(place_engine_slot(&s, 0), UINT32_MAX);
+	T_EQ(place_slot_engine(&s, 0), -1);
+}
+
 T_TEST(worked_example_colocated)
 {
 	place_node nodes[2];

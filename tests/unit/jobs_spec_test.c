@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/sk_rng.h"
+#include "jobs/job_codec.h"
 #include "jobs/job_spec.h"
 #include "proto/jobs.pb-c.h"
 

@@ -1,0 +1,250 @@
+/* jobs/job_codec: the one file of jobs/ that sees proto/jobs.pb-c.h for the
+ * job model (see job_codec.h).
+ *
+ * protobuf-c's string fields are char *; packing only reads them, so the
+ * encoders point into the caller's C structs instead of copying.  The
+ * decoders copy out, bounded by the C fields: a string that does not fit
+ * is an error (a spec) or cut (a node name longer than membership allows
+ * cannot be placed anyway, and job_state refuses such records). */
+#include "jobs/job_codec.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/jobs.pb-c.h"
+
+static void codec_err(char *err, size_t errlen, const char *what, size_t n, size_t cap)
+{
+	if (err && errlen) snprintf(err, errlen, "--%s: %zu bytes is longer than the limit of %zu", what, n, cap);
+}
+
+void job_spec_to_pb(const job_spec *s, struct Skein__Jobs__JobSpec *pb)
+{
+	skein__jobs__job_spec__init(pb);
+	/* protobuf-c's string fields are char *; packing only reads them */
+	pb->name = (char *)s->name;
+	pb->actor_num_nodes = s->actor_num_nodes;
+	pb->actor_num_gpus_per_node = s->actor_num_gpus_per_node;
+	pb->rollout_num_gpus = s->rollout_num_gpus;
+	pb->rollout_num_gpus_per_engine = s->rollout_num_gpus_per_engine;
+	pb->num_gpus_per_node = s->num_gpus_per_node;
+	pb->colocate = s->colocate;
+	pb->transfer_mode = (char *)s->transfer_mode;
+	pb->buffer_size = s->buffer_size;
+	pb->disk_dir = (char *)s->disk_dir;
+	pb->trainer_cmd = (char *)s->trainer_cmd;
+	pb->rollout_cmd = (char *)s->rollout_cmd;
+	pb->max_restarts = s->max_restarts;
+	pb->backoff_min_ms = s->backoff_min_ms;
+	pb->backoff_max_ms = s->backoff_max_ms;
+	pb->stop_grace_ms = s->stop_grace_ms;
+}
+
+static int job_pb_str(char *dst, size_t cap, const char *src, const char *flag, char *err, size_t errlen)
+{
+	size_t n = src ? strlen(src) : 0;
+	if (n >= cap) {
+		codec_err(err, errlen, flag, n, cap - 1);
+		return -1;
+	}
+	if (n) memcpy(dst, src, n);
+	dst[n] = 0;
+	return 0;
+}
+
+int job_spec_from_pb(job_spec *s, const struct Skein__Jobs__JobSpec *pb, char *err, size_t errlen)
+{
+	job_spec t;
+	if (!s || !pb) {
+		if (err && errlen) snprintf(err, errlen, "bad arguments");
+		return -1;
+	}
+	memset(&t, 0, sizeof t);
+	if (job_pb_str(t.name, sizeof t.name, pb->name, "name", err, errlen) != 0 ||
+	    job_pb_str(t.transfer_mode, sizeof t.transfer_mode, pb->transfer_mode, "update-weight-transfer-mode", err,
+		       errlen) != 0 ||
+	    job_pb_str(t.disk_dir, sizeof t.disk_dir, pb->disk_dir, "update-weight-disk-dir", err, errlen) != 0 ||
+	    job_pb_str(t.trainer_cmd, sizeof t.trainer_cmd, pb->trainer_cmd, "trainer-cmd", err, errlen) != 0 ||
+	    job_pb_str(t.rollout_cmd, sizeof t.rollout_cmd, pb->rollout_cmd, "rollout-cmd", err, errlen) != 0)
+		return -1;
+	t.actor_num_nodes = pb->actor_num_nodes;
+	t.actor_num_gpus_per_node = pb->actor_num_gpus_per_node;
+	t.rollout_num_gpus = pb->rollout_num_gpus;
+	t.rollout_num_gpus_per_engine = pb->rollout_num_gpus_per_engine;
+	t.num_gpus_per_node = pb->num_gpus_per_node;
+	t.colocate = pb->colocate;
+	t.buffer_size = pb->buffer_size;
+	t.max_restarts = pb->max_restarts;
+	t.backoff_min_ms = pb->backoff_min_ms;
+	t.backoff_max_ms = pb->backoff_max_ms;
+	t.stop_grace_ms = pb->stop_grace_ms;
+	*s = t;
+	return 0;
+}
+
+static char *dup_str(const char *s)
+{
+	return strdup(s ? s : "");
+}
+
+/* The record's layout as it is: its slots, and as many engines as the
+ * longer of its two engine lists (the shorter reads 0 past its end). */
+static int layout_decode(job_layout *L, const Skein__Jobs__Layout *pl)
+{
+	size_t ne = pl->n_engine_gen > pl->n_engine_restarts ? pl->n_engine_gen : pl->n_engine_restarts;
+	if (pl->n_slots > UINT32_MAX || ne > UINT32_MAX || job_layout_alloc(L, (uint32_t)pl->n_slots, (uint32_t)ne) < 0)
+		return -1;
+	for (uint32_t i = 0; i < L->n; i++) {
+		snprintf(L->node[i], sizeof L->node[i], "%s", pl->slots[i]->node);
+		L->gpu[i] = pl->slots[i]->gpu;
+	}
+	L->trainer_gen = pl->trainer_gen;
+	L->trainer_failures = pl->trainer_failures;
+	snprintf(L->master_addr, sizeof L->master_addr, "%s", pl->master_addr);
+	L->master_port = pl->master_port;
+	for (uint32_t e = 0; e < L->neng; e++) {
+		L->engine_gen[e] = e < pl->n_engine_gen ? pl->engine_gen[e] : 0;
+		L->engine_restarts[e] = e < pl->n_engine_restarts ? pl->engine_restarts[e] : 0;
+	}
+	return 0;
+}
+
+int job_codec_decode(job_rec *r, const uint8_t *data, size_t len)
+{
+	memset(r, 0, sizeof *r);
+	Skein__Jobs__Job *j = skein__jobs__job__unpack(NULL, len, data);
+	if (!j) return -1;
+	int rc = -1;
+	if (!j->spec || job_spec_from_pb(&r->spec, j->spec, NULL, 0) < 0) goto out;
+	r->state = dup_str(j->state);
+	r->reason = dup_str(j->reason);
+	r->submit_token = dup_str(j->submit_token);
+	if (!r->state || !r->reason || !r->submit_token) goto out;
+	r->has_layout = j->layout != NULL;
+	if (j->layout && layout_decode(&r->layout, j->layout) < 0) goto out;
+	r->submitted_ms = j->submitted_ms;
+	r->seq = j->seq;
+	r->version = j->version;
+	rc = 0;
+out:
+	skein__jobs__job__free_unpacked(j, NULL);
+	if (rc < 0) job_rec_free(r);
+	return rc;
+}
+
+/* Packs r with layout L (NULL: none) into *out. */
+static int encode_with(const job_rec *r, const job_layout *L, uint8_t **out, size_t *len)
+{
+	Skein__Jobs__Job j = SKEIN__JOBS__JOB__INIT;
+	Skein__Jobs__JobSpec sp;
+	Skein__Jobs__Layout pl = SKEIN__JOBS__LAYOUT__INIT;
+	Skein__Jobs__Slot *slots = NULL, **ptrs = NULL;
+	job_spec_to_pb(&r->spec, &sp);
+	j.spec = &sp;
+	j.state = r->state;
+	j.reason = r->reason;
+	j.submitted_ms = r->submitted_ms;
+	j.seq = r->seq;
+	j.version = r->version;
+	j.submit_token = r->submit_token;
+	*out = NULL;
+	if (L) {
+		slots = calloc(L->n ? L->n : 1, sizeof *slots);
+		ptrs = calloc(L->n ? L->n : 1, sizeof *ptrs);
+		if (!slots || !ptrs) goto out;
+		for (uint32_t i = 0; i < L->n; i++) {
+			skein__jobs__slot__init(&slots[i]);
+			slots[i].node = L->node[i];
+			slots[i].gpu = L->gpu[i];
+			ptrs[i] = &slots[i];
+		}
+		pl.n_slots = L->n;
+		pl.slots = ptrs;
+		pl.trainer_gen = L->trainer_gen;
+		pl.master_addr = (char *)L->master_addr;
+		pl.master_port = L->master_port;
+		pl.n_engine_gen = L->neng;
+		pl.engine_gen = L->engine_gen;
+		pl.n_engine_restarts = L->neng;
+		pl.engine_restarts = L->engine_restarts;
+		pl.trainer_failures = L->trainer_failures;
+		j.layout = &pl;
+	}
+	job_codec_pack(&j, out, len);
+out:
+	free(slots);
+	free(ptrs);
+	return *out ? 0 : -1;
+}
+
+int job_codec_encode(const job_rec *r, uint8_t **out, size_t *len)
+{
+	return encode_with(r, r->has_layout ? &r->layout : NULL, out, len);
+}
+
+int job_codec_update(const job_rec *old, const char *state, const char *reason, const job_layout *L,
+		     uint8_t **out, size_t *len)
+{
+	job_rec u = *old; /* shallow: only read while packing */
+	u.version = old->version + 1; /* compare-and-set against the record we read */
+	u.state = (char *)state;
+	u.reason = (char *)(reason ? reason : "");
+	return encode_with(&u, L ? L : old->has_layout ? &old->layout : NULL, out, len);
+}
+
+int job_codec_pack(const Skein__Jobs__Job *j, uint8_t **out, size_t *len)
+{
+	*len = skein__jobs__job__get_packed_size(j);
+	*out = malloc(*len ? *len : 1);
+	if (!*out) return -1;
+	skein__jobs__job__pack(j, *out);
+	return 0;
+}
+
+int job_codec_drain_decode(const uint8_t *data, size_t len, char node[JOB_NODE_MAX + 1], bool *on, uint64_t *since_ms)
+{
+	Skein__Jobs__Drain *d = skein__jobs__drain__unpack(NULL, len, data);
+	int rc = -1;
+	if (d && d->node[0] && strlen(d->node) <= JOB_NODE_MAX) {
+		snprintf(node, JOB_NODE_MAX + 1, "%s", d->node);
+		*on = d->on;
+		*since_ms = d->since_ms;
+		rc = 0;
+	}
+	if (d) skein__jobs__drain__free_unpacked(d, NULL);
+	return rc;
+}
+
+int job_codec_drain_encode(const char *node, bool on, uint64_t since_ms, uint8_t **out, size_t *len)
+{
+	Skein__Jobs__Drain d = SKEIN__JOBS__DRAIN__INIT;
+	d.node = (char *)node;
+	d.on = on;
+	d.since_ms = since_ms;
+	*len = skein__jobs__drain__get_packed_size(&d);
+	*out = malloc(*len ? *len : 1);
+	if (!*out) return -1;
+	skein__jobs__drain__pack(&d, *out);
+	return 0;
+}
+
+int job_codec_spec_unpack(job_spec *s, const uint8_t *data, size_t len, char *err, size_t errlen)
+{
+	Skein__Jobs__JobSpec *pb = skein__jobs__job_spec__unpack(NULL, len, data);
+	if (!pb) return -2;
+	int rc = job_spec_from_pb(s, pb, err, errlen);
+	skein__jobs__job_spec__free_unpacked(pb, NULL);
+	return rc < 0 ? -1 : 0;
+}
+
+int job_codec_spec_pack(const job_spec *s, uint8_t **out, size_t *len)
+{
+	Skein__Jobs__JobSpec pb;
+	job_spec_to_pb(s, &pb);
+	*len = skein__jobs__job_spec__get_packed_size(&pb);
+	*out = malloc(*len ? *len : 1);
+	if (!*out) return -1;
+	skein__jobs__job_spec__pack(&pb, *out);
+	return 0;
+}
