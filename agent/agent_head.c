@@ -585,16 +585,21 @@ uint64_t agent_head_term(agent *a)
 
 /* The voter to hand the head to when none is named: alive in gossip the
  * longest (a voter that restarted a moment ago may not have its connections
- * back yet, and its vote requests or their answers would be dropped); NULL
- * lets raft pick by log. */
+ * back yet, and its vote requests or their answers would be dropped), among
+ * those that answered Raft within a heartbeat timeout (one killed a moment
+ * ago is still alive in gossip until it is suspected); NULL lets raft pick
+ * by log. */
 const char *agent_head_handover_target(agent *a, char *buf, size_t cap)
 {
 	const raft_voters *v = raft_get_voters(a->head->raft);
-	uint64_t best_since = UINT64_MAX;
+	uint64_t best_since = UINT64_MAX, now = sk_mono_ms();
+	int64_t fresh = (int64_t)raft_get_config(a->head->raft)->heartbeat_timeout_ms;
 	buf[0] = 0;
 	for (size_t i = 0; i < v->n; i++) {
 		mbr_member_info mi;
 		if (!strcmp(v->names[i], a->opts.name) || mbr_lookup(a->mbr, v->names[i], &mi) < 0) continue;
+		int64_t contact = raft_last_contact_ms(a->head->raft, v->names[i], now);
+		if (contact < 0 || contact > fresh) continue;
 		if (mi.status != MBR_ALIVE || mi.status_since_ms >= best_since) continue;
 		best_since = mi.status_since_ms;
 		snprintf(buf, cap, "%s", v->names[i]);
