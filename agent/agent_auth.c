@@ -8,6 +8,7 @@
 const char *agent_role_str(agent_role r)
 {
 	switch (r) {
+	case ROLE_LOOK: return "look";
 	case ROLE_READ: return "read";
 	case ROLE_WRITE: return "write";
 	case ROLE_AGENT: return "agent";
@@ -24,13 +25,15 @@ agent_role agent_auth_needs(const char *cmd, const char *const *args, size_t nar
 	 * by the agent that forwarded it, which only another agent can be */
 	if (forwarded || is(cmd, "raft") || is(cmd, "assign") || is(cmd, "report")) return ROLE_AGENT;
 	if (is(cmd, "members") || is(cmd, "info") || is(cmd, "health") || is(cmd, "peers") ||
-	    is(cmd, "placement") || is(cmd, "logs") || is(cmd, "status"))
-		return ROLE_READ;
-	if (is(cmd, "drain")) return is(a0, "status") ? ROLE_READ : ROLE_WRITE;
-	if (is(cmd, "head")) return nargs == 0 ? ROLE_READ : ROLE_WRITE;
+	    is(cmd, "placement") || is(cmd, "status"))
+		return ROLE_LOOK;
+	/* what members wrote and the state's values may hold secrets */
+	if (is(cmd, "logs")) return ROLE_READ;
 	if (is(cmd, "state")) return is(a0, "get") || is(a0, "list") ? ROLE_READ : ROLE_WRITE;
-	if (is(cmd, "job")) return is(a0, "list") || is(a0, "status") ? ROLE_READ : ROLE_WRITE;
-	if (is(cmd, "keyring")) return is(a0, "list") ? ROLE_READ : ROLE_WRITE;
+	if (is(cmd, "drain")) return is(a0, "status") ? ROLE_LOOK : ROLE_WRITE;
+	if (is(cmd, "head")) return nargs == 0 ? ROLE_LOOK : ROLE_WRITE;
+	if (is(cmd, "job")) return is(a0, "list") || is(a0, "status") ? ROLE_LOOK : ROLE_WRITE;
+	if (is(cmd, "keyring")) return is(a0, "list") ? ROLE_LOOK : ROLE_WRITE;
 	/* join, leave, voters, debug, and whatever is unknown (it gets its
 	 * "unknown command" answer only from someone allowed to change things) */
 	return ROLE_WRITE;

@@ -6,9 +6,10 @@
  *          when the agent runs --insecure;
  *   WRITE  sealed with an operator key (--operator-key-file), or on the
  *          Unix socket from root, skeind's own user or --operator-group;
- *   READ   sealed with a read-only operator key, or plaintext on TCP to an
- *          agent that has no key at all (a laptop: it can be looked at, not
- *          steered);
+ *   READ   sealed with a read-only operator key;
+ *   LOOK   plaintext on TCP to an agent that has no key at all (a laptop):
+ *          the cluster's shape (members, head, placement, job list), not
+ *          what members wrote (logs) nor the state's values;
  *   NONE   refused.
  * Each command needs a role (agent_auth_needs): agent-only orders (raft,
  * assign, report, anything forwarded) need AGENT; what changes the cluster
@@ -26,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { ROLE_NONE = 0, ROLE_READ, ROLE_WRITE, ROLE_AGENT } agent_role;
+typedef enum { ROLE_NONE = 0, ROLE_LOOK, ROLE_READ, ROLE_WRITE, ROLE_AGENT } agent_role;
 
 enum {
 	AUTH_NONCE = 16,

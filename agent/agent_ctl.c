@@ -570,7 +570,7 @@ static const char *needs_what(agent_role need)
 	return need == ROLE_AGENT ? "is for agents only (the cluster key)"
 	       : need == ROLE_WRITE ? "changes the cluster: it needs an operator key (--operator-key-file), the "
 				      "cluster key, or this node's control socket"
-				    : "needs a read key (--operator-read-key-file) or better";
+				    : "needs a read key (--operator-read-key-file) or better, or this node's control socket";
 }
 
 static void handle_one(agent *a, wire_id id, const wire_peer *p, uint8_t *data, size_t n)
@@ -625,7 +625,7 @@ static void handle_one(agent *a, wire_id id, const wire_peer *p, uint8_t *data, 
 			    "SKEIN_OPERATOR_KEY_FILE), or its control socket on its node");
 		goto answer;
 	} else {
-		c.role = ROLE_READ; /* a lone agent without keys: look, do not touch */
+		c.role = ROLE_LOOK; /* a lone agent without keys: look, do not touch or read */
 	}
 	if (a->opts.insecure) {
 		c.role = ROLE_AGENT;

@@ -40,6 +40,8 @@ for who in root nobody; do
 	check "lone keyless agent, TCP, $who: job submit refused ($out)" \
 		expect_err $rc 1 "$out" 'changes the cluster'
 	check "... but $who may look (members)" bash -c "${pre[*]} '$SKEINCTL' --rpc 127.0.0.1:$(rport 9) members | grep -q '^n9 '"
+	out=$("${pre[@]}" "$SKEINCTL" --rpc "127.0.0.1:$(rport 9)" state get anything 2>&1); rc=$?
+	check "... not read the state's values ($out)" expect_err $rc 1 "$out" 'needs a read key'
 done
 out=$("${NOBODY[@]}" "$SKEINCTL" --rpc "unix:$SOCKD/n9.sock" "${SUB[@]}" 2>&1); rc=$?
 check "nobody on the 0600 Unix socket: refused ($out)" expect_err_i $rc 1 "$out" 'permission denied'

@@ -54,7 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	Skein__Control__Request *q = skein__control__request__unpack(NULL, size, data);
 	if (q) {
 		agent_role need = agent_auth_needs(q->cmd, (const char *const *)q->args, q->n_args, q->forwarded);
-		FUZZ_CHECK(need >= ROLE_READ && need <= ROLE_AGENT);
+		FUZZ_CHECK(need >= ROLE_LOOK && need <= ROLE_AGENT);
 		if (q->forwarded) FUZZ_CHECK(need == ROLE_AGENT);
 		skein__control__request__free_unpacked(q, NULL);
 	}

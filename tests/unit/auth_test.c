@@ -16,15 +16,15 @@ static agent_role needs(const char *cmd, const char *a0)
 
 T_TEST(auth_command_classes)
 {
-	T_EQ(needs("members", NULL), ROLE_READ);
+	T_EQ(needs("members", NULL), ROLE_LOOK);
 	T_EQ(needs("logs", "j/trainer-0"), ROLE_READ);
-	T_EQ(needs("head", NULL), ROLE_READ);
+	T_EQ(needs("head", NULL), ROLE_LOOK);
 	T_EQ(needs("head", "transfer"), ROLE_WRITE);
 	T_EQ(needs("state", "get"), ROLE_READ);
 	T_EQ(needs("state", "put"), ROLE_WRITE);
-	T_EQ(needs("job", "status"), ROLE_READ);
+	T_EQ(needs("job", "status"), ROLE_LOOK);
 	T_EQ(needs("job", "submit"), ROLE_WRITE);
-	T_EQ(needs("keyring", "list"), ROLE_READ);
+	T_EQ(needs("keyring", "list"), ROLE_LOOK);
 	T_EQ(needs("keyring", "install"), ROLE_WRITE);
 	T_EQ(needs("leave", NULL), ROLE_WRITE);
 	T_EQ(needs("no-such-command", NULL), ROLE_WRITE);
