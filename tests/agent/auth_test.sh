@@ -14,6 +14,7 @@
 INSECURE=   # the safe defaults
 FORGE=${SKEIN_TOOLS:-$ROOT/build/release/tests/tools}/skein_forge
 NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+NB_SKEINCTL=$(nobody_copy "$SKEINCTL")
 PWN=$T_DIR/pwn
 mkdir -p "$PWN"
 chmod 755 "$T_DIR" # nobody must reach the binaries' output files, not our keys
@@ -35,22 +36,22 @@ wait_until 10 bash -c "'$SKEINCTL' --rpc unix:$SOCKD/n9.sock head 2>/dev/null | 
 SUB=(job submit --name r1 --actor-num-nodes 1 --actor-num-gpus-per-node 1 --rollout-num-gpus 0
 	--trainer-cmd "touch $PWN/lone; sleep 60")
 for who in root nobody; do
-	pre=(); [ $who = nobody ] && pre=("${NOBODY[@]}")
-	out=$("${pre[@]}" "$SKEINCTL" --rpc "127.0.0.1:$(rport 9)" "${SUB[@]}" 2>&1); rc=$?
+	pre=(); ctlbin=$SKEINCTL; [ $who = nobody ] && pre=("${NOBODY[@]}") && ctlbin=$NB_SKEINCTL
+	out=$("${pre[@]}" "$ctlbin" --rpc "127.0.0.1:$(rport 9)" "${SUB[@]}" 2>&1); rc=$?
 	check "lone keyless agent, TCP, $who: job submit refused ($out)" \
 		expect_err $rc 1 "$out" 'changes the cluster'
-	check "... but $who may look (members)" bash -c "${pre[*]} '$SKEINCTL' --rpc 127.0.0.1:$(rport 9) members | grep -q '^n9 '"
-	out=$("${pre[@]}" "$SKEINCTL" --rpc "127.0.0.1:$(rport 9)" state get anything 2>&1); rc=$?
+	check "... but $who may look (members)" bash -c "${pre[*]} '$ctlbin' --rpc 127.0.0.1:$(rport 9) members | grep -q '^n9 '"
+	out=$("${pre[@]}" "$ctlbin" --rpc "127.0.0.1:$(rport 9)" state get anything 2>&1); rc=$?
 	check "... not read the state's values ($out)" expect_err $rc 1 "$out" 'needs a read key'
 done
-out=$("${NOBODY[@]}" "$SKEINCTL" --rpc "unix:$SOCKD/n9.sock" "${SUB[@]}" 2>&1); rc=$?
+out=$("${NOBODY[@]}" "$NB_SKEINCTL" --rpc "unix:$SOCKD/n9.sock" "${SUB[@]}" 2>&1); rc=$?
 check "nobody on the 0600 Unix socket: refused ($out)" expect_err_i $rc 1 "$out" 'permission denied'
 check "the socket is 0600" [ "$(stat -c %a "$SOCKD/n9.sock")" = 600 ]
 chmod 666 "$SOCKD/n9.sock"
-out=$("${NOBODY[@]}" "$SKEINCTL" --rpc "unix:$SOCKD/n9.sock" "${SUB[@]}" 2>&1); rc=$?
+out=$("${NOBODY[@]}" "$NB_SKEINCTL" --rpc "unix:$SOCKD/n9.sock" "${SUB[@]}" 2>&1); rc=$?
 check "nobody on a loosened socket: refused by its credentials ($out)" \
 	expect_err $rc 1 "$out" 'uid 65534 may not use'
-out=$("${NOBODY[@]}" "$FORGE" send "127.0.0.1:$(rport 9)" --cmd assign --term 99 --sender n9 \
+out=$("${NOBODY[@]}" "$(nobody_copy "$FORGE")" send "127.0.0.1:$(rport 9)" --cmd assign --term 99 --sender n9 \
 	--assign "r1/r1/trainer-0:touch $PWN/forged" --oneway 2>&1)
 check "nobody's forged assign to the lone agent: refused ($(counter 9 control_refused_role) refusals of role)" \
 	bash -c "[ $(counter 9 control_refused_role) -ge 3 ]"

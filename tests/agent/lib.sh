@@ -142,6 +142,14 @@ seen_by() { # WHO STATUS COUNT OBS...
 
 quiet() { "$@" >/dev/null 2>&1; }
 
+# nobody_copy PROGRAM: a copy nobody may run (the clone may sit in a 0700
+# folder, as a mktemp -d one does); prints its path.  T_DIR becomes 0755:
+# put nothing secret in it but 0600 files.
+nobody_copy() {
+	mkdir -p "$T_DIR/nobody-bin" && chmod 755 "$T_DIR" "$T_DIR/nobody-bin" &&
+		install -m 755 "$1" "$T_DIR/nobody-bin/" && echo "$T_DIR/nobody-bin/$(basename "$1")"
+}
+
 # expect_err RC WANT OUTPUT PATTERN: exit code as wanted, one line, pattern in it
 expect_err() {
 	[ "$1" = "$2" ] && [ "$(printf '%s\n' "$3" | wc -l)" = 1 ] && printf '%s' "$3" | grep -q -- "$4"
