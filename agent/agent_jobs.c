@@ -300,15 +300,21 @@ static uint32_t node_free_port(agent *a, const char *node, uint32_t old)
 	return port == old ? 0 : port;
 }
 
+/* The address `node` advertises in gossip, as text ("" when unknown): where
+ * its members can be reached (MASTER_ADDR, SKEIN_NODE_ADDR). */
+static void node_addr(agent *a, const char *node, char *out, size_t cap)
+{
+	mbr_member_info mi;
+	out[0] = 0;
+	if (!node[0]) return;
+	if (!strcmp(node, a->opts.name)) ip_str(&a->adv, out, cap);
+	else if (mbr_lookup(a->mbr, node, &mi) == 0) ip_str(&mi.addr, out, cap);
+}
+
 void aj_master_of(agent *a, job_layout *L, const place_node *nodes, size_t n)
 {
-	int ni = job_node_index(nodes, n, L->node[0]);
 	char addr[64] = "";
-	if (L->node[0][0] && ni >= 0) {
-		mbr_member_info mi;
-		if (!strcmp(L->node[0], a->opts.name)) ip_str(&a->adv, addr, sizeof addr);
-		else if (mbr_lookup(a->mbr, L->node[0], &mi) == 0) ip_str(&mi.addr, addr, sizeof addr);
-	}
+	if (job_node_index(nodes, n, L->node[0]) >= 0) node_addr(a, L->node[0], addr, sizeof addr);
 	if (strcmp(addr, L->master_addr)) {
 		snprintf(L->master_addr, sizeof L->master_addr, "%s", addr);
 		L->master_port = 0;
@@ -572,8 +578,8 @@ void aj_gpu_list(char *out, size_t cap, const uint32_t *g, uint32_t n)
 
 /* The orders of one member (trainer rank or engine k) of job j; false when
  * it does not run now (not placed, or its trainer is incomplete). */
-bool aj_build_order(const job_rec *j, const job_spec *s, const job_layout *L, bool trainer, uint32_t k,
-			order_buf *b, char *node, size_t nodecap)
+bool aj_build_order(agent *a, const job_rec *j, const job_spec *s, const job_layout *L, bool trainer, uint32_t k,
+		    order_buf *b, char *node, size_t nodecap)
 {
 	uint32_t A = job_spec_trainer_ranks(s), E = job_spec_engines(s), tp = s->rollout_num_gpus_per_engine, ng;
 	skein__jobs__member_order__init(&b->o);
@@ -633,6 +639,13 @@ bool aj_build_order(const job_rec *j, const job_spec *s, const job_layout *L, bo
 	env_add(b, "SKEIN_TRANSFER_MODE=%s", s->transfer_mode);
 	env_add(b, "SKEIN_BUFFER_SIZE=%llu", (unsigned long long)s->buffer_size);
 	if (s->disk_dir[0]) env_add(b, "SKEIN_DISK_DIR=%s", s->disk_dir);
+	/* coordinated weight updates (#13): the job's policy, and where this
+	 * node's engines listen for p2p (its gossip address, as MASTER_ADDR) */
+	env_add(b, "SKEIN_UPDATE_TIMEOUT_MS=%u", s->update_timeout_ms);
+	env_add(b, "SKEIN_ON_ENGINE_LOSS=%s", s->on_engine_loss);
+	char addr[64];
+	node_addr(a, node, addr, sizeof addr);
+	if (addr[0]) env_add(b, "SKEIN_NODE_ADDR=%s", addr);
 	/* torchrun's variables, so a script written for torchrun runs unchanged:
 	 * the trainer's node units are its groups; each engine is a group of one */
 	uint32_t per = trainer ? s->actor_num_gpus_per_node : 1;
@@ -691,7 +704,7 @@ static void send_orders(agent *a)
 			continue;
 		uint32_t A = job_spec_trainer_ranks(&s), E = job_spec_engines(&s);
 		for (uint32_t k = 0; k < A + E && cnt < cap; k++)
-			if (aj_build_order(j, &s, &L, k < A, k < A ? k : k - A, &ob[cnt], ob[cnt].node, sizeof ob[cnt].node)) {
+			if (aj_build_order(a, j, &s, &L, k < A, k < A ? k : k - A, &ob[cnt], ob[cnt].node, sizeof ob[cnt].node)) {
 				sorted[cnt] = &ob[cnt];
 				cnt++;
 			}

@@ -81,7 +81,7 @@ static void view_member(agent *a, const job_rec *j, const job_spec *s, const job
 	aj_member_id(v->id, sizeof v->id, s->name, trainer, k);
 	snprintf(v->state, sizeof v->state, "pending");
 	if (!b) return;
-	if (!strcmp(j->state, "running") && aj_build_order(j, s, L, trainer, k, b, v->node, sizeof v->node)) {
+	if (!strcmp(j->state, "running") && aj_build_order(a, j, s, L, trainer, k, b, v->node, sizeof v->node)) {
 		v->ngpus = (uint32_t)b->o.n_gpus;
 		memcpy(v->gpus, b->gpus, v->ngpus * sizeof *v->gpus);
 		const Skein__Jobs__MemberStatus *st = aj_status_of(a, v->node, v->id);

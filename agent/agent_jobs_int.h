@@ -80,8 +80,9 @@ typedef struct {
 const Skein__Jobs__MemberStatus *aj_status_of(agent *a, const char *node, const char *id);
 void aj_inflight_add(agent *a, const char *job, uint64_t index);
 void aj_member_id(char *out, size_t cap, const char *job, bool trainer, uint32_t k);
-/* The order of trainer rank / engine k of job j; false when it does not run now. */
-bool aj_build_order(const job_rec *j, const job_spec *s, const job_layout *L, bool trainer, uint32_t k,
+/* The order of trainer rank / engine k of job j (its node's address from
+ * membership); false when it does not run now. */
+bool aj_build_order(agent *a, const job_rec *j, const job_spec *s, const job_layout *L, bool trainer, uint32_t k,
 		    order_buf *b, char *node, size_t nodecap);
 void aj_gpu_list(char *out, size_t cap, const uint32_t *g, uint32_t n);
 

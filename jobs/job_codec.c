@@ -39,6 +39,8 @@ void job_spec_to_pb(const job_spec *s, struct Skein__Jobs__JobSpec *pb)
 	pb->backoff_min_ms = s->backoff_min_ms;
 	pb->backoff_max_ms = s->backoff_max_ms;
 	pb->stop_grace_ms = s->stop_grace_ms;
+	pb->update_timeout_ms = s->update_timeout_ms;
+	pb->on_engine_loss = (char *)s->on_engine_loss;
 }
 
 static int job_pb_str(char *dst, size_t cap, const char *src, const char *flag, char *err, size_t errlen)
@@ -66,7 +68,9 @@ int job_spec_from_pb(job_spec *s, const struct Skein__Jobs__JobSpec *pb, char *e
 		       errlen) != 0 ||
 	    job_pb_str(t.disk_dir, sizeof t.disk_dir, pb->disk_dir, "update-weight-disk-dir", err, errlen) != 0 ||
 	    job_pb_str(t.trainer_cmd, sizeof t.trainer_cmd, pb->trainer_cmd, "trainer-cmd", err, errlen) != 0 ||
-	    job_pb_str(t.rollout_cmd, sizeof t.rollout_cmd, pb->rollout_cmd, "rollout-cmd", err, errlen) != 0)
+	    job_pb_str(t.rollout_cmd, sizeof t.rollout_cmd, pb->rollout_cmd, "rollout-cmd", err, errlen) != 0 ||
+	    job_pb_str(t.on_engine_loss, sizeof t.on_engine_loss, pb->on_engine_loss, "update-on-engine-loss", err,
+		       errlen) != 0)
 		return -1;
 	t.actor_num_nodes = pb->actor_num_nodes;
 	t.actor_num_gpus_per_node = pb->actor_num_gpus_per_node;
@@ -79,6 +83,10 @@ int job_spec_from_pb(job_spec *s, const struct Skein__Jobs__JobSpec *pb, char *e
 	t.backoff_min_ms = pb->backoff_min_ms;
 	t.backoff_max_ms = pb->backoff_max_ms;
 	t.stop_grace_ms = pb->stop_grace_ms;
+	/* absent (a spec or record from before #13's fields): the defaults;
+	 * 0 is below the minimum anyway, so nothing valid is lost */
+	t.update_timeout_ms = pb->update_timeout_ms ? pb->update_timeout_ms : JOB_UPDATE_TIMEOUT_MS;
+	if (!t.on_engine_loss[0]) snprintf(t.on_engine_loss, sizeof t.on_engine_loss, "%s", JOB_ENGINE_LOSS_DEFAULT);
 	*s = t;
 	return 0;
 }

@@ -52,11 +52,16 @@ static const job_key job_keys[] = {
 	{"max-restarts", K_I32, JOB_FIELD(max_restarts)},
 	{"restart-backoff", K_BACKOFF, 0, 0},
 	{"stop-grace", K_DUR, JOB_FIELD(stop_grace_ms)},
+	{"update-weight-timeout", K_DUR, JOB_FIELD(update_timeout_ms)},
+	{"update-on-engine-loss", K_STR, JOB_FIELD(on_engine_loss)},
 	{"file", K_FILE, 0, 0},
 };
 enum { JOB_NKEYS = sizeof job_keys / sizeof job_keys[0] };
+/* the YAML reader marks keys seen in one uint32_t */
+_Static_assert(JOB_NKEYS <= 32, "job_yaml_doc's `seen` bitmask holds 32 keys");
 
 static const char *const job_modes[] = {"broadcast", "broadcast_packed", "p2p", "disk-delta", "colocated"};
+static const char *const job_losses[] = {"drop", "abort"};   /* --update-on-engine-loss */
 
 enum {
 	JOB_SHOW_MAX = 48,  /* bytes of a bad value quoted back in an error */
@@ -105,6 +110,8 @@ void job_spec_defaults(job_spec *s)
 	s->backoff_min_ms = 1000;
 	s->backoff_max_ms = 30000;
 	s->stop_grace_ms = 5000;
+	s->update_timeout_ms = JOB_UPDATE_TIMEOUT_MS;
+	snprintf(s->on_engine_loss, sizeof s->on_engine_loss, "%s", JOB_ENGINE_LOSS_DEFAULT);
 }
 
 /* ---- value parsers ---- */
@@ -530,6 +537,14 @@ int job_spec_parse_yaml(job_spec *s, const char *path, char *err, size_t errlen)
 
 static bool job_str_ok(const char *v, size_t cap) { return memchr(v, 0, cap) != NULL; }
 
+/* Whether v is one of the n words of set. */
+static bool job_str_in(const char *v, const char *const *set, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(v, set[i])) return true;
+	return false;
+}
+
 int job_spec_validate(job_spec *s, char *err, size_t errlen)
 {
 	if (!s) {
@@ -539,7 +554,8 @@ int job_spec_validate(job_spec *s, char *err, size_t errlen)
 	/* a spec built by hand or decoded elsewhere may hold unterminated text */
 	if (!job_str_ok(s->name, sizeof s->name) || !job_str_ok(s->transfer_mode, sizeof s->transfer_mode) ||
 	    !job_str_ok(s->disk_dir, sizeof s->disk_dir) || !job_str_ok(s->trainer_cmd, sizeof s->trainer_cmd) ||
-	    !job_str_ok(s->rollout_cmd, sizeof s->rollout_cmd)) {
+	    !job_str_ok(s->rollout_cmd, sizeof s->rollout_cmd) ||
+	    !job_str_ok(s->on_engine_loss, sizeof s->on_engine_loss)) {
 		job_err(err, errlen, "a text field is not terminated");
 		return -1;
 	}
@@ -597,9 +613,7 @@ int job_spec_validate(job_spec *s, char *err, size_t errlen)
 			s->rollout_num_gpus, s->rollout_num_gpus_per_engine);
 		return -1;
 	}
-	size_t m = 0;
-	while (m < sizeof job_modes / sizeof job_modes[0] && strcmp(s->transfer_mode, job_modes[m]) != 0) m++;
-	if (m == sizeof job_modes / sizeof job_modes[0]) {
+	if (!job_str_in(s->transfer_mode, job_modes, sizeof job_modes / sizeof job_modes[0])) {
 		job_err(err, errlen,
 			"--update-weight-transfer-mode: unknown mode '%s' (broadcast, broadcast_packed, p2p, disk-delta, colocated)",
 			s->transfer_mode);
@@ -643,6 +657,14 @@ int job_spec_validate(job_spec *s, char *err, size_t errlen)
 	if (s->backoff_min_ms > s->backoff_max_ms) {
 		job_err(err, errlen, "--restart-backoff: MIN %ums is more than MAX %ums", s->backoff_min_ms,
 			s->backoff_max_ms);
+		return -1;
+	}
+	if (s->update_timeout_ms < JOB_UPDATE_TIMEOUT_MIN_MS) {
+		job_err(err, errlen, "--update-weight-timeout: %ums is less than the minimum of 1s", s->update_timeout_ms);
+		return -1;
+	}
+	if (!job_str_in(s->on_engine_loss, job_losses, sizeof job_losses / sizeof job_losses[0])) {
+		job_err(err, errlen, "--update-on-engine-loss: unknown policy '%s' (drop, abort)", s->on_engine_loss);
 		return -1;
 	}
 	return 0;

@@ -6,7 +6,10 @@
  *   --update-weight-transfer-mode broadcast, --update-weight-buffer-size 512MiB,
  *   --update-weight-disk-dir;
  * and skein's: --name, --trainer-cmd, --rollout-cmd, --max-restarts 10,
- * --restart-backoff MIN:MAX (1s:30s), --stop-grace 5s.
+ * --restart-backoff MIN:MAX (1s:30s), --stop-grace 5s; for coordinated
+ * weight updates (#13) --update-weight-timeout 60s (no progress for this
+ * long aborts an update; at least 1s) and --update-on-engine-loss drop|abort
+ * (drop: an update goes on without an engine that is lost; abort: it fails).
  * A YAML file (--file job.yaml, libyaml) holds the same keys without the
  * leading dashes (`actor-num-nodes: 2`; underscores accepted too); flags
  * given after --file override it.
@@ -26,7 +29,11 @@ enum {
 	JOB_DIR_MAX = 512,
 	JOB_GPUS_PER_NODE_MAX = 64,
 	JOB_NODES_MAX = 4096,
+	JOB_UPDATE_TIMEOUT_MS = 60000,       /* --update-weight-timeout's default */
+	JOB_UPDATE_TIMEOUT_MIN_MS = 1000,    /* shorter would abort updates still moving */
 };
+
+#define JOB_ENGINE_LOSS_DEFAULT "drop"   /* --update-on-engine-loss's default */
 
 typedef struct {
 	char name[JOB_NAME_MAX + 1];      /* "" = the head names it job-<seq> */
@@ -44,6 +51,8 @@ typedef struct {
 	int32_t max_restarts;             /* 0: never restart */
 	uint32_t backoff_min_ms, backoff_max_ms;
 	uint32_t stop_grace_ms;
+	uint32_t update_timeout_ms;       /* --update-weight-timeout; >= JOB_UPDATE_TIMEOUT_MIN_MS */
+	char on_engine_loss[8];           /* --update-on-engine-loss: drop | abort */
 } job_spec;
 
 void job_spec_defaults(job_spec *s);

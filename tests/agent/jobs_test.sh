@@ -17,7 +17,7 @@ for i in 4 5 6; do start_agent $i --profile fast --gpus 8 --join "127.0.0.1:$(gp
 
 EV=$T_DIR/events
 touch "$EV"
-M='echo "start $SKEIN_MEMBER pid=$$ gen=$SKEIN_GENERATION restarts=$SKEIN_RESTART_COUNT rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK cuda=$CUDA_VISIBLE_DEVICES master=$MASTER_ADDR:$MASTER_PORT role=$SKEIN_ROLE engine=$SKEIN_ENGINE_ID base=$SKEIN_BASE_GPU_ID tp=$SKEIN_TP_SIZE rpc=$SKEIN_RPC" >> '"$EV"'; echo "torchrun $SKEIN_MEMBER $LOCAL_WORLD_SIZE $GROUP_RANK $GROUP_WORLD_SIZE $ROLE_NAME $ROLE_RANK $ROLE_WORLD_SIZE $TORCHELASTIC_RESTART_COUNT $TORCHELASTIC_MAX_RESTARTS $TORCHELASTIC_RUN_ID" >> '"$EV"'; echo "hello from $SKEIN_MEMBER"; exec sleep 100000'
+M='echo "start $SKEIN_MEMBER pid=$$ gen=$SKEIN_GENERATION restarts=$SKEIN_RESTART_COUNT rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK cuda=$CUDA_VISIBLE_DEVICES master=$MASTER_ADDR:$MASTER_PORT role=$SKEIN_ROLE engine=$SKEIN_ENGINE_ID base=$SKEIN_BASE_GPU_ID tp=$SKEIN_TP_SIZE rpc=$SKEIN_RPC" >> '"$EV"'; echo "torchrun $SKEIN_MEMBER $LOCAL_WORLD_SIZE $GROUP_RANK $GROUP_WORLD_SIZE $ROLE_NAME $ROLE_RANK $ROLE_WORLD_SIZE $TORCHELASTIC_RESTART_COUNT $TORCHELASTIC_MAX_RESTARTS $TORCHELASTIC_RUN_ID" >> '"$EV"'; echo "update $SKEIN_MEMBER $SKEIN_UPDATE_TIMEOUT_MS $SKEIN_ON_ENGINE_LOSS $SKEIN_NODE_ADDR" >> '"$EV"'; echo "hello from $SKEIN_MEMBER"; exec sleep 100000'
 
 head_of() { ctl "$1" head 2>/dev/null | awk '$1 == "head:" { print $2 }'; }
 has_head() { local h; h=$(head_of "$1"); [ -n "$h" ] && [ "$h" != "(none)" ]; }
@@ -44,10 +44,15 @@ out=$(ctl 4 job submit --trainer-cmd true --rollout-cmd true --rollout-num-gpus 
 check "an engine wider than a node refused" expect_err $rc 2 "$out" "wider"
 out=$(ctl 4 job submit --trainer-cmd true --bogus 1 2>&1); rc=$?
 check "unknown flag refused" expect_err $rc 2 "$out" "bogus"
+out=$(ctl 4 job submit --trainer-cmd true --update-weight-timeout 500ms 2>&1); rc=$?
+check "an update timeout under 1s refused" expect_err $rc 2 "$out" "update-weight-timeout"
+out=$(ctl 4 job submit --trainer-cmd true --update-on-engine-loss ignore 2>&1); rc=$?
+check "an unknown engine-loss policy refused" expect_err $rc 2 "$out" "update-on-engine-loss"
 
 # --- submit: trainer 1x4, 4 engines of 2 GPUs: n4 GPUs 0-3 trainer, 4-7 engines 0-1; n5 engines 2-3
 out=$(ctl 6 job submit --name rl --actor-num-nodes 1 --actor-num-gpus-per-node 4 --rollout-num-gpus 8 \
-	--rollout-num-gpus-per-engine 2 --restart-backoff 0:2s --stop-grace 2s --trainer-cmd "$M" --rollout-cmd "$M" 2>&1)
+	--rollout-num-gpus-per-engine 2 --restart-backoff 0:2s --stop-grace 2s --update-weight-timeout 90s \
+	--update-on-engine-loss abort --trainer-cmd "$M" --rollout-cmd "$M" 2>&1)
 check "job submitted through a non-voter" bash -c "echo '$out' | grep -q 'job rl submitted'"
 t0=$(now_ms)
 if wait_until 15 all_running rl 8; then pass "8 members running ($(( $(now_ms) - t0 )) ms after submit)"; else
@@ -65,6 +70,8 @@ check "engine env: engine id, GPUs, base GPU, TP size, restart count 0" \
 # torchrun's: LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_NAME ROLE_RANK ROLE_WORLD_SIZE RESTART_COUNT MAX_RESTARTS RUN_ID
 check "trainer rank 2: torchrun's variables" bash -c "grep -q '^torchrun rl/trainer-2 4 0 1 trainer 2 4 0 10 rl\$' '$EV'"
 check "engine 3: torchrun's variables (a group of one)" bash -c "grep -q '^torchrun rl/engine-3 1 3 4 rollout 3 4 0 10 rl\$' '$EV'"
+check "update policy and node address in the environment" \
+	bash -c "grep -q '^update rl/engine-3 90000 abort 127.0.0.1\$' '$EV' && grep -q '^update rl/trainer-0 90000 abort 127.0.0.1\$' '$EV'"
 json=$(ctl 5 placement --format json)
 check "placement JSON shape" bash -c "echo '$json' | grep -q '^{\"members\":\[{\"member\":\"rl/trainer-0\",\"job\":\"rl\",\"role\":\"trainer\",\"rank\":0,\"engine\":-1,\"node\":\"n4\",\"gpus\":\[0\],\"pid\":[0-9]*,\"state\":\"running\",\"restarts\":0'"
 check "job list shows rl running" bash -c "'$SKEINCTL' --rpc 127.0.0.1:$(rport 2) job list | grep -q '^rl  *running'"

@@ -72,6 +72,8 @@ T_TEST(defaults)
 	T_EQ(s.backoff_min_ms, 1000);
 	T_EQ(s.backoff_max_ms, 30000);
 	T_EQ(s.stop_grace_ms, 5000);
+	T_EQ(s.update_timeout_ms, 60000);
+	T_STREQ(s.on_engine_loss, "drop");
 	T_EQ(job_spec_trainer_ranks(&s), 8);
 	T_EQ(job_spec_engines(&s), 0);
 	T_EQ(job_spec_slots(&s), 8);
@@ -87,7 +89,8 @@ T_TEST(every_flag)
 		       "--update-weight-transfer-mode", "disk-delta", "--update-weight-buffer-size", "1GiB",
 		       "--update-weight-disk-dir", "/shared/w", "--trainer-cmd", "python train.py --lr 1e-6",
 		       "--rollout-cmd", "sglang serve", "--max-restarts", "3", "--restart-backoff", "250ms:1m",
-		       "--stop-grace", "1.5s", "--colocate");
+		       "--stop-grace", "1.5s", "--colocate", "--update-weight-timeout", "2m",
+		       "--update-on-engine-loss", "abort");
 	if (rc != 0) T_FAIL("%s", err);
 	T_STREQ(s.name, "grpo-7b");
 	T_EQ(s.actor_num_nodes, 2);
@@ -105,6 +108,65 @@ T_TEST(every_flag)
 	T_EQ(s.backoff_min_ms, 250);
 	T_EQ(s.backoff_max_ms, 60000);
 	T_EQ(s.stop_grace_ms, 1500);
+	T_EQ(s.update_timeout_ms, 120000);
+	T_STREQ(s.on_engine_loss, "abort");
+}
+
+/* --update-weight-timeout and --update-on-engine-loss (#13): parsed as a
+ * duration and a word, in both spellings and from YAML; the rules refuse a
+ * timeout under 1s and a policy other than drop or abort, naming the flag. */
+T_TEST(update_flags)
+{
+	job_spec s;
+	char err[256] = "";
+	good_spec(&s);
+	T_EQ(PARSE(&s, err, "--update-weight-timeout=1s", "--update_on_engine_loss", "drop"), 0);
+	T_EQ(s.update_timeout_ms, 1000);
+	T_STREQ(s.on_engine_loss, "drop");
+	T_EQ(job_spec_validate(&s, err, sizeof err), 0);
+	T_EQ(PARSE(&s, err, "--update-weight-timeout", "90", "--update-on-engine-loss=abort"), 0);
+	T_EQ(s.update_timeout_ms, 90000); /* bare = seconds */
+	T_EQ(job_spec_validate(&s, err, sizeof err), 0);
+	T_EQ(yaml_text(&s, "update-weight-timeout: 1500ms\nupdate_on_engine_loss: drop\n", err, sizeof err), 0);
+	T_EQ(s.update_timeout_ms, 1500);
+	T_STREQ(s.on_engine_loss, "drop");
+
+	/* bad values at parse time: the spec stays as it was */
+	job_spec before = s;
+	const char *bad_parse[][2] = {
+		{"--update-weight-timeout", "soon"}, {"--update-weight-timeout", "-5s"},
+		{"--update-weight-timeout", "1.0001s"}, {"--update-weight-timeout", "5000000000"},
+		{"--update-on-engine-loss", "abortabort"},
+	};
+	for (size_t i = 0; i < sizeof bad_parse / sizeof bad_parse[0]; i++) {
+		char *argv[] = {(char *)bad_parse[i][0], (char *)bad_parse[i][1]};
+		err[0] = 0;
+		if (job_spec_parse_args(&s, 2, argv, err, sizeof err) != -1) T_FAIL("%s %s parsed", argv[0], argv[1]);
+		T_HAS(err, bad_parse[i][0]);
+		T_CHECK(memcmp(&s, &before, sizeof s) == 0);
+	}
+	T_EQ(yaml_text(&s, "update-weight-timeout: [1s]\n", err, sizeof err), -1);
+	T_HAS(err, "update-weight-timeout: expected a single value");
+
+	/* values that parse but break a rule */
+	const char *bad_rule[][3] = {
+		{"--update-weight-timeout", "999ms", "--update-weight-timeout: 999ms is less than the minimum of 1s"},
+		{"--update-weight-timeout", "0", "--update-weight-timeout: 0ms"},
+		{"--update-on-engine-loss", "ignore", "--update-on-engine-loss: unknown policy 'ignore' (drop, abort)"},
+		{"--update-on-engine-loss", "", "--update-on-engine-loss: unknown policy ''"},
+		{"--update-on-engine-loss", "DROP", "--update-on-engine-loss:"},
+	};
+	for (size_t i = 0; i < sizeof bad_rule / sizeof bad_rule[0]; i++) {
+		good_spec(&s);
+		char *argv[] = {(char *)bad_rule[i][0], (char *)bad_rule[i][1]};
+		char flag[64];
+		snprintf(flag, sizeof flag, "%s=%s", argv[0], argv[1]);
+		char *one[] = {flag};
+		if (job_spec_parse_args(&s, 1, one, err, sizeof err) != 0) T_FAIL("%s: %s", flag, err);
+		err[0] = 0;
+		if (job_spec_validate(&s, err, sizeof err) != -1) T_FAIL("%s validated", flag);
+		T_HAS(err, bad_rule[i][2]);
+	}
 }
 
 T_TEST(flag_equals_form)
@@ -603,6 +665,8 @@ T_TEST(protobuf_round_trip)
 	s.backoff_min_ms = 1;
 	s.backoff_max_ms = UINT32_MAX;
 	s.stop_grace_ms = 42;
+	s.update_timeout_ms = UINT32_MAX;
+	snprintf(s.on_engine_loss, sizeof s.on_engine_loss, "abort");
 	memset(s.trainer_cmd, 'c', JOB_CMD_MAX - 1);
 	s.trainer_cmd[JOB_CMD_MAX - 1] = 0;
 
@@ -633,13 +697,18 @@ T_TEST(protobuf_round_trip)
 	T_EQ(back.backoff_min_ms, 1);
 	T_EQ(back.backoff_max_ms, UINT32_MAX);
 	T_EQ(back.stop_grace_ms, 42);
+	T_EQ(back.update_timeout_ms, UINT32_MAX);
+	T_STREQ(back.on_engine_loss, "abort");
 
-	/* an empty message decodes to empty strings and zeros */
+	/* an empty message decodes to empty strings and zeros, but for the
+	 * update fields, which a spec from before them lacks: their defaults */
 	u = skein__jobs__job_spec__unpack(NULL, 0, (const uint8_t *)"");
 	T_CHECK(u);
 	T_EQ(job_spec_from_pb(&back, u, err, sizeof err), 0);
 	T_STREQ(back.name, "");
 	T_EQ(back.actor_num_nodes, 0);
+	T_EQ(back.update_timeout_ms, 60000);
+	T_STREQ(back.on_engine_loss, "drop");
 	T_EQ(job_spec_validate(&back, err, sizeof err), -1);
 	skein__jobs__job_spec__free_unpacked(u, NULL);
 }
@@ -653,6 +722,7 @@ T_TEST(protobuf_overlong_strings_refused)
 		{2, JOB_DIR_MAX, "--update-weight-disk-dir:"},
 		{3, JOB_CMD_MAX, "--trainer-cmd:"},
 		{4, JOB_CMD_MAX, "--rollout-cmd:"},
+		{5, 8, "--update-on-engine-loss:"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		job_spec s, before;
@@ -662,7 +732,8 @@ T_TEST(protobuf_overlong_strings_refused)
 		Skein__Jobs__JobSpec pb;
 		job_spec_to_pb(&s, &pb);
 		char *str = strndup(big, cases[i].len);
-		char **f[] = {&pb.name, &pb.transfer_mode, &pb.disk_dir, &pb.trainer_cmd, &pb.rollout_cmd};
+		char **f[] = {&pb.name, &pb.transfer_mode, &pb.disk_dir, &pb.trainer_cmd, &pb.rollout_cmd,
+			      &pb.on_engine_loss};
 		*f[cases[i].field] = str;
 		/* through the wire, as the head receives it */
 		size_t len = skein__jobs__job_spec__get_packed_size(&pb);
@@ -697,7 +768,7 @@ T_TEST_TIMEOUT(garbage_never_crashes, 120)
 	static const char *words[] = {
 		"--name", "--colocate", "--actor-num-nodes", "--file", "/tmp", "--restart-backoff", "1s:",
 		"--stop-grace=", "99999999999", "--update-weight-buffer-size", "1GiB", "-", "--", "x", "",
-		"--rollout-num-gpus=8", ":", "--trainer-cmd",
+		"--rollout-num-gpus=8", ":", "--trainer-cmd", "--update-weight-timeout", "--update-on-engine-loss", "abort",
 	};
 	sk_rng r;
 	uint64_t seed = t_seed();
