@@ -12,7 +12,7 @@
 
 #include "agent/agent_state.h"
 
-static int put(agent_state *s, const char *k, const char *v, bool *jobs)
+static int put(agent_state *s, const char *k, const char *v, unsigned *jobs)
 {
 	uint8_t type, *data;
 	size_t len;
@@ -23,7 +23,7 @@ static int put(agent_state *s, const char *k, const char *v, bool *jobs)
 	return rc;
 }
 
-static int drain(agent_state *s, const char *node, bool *jobs)
+static int drain(agent_state *s, const char *node, unsigned *jobs)
 {
 	uint8_t *data;
 	size_t len;
@@ -45,17 +45,20 @@ T_TEST(apply_routes_entries)
 {
 	agent_state *s = agent_state_new();
 	T_CHECK(s != NULL);
-	bool jobs = false;
+	unsigned jobs = 0;
 	T_EQ(put(s, "a", "1", &jobs), 0);
-	T_CHECK(!jobs);
+	T_EQ(jobs, 0);
 	T_CHECK(has(s, "a", "1"));
 	T_EQ(drain(s, "n1", &jobs), 0);
-	T_CHECK(jobs);
+	T_EQ(jobs, AGENT_STATE_JOBS);
 	T_CHECK(job_state_is_drained(agent_state_jobs(s), "n1"));
-	jobs = false;
+	jobs = 0;
 	uint8_t junk[3] = { 1, 2, 3 };
 	T_EQ(agent_state_apply(s, JOB_ENTRY_SUBMIT, junk, sizeof junk, &jobs), -1); /* refused, the same everywhere */
-	T_CHECK(jobs);
+	T_EQ(jobs, AGENT_STATE_JOBS);
+	jobs = 0;
+	T_EQ(agent_state_apply(s, WV_ENTRY_PUT, junk, sizeof junk, &jobs), -1);
+	T_EQ(jobs, AGENT_STATE_WV);
 	agent_state_free(&s);
 	T_CHECK(s == NULL);
 	agent_state_free(&s); /* safe twice */
@@ -64,7 +67,7 @@ T_TEST(apply_routes_entries)
 T_TEST(snapshot_round_trip)
 {
 	agent_state *s = agent_state_new(), *t = agent_state_new();
-	bool jobs;
+	unsigned jobs;
 	T_EQ(put(s, "k", "v", &jobs), 0);
 	T_EQ(drain(s, "n2", &jobs), 0);
 	uint8_t *snap;
@@ -91,7 +94,7 @@ T_TEST(snapshot_round_trip)
 T_TEST(bad_snapshot_changes_nothing)
 {
 	agent_state *s = agent_state_new(), *t = agent_state_new();
-	bool jobs;
+	unsigned jobs;
 	T_EQ(put(s, "k", "new", &jobs), 0);
 	T_EQ(drain(s, "n3", &jobs), 0);
 	T_EQ(put(t, "k", "old", &jobs), 0);
