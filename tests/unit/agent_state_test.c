@@ -16,6 +16,7 @@
 #include "agent/agent_state.h"
 #include "jobs/job_codec.h"
 #include "jobs/job_spec.h"
+#include "tests/unit/wv_fixture.h"
 
 static int put(agent_state *s, const char *k, const char *v, unsigned *jobs)
 {
@@ -177,14 +178,7 @@ static int submit(agent_state *s, const char *name, uint64_t seq, unsigned *chan
 static int wv_put(agent_state *s, const char *job, uint64_t v, const char *state, unsigned *changed)
 {
 	wv_update u;
-	memset(&u, 0, sizeof u);
-	snprintf(u.job, sizeof u.job, "%s", job);
-	u.version = v;
-	u.base_version = v - 1;
-	snprintf(u.mode, sizeof u.mode, "p2p-tcp");
-	snprintf(u.sender, sizeof u.sender, "%s/trainer-0", job);
-	snprintf(u.sender_node, sizeof u.sender_node, "n1");
-	snprintf(u.state, sizeof u.state, "%s", state);
+	wv_fixture(&u, NULL, 0, job, v, state, NULL);
 	uint8_t *data;
 	size_t len;
 	T_EQ(wv_update_encode(&u, &data, &len), 0);

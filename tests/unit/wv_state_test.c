@@ -20,31 +20,16 @@
 #include "jobs/wv_codec.h"
 #include "jobs/wv_state.h"
 #include "proto/weights.pb-c.h"
+#include "tests/unit/wv_fixture.h"
 
 enum { ENG_MAX = WV_ENGINES_MAX + 1 };
 
 static wv_engine engs[ENG_MAX];
 
-/* A valid record: base v-1, two engines (pending, or verified if committed). */
+/* A valid record (wv_fixture): two engines, pending, or verified if committed. */
 static void rec(wv_update *u, const char *job, uint64_t v, const char *state)
 {
-	memset(u, 0, sizeof *u);
-	snprintf(u->job, sizeof u->job, "%s", job);
-	u->version = v;
-	u->base_version = v - 1;
-	snprintf(u->mode, sizeof u->mode, "disk-delta");
-	snprintf(u->sender, sizeof u->sender, "%s/trainer-0", job);
-	snprintf(u->sender_node, sizeof u->sender_node, "n1");
-	snprintf(u->state, sizeof u->state, "%s", state);
-	u->engines = engs;
-	u->nengines = 2;
-	for (int i = 0; i < 2; i++) {
-		memset(&engs[i], 0, sizeof engs[i]);
-		snprintf(engs[i].member, sizeof engs[i].member, "%s/engine-%d", job, i);
-		snprintf(engs[i].node, sizeof engs[i].node, "n%d", i + 2);
-		snprintf(engs[i].state, sizeof engs[i].state, "%s",
-			 !strcmp(state, "committed") ? "verified" : "pending");
-	}
+	wv_fixture(u, engs, 2, job, v, state, !strcmp(state, "committed") ? "verified" : "pending");
 }
 
 static int put(wv_state *s, const wv_update *u)
