@@ -225,9 +225,9 @@ static void apply_all(agent *a)
 			}
 			jobs_changed = true;
 		} else if (ap.type >= RAFT_ENTRY_USER) {
-			bool jobs_entry = false;
-			rc = agent_state_apply(h->state, ap.type, ap.data, ap.len, &jobs_entry);
-			if (jobs_entry) {
+			unsigned changed = 0;
+			rc = agent_state_apply(h->state, ap.type, ap.data, ap.len, &changed);
+			if (changed & AGENT_STATE_JOBS) {
 				if (rc < 0) SK_DEBUG("head", "job entry %llu refused (type %u)", (unsigned long long)ap.index, ap.type);
 				jobs_changed = true;
 			}

@@ -1,6 +1,7 @@
 /* tests/fuzz/gen_corpus: writes the seed corpus of every fuzz target
  * (tests/fuzz/corpus/<target>/) with the real encoders: the codecs, the
- * protobuf packers, the disk-delta sender, the delta encoder, the p2p hellos.
+ * protobuf packers, the disk-delta sender, the delta encoder, the p2p hellos,
+ * the weight update records.
  * `make fuzz-corpus` runs it; the output is deterministic (fixed bytes, no
  * clock), except the disk-delta chain id and the seal nonces, which are
  * random by design.  Kept small: a handful of inputs per target. */
@@ -14,11 +15,13 @@
 #include "jobs/job_codec.h"
 #include "jobs/job_spec.h"
 #include "jobs/job_state.h"
+#include "jobs/wv_state.h"
 #include "membership/mbr_codec.h"
 #include "proto/control.pb-c.h"
 #include "proto/jobs.pb-c.h"
 #include "raft/raft_codec.h"
 #include "transfer/xfer_int.h"
+#include "tests/unit/wv_fixture.h"
 
 static const char *root;
 
@@ -444,6 +447,55 @@ static void gossip(void)
 	gossip_one("indirect", &ind, 1);
 }
 
+/* ---- weight updates (fuzz_wv): records of each state, a table's snapshot ---- */
+
+static void wv_rec(wv_update *u, wv_engine *e, const char *job, uint64_t v, const char *state, const char *eng)
+{
+	wv_fixture(u, e, 2, job, v, state, eng);
+	u->has_digest = true;
+	memset(u->digest, 0xa5, sizeof u->digest);
+	u->bytes = 16u << 20;
+	u->tensors = 7;
+	e[0].seconds = e[1].seconds = 0.5;
+	u->started_ms = 1700000000000ull;
+	u->wire_bytes = 4u << 20;
+	u->density = 0.25;
+	u->update_seconds = 0.75;
+}
+
+static void wv_one(wv_state *s, const char *name, const wv_update *u)
+{
+	uint8_t *b;
+	size_t n;
+	if (wv_update_encode(u, &b, &n) < 0 || wv_state_apply(s, b, n) < 0) die("wv record refused");
+	put("fuzz_wv", name, b, n);
+	free(b);
+}
+
+static void wv(void)
+{
+	wv_state *s = wv_state_new();
+	wv_update u;
+	wv_engine e[2];
+	wv_rec(&u, e, "j", 2, "preparing", "pending");
+	wv_one(s, "update-preparing", &u);
+	wv_rec(&u, e, "j", 2, "committed", "verified");
+	snprintf(e[1].state, sizeof e[1].state, "dropped");
+	e[1].reason = "node n3 failed";
+	wv_one(s, "update-committed-dropped", &u);
+	wv_rec(&u, e, "j", 3, "preparing", "pending");
+	wv_one(s, "update-preparing-3", &u);
+	wv_rec(&u, e, "j", 3, "aborted", "failed");
+	u.reason = "j/engine-0: checksum of tensor 3 differs";
+	wv_one(s, "update-aborted", &u);
+	uint8_t *b;
+	size_t n;
+	if (wv_state_serialize(s, &b, &n) < 0) die("wv snapshot");
+	put("fuzz_wv", "snapshot", b, n);
+	free(b);
+	wv_state_free(&s);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -460,5 +512,6 @@ int main(int argc, char **argv)
 	delta();
 	p2p();
 	gossip();
+	wv();
 	return 0;
 }

@@ -1,0 +1,120 @@
+/* agent/agent_wv_show: the transfers table as text or JSON (see
+ * agent_wv_show.h).
+ *
+ * Follows agent_jobs_cmd.c's listings: JSON strings through
+ * sk_buf_json_str, text through sk_text_escape, numbers printed by us.  A
+ * double that is not finite (a copy the caller changed; the table refuses
+ * them) is written as null, never as "nan", which no JSON reader takes. */
+#include "agent/agent_wv_show.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/sk_text.h"
+
+/* "key":value, after a comma unless it opens its object; the value a
+ * string, a double (null unless finite) or an integer */
+static void key(sk_buf *o, const char *k)
+{
+	bool opens = o->len && o->p[o->len - 1] == '{';
+	sk_buf_printf(o, "%s\"%s\":", opens ? "" : ",", k);
+}
+
+static void kv_str(sk_buf *o, const char *k, const char *v)
+{
+	key(o, k);
+	sk_buf_json_str(o, v ? v : "");
+}
+
+static void kv_num(sk_buf *o, const char *k, double v)
+{
+	key(o, k);
+	if (isfinite(v)) sk_buf_printf(o, "%.6f", v);
+	else sk_buf_printf(o, "null");
+}
+
+static void kv_u64(sk_buf *o, const char *k, unsigned long long v)
+{
+	key(o, k);
+	sk_buf_printf(o, "%llu", v);
+}
+
+static size_t count_state(const wv_update *u, const char *state)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < u->nengines; i++) k += !strcmp(u->engines[i].state, state);
+	return k;
+}
+
+static void json_engine(sk_buf *o, const wv_engine *e)
+{
+	sk_buf_add(o, "{", 1);
+	kv_str(o, "member", e->member);
+	kv_str(o, "node", e->node);
+	kv_str(o, "state", e->state);
+	kv_num(o, "seconds", e->seconds);
+	sk_buf_printf(o, ",\"verified\":%s}", !strcmp(e->state, "verified") ? "true" : "false");
+}
+
+static void json_update(sk_buf *o, const wv_update *u)
+{
+	sk_buf_add(o, "{", 1);
+	kv_str(o, "job", u->job);
+	kv_u64(o, "version", u->version);
+	kv_str(o, "mode", u->mode);
+	kv_str(o, "state", u->state);
+	kv_str(o, "reason", u->reason);
+	kv_u64(o, "bytes", u->bytes);
+	kv_u64(o, "wire_bytes", u->wire_bytes);
+	kv_u64(o, "participants", u->nengines);
+	kv_u64(o, "dropped", count_state(u, "dropped"));
+	kv_u64(o, "started_ms", u->started_ms);
+	key(o, "seconds");
+	sk_buf_add(o, "{", 1);
+	kv_num(o, "update_weights", u->update_seconds);
+	kv_num(o, "implementation", u->implementation_seconds);
+	kv_num(o, "prepare", u->prepare_seconds);
+	kv_num(o, "commit", u->commit_seconds);
+	sk_buf_printf(o, "},\"engines\":[");
+	for (size_t i = 0; i < u->nengines; i++) {
+		if (i) sk_buf_add(o, ",", 1);
+		json_engine(o, &u->engines[i]);
+	}
+	sk_buf_printf(o, "],\"perf\":{");
+	kv_num(o, "perf/update_weights_time", u->update_seconds);
+	kv_num(o, "perf/update_weights_implementation_time", u->implementation_seconds);
+	kv_u64(o, "perf/update_weights_wire_bytes", u->wire_bytes);
+	kv_num(o, "perf/update_weights_density", u->density);
+	sk_buf_printf(o, "}}");
+}
+
+static const char TEXT_HDR[] = "%-24s %-8s %-12s %-10s %-14s %-9s %-9s %s\n";
+
+static void text_update(sk_buf *o, const wv_update *u)
+{
+	char job[4 * sizeof u->job], mode[4 * sizeof u->mode], state[4 * sizeof u->state], secs[32], eng[48];
+	if (isfinite(u->update_seconds)) snprintf(secs, sizeof secs, "%.3f", u->update_seconds);
+	else snprintf(secs, sizeof secs, "-");
+	snprintf(eng, sizeof eng, "%zu/%zu", count_state(u, "verified"), u->nengines);
+	sk_buf_printf(o, "%-24s %-8llu %-12s %-10s %-14llu %-9s %-9s ", sk_text_escape(u->job, job, sizeof job),
+		      (unsigned long long)u->version, sk_text_escape(u->mode, mode, sizeof mode),
+		      sk_text_escape(u->state, state, sizeof state), (unsigned long long)u->bytes, secs, eng);
+	sk_buf_text(o, u->reason && u->reason[0] ? u->reason : "-");
+	sk_buf_add(o, "\n", 1);
+}
+
+void wv_show(sk_buf *out, const wv_update *const *list, size_t n, bool json)
+{
+	if (json) {
+		sk_buf_printf(out, "{\"transfers\":[");
+		for (size_t i = 0; i < n; i++) {
+			if (i) sk_buf_add(out, ",", 1);
+			json_update(out, list[i]);
+		}
+		sk_buf_printf(out, "]}\n");
+		return;
+	}
+	sk_buf_printf(out, TEXT_HDR, "JOB", "VERSION", "MODE", "STATE", "BYTES", "SECONDS", "ENGINES", "REASON");
+	for (size_t i = 0; i < n; i++) text_update(out, list[i]);
+}

@@ -1,0 +1,28 @@
+/* agent/agent_wv_show: `skeinctl transfers [JOB] [--last N] [--format
+ * text|json]`, the rendering (docs/updates.md, issue 13 item 4).
+ *
+ * The head picks the records (wv_state_job_at newest first, or every job's
+ * through wv_state_at), orders them newest first, and may pass copies whose
+ * state it overrides ("moving" while bytes move); this file only writes
+ * them.  JSON, one object per transfer:
+ *   {"transfers":[{"job","version","mode","state","reason","bytes",
+ *    "wire_bytes","participants","dropped","started_ms",
+ *    "seconds":{"update_weights","implementation","prepare","commit"},
+ *    "engines":[{"member","node","state","seconds","verified"}],
+ *    "perf":{"perf/update_weights_time", "perf/update_weights_implementation_time",
+ *            "perf/update_weights_wire_bytes", "perf/update_weights_density"}}]}
+ * (participants: the engines; dropped: those dropped; verified: state ==
+ * verified; perf: Miles's metric names).  Text: a header, then one line per
+ * transfer.  Every string is escaped: names and reasons came from members. */
+#ifndef AGENT_WV_SHOW_H
+#define AGENT_WV_SHOW_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/sk_buf.h"
+#include "jobs/wv_state.h"
+
+void wv_show(sk_buf *out, const wv_update *const *list, size_t n, bool json);
+
+#endif

@@ -1,0 +1,128 @@
+/* jobs/wv_state: the replicated table of weight updates (docs/updates.md).
+ *
+ * One record per (job, version) a trainer began (proto/weights.proto
+ * Update; jobs/wv_codec.c alone reads its protobuf), changed only by
+ * committed log entries of type WV_ENTRY_PUT (a packed Update), so every
+ * voter holds the same records and a new head adopts the open ones.  The
+ * rules, the same on every voter:
+ *   - every field checked: a job name (job_name_ok), version > 0, base <
+ *     version, a mode, a sender and its node (printable, bounded), a state
+ *     of the lists below, a digest of 0 or 16 bytes, at most WV_ENGINES_MAX
+ *     engines with distinct members, reasons of at most WV_REASON_MAX bytes,
+ *     finite non-negative timings;
+ *   - a new (job, version) is `preparing`, above every version the job ever
+ *     had, and the job has no open (preparing) record; a job beyond
+ *     WV_JOBS_MAX is refused;
+ *   - an existing record must be open; the new one keeps its job, version,
+ *     base and sender, and is preparing (engines updated), committed or
+ *     aborted: those two are final.
+ * Per job the newest WV_KEEP_PER_JOB records stay (an open one always);
+ * the job's highest version begun and latest committed version outlive the
+ * records dropped.  Pure: no I/O, no clock, no protobuf in this header. */
+#ifndef WV_STATE_H
+#define WV_STATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "jobs/job_model.h"
+#include "jobs/job_state.h"
+#include "jobs/job_spec.h"
+
+enum {
+	WV_ENTRY_PUT = 40,         /* a packed Update: begins or replaces the record of (job, version) */
+	WV_KEEP_PER_JOB = 64,      /* records kept per job: `skeinctl transfers --last` reaches this far */
+	WV_ENGINES_MAX = 1024,     /* participants of one update: the scale target is ~100 */
+	WV_JOBS_MAX = 4096,        /* jobs with records: as many as job_state holds (JOB_STATE_JOBS_MAX) */
+	WV_MEMBER_MAX = JOB_NAME_MAX + 32, /* "<job>/engine-<i>" with room to spare, without the NUL */
+	WV_MODE_MAX = 31,          /* job_spec's transfer_mode field */
+	WV_REASON_MAX = 512,       /* bytes of a reason */
+	WV_STATE_NAME_MAX = 11,    /* "preparing", "committed", ... */
+	WV_DIGEST_LEN = 16,        /* xxh3-128 of the manifest */
+};
+
+/* One participant.  reason is malloc'd, never NULL in a decoded or copied
+ * record. */
+typedef struct {
+	char member[WV_MEMBER_MAX + 1];
+	char node[JOB_NODE_MAX + 1];
+	char state[WV_STATE_NAME_MAX + 1];   /* pending verified failed dropped */
+	char *reason;
+	double seconds;
+} wv_engine;
+
+/* One update.  reason and engines are malloc'd; after decode or copy reason
+ * is never NULL ("") and engines may be NULL only when nengines is 0.  A
+ * record built by hand may leave reason NULL (encoded as ""). */
+typedef struct {
+	char job[JOB_NAME_MAX + 1];
+	uint64_t version, base_version;
+	char mode[WV_MODE_MAX + 1];
+	uint8_t digest[WV_DIGEST_LEN];
+	bool has_digest;
+	uint64_t bytes;
+	uint32_t tensors;
+	char sender[WV_MEMBER_MAX + 1];
+	char sender_node[JOB_NODE_MAX + 1];
+	char state[WV_STATE_NAME_MAX + 1];   /* preparing committed aborted */
+	char *reason;
+	wv_engine *engines;
+	size_t nengines;
+	uint64_t started_ms, finished_ms, wire_bytes;
+	double density, update_seconds, implementation_seconds, prepare_seconds, commit_seconds;
+} wv_update;
+
+/* A packed skein.weights.Update (*out malloc'd): 0, -1 when memory runs out
+ * or a string does not fit its field (the C struct may hold anything). */
+int wv_update_encode(const wv_update *u, uint8_t **out, size_t *len);
+/* A packed Update into u (overwritten; wv_update_free it), every rule of a
+ * record on its own checked (not those against the table): 0, or -1 with
+ * one line in err. */
+int wv_update_decode(wv_update *u, const uint8_t *d, size_t n, char *err, size_t errlen);
+/* The same check on a record in memory (what the head is about to propose). */
+int wv_update_check(const wv_update *u, char *err, size_t errlen);
+int wv_update_copy(wv_update *dst, const wv_update *src);   /* deep; -1 when memory runs out */
+void wv_update_free(wv_update *u);   /* safe twice */
+/* The engine of u named member, or NULL. */
+const wv_engine *wv_update_engine(const wv_update *u, const char *member);
+bool wv_update_open(const wv_update *u);   /* state "preparing" */
+
+typedef struct wv_state wv_state;
+
+wv_state *wv_state_new(void);
+void wv_state_free(wv_state **s);   /* safe on NULL, sets *s to NULL */
+
+/* One WV_ENTRY_PUT: 0 applied, -1 refused (counted; the state unchanged). */
+int wv_state_apply(wv_state *s, const uint8_t *data, size_t len);
+/* The same, also refusing a record of a job that jobs does not hold (NULL:
+ * no such check): a begin committed after its job's delete would otherwise
+ * stay, since the delete already forgot the job. */
+int wv_state_apply_known(wv_state *s, const uint8_t *data, size_t len, const job_state *jobs);
+uint64_t wv_state_refused(const wv_state *s);
+/* The job was deleted: its records and versions go (a job submitted again
+ * under the name starts from version 1). */
+void wv_state_forget_job(wv_state *s, const char *job);
+
+/* Lookups; records are valid until the next apply, forget or restore. */
+const wv_update *wv_state_get(const wv_state *s, const char *job, uint64_t version);
+const wv_update *wv_state_open(const wv_state *s, const char *job);   /* its preparing record, or NULL */
+uint64_t wv_state_committed(const wv_state *s, const char *job);      /* latest committed version, 0 */
+uint64_t wv_state_max_version(const wv_state *s, const char *job);    /* highest version ever begun, 0 */
+/* A job's records newest first: i = 0..; NULL past the end. */
+const wv_update *wv_state_job_at(const wv_state *s, const char *job, size_t i);
+/* Every record (jobs by name, each job's oldest first); NULL past the end. */
+size_t wv_state_count(const wv_state *s);
+const wv_update *wv_state_at(const wv_state *s, size_t i);
+/* Jobs with records or versions, by name; NULL past the end. */
+size_t wv_state_jobs(const wv_state *s);
+const char *wv_state_job_name(const wv_state *s, size_t i);
+
+/* Snapshot: a packed Snapshot (every record, every job's versions);
+ * restore checks everything (the rules above, per job at most
+ * WV_KEEP_PER_JOB records, one open at most and the newest, versions that
+ * agree) before it changes anything. */
+int wv_state_serialize(const wv_state *s, uint8_t **out, size_t *len);
+int wv_state_restore(wv_state *s, const uint8_t *d, size_t n, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,159 @@
+/* tests/unit/wv_show_test: agent/agent_wv_show (`skeinctl transfers`).
+ *
+ * Renders records as the head would pass them (a committed one, a copy
+ * shown as "moving" with hostile strings and a NaN timing, one without
+ * engines) and checks: the JSON is read by Python's json module with
+ * exactly the issue's keys, the counts (participants, dropped, verified),
+ * Miles's perf names and the escaped strings; the text has its header, one
+ * line per transfer, and no control byte but the line ends. */
+#include "tests/t.h"
+
+#include <math.h>
+#include <unistd.h>
+
+#include "agent/agent_wv_show.h"
+
+static const char CHECK_PY[] =
+	"import json, sys\n"
+	"d = json.loads(open(sys.argv[1], 'rb').read().decode('utf-8'))\n"
+	"assert list(d) == ['transfers'], d.keys()\n"
+	"t = d['transfers']\n"
+	"assert len(t) == 3, len(t)\n"
+	"keys = ['job','version','mode','state','reason','bytes','wire_bytes','participants','dropped',\n"
+	"        'started_ms','seconds','engines','perf']\n"
+	"for x in t:\n"
+	"    assert list(x) == keys, list(x)\n"
+	"    assert list(x['seconds']) == ['update_weights','implementation','prepare','commit'], x['seconds']\n"
+	"    assert list(x['perf']) == ['perf/update_weights_time','perf/update_weights_implementation_time',\n"
+	"                               'perf/update_weights_wire_bytes','perf/update_weights_density'], x['perf']\n"
+	"    for e in x['engines']:\n"
+	"        assert list(e) == ['member','node','state','seconds','verified'], list(e)\n"
+	"a, b, c = t\n"
+	"assert a['job'] == 'j1' and a['version'] == 12 and a['state'] == 'committed' and a['mode'] == 'p2p-tcp'\n"
+	"assert a['bytes'] == 1 << 34 and a['wire_bytes'] == 1 << 33 and a['started_ms'] == 1700000000123\n"
+	"assert a['participants'] == 3 and a['dropped'] == 1 and a['reason'] == ''\n"
+	"assert [e['verified'] for e in a['engines']] == [True, False, True]\n"
+	"assert a['engines'][1]['state'] == 'dropped' and a['engines'][0]['seconds'] == 0.25\n"
+	"assert a['seconds']['update_weights'] == 1.5 and a['seconds']['commit'] == 0.125\n"
+	"assert a['perf']['perf/update_weights_time'] == 1.5\n"
+	"assert a['perf']['perf/update_weights_implementation_time'] == 1.25\n"
+	"assert a['perf']['perf/update_weights_wire_bytes'] == 1 << 33\n"
+	"assert a['perf']['perf/update_weights_density'] == 0.5\n"
+	"assert b['state'] == 'moving' and b['seconds']['update_weights'] is None\n"
+	"assert b['perf']['perf/update_weights_time'] is None\n"
+	"assert b['reason'] == 'say \"hi\"\\\\\\n\\x1b[31m\\ufffd', repr(b['reason'])\n"
+	"assert b['engines'][0]['member'] == 'j\\x01/engine-0', repr(b['engines'][0]['member'])\n"
+	"assert c['engines'] == [] and c['participants'] == 0 and c['dropped'] == 0\n"
+	"e = json.loads(open(sys.argv[2], 'rb').read().decode('utf-8'))\n"
+	"assert e == {'transfers': []}, e\n";
+
+static wv_engine ea[3], eb[1];
+
+static void fill(wv_update *a, wv_update *b, wv_update *c)
+{
+	memset(a, 0, sizeof *a);
+	snprintf(a->job, sizeof a->job, "j1");
+	a->version = 12;
+	a->base_version = 11;
+	snprintf(a->mode, sizeof a->mode, "p2p-tcp");
+	snprintf(a->state, sizeof a->state, "committed");
+	a->bytes = 1ull << 34;
+	a->wire_bytes = 1ull << 33;
+	a->started_ms = 1700000000123ull;
+	a->density = 0.5;
+	a->update_seconds = 1.5;
+	a->implementation_seconds = 1.25;
+	a->prepare_seconds = 0.0625;
+	a->commit_seconds = 0.125;
+	static const char *const st[3] = { "verified", "dropped", "verified" };
+	for (int i = 0; i < 3; i++) {
+		memset(&ea[i], 0, sizeof ea[i]);
+		snprintf(ea[i].member, sizeof ea[i].member, "j1/engine-%d", i);
+		snprintf(ea[i].node, sizeof ea[i].node, "n%d", i);
+		snprintf(ea[i].state, sizeof ea[i].state, "%s", st[i]);
+		ea[i].seconds = 0.25;
+	}
+	a->engines = ea;
+	a->nengines = 3;
+	/* what a member could put in a reason, and worse than the table lets in */
+	*b = *a;
+	snprintf(b->state, sizeof b->state, "moving");
+	b->reason = (char *)"say \"hi\"\\\n\x1b[31m\xff";
+	b->update_seconds = NAN;
+	memset(&eb[0], 0, sizeof eb[0]);
+	snprintf(eb[0].member, sizeof eb[0].member, "j\x01/engine-0");
+	snprintf(eb[0].node, sizeof eb[0].node, "n\x7f");
+	snprintf(eb[0].state, sizeof eb[0].state, "pending");
+	eb[0].reason = (char *)"\xc0\xaf";
+	b->engines = eb;
+	b->nengines = 1;
+	*c = *a;
+	c->engines = NULL;
+	c->nengines = 0;
+	c->reason = NULL;
+}
+
+static void write_file(const char *path, const char *s, size_t n)
+{
+	FILE *f = fopen(path, "wb");
+	T_CHECK(f != NULL);
+	T_EQ(fwrite(s, 1, n, f), n);
+	T_EQ(fclose(f), 0);
+}
+
+T_TEST(json_has_the_issues_shape)
+{
+	wv_update a, b, c;
+	fill(&a, &b, &c);
+	const wv_update *list[3] = { &a, &b, &c };
+	sk_buf out, none;
+	sk_buf_init(&out);
+	sk_buf_init(&none);
+	wv_show(&out, list, 3, true);
+	wv_show(&none, NULL, 0, true);
+	T_CHECK(!out.oom && !none.oom);
+	char dir[] = "/tmp/wv_show_test.XXXXXX", py[64], js[64], ejs[64], cmd[256];
+	T_CHECK(mkdtemp(dir) != NULL);
+	snprintf(py, sizeof py, "%s/check.py", dir);
+	snprintf(js, sizeof js, "%s/out.json", dir);
+	snprintf(ejs, sizeof ejs, "%s/empty.json", dir);
+	write_file(py, CHECK_PY, strlen(CHECK_PY));
+	write_file(js, out.p, out.len);
+	write_file(ejs, none.p, none.len);
+	snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %s %s", py, js, ejs);
+	int rc = system(cmd);
+	if (rc != 0) T_FAIL("python3 rejected the JSON (kept in %s):\n%s", dir, sk_buf_str(&out));
+	unlink(py);
+	unlink(js);
+	unlink(ejs);
+	rmdir(dir);
+	sk_buf_free(&out);
+	sk_buf_free(&none);
+}
+
+T_TEST(text_one_line_each_escaped)
+{
+	wv_update a, b, c;
+	fill(&a, &b, &c);
+	const wv_update *list[3] = { &a, &b, &c };
+	sk_buf out;
+	sk_buf_init(&out);
+	wv_show(&out, list, 3, false);
+	const char *s = sk_buf_str(&out);
+	size_t lines = 0;
+	for (size_t i = 0; i < out.len; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		if (ch == '\n') lines++;
+		else if (ch < 0x20 || ch == 0x7f) T_FAIL("control byte 0x%02x at %zu:\n%s", ch, i, s);
+	}
+	T_EQ(lines, 4);
+	T_CHECK(!strncmp(s, "JOB ", 4));
+	const char *l1 = strchr(s, '\n') + 1, *l2 = strchr(l1, '\n') + 1, *l3 = strchr(l2, '\n') + 1;
+	/* job, version, mode, state, bytes, seconds, verified/participants, reason */
+	T_CHECK(!strncmp(l1, "j1 ", 3));
+	T_CHECK(strstr(l1, " 12 ") && strstr(l1, " p2p-tcp ") && strstr(l1, " committed ") &&
+		strstr(l1, " 17179869184 ") && strstr(l1, " 1.500 ") && strstr(l1, " 2/3 "));
+	T_CHECK(strstr(l2, " moving ") && strstr(l2, " 0/1 ") && strstr(l2, "\\x1b[31m"));
+	T_CHECK(strstr(l3, " 0/0 ") && strstr(l3, " -\n"));
+	sk_buf_free(&out);
+}
