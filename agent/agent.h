@@ -23,6 +23,8 @@
  *   agent_drain.c  skeinctl drain / undrain, and the head's moves off drained nodes
  *   agent_sup.c    the member processes of this node
  *   agent_metrics.c, agent_http.c  GET /metrics (--metrics)
+ *   agent_wv.c     coordinated weight updates: the head's coordinator and
+ *                  `skeinctl transfers`; agent_wv_gate.c checks a member's requests
  *
  * One libev loop runs everything.  The membership logic (membership/mbr.h)
  * gets time from sk_mono_ms (common/sk_time.h) and packets from the sockets; after every
@@ -54,6 +56,7 @@ typedef struct agent_head agent_head;
 typedef struct agent_peers agent_peers;
 typedef struct agent_jobs agent_jobs;
 typedef struct agent_metrics agent_metrics;
+typedef struct agent_wv agent_wv;
 
 /* Who asked a control request, so that the answer can be sent later (a
  * write answered once committed, a request forwarded to the head), and
@@ -68,6 +71,7 @@ typedef struct {
 	bool has_nonce;
 	uint8_t nonce[AUTH_NONCE]; /* echoed in the answer */
 	char sender[MBR_NAME_MAX + 1]; /* the sending agent, as its sealed request says */
+	int pid;                   /* Unix socket: the connecting process (SO_PEERCRED), else 0 */
 } agent_client;
 
 typedef struct {
@@ -151,6 +155,7 @@ typedef struct agent {
 	agent_peers *peers;        /* connections to other agents, forwards in flight */
 	agent_jobs *jobs;
 	agent_metrics *metrics;    /* --metrics (agent_metrics.c) */
+	agent_wv *wv;              /* coordinated weight updates (agent_wv.c) */
 	uint64_t fence_newest;     /* newest head term seen: older orders are refused */
 	/* Membership changed: the head and the jobs hear it from this zero-delay
 	 * timer, on the next loop iteration, never from inside agent_pump (whose
@@ -204,6 +209,9 @@ agent_rpc_cred agent_ctl_cred(agent *a);
 int agent_ctl_load_operator_keys(agent *a, char *err, size_t errlen);
 /* Answers a request whose handler deferred its reply. */
 void agent_ctl_send(agent *a, const agent_client *c, int code, const char *error, const char *body);
+/* ... with a binary answer (Response.payload) as well. */
+void agent_ctl_send_bin(agent *a, const agent_client *c, int code, const char *error, const char *body,
+		       const uint8_t *payload, size_t plen);
 void agent_reply_fail(agent_reply *r, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* agent_head.c: the head election (raft/) wired to the agent; -2 for a bad
@@ -236,6 +244,7 @@ bool agent_head_handing_over(agent *a);   /* ... and the leave waits for that */
 int agent_head_drained(agent *a, char *err, size_t errlen);
 bool agent_head_ready(agent *a);                      /* head, and caught up with its own term */
 const struct job_state *agent_head_jobs(agent *a);   /* NULL on a non-voter */
+const struct wv_state *agent_head_wv(agent *a);      /* the weight updates; NULL on a non-voter */
 struct raft;
 struct raft *agent_head_raft(agent *a);              /* NULL on a non-voter */
 uint64_t agent_head_applied(agent *a);

@@ -28,7 +28,10 @@ agent_role agent_auth_needs(const char *cmd, const char *const *args, size_t nar
 	    is(cmd, "placement") || is(cmd, "status"))
 		return ROLE_LOOK;
 	/* what members wrote and the state's values may hold secrets */
-	if (is(cmd, "logs")) return ROLE_READ;
+	if (is(cmd, "logs") || is(cmd, "transfers")) return ROLE_READ;
+	/* a member's part in a weight update: its node's socket, where the
+	 * agent also checks which process asks (agent_wv_gate.c) */
+	if (is(cmd, "wv")) return is(a0, "outcome") ? ROLE_READ : ROLE_WRITE;
 	if (is(cmd, "state")) return is(a0, "get") || is(a0, "list") ? ROLE_READ : ROLE_WRITE;
 	if (is(cmd, "drain")) return is(a0, "status") ? ROLE_LOOK : ROLE_WRITE;
 	if (is(cmd, "head")) return nargs == 0 ? ROLE_LOOK : ROLE_WRITE;

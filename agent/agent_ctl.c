@@ -10,6 +10,7 @@
  * is answered in plaintext with a one-line reason, so the CLI can show it,
  * and counted in `info`.  docs/security.md has the whole model. */
 #include "agent/agent.h"
+#include "agent/agent_wv.h"
 
 #include <grp.h>
 #include <regex.h>
@@ -437,6 +438,7 @@ static void dispatch(agent *a, const Skein__Control__Request *q, const agent_cli
 	const char *cmd = q->cmd;
 	if (agent_head_dispatch(a, q, c, r)) return;
 	if (agent_jobs_dispatch(a, q, c, r)) return;
+	if (agent_wv_dispatch(a, q, c, r)) return;
 	if (!strcmp(cmd, "members")) cmd_members(a, q, r);
 	else if (!strcmp(cmd, "peers")) cmd_peers(a, r);
 	else if (!strcmp(cmd, "info")) cmd_info(a, q, r);
@@ -459,11 +461,19 @@ agent_rpc_cred agent_ctl_cred(agent *a)
 
 void agent_ctl_send(agent *a, const agent_client *c, int code, const char *error, const char *body)
 {
+	agent_ctl_send_bin(a, c, code, error, body, NULL, 0);
+}
+
+void agent_ctl_send_bin(agent *a, const agent_client *c, int code, const char *error, const char *body,
+		       const uint8_t *payload, size_t plen)
+{
 	if (!c->conn || !a->wire) return;
 	Skein__Control__Response resp = SKEIN__CONTROL__RESPONSE__INIT;
 	resp.code = code;
 	resp.error = (char *)(error ? error : "");
 	resp.body = (char *)(body ? body : "");
+	resp.payload.data = (uint8_t *)payload;
+	resp.payload.len = payload ? plen : 0;
 	if (c->has_nonce) {
 		resp.nonce.data = (uint8_t *)c->nonce;
 		resp.nonce.len = AUTH_NONCE;
@@ -577,7 +587,7 @@ static void handle_one(agent *a, wire_id id, const wire_peer *p, uint8_t *data, 
 {
 	reply r = { 0 };
 	sk_buf_init(&r.body);
-	agent_client c = { .conn = id, .remote = p->transport == WIRE_TCP };
+	agent_client c = { .conn = id, .remote = p->transport == WIRE_TCP, .pid = p->cred ? (int)p->pid : 0 };
 	a->cnt.ctl_requests++;
 	uint8_t *plain = NULL;
 	const uint8_t *msg = data;

@@ -4,6 +4,8 @@
  * the agent that runs or ran the member, reached through the head). */
 #include "common/sk_time.h"
 #include "agent/agent_jobs_int.h"
+#include "agent/agent_wv.h"
+#include "jobs/wv_state.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,7 +71,21 @@ typedef struct {
 	bool trainer;
 	uint32_t k, ngpus, gpus[JOB_GPUS_PER_NODE_MAX], restarts;
 	int pid;
+	bool has_weights;          /* an engine that told the head which version it holds */
+	uint64_t weight_version;
 } member_view;
+
+/* An engine's readiness (docs/updates.md): running once it holds the job's
+ * latest committed weights, syncing until then. */
+static void view_weights(agent *a, const char *job, member_view *v)
+{
+	const wv_state *ws = agent_head_wv(a);
+	uint64_t latest = ws ? wv_state_committed(ws, job) : 0;
+	bool syncing = false;
+	v->has_weights = agent_wv_engine_view(a, v->id, &v->weight_version, &syncing);
+	if (!v->has_weights) syncing = latest > 0;
+	if (syncing && !strcmp(v->state, "running")) snprintf(v->state, sizeof v->state, "syncing");
+}
 
 static void view_member(agent *a, const job_rec *j, const job_spec *s, const job_layout *L, bool trainer,
 			uint32_t k, member_view *v)
@@ -95,6 +111,7 @@ static void view_member(agent *a, const job_rec *j, const job_spec *s, const job
 			v->restarts = st->restarts;
 		}
 		if (!st || st->gen != b->o.gen) v->restarts = b->o.restart_base;
+		if (!trainer) view_weights(a, s->name, v);
 	} else if (strcmp(j->state, "running") && strcmp(j->state, "pending")) {
 		snprintf(v->state, sizeof v->state, "%s", !strcmp(j->state, "failed") ? "failed" : "stopped");
 	} else {
@@ -130,6 +147,8 @@ static void print_members(agent *a, const job_rec *j, sk_buf *o, bool json, bool
 			sk_buf_printf(o, ",\"gpus\":[%s],\"pid\":%d,\"state\":\"%s\",\"restarts\":%u,\"reason\":", gl, v.pid,
 				      v.state, v.restarts);
 			sk_buf_json_str(o, v.reason);
+			if (!tr && v.has_weights) sk_buf_printf(o, ",\"weight_version\":%llu", (unsigned long long)v.weight_version);
+			else if (!tr) sk_buf_printf(o, ",\"weight_version\":null");
 			sk_buf_printf(o, "}");
 		} else {
 			char node[4 * MBR_NAME_MAX + 1], why[4 * sizeof v.reason];

@@ -1,6 +1,7 @@
 /* agent/agent_main: skeind.  Start-up (settings, data directory, keyring,
  * sockets), the membership pump, joining, signals, graceful leave. */
 #include "agent/agent.h"
+#include "agent/agent_wv.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -611,6 +612,7 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 		goto fatal;
 	}
 	if (agent_metrics_open(a, err, sizeof err) < 0) goto fatal;
+	if (agent_wv_open(a, err, sizeof err) < 0) goto fatal;
 	if (agent_update_meta(a) < 0) goto fatal;
 
 	signal(SIGPIPE, SIG_IGN);
@@ -648,6 +650,7 @@ static void teardown(agent *a)
 	if (a->loop) {
 		ev_timer_stop(a->loop, &a->members_changed); /* nothing delivered while closing */
 		agent_metrics_close(a);
+		agent_wv_close(a);
 		agent_jobs_close(a);
 		agent_head_close(a);
 		agent_peer_close(a);

@@ -179,7 +179,7 @@ void agent_peer_answer(agent *a, void *cookie, const uint8_t *data, size_t len, 
 	char err[256];
 	agent_rpc_cred cred = agent_ctl_cred(f->a);
 	Skein__Control__Response *r = agent_resp_open(data, len, &cred, f->nonce, err, sizeof err);
-	if (r) agent_ctl_send(f->a, &f->client, r->code, r->error, r->body);
+	if (r) agent_ctl_send_bin(f->a, &f->client, r->code, r->error, r->body, r->payload.data, r->payload.len);
 	else agent_ctl_send(f->a, &f->client, 1, "the head's answer could not be read", NULL);
 	if (r) skein__control__response__free_unpacked(r, NULL);
 	fwd_free(f);

@@ -80,6 +80,10 @@ static void usage(FILE *f)
 		"                         delete forgets a stopped, failed or completed job\n"
 		"  placement [JOB] [--format text|json]\n"
 		"                         every member: role, node, GPUs, pid, state, restarts\n"
+		"  transfers [JOB] [--last N] [--format text|json]\n"
+		"                         weight updates, newest first: version, mode, state (preparing,\n"
+		"                         moving, committed, aborted) and why, bytes, timings (Miles's\n"
+		"                         perf/update_weights_*), each engine's part (docs/updates.md)\n"
 		"  logs MEMBER [--follow] a member's stdout and stderr, from the agent that runs it\n"
 		"  status [--format text|json]\n"
 		"                         the cluster at a glance: members by status, drained nodes, the\n"
@@ -141,7 +145,7 @@ static int call_payload(const char *cmd, char **args, int nargs, const char *for
 			.nargs = nargs, .format = format, .payload = payload, .payload_len = plen };
 	bool head_only = !strcmp(cmd, "state") || !strcmp(cmd, "voters") || !strcmp(cmd, "head") ||
 			 !strcmp(cmd, "job") || !strcmp(cmd, "placement") || !strcmp(cmd, "drain") ||
-			 !strcmp(cmd, "undrain") || !strcmp(cmd, "status");
+			 !strcmp(cmd, "undrain") || !strcmp(cmd, "status") || !strcmp(cmd, "transfers");
 	long long deadline = (long long)sk_mono_us() + (long long)g_timeout_ms * 1000;
 	for (;;) {
 		long long left_ms = (deadline - (long long)sk_mono_us()) / 1000;
@@ -582,7 +586,7 @@ int main(int argc, char **argv)
 		if (nargs >= 1 && !strcmp(args[0], "submit")) return cmd_job_submit(args + 1, nargs - 1, format);
 		return call(cmd, args, nargs, format);
 	}
-	if (!strcmp(cmd, "placement")) return call(cmd, args, nargs, format);
+	if (!strcmp(cmd, "placement") || !strcmp(cmd, "transfers")) return call(cmd, args, nargs, format);
 	if (!strcmp(cmd, "status")) {
 		if (nargs) return die(2, "usage: skeinctl status [--format text|json]%s", "");
 		return call(cmd, args, nargs, format);

@@ -1,0 +1,1111 @@
+/* agent/agent_wv: the head's coordinator of weight updates (docs/updates.md).
+ *
+ * The replicated record of every update lives in jobs/wv_state (entry
+ * WV_ENTRY_PUT); what the head holds here is only what a new head can do
+ * without: the clients waiting for an answer, the words each participant
+ * sent, the clocks of the watchdog.  So a head that takes over rebuilds an
+ * open update from its record ("adopts" it) and the members, whose every
+ * request says everything about them, fill in the rest.
+ *
+ *   open update:  begin proposed -> begun (record applied: the sender is
+ *                 answered, participants told "receive") -> every participant
+ *                 verified or dropped, and the sender done -> the final
+ *                 record proposed -> applied: the sender's `done` answered,
+ *                 participants told "commit" or "abort"
+ *   engines:      every engine that waits is known here, with the version
+ *                 it holds, the version it staged, its endpoint; a wait is
+ *                 held (deferred) until there is an instruction for it, at
+ *                 most WAIT_HOLD_S
+ *
+ * One timer (TICK_S while anything is open or waiting, else IDLE_TICK_S)
+ * answers old waits, drops participants whose process or node is gone,
+ * runs the watchdog, and acts on the head's "state changed" flag: this file
+ * is never called from inside the head's pump. */
+#include "agent/agent_wv.h"
+
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/agent_jobs_int.h"
+#include "agent/agent_wv_show.h"
+#include "common/sk_log.h"
+#include "common/sk_time.h"
+#include "jobs/wv_state.h"
+#include "proto/control.pb-c.h"
+#include "proto/weights.pb-c.h"
+
+static const double TICK_S = 0.02;
+static const double IDLE_TICK_S = 0.5;
+static const double WAIT_HOLD_S = 1.0;      /* a wait with nothing to do is answered idle after this */
+static const double ENGINE_FORGET_S = 10.0; /* an engine not heard from for this long is forgotten */
+static const double CATCHUP_STALL_S = 30.0; /* a peer catch-up without news is given up */
+enum {
+	MEMBER_MAX = JOB_NAME_MAX + 32,
+	ENDPOINT_MAX = 64,
+	REASON_MAX = 400,
+	ENGINES_MAX = 8192,
+	OPEN_MAX = 1024,
+	SETUP_MAX = 128,               /* an NCCL unique id */
+};
+
+typedef struct {
+	char member[MEMBER_MAX], job[JOB_NAME_MAX + 1], node[MBR_NAME_MAX + 1];
+	uint64_t gen, held, staged, failed;
+	int pid;                       /* its process, as its node last reported it */
+	char reason[REASON_MAX], endpoint[ENDPOINT_MAX];
+	double seconds, last_seen;
+	bool waiting;
+	agent_client client;
+	double wait_since;
+	/* p2p catch-up: this engine serves `serve_version` to `serve_to`, or is
+	 * served `catchup_version` by `source` */
+	char serve_to[MEMBER_MAX], source[MEMBER_MAX];
+	uint64_t serve_version, catchup_version;
+	double catchup_since;
+} wv_eng;
+
+typedef struct {
+	wv_update rec;                 /* as proposed, the engines' states kept up to date here */
+	bool begun, final_proposed;
+	char final_state[12], final_reason[REASON_MAX];
+	double t_begin, t_answer, t_progress, t_last_word;
+	bool begin_waiting, done_waiting, done;
+	agent_client begin_client, done_client;
+	bool done_ok;
+	char done_reason[REASON_MAX];
+	double impl_s, density;
+	uint64_t wire_bytes;
+	uint8_t setup[SETUP_MAX];
+	size_t setup_len;
+	int timeout_ms;
+	bool drop;                     /* --update-on-engine-loss drop */
+	bool adopted;
+} wv_open;
+
+struct agent_wv {
+	ev_timer tick;
+	bool changed;                  /* the head applied a weight entry */
+	bool was_ready;
+	wv_eng *eng;
+	size_t neng, engcap;
+	wv_open *open;
+	size_t nopen, opencap;
+};
+
+/* ---------------------------------------------------------------- small helpers */
+
+static const wv_state *state_of(agent *a)
+{
+	return agent_head_ready(a) ? agent_head_wv(a) : NULL;
+}
+
+static void answer(agent *a, const agent_client *c, int code, const char *error, const ProtobufCMessage *m)
+{
+	uint8_t *buf = NULL;
+	size_t n = 0;
+	if (m) {
+		n = protobuf_c_message_get_packed_size(m);
+		buf = malloc(n ? n : 1);
+		if (!buf) { agent_ctl_send(a, c, 1, "out of memory", NULL); return; }
+		protobuf_c_message_pack(m, buf);
+	}
+	agent_ctl_send_bin(a, c, code, error, NULL, buf, n);
+	free(buf);
+}
+
+static void fail_client(agent *a, const agent_client *c, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fail_client(agent *a, const agent_client *c, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	agent_ctl_send(a, c, 1, msg, NULL);
+}
+
+/* "job/engine-3" -> engine 3 (1), "job/trainer-0" -> rank 0 (0); -1 when
+ * the id is not of `job`. */
+static int member_kind(const char *job, const char *member, uint32_t *k)
+{
+	size_t jl = strlen(job);
+	if (strncmp(member, job, jl) || member[jl] != '/') return -1;
+	const char *rest = member + jl + 1, *num;
+	int kind;
+	if (!strncmp(rest, "engine-", 7)) kind = 1, num = rest + 7;
+	else if (!strncmp(rest, "trainer-", 8)) kind = 0, num = rest + 8;
+	else return -1;
+	char *end;
+	unsigned long v = strtoul(num, &end, 10);
+	if (*num < '0' || *num > '9' || *end || v > UINT32_MAX) return -1;
+	*k = (uint32_t)v;
+	return kind;
+}
+
+/* The node a member of a running job is placed on ("" when none). */
+static bool member_node(agent *a, const char *job, const char *member, int want_kind, char *node, size_t cap,
+			job_spec *spec)
+{
+	const job_state *js = agent_head_jobs(a);
+	const job_rec *j = js ? job_state_get(js, job) : NULL;
+	uint32_t k;
+	job_spec s;
+	job_layout L;
+	char err[256];
+	node[0] = 0;
+	if (!j || strcmp(j->state, "running") || !job_rec_placed(j) || member_kind(job, member, &k) != want_kind)
+		return false;
+	if (job_rec_spec(j, &s, err, sizeof err) < 0 || job_rec_layout(&L, j, &s) < 0) return false;
+	const char *n = NULL;
+	if (want_kind == 0 && k < job_spec_trainer_ranks(&s)) n = L.node[k];
+	else if (want_kind == 1 && k < job_spec_engines(&s)) n = job_layout_engine_node(&s, &L, k);
+	if (n) snprintf(node, cap, "%s", n);
+	job_layout_free(&L);
+	if (spec) *spec = s;
+	return node[0] != 0;
+}
+
+/* The node the request came from: the forwarding agent, or this one. */
+static const char *origin(agent *a, const Skein__Control__Request *q, const agent_client *c)
+{
+	return q->forwarded ? c->sender : a->opts.name;
+}
+
+/* Whether `node` is alive (or suspected) in membership. */
+static bool node_alive(agent *a, const char *node)
+{
+	mbr_member_info mi;
+	return mbr_lookup(a->mbr, node, &mi) == 0 && (mi.status == MBR_ALIVE || mi.status == MBR_SUSPECT);
+}
+
+/* The endpoint an engine gave must be on its own node's address: the head
+ * hands it to a sender, which would send weights wherever it points. */
+static bool endpoint_ok(agent *a, const char *node, const char *ep)
+{
+	if (!ep[0]) return true;
+	mbr_member_info mi;
+	char ip[INET6_ADDRSTRLEN], host[ENDPOINT_MAX];
+	const char *colon = strrchr(ep, ':');
+	if (!colon || mbr_lookup(a->mbr, node, &mi) != 0 || (size_t)(colon - ep) >= sizeof host) return false;
+	char *end;
+	long port = strtol(colon + 1, &end, 10);
+	if (*end || port < 1 || port > 65535) return false;
+	snprintf(host, sizeof host, "%.*s", (int)(colon - ep), ep);
+	if (!inet_ntop(mi.addr.len == 4 ? AF_INET : AF_INET6, mi.addr.ip, ip, sizeof ip)) return false;
+	return !strcmp(host, ip);
+}
+
+/* ---------------------------------------------------------------- tables */
+
+static wv_eng *eng_find(agent_wv *W, const char *member)
+{
+	for (size_t i = 0; i < W->neng; i++)
+		if (!strcmp(W->eng[i].member, member)) return &W->eng[i];
+	return NULL;
+}
+
+static wv_eng *eng_get(agent_wv *W, const char *member)
+{
+	wv_eng *e = eng_find(W, member);
+	if (e) return e;
+	if (W->neng >= ENGINES_MAX) return NULL;
+	if (W->neng == W->engcap) {
+		size_t cap = W->engcap ? W->engcap * 2 : 16;
+		wv_eng *p = realloc(W->eng, cap * sizeof *p);
+		if (!p) return NULL;
+		W->eng = p;
+		W->engcap = cap;
+	}
+	e = &W->eng[W->neng++];
+	memset(e, 0, sizeof *e);
+	snprintf(e->member, sizeof e->member, "%s", member);
+	return e;
+}
+
+static void eng_drop_at(agent_wv *W, size_t i)
+{
+	W->eng[i] = W->eng[--W->neng];
+}
+
+static wv_open *open_find(agent_wv *W, const char *job)
+{
+	for (size_t i = 0; i < W->nopen; i++)
+		if (!strcmp(W->open[i].rec.job, job)) return &W->open[i];
+	return NULL;
+}
+
+static wv_open *open_new(agent_wv *W)
+{
+	if (W->nopen >= OPEN_MAX) return NULL;
+	if (W->nopen == W->opencap) {
+		size_t cap = W->opencap ? W->opencap * 2 : 8;
+		wv_open *p = realloc(W->open, cap * sizeof *p);
+		if (!p) return NULL;
+		W->open = p;
+		W->opencap = cap;
+	}
+	wv_open *u = &W->open[W->nopen++];
+	memset(u, 0, sizeof *u);
+	return u;
+}
+
+static void open_free(agent_wv *W, wv_open *u)
+{
+	wv_update_free(&u->rec);
+	*u = W->open[--W->nopen];
+}
+
+static wv_engine *part_of(wv_open *u, const char *member)
+{
+	for (size_t i = 0; i < u->rec.nengines; i++)
+		if (!strcmp(u->rec.engines[i].member, member)) return &u->rec.engines[i];
+	return NULL;
+}
+
+static bool is_full_copy(const char *mode)
+{
+	return strcmp(mode, "disk-delta") != 0;
+}
+
+/* ---------------------------------------------------------------- proposing */
+
+static void arm(agent *a);
+
+static void propose(agent *a, const wv_update *u, const char *what)
+{
+	uint8_t *data;
+	size_t len;
+	agent_reply r = { 0 };
+	sk_buf_init(&r.body);
+	if (wv_update_encode(u, &data, &len) < 0) {
+		SK_WARN("wv", "%s of %s v%llu: out of memory", what, u->job, (unsigned long long)u->version);
+	} else if (agent_head_propose(a, NULL, &r, WV_ENTRY_PUT, data, len, NULL, NULL) < 0) {
+		SK_WARN("wv", "%s of %s v%llu not proposed: %s", what, u->job, (unsigned long long)u->version, r.error);
+	}
+	sk_buf_free(&r.body);
+}
+
+/* Proposes the final record of u (once). */
+static void finish(agent *a, wv_open *u, const char *state, const char *reason)
+{
+	if (u->final_proposed) return;
+	double now = sk_mono_s();
+	wv_update f;
+	if (wv_update_copy(&f, &u->rec) < 0) return;
+	snprintf(f.state, sizeof f.state, "%s", state);
+	free(f.reason);
+	f.reason = strdup(reason ? reason : "");
+	f.finished_ms = sk_wall_ms();
+	f.wire_bytes = u->wire_bytes;
+	f.density = u->density;
+	f.implementation_seconds = u->impl_s;
+	f.update_seconds = now - u->t_begin;
+	f.prepare_seconds = u->t_answer > 0 ? u->t_answer - u->t_begin : 0;
+	f.commit_seconds = u->t_last_word > 0 ? now - u->t_last_word : 0;
+	if (f.reason) propose(a, &f, state);
+	u->final_proposed = true;
+	snprintf(u->final_state, sizeof u->final_state, "%s", state);
+	snprintf(u->final_reason, sizeof u->final_reason, "%s", reason ? reason : "");
+	SK_INFO("wv", "%s v%llu %s%s%s", u->rec.job, (unsigned long long)u->rec.version, state, reason && *reason ? ": " : "",
+		reason ? reason : "");
+	wv_update_free(&f);
+}
+
+/* Committed once the sender is done and no participant is pending. */
+static void try_finish(agent *a, wv_open *u)
+{
+	if (!u->begun || u->final_proposed || !u->done) return;
+	for (size_t i = 0; i < u->rec.nengines; i++)
+		if (!strcmp(u->rec.engines[i].state, "pending")) return;
+	finish(a, u, "committed", NULL);
+}
+
+/* A participant is gone or failed: dropped (drop mode, not a data fault),
+ * or the update aborts. */
+static void lose(agent *a, wv_open *u, wv_engine *p, const char *why, bool fault)
+{
+	if (u->final_proposed || strcmp(p->state, "pending")) return;
+	snprintf(p->state, sizeof p->state, "%s", fault || !u->drop ? "failed" : "dropped");
+	free(p->reason);
+	p->reason = strdup(why);
+	u->t_last_word = sk_mono_s();
+	if (fault || !u->drop) {
+		char reason[REASON_MAX];
+		snprintf(reason, sizeof reason, "%s on %s: %s", p->member, p->node, why);
+		finish(a, u, "aborted", reason);
+	} else {
+		SK_INFO("wv", "%s v%llu: %s dropped: %s", u->rec.job, (unsigned long long)u->rec.version, p->member, why);
+		try_finish(a, u);
+	}
+}
+
+/* ---------------------------------------------------------------- instructions */
+
+static void send_instruction(agent *a, wv_eng *e, const Skein__Weights__Instruction *in)
+{
+	if (!e->waiting) return;
+	e->waiting = false;
+	answer(a, &e->client, 0, NULL, &in->base);
+}
+
+/* What engine e must do now; false: nothing yet (its wait is held). */
+static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *reason, size_t rcap)
+{
+	agent_wv *W = a->wv;
+	const wv_state *ws = state_of(a);
+	if (!ws) return false;
+	wv_open *u = open_find(W, e->job);
+	uint64_t L = wv_state_committed(ws, e->job);
+	if (e->staged) {
+		const wv_update *rec = wv_state_get(ws, e->job, e->staged);
+		if (rec && !strcmp(rec->state, "committed")) {
+			in->kind = "commit";
+			in->version = e->staged;
+			return true;
+		}
+		if ((rec && !strcmp(rec->state, "aborted")) || (!rec && !(u && u->rec.version == e->staged))) {
+			in->kind = "abort";
+			in->version = e->staged;
+			snprintf(reason, rcap, "%s", rec ? rec->reason : "no such update");
+			in->reason = reason;
+			return true;
+		}
+		return false; /* open: wait for the verdict */
+	}
+	wv_engine *p = u ? part_of(u, e->member) : NULL;
+	if (u && u->begun && !u->final_proposed && p && !strcmp(p->state, "pending") && e->failed != u->rec.version) {
+		in->kind = "receive";
+		in->version = u->rec.version;
+		in->base_version = u->rec.base_version;
+		in->mode = u->rec.mode;
+		in->setup.data = u->setup;
+		in->setup.len = u->setup_len;
+		in->rank = (int32_t)(p - u->rec.engines) + 1;
+		in->nranks = (int32_t)u->rec.nengines + 1;
+		in->timeout_ms = u->timeout_ms;
+		return true;
+	}
+	if (e->serve_to[0]) {
+		wv_eng *t = eng_find(W, e->serve_to);
+		if (t && t->catchup_version == e->serve_version && !strcmp(t->source, e->member)) {
+			in->kind = "serve";
+			in->version = e->serve_version;
+			in->peer = t->endpoint;
+			e->serve_to[0] = 0;
+			return true;
+		}
+		e->serve_to[0] = 0;
+	}
+	if (e->held >= L || (p && !strcmp(p->state, "pending"))) return false;
+	if (e->catchup_version && sk_mono_s() - e->catchup_since < CATCHUP_STALL_S) return false;
+	const job_state *js = agent_head_jobs(a);
+	const job_rec *j = js ? job_state_get(js, e->job) : NULL;
+	if (!j) return false;
+	if (!is_full_copy(j->spec.transfer_mode)) {
+		in->kind = "catchup";
+		in->version = L;
+		in->peer = "";
+		in->mode = (char *)j->spec.transfer_mode;
+		e->catchup_version = L;
+		e->catchup_since = sk_mono_s();
+		return true;
+	}
+	/* from an engine that holds L and is idle */
+	for (size_t i = 0; i < W->neng; i++) {
+		wv_eng *s = &W->eng[i];
+		if (s == e || strcmp(s->job, e->job) || s->held != L || s->staged || !s->waiting || s->serve_to[0] ||
+		    !s->endpoint[0] || !e->endpoint[0])
+			continue;
+		if (u && part_of(u, s->member) && !strcmp(part_of(u, s->member)->state, "pending")) continue;
+		snprintf(s->serve_to, sizeof s->serve_to, "%s", e->member);
+		s->serve_version = L;
+		snprintf(e->source, sizeof e->source, "%s", s->member);
+		e->catchup_version = L;
+		e->catchup_since = sk_mono_s();
+		in->kind = "catchup";
+		in->version = L;
+		in->peer = s->member;
+		in->mode = (char *)j->spec.transfer_mode;
+		return true;
+	}
+	return false;
+}
+
+/* Answers every held wait of `job` that has something to do (NULL: all). */
+static void wake(agent *a, const char *job)
+{
+	agent_wv *W = a->wv;
+	for (int round = 0; round < 2; round++) /* a catch-up pairs two engines: the server may come second */
+		for (size_t i = 0; i < W->neng; i++) {
+			wv_eng *e = &W->eng[i];
+			if (!e->waiting || (job && strcmp(e->job, job))) continue;
+			Skein__Weights__Instruction in = SKEIN__WEIGHTS__INSTRUCTION__INIT;
+			char reason[REASON_MAX];
+			if (decide(a, e, &in, reason, sizeof reason)) send_instruction(a, e, &in);
+		}
+}
+
+/* ---------------------------------------------------------------- begin / done / outcome */
+
+static void begin_reply(agent *a, wv_open *u)
+{
+	agent_wv *W = a->wv;
+	if (!u->begin_waiting) return;
+	size_t n = u->rec.nengines;
+	Skein__Weights__Peer *pv = calloc(n ? n : 1, sizeof *pv);
+	Skein__Weights__Peer **pp = calloc(n ? n : 1, sizeof *pp);
+	if (!pv || !pp) {
+		free(pv);
+		free(pp);
+		return;
+	}
+	Skein__Weights__BeginReply br = SKEIN__WEIGHTS__BEGIN_REPLY__INIT;
+	br.version = u->rec.version;
+	br.base_version = u->rec.base_version;
+	br.timeout_ms = u->timeout_ms;
+	for (size_t i = 0; i < n; i++) {
+		wv_engine *p = &u->rec.engines[i];
+		wv_eng *e = eng_find(W, p->member);
+		skein__weights__peer__init(&pv[i]);
+		pv[i].member = p->member;
+		pv[i].node = p->node;
+		pv[i].endpoint = e ? e->endpoint : "";
+		pv[i].rank = (int32_t)i + 1;
+		pp[i] = &pv[i];
+	}
+	br.peers = pp;
+	br.n_peers = n;
+	u->begin_waiting = false;
+	if (u->t_answer == 0) u->t_answer = sk_mono_s();
+	answer(a, &u->begin_client, 0, NULL, &br.base);
+	free(pv);
+	free(pp);
+}
+
+static void outcome_of(const wv_open *u, const wv_update *rec, Skein__Weights__Outcome *o)
+{
+	if (rec) {
+		o->job = (char *)rec->job;
+		o->version = rec->version;
+		o->state = (char *)rec->state;
+		o->reason = rec->reason;
+	}
+	if (u && !u->final_proposed && (!rec || !strcmp(rec->state, "preparing"))) {
+		o->job = (char *)u->rec.job;
+		o->version = u->rec.version;
+		o->state = u->begun ? (u->t_answer > 0 ? "moving" : "preparing") : "preparing";
+		o->reason = "";
+	}
+}
+
+static void answer_outcome(agent *a, const agent_client *c, const wv_open *u, const wv_update *rec)
+{
+	Skein__Weights__Outcome o = SKEIN__WEIGHTS__OUTCOME__INIT;
+	outcome_of(u, rec, &o);
+	/* a final record goes along: the sender's stats (participants, dropped,
+	 * bytes) come from it */
+	uint8_t *data = NULL;
+	size_t len;
+	if (rec && strcmp(rec->state, "preparing") && wv_update_encode(rec, &data, &len) == 0)
+		o.record = skein__weights__update__unpack(NULL, len, data);
+	answer(a, c, 0, NULL, &o.base);
+	if (o.record) skein__weights__update__free_unpacked(o.record, NULL);
+	free(data);
+}
+
+/* The engines of job that take part in a new update at base L. */
+static size_t pick_participants(agent *a, const char *job, const char *mode, uint64_t L, wv_engine **out)
+{
+	agent_wv *W = a->wv;
+	size_t n = 0;
+	wv_engine *v = calloc(W->neng ? W->neng : 1, sizeof *v);
+	if (!v) return 0;
+	for (size_t i = 0; i < W->neng; i++) {
+		wv_eng *e = &W->eng[i];
+		if (strcmp(e->job, job) || e->staged) continue;
+		const Skein__Jobs__MemberStatus *st = aj_status_of(a, e->node, e->member);
+		if (!st || strcmp(st->state, "running") || st->pid != e->pid || !node_alive(a, e->node)) continue;
+		/* a delta needs the base; a whole copy does not, unless the engine
+		 * is being caught up right now (it joins the next one) */
+		bool mid_catchup = e->catchup_version && sk_mono_s() - e->catchup_since < CATCHUP_STALL_S;
+		if (e->held != L && (!is_full_copy(mode) || mid_catchup)) continue;
+		if (is_full_copy(mode) && strcmp(mode, "broadcast") && strcmp(mode, "broadcast_packed") && !e->endpoint[0])
+			continue;
+		snprintf(v[n].member, sizeof v[n].member, "%s", e->member);
+		snprintf(v[n].node, sizeof v[n].node, "%s", e->node);
+		snprintf(v[n].state, sizeof v[n].state, "pending");
+		v[n].reason = strdup("");
+		n++;
+	}
+	*out = v;
+	return n;
+}
+
+static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_client *c, const Skein__Weights__Begin *b)
+{
+	agent_wv *W = a->wv;
+	const wv_state *ws = state_of(a);
+	char node[MBR_NAME_MAX + 1];
+	job_spec s;
+	if (!member_node(a, b->job, b->member, 0, node, sizeof node, &s))
+		return fail_client(a, c, "%s is not a trainer rank of a running job %s", b->member, b->job);
+	if (strcmp(node, origin(a, q, c)))
+		return fail_client(a, c, "%s runs on %s, not on %s", b->member, node, origin(a, q, c));
+	if (strcmp(b->mode, s.transfer_mode))
+		return fail_client(a, c, "mode %s: job %s moves weights with %s", b->mode, b->job, s.transfer_mode);
+	if (b->digest.len != 0 && b->digest.len != 16) return fail_client(a, c, "manifest digest: 16 bytes expected");
+	if (b->setup.len > SETUP_MAX) return fail_client(a, c, "setup: at most %d bytes", SETUP_MAX);
+	wv_open *u = open_find(W, b->job);
+	if (u) {
+		if (u->rec.version == b->version && !strcmp(u->rec.sender, b->member) && !u->final_proposed) {
+			/* the same begin again (its answer was lost, or the head changed) */
+			u->begin_client = *c;
+			u->begin_waiting = true;
+			u->t_progress = sk_mono_s();
+			if (u->begun) begin_reply(a, u);
+			return;
+		}
+		if (!u->final_proposed) {
+			/* a new begin from the job's trainer: the old update's sender gave up or restarted */
+			char why[REASON_MAX];
+			snprintf(why, sizeof why, "%s: sender restarted or gave up (it began v%llu)", u->rec.sender,
+				 (unsigned long long)b->version);
+			finish(a, u, "aborted", why);
+		}
+		return fail_client(a, c, "update v%llu of %s is still open: retry", (unsigned long long)u->rec.version,
+				   b->job);
+	}
+	uint64_t max = wv_state_max_version(ws, b->job), L = wv_state_committed(ws, b->job);
+	if (b->version <= max)
+		return fail_client(a, c, "version %llu of %s: versions must grow (the newest is %llu)",
+				   (unsigned long long)b->version, b->job, (unsigned long long)max);
+	u = open_new(W);
+	if (!u) return fail_client(a, c, "too many open updates");
+	wv_update *r = &u->rec;
+	snprintf(r->job, sizeof r->job, "%s", b->job);
+	r->version = b->version;
+	r->base_version = L;
+	snprintf(r->mode, sizeof r->mode, "%s", b->mode);
+	if (b->digest.len == 16) memcpy(r->digest, b->digest.data, 16), r->has_digest = true;
+	r->bytes = b->bytes;
+	r->tensors = b->tensors;
+	snprintf(r->sender, sizeof r->sender, "%s", b->member);
+	snprintf(r->sender_node, sizeof r->sender_node, "%s", node);
+	snprintf(r->state, sizeof r->state, "preparing");
+	r->reason = strdup("");
+	r->started_ms = sk_wall_ms();
+	r->nengines = pick_participants(a, b->job, b->mode, L, &r->engines);
+	memcpy(u->setup, b->setup.data, b->setup.len);
+	u->setup_len = b->setup.len;
+	u->timeout_ms = (int)s.update_timeout_ms;
+	u->drop = strcmp(s.on_engine_loss, "abort") != 0;
+	u->t_begin = u->t_progress = sk_mono_s();
+	u->begin_client = *c;
+	u->begin_waiting = true;
+	if (!r->reason || !r->engines) {
+		open_free(W, u);
+		return fail_client(a, c, "out of memory");
+	}
+	propose(a, r, "begin");
+	arm(a);
+}
+
+static void cmd_done(agent *a, const agent_client *c, const Skein__Weights__Done *d)
+{
+	agent_wv *W = a->wv;
+	const wv_state *ws = state_of(a);
+	wv_open *u = open_find(W, d->job);
+	if (!u || u->rec.version != d->version) {
+		const wv_update *rec = wv_state_get(ws, d->job, d->version);
+		if (!rec) return fail_client(a, c, "no update v%llu of %s", (unsigned long long)d->version, d->job);
+		return answer_outcome(a, c, NULL, rec);
+	}
+	if (strcmp(d->member, u->rec.sender)) return fail_client(a, c, "%s is not the sender of v%llu", d->member,
+								 (unsigned long long)d->version);
+	u->done_client = *c;
+	u->done_waiting = true;
+	u->t_progress = u->t_last_word = sk_mono_s();
+	if (u->done) return; /* said again (its answer was lost): wait for the verdict */
+	u->done = true;
+	u->done_ok = d->ok;
+	snprintf(u->done_reason, sizeof u->done_reason, "%s", d->reason);
+	u->impl_s = d->implementation_seconds;
+	u->wire_bytes = d->wire_bytes;
+	u->density = d->density;
+	if (!d->ok) {
+		char why[REASON_MAX];
+		snprintf(why, sizeof why, "%s (sender) on %s: %s", u->rec.sender, u->rec.sender_node, d->reason);
+		return finish(a, u, "aborted", why);
+	}
+	for (size_t i = 0; i < d->n_failed && !u->final_proposed; i++) {
+		wv_engine *p = part_of(u, d->failed[i]->member);
+		char why[REASON_MAX];
+		snprintf(why, sizeof why, "the sender could not reach it: %s", d->failed[i]->reason);
+		if (p) lose(a, u, p, why, false);
+	}
+	try_finish(a, u);
+}
+
+static void cmd_outcome(agent *a, const agent_client *c, const Skein__Weights__Query *qq)
+{
+	agent_wv *W = a->wv;
+	const wv_state *ws = state_of(a);
+	wv_open *u = open_find(W, qq->job);
+	uint64_t v = qq->version ? qq->version : (u ? u->rec.version : wv_state_max_version(ws, qq->job));
+	if (u && u->rec.version != v) u = NULL;
+	if (u && qq->member[0] && (!strcmp(qq->member, u->rec.sender) || part_of(u, qq->member)))
+		u->t_progress = sk_mono_s(); /* a heartbeat of someone at work */
+	const wv_update *rec = wv_state_get(ws, qq->job, v);
+	if (!u && !rec) return fail_client(a, c, "no update v%llu of %s", (unsigned long long)v, qq->job);
+	answer_outcome(a, c, u, rec);
+}
+
+static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_client *c, const Skein__Weights__EngineStatus *st)
+{
+	agent_wv *W = a->wv;
+	char node[MBR_NAME_MAX + 1];
+	if (!member_node(a, st->job, st->member, 1, node, sizeof node, NULL))
+		return fail_client(a, c, "%s is not an engine of a running job %s", st->member, st->job);
+	if (strcmp(node, origin(a, q, c)))
+		return fail_client(a, c, "%s runs on %s, not on %s", st->member, node, origin(a, q, c));
+	if (strlen(st->endpoint) >= ENDPOINT_MAX || !endpoint_ok(a, node, st->endpoint))
+		return fail_client(a, c, "endpoint '%.64s' is not on %s's address", st->endpoint, node);
+	wv_eng *e = eng_get(W, st->member);
+	if (!e) return fail_client(a, c, "too many engines");
+	if (e->waiting) { /* the older wait gives way */
+		Skein__Weights__Instruction idle = SKEIN__WEIGHTS__INSTRUCTION__INIT;
+		idle.kind = "idle";
+		send_instruction(a, e, &idle);
+	}
+	const Skein__Jobs__MemberStatus *ms = aj_status_of(a, node, st->member);
+	if (e->gen != st->generation || (ms && ms->pid != e->pid)) {
+		/* a new process: nothing it said before holds */
+		e->serve_to[0] = e->source[0] = 0;
+		e->catchup_version = 0;
+	}
+	snprintf(e->job, sizeof e->job, "%s", st->job);
+	snprintf(e->node, sizeof e->node, "%s", node);
+	e->gen = st->generation;
+	e->pid = ms ? ms->pid : 0;
+	e->held = st->held;
+	e->staged = st->staged;
+	e->failed = st->failed;
+	snprintf(e->reason, sizeof e->reason, "%s", st->reason);
+	snprintf(e->endpoint, sizeof e->endpoint, "%s", st->endpoint);
+	e->seconds = st->seconds;
+	e->last_seen = sk_mono_s();
+	if (e->catchup_version && (e->held >= e->catchup_version || e->failed == e->catchup_version)) {
+		e->catchup_version = 0;
+		e->source[0] = 0;
+	}
+	/* its word on the open update */
+	wv_open *u = open_find(W, st->job);
+	wv_engine *p = u ? part_of(u, st->member) : NULL;
+	if (p && !strcmp(p->state, "pending")) {
+		u->t_progress = sk_mono_s();
+		if (st->staged == u->rec.version) {
+			snprintf(p->state, sizeof p->state, "verified");
+			p->seconds = st->seconds;
+			u->t_last_word = sk_mono_s();
+			try_finish(a, u);
+		} else if (st->failed == u->rec.version) {
+			p->seconds = st->seconds;
+			lose(a, u, p, st->reason[0] ? st->reason : "failed", true);
+		}
+	}
+	e->waiting = true;
+	e->client = *c;
+	e->wait_since = sk_mono_s();
+	wake(a, st->job);
+	arm(a);
+}
+
+/* ---------------------------------------------------------------- the timer */
+
+/* Adopts every open record a previous head left (docs/updates.md, 7). */
+static void adopt(agent *a)
+{
+	agent_wv *W = a->wv;
+	const wv_state *ws = state_of(a);
+	const job_state *js = agent_head_jobs(a);
+	for (size_t i = 0; ws && i < wv_state_count(ws); i++) {
+		const wv_update *rec = wv_state_at(ws, i);
+		if (strcmp(rec->state, "preparing") || open_find(W, rec->job)) continue;
+		wv_open *u = open_new(W);
+		if (!u || wv_update_copy(&u->rec, rec) < 0) {
+			if (u) W->nopen--;
+			continue;
+		}
+		job_spec s;
+		char err[256];
+		const job_rec *j = js ? job_state_get(js, rec->job) : NULL;
+		u->timeout_ms = j && job_rec_spec(j, &s, err, sizeof err) == 0 ? (int)s.update_timeout_ms : 30000;
+		u->drop = j && job_rec_spec(j, &s, err, sizeof err) == 0 ? strcmp(s.on_engine_loss, "abort") != 0 : true;
+		u->begun = u->adopted = true;
+		u->t_begin = u->t_progress = u->t_answer = sk_mono_s();
+		SK_INFO("wv", "%s v%llu: open when the head changed: adopted", rec->job, (unsigned long long)rec->version);
+	}
+}
+
+/* The head applied weight entries: answer whoever waited on them. */
+static void on_changed(agent *a)
+{
+	agent_wv *W = a->wv;
+	const wv_state *ws = state_of(a);
+	if (!ws) return;
+	for (size_t i = 0; i < W->nopen;) {
+		wv_open *u = &W->open[i];
+		const wv_update *rec = wv_state_get(ws, u->rec.job, u->rec.version);
+		if (rec && !u->begun && !strcmp(rec->state, "preparing")) {
+			u->begun = true;
+			begin_reply(a, u);
+			wake(a, u->rec.job);
+		}
+		if (rec && strcmp(rec->state, "preparing")) {
+			char job[JOB_NAME_MAX + 1];
+			if (u->done_waiting) answer_outcome(a, &u->done_client, NULL, rec);
+			if (u->begin_waiting) fail_client(a, &u->begin_client, "update v%llu %s: %s",
+							  (unsigned long long)rec->version, rec->state, rec->reason);
+			snprintf(job, sizeof job, "%s", u->rec.job);
+			open_free(W, u);
+			wake(a, job);
+			continue;
+		}
+		if (!rec && u->final_proposed) {
+			/* a begin that never committed (refused, or lost with a head change) */
+			if (u->begin_waiting) fail_client(a, &u->begin_client, "update v%llu of %s was not recorded: retry",
+							  (unsigned long long)u->rec.version, u->rec.job);
+			open_free(W, u);
+			continue;
+		}
+		i++;
+	}
+	adopt(a);
+	wake(a, NULL);
+}
+
+/* Participants whose process or node is gone; the watchdog. */
+static void check_open(agent *a, double now)
+{
+	agent_wv *W = a->wv;
+	for (size_t i = 0; i < W->nopen; i++) {
+		wv_open *u = &W->open[i];
+		if (u->final_proposed) {
+			/* the final record did not commit (the head lost its majority, or
+			 * it was refused): forget it after a while; a new head adopts */
+			continue;
+		}
+		for (size_t k = 0; k < u->rec.nengines && !u->final_proposed; k++) {
+			wv_engine *p = &u->rec.engines[k];
+			if (strcmp(p->state, "pending")) continue;
+			wv_eng *e = eng_find(W, p->member);
+			const Skein__Jobs__MemberStatus *st = aj_status_of(a, p->node, p->member);
+			if (!node_alive(a, p->node)) lose(a, u, p, "its node failed", false);
+			else if (!st || strcmp(st->state, "running")) {
+				char why[160];
+				snprintf(why, sizeof why, "its process exited (%s)", st ? st->state : "gone");
+				lose(a, u, p, why, false);
+			} else if (e && e->pid && st->pid != e->pid) {
+				lose(a, u, p, "its process restarted", false);
+			}
+		}
+		if (u->final_proposed) continue;
+		/* the sender: its process, its node */
+		const Skein__Jobs__MemberStatus *ss = aj_status_of(a, u->rec.sender_node, u->rec.sender);
+		if (!u->done && (!node_alive(a, u->rec.sender_node) || (ss && strcmp(ss->state, "running")))) {
+			char why[REASON_MAX];
+			snprintf(why, sizeof why, "%s (sender) on %s: %s", u->rec.sender, u->rec.sender_node,
+				 node_alive(a, u->rec.sender_node) ? "its process exited" : "its node failed");
+			finish(a, u, "aborted", why);
+			continue;
+		}
+		if (u->timeout_ms > 0 && now - u->t_progress > u->timeout_ms / 1000.0) {
+			char why[REASON_MAX], who[300] = "";
+			size_t off = 0;
+			if (!u->done) off += (size_t)snprintf(who + off, sizeof who - off, " %s (sender)", u->rec.sender);
+			for (size_t k = 0; k < u->rec.nengines && off < sizeof who - 1; k++)
+				if (!strcmp(u->rec.engines[k].state, "pending"))
+					off += (size_t)snprintf(who + off, sizeof who - off, " %s", u->rec.engines[k].member);
+			snprintf(why, sizeof why, "watchdog: no progress for %.1f s; waiting for%s", u->timeout_ms / 1000.0, who);
+			finish(a, u, "aborted", why);
+		}
+	}
+}
+
+static void check_waits(agent *a, double now)
+{
+	agent_wv *W = a->wv;
+	for (size_t i = 0; i < W->neng;) {
+		wv_eng *e = &W->eng[i];
+		if (e->waiting && now - e->wait_since >= WAIT_HOLD_S) {
+			Skein__Weights__Instruction idle = SKEIN__WEIGHTS__INSTRUCTION__INIT;
+			idle.kind = "idle";
+			send_instruction(a, e, &idle);
+		}
+		if (!e->waiting && now - e->last_seen > ENGINE_FORGET_S) {
+			eng_drop_at(W, i);
+			continue;
+		}
+		i++;
+	}
+}
+
+/* Not the head (any more): whoever waits here is answered by the next head
+ * (the forwarding agents send their requests there); forget everything. */
+static void forget_all(agent *a)
+{
+	agent_wv *W = a->wv;
+	for (size_t i = 0; i < W->nopen; i++) wv_update_free(&W->open[i].rec);
+	W->nopen = 0;
+	W->neng = 0;
+}
+
+static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	agent *a = t->data;
+	agent_wv *W = a->wv;
+	(void)loop; (void)revents;
+	bool ready = agent_head_ready(a);
+	if (!ready) {
+		if (W->was_ready) forget_all(a);
+		W->was_ready = false;
+		W->changed = false;
+	} else {
+		double now = sk_mono_s();
+		if (!W->was_ready || W->changed) {
+			W->was_ready = true;
+			W->changed = false;
+			on_changed(a);
+		}
+		check_open(a, now);
+		check_waits(a, now);
+	}
+	arm(a);
+}
+
+static void arm(agent *a)
+{
+	agent_wv *W = a->wv;
+	if (!W) return;
+	double want = W->nopen || W->changed ? TICK_S : IDLE_TICK_S;
+	for (size_t i = 0; i < W->neng && want > TICK_S; i++)
+		if (W->eng[i].waiting) want = 0.1;
+	if (ev_is_active(&W->tick) && ev_timer_remaining(a->loop, &W->tick) <= want) return;
+	ev_timer_stop(a->loop, &W->tick);
+	ev_timer_set(&W->tick, want, 0.0);
+	ev_timer_start(a->loop, &W->tick);
+}
+
+void agent_wv_state_changed(agent *a)
+{
+	if (!a->wv) return;
+	a->wv->changed = true;
+	ev_timer_stop(a->loop, &a->wv->tick);
+	ev_timer_set(&a->wv->tick, 0.0, 0.0);
+	ev_timer_start(a->loop, &a->wv->tick);
+}
+
+/* ---------------------------------------------------------------- transfers */
+
+static int by_start_desc(const void *x, const void *y)
+{
+	const wv_update *a = *(const wv_update *const *)x, *b = *(const wv_update *const *)y;
+	if (a->started_ms != b->started_ms) return a->started_ms < b->started_ms ? 1 : -1;
+	return a->version < b->version ? 1 : a->version > b->version ? -1 : 0;
+}
+
+static void cmd_transfers(agent *a, const Skein__Control__Request *q, agent_reply *r)
+{
+	agent_wv *W = a->wv;
+	const wv_state *ws = state_of(a);
+	const char *job = NULL;
+	long last = 20;
+	for (size_t i = 0; i < q->n_args; i++) {
+		if (!strcmp(q->args[i], "--last") && i + 1 < q->n_args) {
+			char *end;
+			last = strtol(q->args[++i], &end, 10);
+			if (*end || last < 1 || last > 100000) return agent_reply_fail(r, 2, "--last: a count from 1");
+		} else if (q->args[i][0] == '-' || job) {
+			return agent_reply_fail(r, 2, "usage: transfers [JOB] [--last N] [--format text|json]");
+		} else {
+			job = q->args[i];
+		}
+	}
+	size_t n = wv_state_count(ws);
+	const wv_update **list = calloc(n ? n : 1, sizeof *list);
+	wv_update *live = calloc(W->nopen ? W->nopen : 1, sizeof *live);
+	size_t k = 0, nl = 0;
+	if (!list || !live) {
+		free(list);
+		free(live);
+		return agent_reply_fail(r, 1, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++) {
+		const wv_update *u = wv_state_at(ws, i);
+		if (job && strcmp(u->job, job)) continue;
+		wv_open *o = !strcmp(u->state, "preparing") ? open_find(W, u->job) : NULL;
+		if (o && o->rec.version == u->version && wv_update_copy(&live[nl], &o->rec) == 0) {
+			/* the head's live view: engines verified so far, moving once begun */
+			snprintf(live[nl].state, sizeof live[nl].state, "%s", o->t_answer > 0 ? "moving" : "preparing");
+			list[k++] = &live[nl++];
+		} else {
+			list[k++] = u;
+		}
+	}
+	qsort(list, k, sizeof *list, by_start_desc);
+	if ((long)k > last) k = (size_t)last;
+	wv_show(&r->body, list, k, !strcmp(q->format, "json"));
+	for (size_t i = 0; i < nl; i++) wv_update_free(&live[i]);
+	free(live);
+	free(list);
+}
+
+/* ---------------------------------------------------------------- dispatch */
+
+bool agent_wv_engine_view(agent *a, const char *member, uint64_t *held, bool *syncing)
+{
+	if (!a->wv) return false;
+	wv_eng *e = eng_find(a->wv, member);
+	const wv_state *ws = state_of(a);
+	if (!e || !ws) return false;
+	*held = e->held;
+	*syncing = e->held < wv_state_committed(ws, e->job);
+	return true;
+}
+
+/* On the head: one verb.  Everything is answered through answer() or
+ * fail_client(), now or later. */
+static void head_verb(agent *a, const Skein__Control__Request *q, const agent_client *c, const char *verb)
+{
+	const uint8_t *d = q->payload.data;
+	size_t n = q->payload.len;
+	if (!strcmp(verb, "begin")) {
+		Skein__Weights__Begin *m = skein__weights__begin__unpack(NULL, n, d);
+		if (!m) return fail_client(a, c, "wv begin: malformed");
+		cmd_begin(a, q, c, m);
+		skein__weights__begin__free_unpacked(m, NULL);
+	} else if (!strcmp(verb, "done")) {
+		Skein__Weights__Done *m = skein__weights__done__unpack(NULL, n, d);
+		if (!m) return fail_client(a, c, "wv done: malformed");
+		cmd_done(a, c, m);
+		skein__weights__done__free_unpacked(m, NULL);
+	} else if (!strcmp(verb, "outcome")) {
+		Skein__Weights__Query *m = skein__weights__query__unpack(NULL, n, d);
+		if (!m) return fail_client(a, c, "wv outcome: malformed");
+		cmd_outcome(a, c, m);
+		skein__weights__query__free_unpacked(m, NULL);
+	} else if (!strcmp(verb, "wait")) {
+		Skein__Weights__EngineStatus *m = skein__weights__engine_status__unpack(NULL, n, d);
+		if (!m) return fail_client(a, c, "wv wait: malformed");
+		cmd_wait(a, q, c, m);
+		skein__weights__engine_status__free_unpacked(m, NULL);
+	} else {
+		fail_client(a, c, "wv: unknown verb '%.32s' (begin, done, outcome, wait)", verb);
+	}
+}
+
+/* The member a request speaks for, read from its payload (every message
+ * names it as field 2, "member", except Query's field 3). */
+static int payload_member(const Skein__Control__Request *q, const char *verb, char *job, char *member)
+{
+	const uint8_t *d = q->payload.data;
+	size_t n = q->payload.len;
+	int rc = -1;
+#define TAKE(T, fn)                                                                                            \
+	do {                                                                                                   \
+		T *m = fn##__unpack(NULL, n, d);                                                              \
+		if (m && strlen(m->job) <= JOB_NAME_MAX && strlen(m->member) < MEMBER_MAX) {                  \
+			strcpy(job, m->job);                                                                  \
+			strcpy(member, m->member);                                                            \
+			rc = 0;                                                                               \
+		}                                                                                              \
+		if (m) fn##__free_unpacked(m, NULL);                                                          \
+	} while (0)
+	if (!strcmp(verb, "begin")) TAKE(Skein__Weights__Begin, skein__weights__begin);
+	else if (!strcmp(verb, "done")) TAKE(Skein__Weights__Done, skein__weights__done);
+	else if (!strcmp(verb, "outcome")) TAKE(Skein__Weights__Query, skein__weights__query);
+	else if (!strcmp(verb, "wait")) TAKE(Skein__Weights__EngineStatus, skein__weights__engine_status);
+#undef TAKE
+	return rc;
+}
+
+bool agent_wv_dispatch(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+{
+	if (strcmp(q->cmd, "wv") && strcmp(q->cmd, "transfers")) return false;
+	if (!a->wv) {
+		agent_reply_fail(r, 1, "the agent is stopping");
+		return true;
+	}
+	bool head = agent_head_is_head(a);
+	if (!strcmp(q->cmd, "transfers")) {
+		if (!head) agent_head_forward(a, q, c, r);
+		else if (!agent_head_ready(a)) agent_reply_fail(r, 1, "the head is catching up with its new term: retry");
+		else cmd_transfers(a, q, r);
+		return true;
+	}
+	if (q->n_args != 1) {
+		agent_reply_fail(r, 2, "usage: wv begin|done|outcome|wait (a member's request, from libskein)");
+		return true;
+	}
+	const char *verb = q->args[0];
+	if (!q->forwarded) {
+		/* a member on this node's socket: only its own process speaks for it */
+		char job[JOB_NAME_MAX + 1], member[MEMBER_MAX], why[256];
+		if (payload_member(q, verb, job, member) < 0) {
+			agent_reply_fail(r, 1, "wv %.32s: malformed request", verb);
+			return true;
+		}
+		if (strcmp(verb, "outcome") || member[0]) {
+			if (c->remote || c->pid <= 0) {
+				agent_reply_fail(r, 1, "wv %.32s is for a job's members, on their node's control socket", verb);
+				return true;
+			}
+			if (agent_wv_gate_check(a, member, c->pid, why, sizeof why) < 0) {
+				agent_reply_fail(r, 1, "wv %.32s refused: %s", verb, why);
+				return true;
+			}
+		}
+		if (!head) {
+			agent_head_forward(a, q, c, r);
+			return true;
+		}
+	}
+	r->deferred = true;
+	if (!head || !agent_head_ready(a)) {
+		agent_ctl_send(a, c, 1, "the head is changing: retry", NULL);
+		return true;
+	}
+	head_verb(a, q, c, verb);
+	return true;
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+int agent_wv_open(agent *a, char *err, size_t errlen)
+{
+	agent_wv *W = calloc(1, sizeof *W);
+	if (!W) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	a->wv = W;
+	ev_timer_init(&W->tick, tick_cb, IDLE_TICK_S, 0.0);
+	W->tick.data = a;
+	ev_timer_start(a->loop, &W->tick);
+	return 0;
+}
+
+void agent_wv_close(agent *a)
+{
+	agent_wv *W = a->wv;
+	if (!W) return;
+	ev_timer_stop(a->loop, &W->tick);
+	forget_all(a);
+	free(W->eng);
+	free(W->open);
+	free(W);
+	a->wv = NULL;
+}
