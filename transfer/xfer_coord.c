@@ -433,6 +433,18 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 	free(req);
 	req = NULL;
 	if (rc != 0) {
+		if (err->code != XFER_EINVAL) {
+			/* the head may have opened v and its answer was lost or
+			 * spoiled: say at once that this sender gives it up */
+			xfer_wv_done d = { .job = job, .member = me, .version = v, .reason = err->msg };
+			xfer_err ignored;
+			uint8_t *out = NULL;
+			size_t olen;
+			if ((req = xfer_wv_done_pack(&d, &len)) &&
+			    xfer_agent_call(c->agent, "done", req, len, XFER_COORD_CALL_MS, &out, &olen, &ignored) == 0)
+				free(out);
+			free(req);
+		}
 		xfer_err_prefix(err, "version %llu: begin", (unsigned long long)v);
 		return -1;
 	}

@@ -510,7 +510,8 @@ static int encode_one(enc_job *J, size_t i, xfer_err *err)
 		src = sl->raw.p;
 		len = sl->raw.len;
 	}
-	if (xfer_hooks.corrupt_version == J->x->version && len > 0 && !atomic_exchange(&J->corrupted, 1)) {
+	if (xfer_hooks.corrupt_version == J->x->version && len > 0 && (J->x->full || d->changed > 0) &&
+	    !atomic_exchange(&J->corrupted, 1)) {
 		/* test hook: after checksumming, one wrong byte goes out (the last
 		 * byte of a payload is a value's: the format stays whole); the
 		 * shadow keeps the right bytes for the next version */
