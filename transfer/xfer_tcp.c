@@ -677,6 +677,13 @@ static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	int got = xfer_sock_recv_vhead(s->ctl, ep, wait_ms, t0, &hv, err);
 	if (got > 0) return -1; /* no version yet: the session stays */
 	if (got < 0) goto err;
+	if (ep->target && hv < ep->target) {
+		/* what is left of an update that was aborted before we took it
+		 * (its sender closed this session then): wait for the next one */
+		close_session(s);
+		return xfer_fail(err, XFER_ENOVERSION, "a stale session (version %llu), waiting for version %llu",
+				 (unsigned long long)hv, (unsigned long long)ep->target);
+	}
 	if (ep->target && hv != ep->target) {
 		xfer_fail(err, XFER_EINVAL, "the sender sends version %llu, this receiver was told to receive %llu",
 			  (unsigned long long)hv, (unsigned long long)ep->target);
