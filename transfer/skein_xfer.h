@@ -201,6 +201,8 @@ void xfer_config_init(xfer_config *c);
  *   SKEIN_RPC, SKEIN_JOB, SKEIN_MEMBER, SKEIN_GENERATION -> coord
  *   SKEIN_MEMBER -> disk.receiver_id       SKEIN_NODE_ADDR -> p2p.host (a
  *   receiver listens there on a free port; absent: 127.0.0.1)
+ * SKEIN_COORDINATE=0: all but the coordination (coord.rpc NULL: polls, as
+ * outside a job).
  * Outside a job (SKEIN_JOB unset): -1 XFER_EINVAL "not inside a skein job".
  * A variable set to a bad value: -1 XFER_EINVAL naming it.  The strings
  * point into the environment: keep it unchanged while c is used (xfer_open

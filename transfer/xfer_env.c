@@ -62,6 +62,7 @@ int xfer_config_from_env(xfer_config *c, xfer_role role, xfer_err *err)
 		c->p2p.host = v;
 	}
 	c->p2p.port = 0;
+	if ((v = getenv("SKEIN_COORDINATE")) && !strcmp(v, "0")) return 0; /* the job's config, uncoordinated */
 	const char *rpc = env("SKEIN_RPC"), *member = env("SKEIN_MEMBER");
 	char path[128];
 	if (!rpc) return xfer_fail(err, XFER_EINVAL, "SKEIN_JOB is set but SKEIN_RPC is not: the agent's socket is needed");

@@ -13,7 +13,8 @@ libskein takes the job's mode, folder, bucket size, watchdog and its agent's
 socket from the environment (xfer_config_from_env), a publish is a
 transaction the head commits or aborts (publish() returns Miles's perf/*
 figures of the head's verdict, or raises skein.Aborted with its reason) and a
-receiver's wait() returns only versions the head committed.  Outside a job,
+receiver's wait() returns only versions the head committed (SKEIN_COORDINATE=0:
+not coordinated, as before).  Outside a job,
 p2p needs host= and port=, and a disk-delta receiver polls the folder.
 """
 import ctypes
@@ -47,7 +48,8 @@ def _resolve(mode, kw, role):
         raise TypeError(f"unknown keyword argument(s): {', '.join(sorted(unknown))}")
     kw = {k: v for k, v in kw.items() if v is not None}
     in_job = bool(os.environ.get("SKEIN_JOB"))
-    if in_job and os.environ.get("SKEIN_RPC") and mode in (None, os.environ.get("SKEIN_TRANSFER_MODE")):
+    if (in_job and os.environ.get("SKEIN_RPC") and os.environ.get("SKEIN_COORDINATE") != "0"
+            and mode in (None, os.environ.get("SKEIN_TRANSFER_MODE"))):
         return None, kw  # coordinated: libskein reads the job's environment itself
     if mode is None:
         mode = os.environ.get("SKEIN_TRANSFER_MODE") if in_job else None
