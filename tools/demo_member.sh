@@ -6,6 +6,9 @@
 # each version and checks it bit for bit against its own recomputation.  An
 # engine started on a new node catches up from the newest full version.
 BIN=${SKEIN_DEMO_BIN:?}
+# the stand-ins poll the folder as before; remove this once the agent answers
+# coordinated updates (agent/agent_wv.c, issue #13)
+export SKEIN_COORDINATE=0
 COMMON="--path disk-delta --dir $SKEIN_DISK_DIR --bytes 16M --tensors 48 --changed 0.01 --steps 1000000 --full-every 10"
 echo "member $SKEIN_MEMBER: rank $RANK of $WORLD_SIZE on GPUs $CUDA_VISIBLE_DEVICES, master $MASTER_ADDR:$MASTER_PORT, restart $SKEIN_RESTART_COUNT"
 case "$SKEIN_ROLE" in

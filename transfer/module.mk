@@ -1,22 +1,29 @@
 # transfer/: libskein, the weight-transfer library (static and shared), its
 # stand-in trainer and engine, and the benchmark program.
-# libskein needs only libxxhash and libzstd; CUDA, NCCL and UCX (libucp.so.0,
+# libskein needs libxxhash, libzstd and libprotobuf-c (the coordinated
+# update's messages, proto/weights.proto and control.proto, compiled -fPIC
+# into libskein itself: libskproto's objects are not PIC); CUDA, NCCL and UCX (libucp.so.0,
 # for p2p-ucx; its headers from libucx-dev when present, found with
 # __has_include) are loaded with dlopen at run time.  Hand-written verbs
 # (p2p-rdma) are not written: its probe says so.
 XFER_PROG_SRC := transfer/xfer_bench.c transfer/xfer_trainer_sim.c transfer/xfer_engine_sim.c
 XFER_SRC := $(filter-out $(XFER_PROG_SRC),$(wildcard transfer/*.c))
 XFER_OBJ := $(XFER_SRC:%.c=$(O)/%.o)
+XFER_PB_OBJ := $(O)/transfer/pb/weights.pb-c.o $(O)/transfer/pb/control.pb-c.o
 LIB_XFER := $(O)/libskein.a
 LIB_XFER_SO := $(O)/libskein.so
 XFER_HAVE_VERBS := $(shell test -e /usr/include/infiniband/verbs.h && echo 1)
-XFER_LIBS := -lxxhash -lzstd -ldl -lpthread -lm
+XFER_LIBS := -lxxhash -lzstd -lprotobuf-c -ldl -lpthread -lm
 
 $(XFER_OBJ): CFLAGS += -fPIC $(if $(XFER_HAVE_VERBS),-DXFER_HAVE_VERBS)
 
-$(LIB_XFER): $(XFER_OBJ)
+$(XFER_PB_OBJ): $(O)/transfer/pb/%.o: $(O)/gen/proto/%.c | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-shadow -fPIC -c -o $@ $<
+
+$(LIB_XFER): $(XFER_OBJ) $(XFER_PB_OBJ)
 	$(AR) rcs $@ $^
-$(LIB_XFER_SO): $(XFER_OBJ)
+$(LIB_XFER_SO): $(XFER_OBJ) $(XFER_PB_OBJ)
 	$(CC) $(LDFLAGS) -shared -Wl,-soname,libskein.so -o $@ $^ $(XFER_LIBS)
 
 $(BIN)/skein-xfer-bench: $(O)/transfer/xfer_bench.o $(LIB_XFER)

@@ -164,7 +164,7 @@ typedef struct {
 		xfer_encoding encoding;
 		int zstd_level;           /* 0: no compression; 1..19 */
 		int full_every;           /* a full version every K versions (K >= 1) */
-		const char *receiver_id;  /* receiver: its name under dir/receivers/ */
+		const char *receiver_id;  /* receiver: its name under dir/receivers/ ('/' become '-') */
 		int gc;                   /* sender: delete what every receiver applied */
 	} disk;
 	struct {
@@ -184,11 +184,30 @@ typedef struct {
 	uint64_t device_journal_bytes; /* CUDA receiver: the undo journal's device
 					  memory budget, beyond it pinned host
 					  memory (0: 256 MiB) */
+	struct {
+		const char *rpc;          /* the agent's socket, "unix:PATH" (SKEIN_RPC); NULL: not coordinated */
+		const char *job, *member; /* SKEIN_JOB, SKEIN_MEMBER */
+		uint64_t generation;      /* SKEIN_GENERATION: a restarted member is a new one */
+	} coord;
 } xfer_config;
 
 /* Defaults: bucket 512 MiB, timeout 30 s, keep_previous 1, overwrite encoding,
- * no zstd, full every 10, gc on, 4 streams, host 127.0.0.1, verify_device 1. */
+ * no zstd, full every 10, gc on, 4 streams, host 127.0.0.1, verify_device 1,
+ * not coordinated. */
 void xfer_config_init(xfer_config *c);
+/* xfer_config_init, then what the member's agent put in its environment:
+ *   SKEIN_TRANSFER_MODE -> path            SKEIN_BUFFER_SIZE -> bucket_bytes
+ *   SKEIN_DISK_DIR -> disk.dir             SKEIN_UPDATE_TIMEOUT_MS -> timeout_ms
+ *   SKEIN_RPC, SKEIN_JOB, SKEIN_MEMBER, SKEIN_GENERATION -> coord
+ *   SKEIN_MEMBER -> disk.receiver_id       SKEIN_NODE_ADDR -> p2p.host (a
+ *   receiver listens there on a free port; absent: 127.0.0.1)
+ * SKEIN_COORDINATE=0: all but the coordination (coord.rpc NULL: polls, as
+ * outside a job).
+ * Outside a job (SKEIN_JOB unset): -1 XFER_EINVAL "not inside a skein job".
+ * A variable set to a bad value: -1 XFER_EINVAL naming it.  The strings
+ * point into the environment: keep it unchanged while c is used (xfer_open
+ * copies them). */
+int xfer_config_from_env(xfer_config *c, xfer_role role, xfer_err *err);
 
 /* The names of the data paths, NULL-terminated. */
 const char *const *xfer_path_names(void);
@@ -218,16 +237,61 @@ typedef struct {
 } xfer_stats;
 
 /* Probes, then sets the path up.  The manifest is borrowed: it must outlive
- * the endpoint and keep its pointers valid. */
+ * the endpoint and keep its pointers valid.  Coordinated (cfg.coord.rpc set,
+ * docs/updates.md): a p2p, p2p-tcp or colocated sender connects to the
+ * receivers the head names at each version instead (cfg.p2p.port unused); a
+ * receiver listens as usual (p2p: on cfg.p2p.host, port 0 allowed) and
+ * tells the head its endpoint "host:port" on every wait. */
 int xfer_open(xfer_endpoint **out, const xfer_config *cfg, const xfer_manifest *m,
 	      xfer_err *err);
 /* Sender: publishes the manifest's current bytes as version v (v > 0,
  * increasing).  Returns when every receiver on the path has it (p2p, NCCL,
- * colocated) or when it is durably in the folder (disk-delta). */
+ * colocated) or when it is durably in the folder (disk-delta).
+ * Coordinated: xfer_publish(ep, version, NULL, err). */
 int xfer_send(xfer_endpoint *ep, uint64_t version, xfer_err *err);
 /* Receiver: waits up to wait_ms (-1: forever) for a version newer than the
- * one it holds and receives it into the manifest's buffers. */
+ * one it holds and receives it into the manifest's buffers.
+ * Coordinated: runs the engine loop of docs/updates.md (wait, receive,
+ * verify, report; catch up or serve a peer when told) and returns only a
+ * committed version: *version is one the head committed, and only now may
+ * the caller serve it.  XFER_ENOVERSION when wait_ms passed with nothing
+ * committed; XFER_EABORTED when the head aborted an update this endpoint had
+ * received (or was receiving): its buffers are back on the version it held
+ * (xfer_endpoint_update says which update and why); call again to go on. */
 int xfer_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err);
+
+/* ---- coordinated updates (docs/updates.md) ----
+ * Miles's metric names per version: update_seconds is
+ * perf/update_weights_time (the publish call to the head's verdict),
+ * implementation_seconds perf/update_weights_implementation_time (the
+ * data path's part), wire_bytes perf/update_weights_wire_bytes, density
+ * perf/update_weights_density (disk-delta: stored / total bytes). */
+typedef struct {
+	uint64_t version;
+	char state[16];          /* committed or aborted ("" before any) */
+	char reason[512];        /* aborted: the member and the cause */
+	double update_seconds, implementation_seconds;
+	uint64_t wire_bytes;
+	double density;
+	uint32_t participants, dropped; /* engines in the update, of them dropped */
+} xfer_update_stats;
+
+/* Sender: publishes version v as one transaction of the job (begin, move
+ * the bytes, done) and returns the head's verdict: 0 when committed (every
+ * participant verified v; st filled when not NULL), -1 XFER_EABORTED with
+ * the head's reason when aborted (disk-delta then removes v from the
+ * folder and writes the next version in full).  Not coordinated: xfer_send,
+ * with st from its own figures. */
+int xfer_publish(xfer_endpoint *ep, uint64_t version, xfer_update_stats *st, xfer_err *err);
+/* The last publish's outcome (sender) or the last commit or abort seen
+ * (receiver); zeros before any. */
+xfer_update_stats xfer_endpoint_update(const xfer_endpoint *ep);
+/* Receiver: puts back the version it held before its last receive, from
+ * that receive's undo journal (disk-delta, p2p-tcp, p2p-ucx, colocated with
+ * the GPU kernels, keep_previous on).  -1 XFER_EUNAVAIL where there is none
+ * (the first version received, keep_previous off, NCCL, rolled back
+ * already). */
+int xfer_rollback(xfer_endpoint *ep, xfer_err *err);
 /* From any thread: makes a blocked send/receive return XFER_EABORTED. */
 void xfer_abort(xfer_endpoint *ep);
 /* Frees and sets *ep to NULL; safe on NULL and twice. */

@@ -198,6 +198,17 @@ void xfer_stripe_journals_stats(xfer_endpoint *ep, xfer_journal *const *j, int m
 	}
 }
 
+int xfer_stripe_journals_rollback(xfer_endpoint *ep, xfer_journal **j, int max, xfer_err *err)
+{
+	double u0 = xfer_now();
+	int rc = 0;
+	for (int i = 0; i < max; i++)
+		if (j[i] && xfer_journal_undo(j[i], err) != 0) rc = -1;
+	ep->stats.undo_seconds = xfer_now() - u0;
+	if (rc != 0) xfer_err_prefix(err, "rollback: the undo failed, the buffers are damaged");
+	return rc;
+}
+
 void xfer_stripe_journals_undo(xfer_endpoint *ep, xfer_journal **j, int max, xfer_err *err)
 {
 	if (!j[0]) {

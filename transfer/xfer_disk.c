@@ -23,7 +23,7 @@
  * Where we differ from slime: XOR deltas are sparse too (see xfer_delta.c),
  * the index has a checksum line (a torn or truncated index is an error, not
  * garbage), and the chain id makes a delta from another run an error. */
-#include "transfer/xfer_int.h"
+#include "transfer/xfer_coord.h"
 
 #include <dirent.h>
 #include <stdbool.h>
@@ -65,6 +65,7 @@ typedef struct {
 	size_t wlen;
 	/* receiver */
 	uint64_t have, have_chain;
+	uint64_t prev_have, prev_chain; /* before the last receive: what xfer_rollback puts back */
 	xfer_journal *j[MAX_THREADS]; /* tensor i is always journaled in j[i % threads] */
 	int threads;
 } disk_state;
@@ -468,6 +469,7 @@ typedef struct {
 	xfer_endpoint *ep;
 	disk_index *x;
 	enc_slot *slot;
+	atomic_int corrupted; /* test hook: the one wrong byte went into a tensor */
 	atomic_size_t next;
 	size_t written, lookahead;
 	int failed;
@@ -507,6 +509,18 @@ static int encode_one(enc_job *J, size_t i, xfer_err *err)
 		if (tree) d->sum = xfer_tree_checksum(t->ptr, t->nbytes, 1); /* tensors are on threads already */
 		src = sl->raw.p;
 		len = sl->raw.len;
+	}
+	if (xfer_hooks.corrupt_version == J->x->version && len > 0 && (J->x->full || d->changed > 0) &&
+	    !atomic_exchange(&J->corrupted, 1)) {
+		/* test hook: after checksumming, one wrong byte goes out (the last
+		 * byte of a payload is a value's: the format stays whole); the
+		 * shadow keeps the right bytes for the next version */
+		if (src != sl->raw.p) {
+			sl->raw.len = 0;
+			if (xfer_buf_append(&sl->raw, src, len) != 0) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+			src = sl->raw.p;
+		}
+		sl->raw.p[len - 1] ^= 0x40;
 	}
 	if (zl > 0) {
 		if (xfer_zstd_compress(zl, src, len, &sl->z, err) != 0) return -1;
@@ -829,10 +843,25 @@ static int disk_receive_once(xfer_endpoint *ep, int wait_ms, uint64_t *version, 
 	for (;;) {
 		if (xfer_check_aborted(ep, err) != 0) return -1;
 		if (xfer_disk_latest(dir, &latest, err) != 0) return -1;
-		if (latest > s->have) break;
+		if (ep->target) { /* exactly the version told: never past it */
+			char vd[4096];
+			vdir(vd, sizeof vd, dir, ep->target);
+			if (ep->target <= s->have)
+				return xfer_fail(err, XFER_EINVAL, "told to receive version %llu, this receiver holds %llu",
+						 (unsigned long long)ep->target, (unsigned long long)s->have);
+			if (access(vd, F_OK) == 0) {
+				latest = ep->target;
+				break;
+			}
+			if (latest > ep->target)
+				return xfer_fail(err, XFER_ECHAIN, "version %llu is not in %s (removed: aborted, or collected)",
+						 (unsigned long long)ep->target, dir);
+		} else if (latest > s->have) {
+			break;
+		}
 		if (xfer_now() >= deadline)
-			return xfer_fail(err, XFER_ENOVERSION, "no version newer than %llu in %s",
-					 (unsigned long long)s->have, dir);
+			return xfer_fail(err, XFER_ENOVERSION, "no version %s%llu in %s", ep->target ? "" : "newer than ",
+					 (unsigned long long)(ep->target ? ep->target : s->have), dir);
 		struct timespec ts = { 0, POLL_MS * 1000000L };
 		nanosleep(&ts, NULL);
 	}
@@ -868,6 +897,8 @@ static int disk_receive_once(xfer_endpoint *ep, int wait_ms, uint64_t *version, 
 	for (size_t i = np; i-- > 0 && rc == 0;) {
 		if (xfer_check_aborted(ep, err) != 0) rc = -1;
 		else rc = apply_version(ep, &plan[i], use_journal, err);
+		if (i == 0 && xfer_hooks.crash_receiving_version && xfer_hooks.crash_receiving_version == latest)
+			_exit(3); /* test hook: dies with the version landed, not verified by anyone */
 	}
 	ep->stats.journal_bytes = 0;
 	for (int i = 0; i < s->threads; i++) ep->stats.journal_bytes += xfer_journal_bytes(s->j[i]);
@@ -883,11 +914,14 @@ static int disk_receive_once(xfer_endpoint *ep, int wait_ms, uint64_t *version, 
 			xfer_err_prefix(err, "keep_previous is off: the receiver's buffers are partly updated");
 		goto err;
 	}
+	s->prev_have = s->have;
+	s->prev_chain = s->have_chain;
+	ep->undo_ready = use_journal;
 	s->have = latest;
 	s->have_chain = plan[0].chain;
 	ep->stats.versions_applied = np;
 	ep->stats.full_loaded = plan[np - 1].full;
-	if (record_receiver(ep, err) != 0) goto err;
+	if (!ep->coord_record && record_receiver(ep, err) != 0) goto err;
 	*version = latest;
 	for (size_t i = 0; i < np; i++) xfer_disk_index_free(&plan[i]);
 	free(plan);
@@ -914,6 +948,44 @@ static int disk_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_
 	}
 }
 
+static int disk_rollback(xfer_endpoint *ep, xfer_err *err)
+{
+	disk_state *s = ep->impl;
+	double t0 = xfer_now();
+	int rc = 0;
+	for (int i = 0; i < s->threads; i++)
+		if (s->j[i] && xfer_journal_undo(s->j[i], err) != 0) rc = -1;
+	ep->stats.undo_seconds = xfer_now() - t0;
+	if (rc != 0) {
+		xfer_err_prefix(err, "disk-delta rollback: the undo failed, the buffers are damaged");
+		return -1;
+	}
+	s->have = s->prev_have;
+	s->have_chain = s->prev_chain;
+	return ep->coord_record ? 0 : record_receiver(ep, err);
+}
+
+int xfer_disk_record(xfer_endpoint *ep, uint64_t v, xfer_err *err)
+{
+	disk_state *s = ep->impl;
+	if (ep->ops != &xfer_disk_ops || !s) return 0;
+	if (s->have != v)
+		return xfer_fail(err, XFER_EINVAL, "disk-delta: recording version %llu, the receiver holds %llu",
+				 (unsigned long long)v, (unsigned long long)s->have);
+	return record_receiver(ep, err);
+}
+
+int xfer_disk_drop(xfer_endpoint *ep, uint64_t v, xfer_err *err)
+{
+	disk_state *s = ep->impl;
+	if (ep->ops != &xfer_disk_ops || !s) return 0;
+	char vd[4096];
+	vdir(vd, sizeof vd, ep->cfg.disk.dir, v);
+	s->have_shadow = 0; /* the next version is full: no chain passes through v */
+	if (access(vd, F_OK) == 0 && xfer_rmtree(vd) != 0) return xfer_fail_errno(err, XFER_EIO, "remove %s", vd);
+	return xfer_fsync_dir(ep->cfg.disk.dir, err);
+}
+
 const xfer_path_ops xfer_disk_ops = {
 	.name = "disk-delta",
 	.probe = disk_probe,
@@ -922,4 +994,5 @@ const xfer_path_ops xfer_disk_ops = {
 	.receive = disk_receive,
 	.abort = disk_abort,
 	.teardown = disk_teardown,
+	.rollback = disk_rollback,
 };

@@ -4,9 +4,28 @@
  * --tensors, --seed), receives versions through libskein on --path until it
  * holds version --steps, and after each one recomputes what the trainer must
  * have published and compares bit for bit.  Exit 0 when every version
- * matched; 1 on a transfer error; 4 on a mismatch. */
+ * matched; 1 on a transfer error; 4 on a mismatch.
+ *
+ * Inside a job (SKEIN_JOB set) the endpoint comes from the agent's
+ * environment and it receives only committed versions (a restarted engine
+ * catches up first); after an abort it says so and compares the version it
+ * is back on: "engine: v7 aborted (<reason>): back on v6, verified bit for
+ * bit".  Versions the trainer skipped are fine (an aborted one never
+ * commits); the comparison recomputes the committed version's bytes. */
 #include "transfer/xfer_int.h"
 #include "transfer/xfer_sim_cli.h"
+
+/* 0 when mine holds version v bit for bit (v 0: nothing yet); else prints the mismatch. */
+static int compare(xfer_sim_model *mine, xfer_sim_model *ref, uint64_t v)
+{
+	if (v == 0) return 0;
+	xfer_sim_model_advance(ref, v);
+	long bad = xfer_sim_model_diff(ref, mine);
+	if (bad < 0) return 0;
+	printf("engine: v%llu MISMATCH in tensor %s\n", (unsigned long long)v,
+	       xfer_manifest_tensor(mine->m, (size_t)bad)->name);
+	return -1;
+}
 
 int main(int argc, char **argv)
 {
@@ -23,7 +42,8 @@ int main(int argc, char **argv)
 	    xfer_sim_model_init(&ref, o.bytes, o.tensors, o.seed, o.changed, &e) != 0)
 		goto err;
 	xfer_sim_model_poison(&mine);
-	sim_config(&o, &c, XFER_RECEIVER);
+	if (sim_config(&o, &c, XFER_RECEIVER, "engine") != 0) goto out;
+	xfer_hooks.crash_receiving_version = o.crash_during;
 	if (xfer_open(&ep, &c, mine.m, &e) != 0) goto err;
 	if (o.port_file) {
 		FILE *f = fopen(o.port_file, "w");
@@ -36,13 +56,22 @@ int main(int argc, char **argv)
 	       xfer_endpoint_note(ep));
 	fflush(stdout);
 	for (uint64_t have = 0; have < (uint64_t)o.steps;) {
-		if (xfer_receive(ep, o.wait_ms, &have, &e) != 0) goto err;
-		xfer_sim_model_advance(&ref, have);
-		long bad = xfer_sim_model_diff(&ref, &mine);
+		if (xfer_receive(ep, o.wait_ms, &have, &e) != 0) {
+			if (o.in_job && e.code == XFER_ENOVERSION) continue; /* nothing committed yet: keep waiting */
+			if (!o.in_job || e.code != XFER_EABORTED) goto err;
+			xfer_update_stats u = xfer_endpoint_update(ep);
+			uint64_t back = xfer_endpoint_stats(ep).version;
+			if (compare(&mine, &ref, back) != 0) {
+				rc = 4;
+				goto out;
+			}
+			printf("engine: v%llu aborted (%s): back on v%llu, verified bit for bit\n", (unsigned long long)u.version,
+			       u.reason, (unsigned long long)back);
+			fflush(stdout);
+			continue;
+		}
 		xfer_stats st = xfer_endpoint_stats(ep);
-		if (bad >= 0) {
-			printf("engine: v%llu MISMATCH in tensor %s\n", (unsigned long long)have,
-			       xfer_manifest_tensor(mine.m, (size_t)bad)->name);
+		if (compare(&mine, &ref, have) != 0) {
 			rc = 4;
 			goto out;
 		}

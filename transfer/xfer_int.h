@@ -53,6 +53,9 @@ typedef struct xfer_path_ops {
 	/* p2p paths: whether a session with a sender is up (the p2p chooser
 	 * accepts the next one itself when not) */
 	int (*connected)(const xfer_endpoint *ep);
+	/* receiver: the undo journal of the last receive written back (only
+	 * called when it set ep->undo_ready) */
+	int (*rollback)(xfer_endpoint *ep, xfer_err *err);
 } xfer_path_ops;
 
 extern const xfer_path_ops xfer_disk_ops;
@@ -82,6 +85,17 @@ struct xfer_endpoint {
 	int pending_ctl;       /* receiver: a control connection the chooser accepted; -1 */
 	int p2p_auto;          /* p2p-ucx: the peer may be told to use p2p-tcp instead */
 	const char *run_path;  /* the path that runs when not ops->name */
+	/* coordinated updates (xfer_coord.h) */
+	struct xfer_coord *coord; /* NULL: not coordinated */
+	char *s_rpc, *s_job, *s_member;
+	uint64_t target;       /* receiver: receive up to exactly this version (0: the newest) */
+	int undo_ready;        /* receiver: the last receive journaled what it overwrote ... */
+	uint64_t undo_to;      /* ... and xfer_rollback puts this version back */
+	int keep_listener;     /* receiver: an abort ends the session, the listening socket stays */
+	int fanout;            /* coordinated sender on a peer path: sub-endpoints per peer, no setup here */
+	int coord_record;      /* disk-delta receiver: receivers/<id> written at commit, not at receive */
+	atomic_int user_aborted; /* xfer_abort was called (xfer_rearm leaves it) */
+	xfer_update_stats update;
 };
 
 /* A path's endpoint inside another (the p2p chooser's): shares the parent's
@@ -192,6 +206,9 @@ void xfer_stripe_journals_stats(xfer_endpoint *ep, xfer_journal *const *j, int m
 /* After a failed version: undoes every journal (or says there was none),
  * noting it in err and ep->stats.undo_seconds. */
 void xfer_stripe_journals_undo(xfer_endpoint *ep, xfer_journal **j, int max, xfer_err *err);
+/* xfer_rollback of a p2p path: every journal of the last (successful)
+ * version written back; 0, or -1 with err when an undo failed. */
+int xfer_stripe_journals_rollback(xfer_endpoint *ep, xfer_journal **j, int max, xfer_err *err);
 
 /* ---- delta codec (xfer_delta.c), pure: no I/O ---- */
 typedef struct {
@@ -364,6 +381,10 @@ typedef struct {
 	int (*device_copy)(void *dst, const void *src, size_t n, int kind, xfer_err *err);
 	int gpu_direct_loads; /* GPU hashing kernels without staged loads (to compare) */
 	int ipc_fused;        /* colocated receiver: skein_copy_tree (one pass) instead of copy, then hash */
+	uint64_t corrupt_version; /* sender: after checksumming this version one wrong byte goes
+				     out (its own copy stays right for the next) */
+	uint64_t crash_receiving_version; /* receiver: _exit(3) once the first bucket of
+					     this version landed */
 } xfer_test_hooks;
 extern xfer_test_hooks xfer_hooks;
 

@@ -165,7 +165,7 @@ static void ipc_abort(xfer_endpoint *ep)
 {
 	ipc_state *s = ep->impl;
 	if (s && s->ctl >= 0) shutdown(s->ctl, SHUT_RDWR);
-	if (s && s->lfd >= 0) shutdown(s->lfd, SHUT_RDWR);
+	if (s && s->lfd >= 0 && !ep->keep_listener) shutdown(s->lfd, SHUT_RDWR);
 }
 
 /* Both sides, after a version went through: the copy time is the receiver's. */
@@ -491,6 +491,12 @@ static int ipc_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 		goto err;
 	}
 	if (xfer_sock_recv(s->ctl, s->sums, m->n * sizeof *s->sums, "checksums", "sender", to, err) != 0) goto err;
+	if (ep->target && h.version != ep->target) {
+		xfer_fail(err, XFER_EINVAL, "the sender sends version %llu, this receiver was told to receive %llu",
+			  (unsigned long long)h.version, (unsigned long long)ep->target);
+		goto err;
+	}
+	int journaled = ep->stats.version > 0; /* receive_gpu's choice */
 	xfer_err st = { 0 };
 	double dsec = s->gpu ? receive_gpu(ep, s, h.version, &st) : receive_cpu(ep, s, h.version, &st);
 	if (st.code != XFER_OK) {
@@ -501,11 +507,22 @@ static int ipc_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	}
 	if (xfer_sock_send_status(s->ctl, &st, to, err) != 0) goto err;
 	if (xfer_sock_send(s->ctl, &dsec, sizeof dsec, "copy time", "sender", to, err) != 0) goto err;
+	ep->undo_ready = s->gpu && s->dj && journaled; /* receive_gpu journaled it */
 	*version = h.version;
 	return version_done(ep, dsec);
 err:
 	close_session(s);
 	return -1;
+}
+
+static int ipc_rollback(xfer_endpoint *ep, xfer_err *err)
+{
+	ipc_state *s = ep->impl;
+	double t0 = xfer_now();
+	int rc = xfer_djournal_undo(s->dj, s->stream, err);
+	ep->stats.undo_seconds = xfer_now() - t0;
+	if (rc != 0) xfer_err_prefix(err, "colocated rollback");
+	return rc;
 }
 
 const xfer_path_ops xfer_ipc_ops = {
@@ -516,4 +533,5 @@ const xfer_path_ops xfer_ipc_ops = {
 	.receive = ipc_receive,
 	.abort = ipc_abort,
 	.teardown = ipc_teardown,
+	.rollback = ipc_rollback,
 };

@@ -79,17 +79,25 @@ static void p2p_abort(xfer_endpoint *ep)
 {
 	p2p_state *s = ep->impl;
 	if (!s) return;
-	for (int i = 0; i < 2; i++)
-		if (s->sub[i]) xfer_abort(s->sub[i]);
-	if (s->lfd >= 0) shutdown(s->lfd, SHUT_RDWR);
+	for (int i = 0; i < 2; i++) {
+		if (!s->sub[i]) continue;
+		atomic_store(&s->sub[i]->aborted, 1);
+		s->sub[i]->keep_listener = ep->keep_listener;
+		if (s->sub[i]->ops->abort) s->sub[i]->ops->abort(s->sub[i]);
+	}
+	if (s->lfd >= 0 && !ep->keep_listener) shutdown(s->lfd, SHUT_RDWR);
 }
 
 /* One call on a sub-endpoint, its figures passed through. */
 static int run_sub(xfer_endpoint *ep, xfer_endpoint *sub, int wait_ms, uint64_t v, uint64_t *got, xfer_err *err)
 {
 	sub->stats = ep->stats;
+	sub->target = ep->target;
+	sub->undo_ready = 0;
+	atomic_store(&sub->aborted, atomic_load(&ep->aborted)); /* xfer_rearm of the parent reaches it */
 	int rc = ep->cfg.role == XFER_SENDER ? sub->ops->send(sub, v, err) : sub->ops->receive(sub, wait_ms, got, err);
 	ep->stats = sub->stats;
+	ep->undo_ready = sub->undo_ready;
 	if (rc == 0) ep->run_path = sub->ops->name;
 	return rc;
 }
@@ -155,6 +163,16 @@ static int p2p_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	}
 }
 
+static int p2p_rollback(xfer_endpoint *ep, xfer_err *err)
+{
+	p2p_state *s = ep->impl;
+	xfer_endpoint *sub = s->active >= 0 ? s->sub[s->active] : NULL;
+	if (!sub || !sub->ops->rollback) return xfer_fail(err, XFER_EUNAVAIL, "p2p: no receive to roll back");
+	int rc = sub->ops->rollback(sub, err);
+	ep->stats.undo_seconds = sub->stats.undo_seconds;
+	return rc;
+}
+
 const xfer_path_ops xfer_p2p_ops = {
 	.name = "p2p",
 	.probe = p2p_probe,
@@ -163,4 +181,5 @@ const xfer_path_ops xfer_p2p_ops = {
 	.receive = p2p_receive,
 	.abort = p2p_abort,
 	.teardown = p2p_teardown,
+	.rollback = p2p_rollback,
 };

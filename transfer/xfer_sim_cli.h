@@ -16,6 +16,8 @@ typedef struct {
 	size_t tensors;
 	double changed;
 	int steps, port, streams, timeout_ms, full_every, zstd, wait_ms, crash_after, keep_previous, interval_ms;
+	uint64_t corrupt_version, crash_during;
+	int in_job; /* SKEIN_JOB set: the endpoint comes from the environment, coordinated */
 	xfer_encoding encoding;
 	uint64_t seed;
 } sim_opts;
@@ -24,6 +26,9 @@ static void sim_usage(FILE *f, const char *prog, const char *role)
 {
 	fprintf(f,
 		"usage: %s --path disk-delta|p2p-tcp|p2p --bytes N [options]\n"
+		"       (inside a skein job, SKEIN_JOB set: --bytes N [--tensors K] [--changed F] [--steps S]\n"
+		"       [--interval-ms T] [--seed X]; mode, folder, peers and bucket come from the agent,\n"
+		"       and every version is an update the head commits or aborts, docs/updates.md)\n"
 		"  %s\n"
 		"  --bytes N          weights in bytes (suffix K, M, G), bf16\n"
 		"  --tensors K        number of tensors (default 64)\n"
@@ -38,7 +43,9 @@ static void sim_usage(FILE *f, const char *prog, const char *role)
 		"  --receiver-id ID   engine, disk-delta: its name under DIR/receivers/\n"
 		"  --wait-ms T        engine: how long to wait for each version (default 60000)\n"
 		"  --crash-after V    trainer: exit(3) in the middle of publishing version V (tests)\n"
-		"  --interval-ms T    trainer: pause between versions, like a training step (default 0)\n",
+		"  --interval-ms T    trainer: pause between versions, like a training step (default 0)\n"
+		"  --corrupt-version V  trainer: one wrong byte goes out in version V, after its checksum (tests)\n"
+		"  --crash-during V   engine: exit(3) once the first bucket of version V landed (tests)\n",
 		prog, role);
 }
 
@@ -50,7 +57,8 @@ static int sim_parse(int argc, char **argv, sim_opts *o, const char *role)
 		{ "port", 1, 0, 'p' }, { "port-file", 1, 0, 'P' }, { "streams", 1, 0, 'n' }, { "bucket", 1, 0, 'B' },
 		{ "timeout-ms", 1, 0, 't' }, { "full-every", 1, 0, 'f' }, { "encoding", 1, 0, 'e' },
 		{ "zstd", 1, 0, 'z' }, { "receiver-id", 1, 0, 'r' }, { "wait-ms", 1, 0, 'w' },
-		{ "crash-after", 1, 0, 'x' }, { "keep-previous", 1, 0, 'K' }, { "interval-ms", 1, 0, 'i' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "crash-after", 1, 0, 'x' }, { "keep-previous", 1, 0, 'K' }, { "interval-ms", 1, 0, 'i' },
+		{ "corrupt-version", 1, 0, 'C' }, { "crash-during", 1, 0, 'D' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	memset(o, 0, sizeof *o);
 	o->path = "disk-delta";
@@ -92,19 +100,32 @@ static int sim_parse(int argc, char **argv, sim_opts *o, const char *role)
 		case 'x': o->crash_after = atoi(optarg); break;
 		case 'K': o->keep_previous = atoi(optarg); break;
 		case 'i': o->interval_ms = atoi(optarg); break;
+		case 'C': o->corrupt_version = strtoull(optarg, NULL, 10); break;
+		case 'D': o->crash_during = strtoull(optarg, NULL, 10); break;
 		case 'h': sim_usage(stdout, argv[0], role); exit(0);
 		default: goto bad;
 		}
 	}
 	if (!o->bytes || o->steps < 1 || o->changed < 0 || o->changed > 1 || o->interval_ms < 0) goto bad;
+	const char *job = getenv("SKEIN_JOB");
+	const char *co = getenv("SKEIN_COORDINATE");
+	o->in_job = job && *job && !(co && !strcmp(co, "0")); /* =0: the command line, as outside a job */
 	return 0;
 bad:
 	sim_usage(stderr, argv[0], role);
 	return -1;
 }
 
-static void sim_config(const sim_opts *o, xfer_config *c, xfer_role role)
+/* Inside a job: the environment's config (its error printed); else the
+ * command line's.  -1 on a bad environment. */
+static int sim_config(const sim_opts *o, xfer_config *c, xfer_role role, const char *who)
 {
+	if (o->in_job) {
+		xfer_err e = { 0 };
+		if (xfer_config_from_env(c, role, &e) == 0) return 0;
+		fprintf(stderr, "%s: error: %s\n", who, e.msg);
+		return -1;
+	}
 	xfer_config_init(c);
 	c->path = o->path;
 	c->role = role;
@@ -119,6 +140,7 @@ static void sim_config(const sim_opts *o, xfer_config *c, xfer_role role)
 	c->p2p.host = o->host;
 	c->p2p.port = o->port;
 	c->p2p.streams = o->streams;
+	return 0;
 }
 
 #endif

@@ -36,6 +36,7 @@
  * changed; a failure in a later bucket writes the earlier ones back. */
 #include "transfer/xfer_sock.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -175,6 +176,15 @@ static void shutdown_all(tcp_state *s)
 		if (s->data[i] >= 0) shutdown(s->data[i], SHUT_RDWR);
 }
 
+/* Between versions nothing may arrive on the control stream: readable
+ * means the sender closed it (or broke the protocol): its session is over. */
+static int sender_gone(tcp_state *s)
+{
+	struct pollfd q = { .fd = s->ctl, .events = POLLIN };
+	unsigned char b;
+	return poll(&q, 1, 0) == 1 && recv(s->ctl, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
 static void fail_version(tcp_state *s, const xfer_err *e)
 {
 	pthread_mutex_lock(&s->mu);
@@ -284,7 +294,7 @@ static void tcp_abort(xfer_endpoint *ep)
 	tcp_state *s = ep->impl;
 	if (!s) return;
 	shutdown_all(s);
-	if (s->lfd >= 0 && !s->lfd_shared) shutdown(s->lfd, SHUT_RDWR);
+	if (s->lfd >= 0 && !s->lfd_shared && !ep->keep_listener) shutdown(s->lfd, SHUT_RDWR);
 	pthread_mutex_lock(&s->mu);
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
@@ -356,7 +366,10 @@ static void *send_worker(void *arg)
 			goto fail;
 		}
 		long long c = xfer_hooks.corrupt_at - 1;
-		if (xfer_hooks.corrupt_at && (uint64_t)c >= a && (uint64_t)c < b) {
+		if (xfer_hooks.corrupt_version && xfer_hooks.corrupt_version == s->version)
+			c = (long long)(ep->m->bytes / 2); /* test hook: the middle byte of this version */
+		if ((xfer_hooks.corrupt_at || xfer_hooks.corrupt_version == s->version) && c >= 0 && (uint64_t)c >= a &&
+		    (uint64_t)c < b) {
 			/* test hook: send a copy of the stripe with one byte flipped */
 			tmp = malloc(b - a);
 			if (!tmp) { xfer_fail(&e, XFER_ENOMEM, "out of memory"); goto fail; }
@@ -657,11 +670,25 @@ static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	worker w[MAX_STREAMS];
 	XXH3_state_t *st = NULL;
 	double t0 = xfer_now();
+	int journaled = ep->stats.version && !s->direct && ep->cfg.keep_previous; /* recv_worker's choice */
+	if (s->connected && sender_gone(s)) close_session(s); /* not this version's failure: accept the next */
 	if (!s->connected && receiver_accept(ep, s, wait_ms, err) != 0) return -1;
 	uint64_t hv = 0;
 	int got = xfer_sock_recv_vhead(s->ctl, ep, wait_ms, t0, &hv, err);
 	if (got > 0) return -1; /* no version yet: the session stays */
 	if (got < 0) goto err;
+	if (ep->target && hv < ep->target) {
+		/* what is left of an update that was aborted before we took it
+		 * (its sender closed this session then): wait for the next one */
+		close_session(s);
+		return xfer_fail(err, XFER_ENOVERSION, "a stale session (version %llu), waiting for version %llu",
+				 (unsigned long long)hv, (unsigned long long)ep->target);
+	}
+	if (ep->target && hv != ep->target) {
+		xfer_fail(err, XFER_EINVAL, "the sender sends version %llu, this receiver was told to receive %llu",
+			  (unsigned long long)hv, (unsigned long long)ep->target);
+		goto err;
+	}
 	if (begin_version(s, hv, err) != 0) goto err;
 	/* a journal per stream of this session (stripes are disjoint) */
 	if (xfer_stripe_journals(ep, s->j, MAX_STREAMS, s->direct || !ep->cfg.keep_previous ? 0 : s->nstreams,
@@ -687,6 +714,7 @@ static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 		pthread_cond_broadcast(&s->cv);
 		pthread_mutex_unlock(&s->mu);
 		if (xfer_hooks.stop_after_bucket && k + 1 == (size_t)xfer_hooks.stop_after_bucket) raise(SIGSTOP);
+		if (k == 0 && xfer_hooks.crash_receiving_version && xfer_hooks.crash_receiving_version == hv) _exit(3);
 	}
 	if (!s->failed && cur != m->n) {
 		xfer_err e;
@@ -724,6 +752,7 @@ join:
 	XXH3_freeState(st);
 	ep->stats.bytes_moved = m->bytes;
 	ep->stats.staging_peak = s->direct ? 0 : 2 * s->slot_bytes;
+	ep->undo_ready = journaled && s->j[0];
 	*version = hv;
 	return 0;
 err:
@@ -738,6 +767,12 @@ static int tcp_connected(const xfer_endpoint *ep)
 	return s && s->connected;
 }
 
+static int tcp_rollback(xfer_endpoint *ep, xfer_err *err)
+{
+	tcp_state *s = ep->impl;
+	return xfer_stripe_journals_rollback(ep, s->j, MAX_STREAMS, err);
+}
+
 const xfer_path_ops xfer_tcp_ops = {
 	.name = "p2p-tcp",
 	.probe = tcp_probe,
@@ -747,4 +782,5 @@ const xfer_path_ops xfer_tcp_ops = {
 	.abort = tcp_abort,
 	.teardown = tcp_teardown,
 	.connected = tcp_connected,
+	.rollback = tcp_rollback,
 };

@@ -4,7 +4,13 @@
  * for each of --steps versions changes about --changed of the elements
  * (scattered, a unit or two in the last place) and publishes the version
  * through libskein on --path.  One line per version on stdout; exit 0 when
- * all went out, 1 with the library's message when one did not. */
+ * all went out, 1 with the library's message when one did not.
+ *
+ * Inside a job (SKEIN_JOB set) the endpoint comes from the agent's
+ * environment and every version is a coordinated update: one line per
+ * verdict, "trainer: v7 committed: update_weights_time=..." or "trainer: v7
+ * aborted: <the head's reason>", and an aborted version is no reason to
+ * stop (exit 1 only on other errors). */
 #include "transfer/xfer_int.h"
 #include "transfer/xfer_sim_cli.h"
 
@@ -19,9 +25,13 @@ int main(int argc, char **argv)
 	xfer_err e = { 0 };
 	if (sim_parse(argc, argv, &o, "the trainer: publishes versions 1..S") != 0) return 2;
 	if (xfer_sim_model_init(&s, o.bytes, o.tensors, o.seed, o.changed, &e) != 0) goto err;
-	sim_config(&o, &c, XFER_SENDER);
+	if (sim_config(&o, &c, XFER_SENDER, "trainer") != 0) {
+		xfer_sim_model_free(&s);
+		return 1;
+	}
 	if (xfer_open(&ep, &c, s.m, &e) != 0) goto err;
 	if (*xfer_endpoint_note(ep)) printf("trainer: %s\n", xfer_endpoint_note(ep));
+	xfer_hooks.corrupt_version = o.corrupt_version;
 	for (int v = 1; v <= o.steps; v++) {
 		if (v > 1 && o.interval_ms > 0) {
 			struct timespec ts = { o.interval_ms / 1000, (long)(o.interval_ms % 1000) * 1000000L };
@@ -29,6 +39,20 @@ int main(int argc, char **argv)
 		}
 		xfer_sim_model_advance(&s, (uint64_t)v);
 		if (o.crash_after == v) xfer_hooks.die_after_bucket = 1;
+		if (o.in_job) {
+			xfer_update_stats u;
+			if (xfer_publish(ep, (uint64_t)v, &u, &e) != 0) {
+				if (e.code != XFER_EABORTED) goto err;
+				printf("trainer: v%d aborted: %s\n", v, xfer_endpoint_update(ep).reason);
+			} else {
+				printf("trainer: v%d committed: update_weights_time=%.3f implementation_time=%.3f "
+				       "wire_bytes=%llu density=%.4f participants=%u dropped=%u\n",
+				       v, u.update_seconds, u.implementation_seconds, (unsigned long long)u.wire_bytes,
+				       u.density, u.participants, u.dropped);
+			}
+			fflush(stdout);
+			continue;
+		}
 		if (xfer_send(ep, (uint64_t)v, &e) != 0) goto err;
 		xfer_stats st = xfer_endpoint_stats(ep);
 		printf("trainer: published v%d on %s: %llu bytes moved in %.3f s\n", v, xfer_endpoint_path(ep),

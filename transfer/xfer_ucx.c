@@ -572,7 +572,7 @@ static void ucx_abort(xfer_endpoint *ep)
 	ucx_state *s = ep->impl;
 	if (!s) return;
 	if (s->ctl >= 0) shutdown(s->ctl, SHUT_RDWR);
-	if (s->lfd_own && s->lfd >= 0) shutdown(s->lfd, SHUT_RDWR);
+	if (s->lfd_own && s->lfd >= 0 && !ep->keep_listener) shutdown(s->lfd, SHUT_RDWR);
 }
 
 static int ucx_connected(const xfer_endpoint *ep)
@@ -1022,6 +1022,7 @@ static int ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	const xfer_manifest *m = ep->m;
 	int to = ep->cfg.timeout_ms, failed = 0;
 	double t0 = xfer_now();
+	int journaled = ep->stats.version && !s->direct && ep->cfg.keep_previous; /* as place_chunk chooses */
 	s->fallback = 0;
 	if (ucx_start(ep, s, err) != 0) return -1;
 	if (!s->connected && receiver_accept(ep, s, wait_ms, err) != 0) return -1;
@@ -1029,6 +1030,11 @@ static int ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	int got = xfer_sock_recv_vhead(s->ctl, ep, wait_ms, t0, &hv, err);
 	if (got > 0) return -1; /* no version yet: the session stays */
 	if (got < 0) goto err;
+	if (ep->target && hv != ep->target) {
+		xfer_fail(err, XFER_EINVAL, "the sender sends version %llu, this receiver was told to receive %llu",
+			  (unsigned long long)hv, (unsigned long long)ep->target);
+		goto err;
+	}
 	s->version = hv;
 	if (pool_size(s, err) != 0 ||
 	    xfer_stripe_journals(ep, s->j, MAX_STRIPES, s->direct || !ep->cfg.keep_previous ? 0 : s->nstripes,
@@ -1072,11 +1078,18 @@ static int ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	if (xfer_sock_send_status(s->ctl, NULL, to, err) != 0) goto err;
 	ep->stats.bytes_moved = m->bytes;
 	ep->stats.staging_peak = s->direct ? 0 : 2 * s->slot_bytes;
+	ep->undo_ready = journaled && s->j[0];
 	*version = hv;
 	return 0;
 err:
 	close_session(s);
 	return -1;
+}
+
+static int ucx_rollback(xfer_endpoint *ep, xfer_err *err)
+{
+	ucx_state *s = ep->impl;
+	return xfer_stripe_journals_rollback(ep, s->j, MAX_STRIPES, err);
 }
 
 #else /* built without UCX's headers: p2p-ucx says so */
@@ -1109,6 +1122,11 @@ static int ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *v, xfer_err *er
 static void ucx_abort(xfer_endpoint *ep) { (void)ep; }
 static void ucx_teardown(xfer_endpoint *ep) { (void)ep; }
 static int ucx_connected(const xfer_endpoint *ep) { (void)ep; return 0; }
+static int ucx_rollback(xfer_endpoint *ep, xfer_err *err)
+{
+	(void)ep;
+	return xfer_fail(err, XFER_EUNAVAIL, "p2p-ucx: not built");
+}
 
 int xfer_ucx_fell_back(const xfer_endpoint *ep, char *why, size_t n)
 {
@@ -1129,4 +1147,5 @@ const xfer_path_ops xfer_ucx_ops = {
 	.abort = ucx_abort,
 	.teardown = ucx_teardown,
 	.connected = ucx_connected,
+	.rollback = ucx_rollback,
 };

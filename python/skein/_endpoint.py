@@ -7,11 +7,15 @@ of the endpoint's statistics.  Calls into libskein hold a per-endpoint lock
 (close() from another thread aborts the call in flight, then waits for it
 before freeing anything) and run without the GIL.
 
-Mode and peers: explicit keywords win; inside a skein job (SKEIN_JOB set by
-the agent) the job's SKEIN_TRANSFER_MODE, SKEIN_DISK_DIR and SKEIN_BUFFER_SIZE
-are the defaults.  The peers of p2p modes and the moment to receive will come
-from the agent's coordinated updates (issue #13); until then p2p needs host=
-and port=, and a disk-delta receiver polls the folder.
+Mode and peers: explicit keywords win; inside a skein job (SKEIN_JOB and
+SKEIN_RPC set by the agent) the endpoint is coordinated (docs/updates.md):
+libskein takes the job's mode, folder, bucket size, watchdog and its agent's
+socket from the environment (xfer_config_from_env), a publish is a
+transaction the head commits or aborts (publish() returns Miles's perf/*
+figures of the head's verdict, or raises skein.Aborted with its reason) and a
+receiver's wait() returns only versions the head committed (SKEIN_COORDINATE=0:
+not coordinated, as before).  Outside a job,
+p2p needs host= and port=, and a disk-delta receiver polls the folder.
 """
 import ctypes
 import os
@@ -44,6 +48,9 @@ def _resolve(mode, kw, role):
         raise TypeError(f"unknown keyword argument(s): {', '.join(sorted(unknown))}")
     kw = {k: v for k, v in kw.items() if v is not None}
     in_job = bool(os.environ.get("SKEIN_JOB"))
+    if (in_job and os.environ.get("SKEIN_RPC") and os.environ.get("SKEIN_COORDINATE") != "0"
+            and mode in (None, os.environ.get("SKEIN_TRANSFER_MODE"))):
+        return None, kw  # coordinated: libskein reads the job's environment itself
     if mode is None:
         mode = os.environ.get("SKEIN_TRANSFER_MODE") if in_job else None
         if not mode:
@@ -108,14 +115,20 @@ class _Endpoint:
             if e.mem == L.MEM_CUDA:
                 lib.xfer_manifest_set_device(self._m, e.device)
         c = self._cfg = L.XferConfig()
-        lib.xfer_config_init(ctypes.byref(c))
+        self.coordinated = path is None
+        if self.coordinated:
+            if lib.xfer_config_from_env(ctypes.byref(c), self._ROLE, ctypes.byref(err)) != 0:
+                err.raise_()
+        else:
+            lib.xfer_config_init(ctypes.byref(c))
         keep = self._strings = []  # the config's strings live as long as the endpoint
 
         def s(v):
             b = str(v).encode()
             keep.append(b)
             return b
-        c.path = s(path)
+        if path is not None:
+            c.path = s(path)
         c.role = self._ROLE
         if "bucket_bytes" in kw:
             c.bucket_bytes = int(kw["bucket_bytes"])
@@ -236,19 +249,34 @@ class Publisher(_Endpoint):
     def publish(self, version=None):
         """Publishes version (default: the last one + 1; increasing, > 0).
         Returns once every receiver has it (p2p, colocated) or it is durably
-        in the folder (disk-delta); returns the update's figures."""
+        in the folder (disk-delta); returns the update's figures.  Inside a
+        job: once the head committed it (skein.Aborted with the head's reason
+        when it aborted it; the next version may follow)."""
         v = self.version + 1 if version is None else int(version)
         lib, err = self._lib, self._err
+        u = L.XferUpdateStats()
         with self._lock:
             ep = self._call()
             t0 = time.perf_counter()
-            rc = lib.xfer_send(ep, v, ctypes.byref(err))
+            rc = lib.xfer_publish(ep, v, ctypes.byref(u), ctypes.byref(err))
             wall = time.perf_counter() - t0
             if rc != 0:
+                if err.code == L.Aborted.code:
+                    self.version = v  # the job's versions only go up
                 err.raise_()
             st = lib.xfer_endpoint_stats(ep)
         self.version = v
         self.last = self._figures(st, wall)
+        if self.coordinated:
+            self.last.update({
+                "perf/update_weights_time": u.update_seconds,
+                "perf/update_weights_implementation_time": u.implementation_seconds,
+                "perf/update_weights_wire_bytes": u.wire_bytes,
+                "skein/participants": u.participants,
+                "skein/dropped": u.dropped,
+            })
+            if self.path == "disk-delta":
+                self.last["perf/update_weights_density"] = u.density
         return self.last
 
 
@@ -275,7 +303,10 @@ class Receiver(_Endpoint):
         """Waits up to timeout seconds (None: forever) for a version newer than
         the one held and receives it; returns its number, or None when none
         came in time.  On an error the tensors hold the previous version
-        (keep_previous, the default) and the error is raised."""
+        (keep_previous, the default) and the error is raised.  Inside a job
+        only committed versions return; skein.Aborted says the head aborted
+        the update this receiver was taking: the tensors hold the version
+        before it (self.version) and waiting may go on."""
         wait_ms = -1 if timeout is None else max(0, min(int(timeout * 1000), 2**31 - 1))
         lib, err = self._lib, self._err
         v = ctypes.c_uint64()

@@ -120,12 +120,24 @@ class _Nccl(ctypes.Structure):
                 ("root", ctypes.c_int), ("device", ctypes.c_int)]
 
 
+class _Coord(ctypes.Structure):
+    _fields_ = [("rpc", ctypes.c_char_p), ("job", ctypes.c_char_p), ("member", ctypes.c_char_p),
+                ("generation", ctypes.c_uint64)]
+
+
 class XferConfig(ctypes.Structure):
     _fields_ = [("path", ctypes.c_char_p), ("role", ctypes.c_int), ("bucket_bytes", ctypes.c_uint64),
                 ("timeout_ms", ctypes.c_int), ("keep_previous", ctypes.c_int),
                 ("journal_dir", ctypes.c_char_p), ("disk", _Disk), ("p2p", _P2P), ("nccl", _Nccl),
                 ("verify_device", ctypes.c_int), ("threads", ctypes.c_int), ("checksum", ctypes.c_int),
-                ("device_journal_bytes", ctypes.c_uint64)]
+                ("device_journal_bytes", ctypes.c_uint64), ("coord", _Coord)]
+
+
+class XferUpdateStats(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint64), ("state", ctypes.c_char * 16), ("reason", ctypes.c_char * 512),
+                ("update_seconds", ctypes.c_double), ("implementation_seconds", ctypes.c_double),
+                ("wire_bytes", ctypes.c_uint64), ("density", ctypes.c_double),
+                ("participants", ctypes.c_uint32), ("dropped", ctypes.c_uint32)]
 
 
 class XferStats(ctypes.Structure):
@@ -165,6 +177,10 @@ def _declare(lib):
         "xfer_manifest_count": (ctypes.c_size_t, [P]),
         "xfer_manifest_bytes": (U64, [P]),
         "xfer_config_init": (None, [ctypes.POINTER(XferConfig)]),
+        "xfer_config_from_env": (I, [ctypes.POINTER(XferConfig), I, E]),
+        "xfer_publish": (I, [P, U64, ctypes.POINTER(XferUpdateStats), E]),
+        "xfer_endpoint_update": (XferUpdateStats, [P]),
+        "xfer_rollback": (I, [P, E]),
         "xfer_probe": (I, [S, ctypes.c_char_p, ctypes.c_size_t]),
         "xfer_open": (I, [ctypes.POINTER(P), ctypes.POINTER(XferConfig), P, E]),
         "xfer_send": (I, [P, U64, E]),

@@ -35,6 +35,12 @@
 #   cp /usr/lib/x86_64-linux-gnu/libzstd.a /usr/lib/x86_64-linux-gnu/libxxhash.so.0* .gpu-deps/lib/
 # and name .gpu-deps in the device call's carry list (libxxhash's shared
 # library, as it alone has the x86 dispatcher; see transfer/xfer_hash.h).
+# libskein also holds the coordinated update's messages (protobuf-c); that
+# machine has neither protoc-c nor libprotobuf-c, so carry them too:
+#   mkdir -p .gpu-deps/include/protobuf-c .gpu-deps/gen/proto
+#   cp /usr/include/protobuf-c/protobuf-c.h .gpu-deps/include/protobuf-c/
+#   cp /usr/lib/x86_64-linux-gnu/libprotobuf-c.so.1* .gpu-deps/lib/
+#   cp build/release/gen/proto/{weights,control}.pb-c.[ch] .gpu-deps/gen/proto/
 # SKEIN_GPU_FUSED=1: the colocated receiver runs skein_copy_tree (copy, journal
 # and hash in one pass) instead of the journal copy and then the hash, to compare.
 # SKEIN_GPU_CASES picks the cases (default "nccl ipc tcp tcp-nojournal tcp-undo hash tree-cpu ipc-undo
@@ -63,6 +69,21 @@ if [ -d .gpu-deps ]; then
 		XLIBS=".gpu-deps/lib/libxxhash.a .gpu-deps/lib/libzstd.a"
 	fi
 fi
+# the generated messages: this tree's build, else carried, else protoc-c here
+GEN=build/release/gen
+[ -e "$GEN/proto/weights.pb-c.c" ] || GEN=.gpu-deps/gen
+if [ ! -e "$GEN/proto/weights.pb-c.c" ] && command -v protoc-c >/dev/null; then
+	GEN=$B/gen
+	mkdir -p "$GEN" && protoc-c --c_out="$GEN" proto/weights.proto proto/control.proto
+fi
+INC="$INC -I$GEN"
+PSO=$(ls .gpu-deps/lib/libprotobuf-c.so.1.* 2>/dev/null | head -n 1)
+if [ -n "$PSO" ]; then
+	ln -sf "$(basename "$PSO")" .gpu-deps/lib/libprotobuf-c.so.1
+	XLIBS="$XLIBS $PWD/$PSO -Wl,-rpath,$PWD/.gpu-deps/lib"
+else
+	XLIBS="$XLIBS -lprotobuf-c"
+fi
 CFLAGS="-std=c11 -O2 -g -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-format-truncation -D_GNU_SOURCE -fPIC"
 
 echo "== build"
@@ -70,6 +91,9 @@ t0=$(date +%s%N)
 for f in transfer/*.c; do
 	case $f in transfer/xfer_bench.c|transfer/xfer_trainer_sim.c|transfer/xfer_engine_sim.c) continue ;; esac
 	$CC $CFLAGS $INC -c "$f" -o "$B/$(basename "$f" .c).o" || { echo "build failed: $f"; exit 1; }
+done
+for f in weights control; do
+	$CC $CFLAGS -Wno-shadow $INC -c "$GEN/proto/$f.pb-c.c" -o "$B/$f.pb-c.o" || { echo "build failed: $f.pb-c.c"; exit 1; }
 done
 ar rcs "$B/libskein.a" "$B"/*.o
 $CC $CFLAGS $INC tests/gpu/gpu_xfer_test.c "$B/libskein.a" -L"$CUDA/lib64" -Wl,-rpath,"$CUDA/lib64" -lcudart \

@@ -1,0 +1,326 @@
+/* transfer/xfer_coord_engine.c: the coordinated receiver, the engine loop of
+ * docs/updates.md behind xfer_receive.
+ *
+ * The engine asks its agent `wait` with its whole state (held, staged,
+ * failed and why, its endpoint, its generation: level-triggered, so a new
+ * head learns everything from the next wait) and does what the answer says:
+ *   idle         ask again (the head answers within a second)
+ *   receive v    run the path's receive up to exactly v and verify it; v is
+ *                staged (or failed, with the reason); a heartbeat thread
+ *                asks `outcome` meanwhile and stops the receive when the
+ *                update was aborted
+ *   commit v     v is held: returned to the caller, who may serve it now
+ *   abort v      the undo journal puts v-1 back (xfer_rollback); the caller
+ *                hears XFER_EABORTED once, its buffers on v-1
+ *   catchup L    reach exactly L, from the disk chain (peer "") or from the
+ *                engine at `peer`, which serves it; then held = L, returned
+ *   serve L      send the held version L to the endpoint in `peer` (a
+ *                p2p-tcp sender over our own buffers), then ask again
+ * The receive runs in slices of RECV_SLICE_MS so that an abort is seen
+ * while no sender has connected yet. */
+#include "transfer/xfer_coord.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+	RECV_SLICE_MS = 200, /* a receive waits this long per call, then looks at the abort flag */
+};
+
+static int parse_instr(const uint8_t *p, size_t n, void *out, xfer_err *err)
+{
+	return xfer_wv_instr_parse(p, n, out, err);
+}
+
+static void set_update(xfer_endpoint *ep, uint64_t v, const char *state, const char *reason, double seconds)
+{
+	xfer_update_stats *u = &ep->update;
+	memset(u, 0, sizeof *u);
+	u->version = v;
+	snprintf(u->state, sizeof u->state, "%s", state);
+	snprintf(u->reason, sizeof u->reason, "%s", reason);
+	u->update_seconds = u->implementation_seconds = seconds;
+	u->wire_bytes = ep->stats.bytes_moved;
+}
+
+/* Runs rx's receive of exactly version v in slices until it arrives, fails,
+ * is aborted, or timeout_ms pass. */
+static int receive_exact(xfer_endpoint *rx, uint64_t v, int timeout_ms, xfer_err *err)
+{
+	double deadline = xfer_now() + timeout_ms / 1e3;
+	uint64_t got = 0;
+	rx->target = v;
+	int rc;
+	for (;;) {
+		rc = xfer_path_receive(rx, RECV_SLICE_MS, &got, err);
+		if (rc == 0 || err->code != XFER_ENOVERSION) break;
+		if (atomic_load(&rx->aborted)) {
+			rc = xfer_fail(err, XFER_EABORTED, "receive of version %llu stopped", (unsigned long long)v);
+			break;
+		}
+		if (xfer_now() >= deadline) {
+			rc = xfer_fail(err, XFER_ETIMEOUT, "version %llu did not arrive within %d ms", (unsigned long long)v,
+				       timeout_ms);
+			break;
+		}
+	}
+	rx->target = 0;
+	if (rc == 0 && got != v)
+		rc = xfer_fail(err, XFER_EINVAL, "received version %llu, told %llu", (unsigned long long)got,
+			       (unsigned long long)v);
+	return rc;
+}
+
+static int timeout_of(const xfer_endpoint *ep, const xfer_wv_instr *in)
+{
+	return in->timeout_ms > 0 ? in->timeout_ms : ep->cfg.timeout_ms;
+}
+
+/* NCCL receivers: the communicator the instruction names (made again when
+ * its id, rank or size changed). */
+static xfer_endpoint *nccl_rx(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
+{
+	xfer_coord *c = ep->coord;
+	if (in->setup_len != XFER_NCCL_ID_BYTES) {
+		if (c->nccl) return c->nccl;
+		xfer_fail(err, XFER_EINVAL, "NCCL: the head sent no unique id");
+		return NULL;
+	}
+	if (c->nccl && !memcmp(c->nccl_id, in->setup, XFER_NCCL_ID_BYTES) && c->nccl_rank == in->rank &&
+	    c->nccl_nranks == in->nranks)
+		return c->nccl;
+	pthread_mutex_lock(&c->mu);
+	xfer_sub_close(&c->nccl);
+	pthread_mutex_unlock(&c->mu);
+	memcpy(ep->cfg.nccl.id, in->setup, XFER_NCCL_ID_BYTES);
+	ep->cfg.nccl.rank = in->rank;
+	ep->cfg.nccl.nranks = in->nranks;
+	ep->cfg.nccl.root = 0;
+	xfer_endpoint *sub = xfer_sub_open(ep, ep->ops, -1, 0, err);
+	if (!sub) return NULL;
+	sub->stats.version = c->held;
+	pthread_mutex_lock(&c->mu);
+	c->nccl = sub;
+	memcpy(c->nccl_id, in->setup, XFER_NCCL_ID_BYTES);
+	c->nccl_rank = in->rank;
+	c->nccl_nranks = in->nranks;
+	pthread_mutex_unlock(&c->mu);
+	return sub;
+}
+
+/* receive v: staged, or failed with the reason. */
+static void do_receive(xfer_endpoint *ep, const xfer_wv_instr *in)
+{
+	xfer_coord *c = ep->coord;
+	uint64_t v = in->version;
+	if (c->staged == v || c->held >= v || c->failed == v) return; /* told again: our status answers */
+	xfer_err e = { 0 };
+	double t0 = xfer_now();
+	xfer_endpoint *rx = xfer_coord_nccl(ep) ? nccl_rx(ep, in, &e) : ep;
+	int rc = -1;
+	if (rx) {
+		xfer_endpoint *self = ep;
+		xfer_heartbeat *hb = xfer_heartbeat_start(ep->cfg.coord.rpc, ep->cfg.coord.job, ep->cfg.coord.member, v,
+							  &self, 1);
+		rc = receive_exact(rx, v, timeout_of(ep, in), &e);
+		char why[512] = "";
+		if (xfer_heartbeat_stop(&hb, why, sizeof why) && rc != 0)
+			snprintf(e.msg, sizeof e.msg, "stopped: the update was aborted (%s)", why);
+		xfer_rearm(ep);
+		if (rx != ep) {
+			xfer_rearm(rx);
+			ep->stats = rx->stats;
+			ep->undo_ready = 0; /* NCCL keeps no journal */
+		}
+	}
+	c->seconds = xfer_now() - t0;
+	if (rc == 0) {
+		c->staged = v;
+		c->failed = 0;
+		c->reason[0] = 0;
+	} else {
+		c->failed = v;
+		snprintf(c->reason, sizeof c->reason, "%s", e.msg);
+	}
+}
+
+/* The held version changes to v: receivers/<id> says so on disk-delta. */
+static void now_holding(xfer_endpoint *ep, uint64_t v)
+{
+	xfer_coord *c = ep->coord;
+	xfer_err e;
+	c->held = v;
+	c->staged = 0;
+	c->failed = 0;
+	c->reason[0] = 0;
+	if (ep->ops == &xfer_disk_ops && xfer_disk_record(ep, v, &e) != 0)
+		snprintf(c->reason, sizeof c->reason, "recording version %llu: %s", (unsigned long long)v, e.msg);
+}
+
+/* abort v: 1 when the caller is to hear of it (our buffers held or were
+ * taking v), 0 when the update never touched them. */
+static int do_abort(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
+{
+	xfer_coord *c = ep->coord;
+	uint64_t v = in->version;
+	int touched = c->staged == v || c->failed == v;
+	if (c->staged == v) {
+		xfer_err e;
+		if (xfer_rollback(ep, &e) != 0 && e.code != XFER_EUNAVAIL) {
+			/* the buffers are damaged: say so to the head and the caller */
+			c->failed = v;
+			snprintf(c->reason, sizeof c->reason, "rollback of version %llu: %s", (unsigned long long)v, e.msg);
+			c->staged = 0;
+			return xfer_fail(err, XFER_EIO, "version %llu aborted (%s) and %s", (unsigned long long)v,
+					 in->reason, c->reason);
+		}
+		if (e.code == XFER_EUNAVAIL) ep->stats.version = c->held;
+		c->staged = 0;
+	}
+	if (c->failed == v) {
+		c->failed = 0;
+		c->reason[0] = 0;
+	}
+	if (!touched || c->last_notice == v) return 0;
+	c->last_notice = v;
+	set_update(ep, v, "aborted", in->reason, c->seconds);
+	xfer_fail(err, XFER_EABORTED, "version %llu aborted: %s; back on version %llu", (unsigned long long)v,
+		  *in->reason ? in->reason : "(no reason given)", (unsigned long long)c->held);
+	return -1;
+}
+
+/* catchup L: from the disk chain or from the engine that serves it. */
+static int do_catchup(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
+{
+	xfer_coord *c = ep->coord;
+	uint64_t L = in->version;
+	int to = timeout_of(ep, in), rc;
+	double t0 = xfer_now();
+	if (*in->peer || ep->ops == &xfer_disk_ops) {
+		rc = receive_exact(ep, L, to, err); /* disk-delta: its own chain; p2p: the peer connects */
+	} else if (ep->cfg.disk.dir) {
+		/* a p2p engine catching up from the folder the job also writes */
+		xfer_config dc = ep->cfg;
+		dc.path = "disk-delta";
+		dc.coord.rpc = NULL;
+		dc.disk.receiver_id = NULL;
+		xfer_endpoint *d = NULL;
+		rc = xfer_open(&d, &dc, ep->m, err);
+		if (rc == 0) {
+			pthread_mutex_lock(&c->mu);
+			c->side = d;
+			pthread_mutex_unlock(&c->mu);
+			rc = receive_exact(d, L, to, err);
+			pthread_mutex_lock(&c->mu);
+			c->side = NULL;
+			pthread_mutex_unlock(&c->mu);
+			xfer_close(&d);
+		}
+		if (rc == 0) {
+			ep->stats.version = L; /* a p2p sender's next version must be newer */
+			ep->undo_ready = 0;
+		}
+	} else {
+		rc = xfer_fail(err, XFER_EUNAVAIL, "catch-up from the disk chain, but %s has no disk folder",
+			       xfer_endpoint_path(ep));
+	}
+	xfer_rearm(ep);
+	c->seconds = xfer_now() - t0;
+	if (rc != 0) {
+		c->failed = L;
+		snprintf(c->reason, sizeof c->reason, "catch-up to version %llu: %s", (unsigned long long)L, err->msg);
+		return -1;
+	}
+	ep->undo_ready = 0; /* nothing before a catch-up is ever put back */
+	now_holding(ep, L);
+	return 0;
+}
+
+/* serve L: our buffers to the syncing engine at in->peer, over p2p-tcp. */
+static void do_serve(xfer_endpoint *ep, const xfer_wv_instr *in)
+{
+	xfer_coord *c = ep->coord;
+	if (c->held != in->version || !*in->peer) return; /* we cannot: its catch-up fails and is retried */
+	const char *colon = strrchr(in->peer, ':');
+	char host[XFER_WV_STR];
+	if (!colon || colon == in->peer) return;
+	snprintf(host, sizeof host, "%.*s", (int)(colon - in->peer), in->peer);
+	xfer_config sc = ep->cfg;
+	sc.path = "p2p-tcp";
+	sc.role = XFER_SENDER;
+	sc.coord.rpc = NULL;
+	sc.p2p.host = host;
+	sc.p2p.port = atoi(colon + 1);
+	xfer_endpoint *s = NULL;
+	xfer_err e;
+	if (xfer_open(&s, &sc, ep->m, &e) != 0) return;
+	pthread_mutex_lock(&c->mu);
+	c->side = s;
+	pthread_mutex_unlock(&c->mu);
+	xfer_send(s, in->version, &e);
+	pthread_mutex_lock(&c->mu);
+	c->side = NULL;
+	pthread_mutex_unlock(&c->mu);
+	xfer_close(&s);
+}
+
+int xfer_coord_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err)
+{
+	xfer_coord *c = ep->coord;
+	double deadline = wait_ms < 0 ? 1e300 : xfer_now() + wait_ms / 1e3;
+	if (xfer_check_aborted(ep, err) != 0) return -1;
+	for (;;) {
+		xfer_wv_status s = { .job = ep->cfg.coord.job, .member = ep->cfg.coord.member, .endpoint = c->endpoint,
+				     .reason = c->reason, .held = c->held, .staged = c->staged, .failed = c->failed,
+				     .generation = ep->cfg.coord.generation, .seconds = c->seconds };
+		size_t len;
+		uint8_t *req = xfer_wv_status_pack(&s, &len);
+		if (!req) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+		xfer_wv_instr in;
+		double asked = xfer_now();
+		double call_deadline = deadline < xfer_now() + XFER_COORD_CALL_MS / 1e3 ? deadline
+											 : xfer_now() + XFER_COORD_CALL_MS / 1e3;
+		int rc = xfer_coord_call(c->agent, "wait", req, len, XFER_COORD_CALL_MS, call_deadline, parse_instr, &in,
+					 err);
+		free(req);
+		if (rc != 0) {
+			if (err->code == XFER_EPEER || err->code == XFER_ETIMEOUT) {
+				if (xfer_now() < deadline) continue; /* the agent or head comes back */
+				xfer_err_prefix(err, "no word from the head within %d ms", wait_ms);
+			}
+			return -1;
+		}
+		if (xfer_check_aborted(ep, err) != 0) return -1;
+		if (!strcmp(in.kind, "idle") && xfer_now() - asked < XFER_COORD_POLL_MS / 1e3)
+			xfer_coord_sleep_ms(XFER_COORD_POLL_MS); /* a head that answers idle at once: no busy loop */
+		if (!strcmp(in.kind, "receive")) {
+			do_receive(ep, &in);
+		} else if (!strcmp(in.kind, "commit")) {
+			if (c->staged == in.version) {
+				now_holding(ep, in.version);
+				set_update(ep, in.version, "committed", "", c->seconds);
+				*version = in.version;
+				return 0;
+			}
+			if (c->held != in.version && c->failed != in.version) {
+				c->failed = in.version;
+				snprintf(c->reason, sizeof c->reason, "told to commit version %llu, which it has not staged",
+					 (unsigned long long)in.version);
+			}
+		} else if (!strcmp(in.kind, "abort")) {
+			if (do_abort(ep, &in, err) != 0) return -1;
+		} else if (!strcmp(in.kind, "catchup")) {
+			if (c->held == in.version) continue;
+			if (do_catchup(ep, &in, err) == 0) {
+				set_update(ep, in.version, "committed", "", c->seconds);
+				*version = in.version;
+				return 0;
+			}
+		} else if (!strcmp(in.kind, "serve")) {
+			do_serve(ep, &in);
+		}
+		if (xfer_now() >= deadline)
+			return xfer_fail(err, XFER_ENOVERSION, "no version committed within %d ms (holding %llu)", wait_ms,
+					 (unsigned long long)c->held);
+	}
+}
