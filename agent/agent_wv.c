@@ -42,6 +42,7 @@ static const double IDLE_TICK_S = 0.5;
 static const double WAIT_HOLD_S = 1.0;      /* a wait with nothing to do is answered idle after this */
 static const double ENGINE_FORGET_S = 10.0; /* an engine not heard from for this long is forgotten */
 static const double CATCHUP_STALL_S = 30.0; /* a peer catch-up without news is given up */
+static const double CATCHUP_RETRY_S = 1.0;
 enum {
 	MEMBER_MAX = JOB_NAME_MAX + 32,
 	ENDPOINT_MAX = 64,
@@ -64,7 +65,7 @@ typedef struct {
 	 * served `catchup_version` by `source` */
 	char serve_to[MEMBER_MAX], source[MEMBER_MAX];
 	uint64_t serve_version, catchup_version;
-	double catchup_since;
+	double catchup_since, retry_at; /* a failed catch-up is asked again after CATCHUP_RETRY_S */
 } wv_eng;
 
 typedef struct {
@@ -364,6 +365,8 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 		if (rec && !strcmp(rec->state, "committed")) {
 			in->kind = "commit";
 			in->version = e->staged;
+			e->held = e->staged; /* it holds it once it reads this (its next wait says so) */
+			e->staged = 0;
 			return true;
 		}
 		if ((rec && !strcmp(rec->state, "aborted")) || (!rec && !(u && u->rec.version == e->staged))) {
@@ -374,6 +377,20 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 			return true;
 		}
 		return false; /* open: wait for the verdict */
+	}
+	if (e->failed && !(e->catchup_version && e->failed == e->catchup_version)) {
+		/* it failed to receive an update: it hears the verdict of an aborted
+		 * one (its caller is told); one that went on without it is caught
+		 * up below */
+		const wv_update *rec = wv_state_get(ws, e->job, e->failed);
+		if ((rec && !strcmp(rec->state, "aborted")) || (!rec && !(u && u->rec.version == e->failed))) {
+			in->kind = "abort";
+			in->version = e->failed;
+			snprintf(reason, rcap, "%s", rec ? rec->reason : "no such update");
+			in->reason = reason;
+			return true;
+		}
+		if (!rec || !strcmp(rec->state, "preparing")) return false;
 	}
 	wv_engine *p = u ? part_of(u, e->member) : NULL;
 	if (u && u->begun && !u->final_proposed && p && !strcmp(p->state, "pending") && e->failed != u->rec.version) {
@@ -401,6 +418,7 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 	}
 	if (e->held >= L || (p && !strcmp(p->state, "pending"))) return false;
 	if (e->catchup_version && sk_mono_s() - e->catchup_since < CATCHUP_STALL_S) return false;
+	if (sk_mono_s() < e->retry_at) return false;
 	const job_state *js = agent_head_jobs(a);
 	const job_rec *j = js ? job_state_get(js, e->job) : NULL;
 	if (!j) return false;
@@ -525,13 +543,15 @@ static size_t pick_participants(agent *a, const char *job, const char *mode, uin
 	if (!v) return 0;
 	for (size_t i = 0; i < W->neng; i++) {
 		wv_eng *e = &W->eng[i];
-		if (strcmp(e->job, job) || e->staged) continue;
+		/* verified the version that just committed: it holds it once told */
+		uint64_t held = e->staged && e->staged == L ? L : e->held;
+		if (strcmp(e->job, job) || (e->staged && e->staged != L)) continue;
 		const Skein__Jobs__MemberStatus *st = aj_status_of(a, e->node, e->member);
 		if (!st || strcmp(st->state, "running") || st->pid != e->pid || !node_alive(a, e->node)) continue;
 		/* a delta needs the base; a whole copy does not, unless the engine
 		 * is being caught up right now (it joins the next one) */
 		bool mid_catchup = e->catchup_version && sk_mono_s() - e->catchup_since < CATCHUP_STALL_S;
-		if (e->held != L && (!is_full_copy(mode) || mid_catchup)) continue;
+		if (held != L && (!is_full_copy(mode) || mid_catchup)) continue;
 		if (is_full_copy(mode) && strcmp(mode, "broadcast") && strcmp(mode, "broadcast_packed") && !e->endpoint[0])
 			continue;
 		snprintf(v[n].member, sizeof v[n].member, "%s", e->member);
@@ -698,6 +718,7 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 	e->seconds = st->seconds;
 	e->last_seen = sk_mono_s();
 	if (e->catchup_version && (e->held >= e->catchup_version || e->failed == e->catchup_version)) {
+		if (e->failed == e->catchup_version) e->retry_at = sk_mono_s() + CATCHUP_RETRY_S;
 		e->catchup_version = 0;
 		e->source[0] = 0;
 	}
