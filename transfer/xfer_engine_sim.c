@@ -44,6 +44,8 @@ int main(int argc, char **argv)
 	xfer_sim_model_poison(&mine);
 	if (sim_config(&o, &c, XFER_RECEIVER, "engine") != 0) goto out;
 	xfer_hooks.crash_receiving_version = o.crash_during;
+	xfer_hooks.stall_file = o.stall_file;
+	xfer_hooks.stall_ms = 1500;
 	if (xfer_open(&ep, &c, mine.m, &e) != 0) goto err;
 	if (o.port_file) {
 		FILE *f = fopen(o.port_file, "w");
