@@ -44,6 +44,9 @@ static const double WAIT_HOLD_S = 1.0;      /* a wait with nothing to do is answ
 static const double ENGINE_FORGET_S = 10.0; /* an engine not heard from for this long is forgotten */
 static const double CATCHUP_STALL_S = 30.0; /* a peer catch-up without news is given up */
 static const double CATCHUP_RETRY_S = 1.0;
+/* A new head hears every node's report within an order round (1 s): until
+ * then a member it has no word of is not taken for gone. */
+static const double REPORT_GRACE_S = 2.0;
 enum {
 	MEMBER_MAX = JOB_NAME_MAX + 32,
 	ENDPOINT_MAX = 64,
@@ -91,6 +94,7 @@ struct agent_wv {
 	ev_timer tick;
 	bool changed;                  /* the head applied a weight entry */
 	bool was_ready;
+	double ready_since;            /* when this agent became the head (sk_mono_s) */
 	wv_eng *eng;
 	size_t neng, engcap;
 	wv_open *open;
@@ -275,6 +279,7 @@ static bool is_full_copy(const char *mode)
 /* ---------------------------------------------------------------- proposing */
 
 static void arm(agent *a);
+static void catch_up(agent *a);
 
 static void propose(agent *a, const wv_update *u, const char *what)
 {
@@ -828,6 +833,7 @@ static void check_open(agent *a, double now)
 			wv_eng *e = eng_find(W, p->member);
 			const Skein__Jobs__MemberStatus *st = aj_status_of(a, p->node, p->member);
 			if (!node_alive(a, p->node)) lose(a, u, p, "its node failed", false);
+			else if (!st && now - W->ready_since < REPORT_GRACE_S) continue; /* no report yet */
 			else if (!st || strcmp(st->state, "running")) {
 				char why[160];
 				snprintf(why, sizeof why, "its process exited (%s)", st ? st->state : "gone");
@@ -899,11 +905,7 @@ static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 		W->changed = false;
 	} else {
 		double now = sk_mono_s();
-		if (!W->was_ready || W->changed) {
-			W->was_ready = true;
-			W->changed = false;
-			on_changed(a);
-		}
+		catch_up(a);
 		check_open(a, now);
 		check_waits(a, now);
 	}
@@ -1000,12 +1002,25 @@ bool agent_wv_engine_view(agent *a, const char *member, uint64_t *held, bool *sy
 	return true;
 }
 
+/* A head that just took over adopts the open records before it answers
+ * anyone: a `done` re-sent by a forward must find its update open here. */
+static void catch_up(agent *a)
+{
+	agent_wv *W = a->wv;
+	if (W->was_ready && !W->changed) return;
+	if (!W->was_ready) W->ready_since = sk_mono_s();
+	W->was_ready = true;
+	W->changed = false;
+	on_changed(a);
+}
+
 /* On the head: one verb.  Everything is answered through answer() or
  * fail_client(), now or later. */
 static void head_verb(agent *a, const Skein__Control__Request *q, const agent_client *c, const char *verb)
 {
 	const uint8_t *d = q->payload.data;
 	size_t n = q->payload.len;
+	catch_up(a);
 	if (!strcmp(verb, "begin")) {
 		Skein__Weights__Begin *m = skein__weights__begin__unpack(NULL, n, d);
 		if (!m) return fail_client(a, c, "wv begin: malformed");
@@ -1067,7 +1082,7 @@ bool agent_wv_dispatch(agent *a, const Skein__Control__Request *q, const agent_c
 	if (!strcmp(q->cmd, "transfers")) {
 		if (!head) agent_head_forward(a, q, c, r);
 		else if (!agent_head_ready(a)) agent_reply_fail(r, 1, "the head is catching up with its new term: retry");
-		else cmd_transfers(a, q, r);
+		else catch_up(a), cmd_transfers(a, q, r);
 		return true;
 	}
 	if (q->n_args != 1) {

@@ -81,7 +81,7 @@ echo "== 3. the worked example, split layout: trainer 1x8 GPUs, 4 engines of 2 G
 mkdir -p "$DIR/weights"
 ctl 6 job submit --name demo --actor-num-nodes 1 --actor-num-gpus-per-node 8 --rollout-num-gpus 8 \
 	--rollout-num-gpus-per-engine 2 --num-gpus-per-node 8 --update-weight-transfer-mode disk-delta \
-	--update-weight-disk-dir "$DIR/weights" --restart-backoff 200ms:5s --stop-grace 2s \
+	--update-weight-disk-dir "$DIR/weights" --update-weight-timeout 10s --restart-backoff 200ms:5s --stop-grace 2s \
 	--trainer-cmd "$ROOT/tools/demo_member.sh" --rollout-cmd "$ROOT/tools/demo_member.sh"
 t0=$(now_ms)
 wait_for 20 running 12 || { echo "the members did not start"; ctl 4 job status demo; exit 1; }
