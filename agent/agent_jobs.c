@@ -52,6 +52,7 @@
 static const double ORDER_INTERVAL_S = 1.0;
 static const double RECONCILE_INTERVAL_S = 0.5;
 static const double INFLIGHT_TIMEOUT_S = 5.0;
+static const double TICK_S = 0.1;  /* the safety net and the order rounds (tick_cb) */
 enum { NODE_LOSS_GRACE_MS = 500 };
 
 
@@ -909,20 +910,15 @@ bool agent_jobs_dispatch(agent *a, const Skein__Control__Request *q, const agent
 {
 	const char *cmd = q->cmd;
 	if (!strcmp(cmd, "assign")) {
-		/* one-way, and only from the agent this agent's own view (Raft, or
-		 * gossip sealed with the cluster key) holds as the head, at exactly
-		 * that term: an order from anyone else, or from a head this agent
-		 * has seen replaced, or a term that would raise the fence, is not
-		 * taken (the head sends its orders again every round) */
+		/* one-way; followed only from the head this agent knows, at exactly
+		 * its term (agent_head_order_ok): the head sends its orders again
+		 * every round */
 		r->deferred = true;
 		if (a->jobs->closing) return true;
-		char head[MBR_NAME_MAX + 1];
-		uint64_t term;
-		agent_head_known(a, head, sizeof head, &term, NULL, 0);
-		if (!q->term || !c->sender[0] || strcmp(c->sender, head) || q->term != term) {
+		char why[300];
+		if (!agent_head_order_ok(a, c->sender, q->term, why, sizeof why)) {
 			a->cnt.ctl_refused_order++;
-			SK_DEBUG("jobs", "order refused: from '%s' at term %llu, the head is '%s' at term %llu", c->sender,
-				 (unsigned long long)q->term, head, (unsigned long long)term);
+			SK_DEBUG("jobs", "%s", why);
 			return true;
 		}
 		job_assignment as;
@@ -987,8 +983,6 @@ static void kick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	if (a->jobs->dirty) send_orders(a);
 }
 
-/* Every 100 ms: events kick the head at once; this is the safety net
- * (a lost kick, pending jobs waiting for capacity) and the order round. */
 /* --member-fence-after: a node that hears no head for that long stops its
  * members (the majority may have placed them elsewhere: better none than
  * two of a trainer rank); the next order starts them again. */
@@ -1008,9 +1002,13 @@ static void fence_check(agent *a)
 	send_report(a);
 }
 
-void agent_jobs_tick(agent *a)
+/* Every 100 ms: events kick the head at once; this is the safety net
+ * (a lost kick, pending jobs waiting for capacity) and the order round. */
+static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
+	agent *a = t->data;
 	agent_jobs *J = a->jobs;
+	(void)loop; (void)revents;
 	if (!J || J->closing) return;
 	if (!agent_head_ready(a)) {
 		if (J->nreports || J->nseen || J->ninfl) forget_head_caches(a);
@@ -1074,6 +1072,8 @@ int agent_jobs_open(agent *a, char *err, size_t errlen)
 	J->kick.data = a;
 	ev_init(&J->grace, grace_cb);
 	J->grace.data = a;
+	ev_timer_init(&J->tick, tick_cb, TICK_S, TICK_S);
+	J->tick.data = a;
 	char *end;
 	J->fence_after_s = strtod(a->opts.member_fence_after, &end);
 	if (*end || end == a->opts.member_fence_after || J->fence_after_s < 0 || J->fence_after_s > 86400) {
@@ -1082,6 +1082,7 @@ int agent_jobs_open(agent *a, char *err, size_t errlen)
 		return -2; /* a usage error */
 	}
 	J->last_order = sk_mono_s();
+	ev_timer_start(a->loop, &J->tick);
 	return 0;
 }
 
@@ -1091,6 +1092,7 @@ void agent_jobs_close(agent *a)
 	if (!J) return;
 	ev_timer_stop(a->loop, &J->kick);
 	ev_timer_stop(a->loop, &J->grace);
+	ev_timer_stop(a->loop, &J->tick);
 	J->closing = true; /* sup_free runs the loop: ticks, orders and reports must not touch it */
 	sup_free(&J->sup, 30.0);
 	ev_timer_stop(a->loop, &J->kick);

@@ -37,6 +37,7 @@ struct agent_jobs {
 	char log_dir[PATH_MAX + 16], state_file[PATH_MAX + 16];
 	ev_timer kick;            /* reconcile and send orders soon, outside the Raft pump */
 	ev_timer grace;           /* a kick once a failed node's grace is over */
+	ev_timer tick;            /* every 100 ms: the safety net and the order rounds */
 	/* head side */
 	job_report *reports;      /* each node's latest (job_report.node says whose) */
 	size_t nreports;
