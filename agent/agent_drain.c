@@ -112,7 +112,7 @@ static bool engine_up(agent *a, const job_spec *s, const job_layout *L, uint32_t
 	char id[SUP_ID_MAX];
 	aj_member_id(id, sizeof id, s->name, false, e);
 	const char *node = job_layout_engine_node(s, L, e);
-	const Skein__Jobs__MemberStatus *st = node[0] ? aj_status_of(a, node, id) : NULL;
+	const job_member_status *st = node[0] ? aj_status_of(a, node, id) : NULL;
 	if (!st || st->gen != L->engine_gen[e] || strcmp(st->state, "running")) return false;
 	double now = sk_mono_s();
 	size_t i;
@@ -196,7 +196,7 @@ bool aj_drain_step(agent *a, const job_rec *j, const job_spec *s, place_node *no
 	}
 	char id[SUP_ID_MAX];
 	aj_member_id(id, sizeof id, s->name, false, (uint32_t)move);
-	const Skein__Jobs__MemberStatus *st = aj_status_of(a, from, id);
+	const job_member_status *st = aj_status_of(a, from, id);
 	if (st && st->restarts > L.engine_restarts[move]) L.engine_restarts[move] = st->restarts;
 	job_layout_from_place(s, &L, &pl, nodes, eng);
 	L.engine_gen[move]++;
@@ -240,8 +240,8 @@ static drain_left left_on(agent *a, const char *node)
 	agent_jobs *J = a->jobs;
 	for (size_t i = 0; i < J->nreports; i++) {
 		if (strcmp(J->reports[i].node, node)) continue;
-		for (size_t k = 0; k < J->reports[i].rep->n_members; k++)
-			if (J->reports[i].rep->members[k]->pid > 0) d.lingering++;
+		for (size_t k = 0; k < J->reports[i].n; k++)
+			if (J->reports[i].members[k].pid > 0) d.lingering++;
 	}
 	d.head = !strcmp(node, a->opts.name);
 	return d;
@@ -324,7 +324,7 @@ void aj_drained_free(agent *a)
 	J->nup = 0;
 }
 
-void aj_drained_set(agent *a, char **names, size_t n)
+void aj_drained_set(agent *a, const char *const *names, size_t n)
 {
 	agent_jobs *J = a->jobs;
 	for (size_t i = 0; i < J->ndrained; i++) free(J->drained[i]);

@@ -98,9 +98,9 @@ static void view_member(agent *a, const job_rec *j, const job_spec *s, const job
 	snprintf(v->state, sizeof v->state, "pending");
 	if (!b) return;
 	if (!strcmp(j->state, "running") && aj_build_order(a, j, s, L, trainer, k, b, v->node, sizeof v->node)) {
-		v->ngpus = (uint32_t)b->o.n_gpus;
-		memcpy(v->gpus, b->gpus, v->ngpus * sizeof *v->gpus);
-		const Skein__Jobs__MemberStatus *st = aj_status_of(a, v->node, v->id);
+		v->ngpus = b->o.ngpus;
+		memcpy(v->gpus, b->o.gpus, v->ngpus * sizeof *v->gpus);
+		const job_member_status *st = aj_status_of(a, v->node, v->id);
 		if (b->o.hold) snprintf(v->reason, sizeof v->reason, "waiting for MASTER_PORT");
 		else if (!st) snprintf(v->state, sizeof v->state, "starting");
 		else if (st->gen != b->o.gen) snprintf(v->state, sizeof v->state, "restarting");

@@ -552,7 +552,7 @@ static size_t pick_participants(agent *a, const char *job, const char *mode, uin
 		/* verified the version that just committed: it holds it once told */
 		uint64_t held = e->staged && e->staged == L ? L : e->held;
 		if (strcmp(e->job, job) || (e->staged && e->staged != L)) continue;
-		const Skein__Jobs__MemberStatus *st = aj_status_of(a, e->node, e->member);
+		const job_member_status *st = aj_status_of(a, e->node, e->member);
 		if (!st || strcmp(st->state, "running") || st->pid != e->pid || !node_alive(a, e->node)) continue;
 		/* a delta needs the base; a whole copy does not, unless the engine
 		 * is being caught up right now (it joins the next one) */
@@ -706,7 +706,7 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 		idle.kind = "idle";
 		send_instruction(a, e, &idle);
 	}
-	const Skein__Jobs__MemberStatus *ms = aj_status_of(a, node, st->member);
+	const job_member_status *ms = aj_status_of(a, node, st->member);
 	if (e->gen != st->generation || (ms && ms->pid != e->pid)) {
 		/* a new process: nothing it said before holds */
 		e->serve_to[0] = e->source[0] = 0;
@@ -831,7 +831,7 @@ static void check_open(agent *a, double now)
 			wv_engine *p = &u->rec.engines[k];
 			if (strcmp(p->state, "pending")) continue;
 			wv_eng *e = eng_find(W, p->member);
-			const Skein__Jobs__MemberStatus *st = aj_status_of(a, p->node, p->member);
+			const job_member_status *st = aj_status_of(a, p->node, p->member);
 			if (!node_alive(a, p->node)) lose(a, u, p, "its node failed", false);
 			else if (!st && now - W->ready_since < REPORT_GRACE_S) continue; /* no report yet */
 			else if (!st || strcmp(st->state, "running")) {
@@ -844,7 +844,7 @@ static void check_open(agent *a, double now)
 		}
 		if (u->final_proposed) continue;
 		/* the sender: its process, its node */
-		const Skein__Jobs__MemberStatus *ss = aj_status_of(a, u->rec.sender_node, u->rec.sender);
+		const job_member_status *ss = aj_status_of(a, u->rec.sender_node, u->rec.sender);
 		if (!u->done && (!node_alive(a, u->rec.sender_node) || (ss && strcmp(ss->state, "running")))) {
 			char why[REASON_MAX];
 			snprintf(why, sizeof why, "%s (sender) on %s: %s", u->rec.sender, u->rec.sender_node,
