@@ -997,6 +997,9 @@ bool agent_wv_engine_view(agent *a, const char *member, uint64_t *held, bool *sy
 	wv_eng *e = eng_find(a->wv, member);
 	const wv_state *ws = state_of(a);
 	if (!e || !ws) return false;
+	/* what it said is of the process that runs now, not of one before it */
+	const job_member_status *st = aj_status_of(a, e->node, member);
+	if (!st || st->pid != e->pid) return false;
 	*held = e->held;
 	*syncing = e->held < wv_state_committed(ws, e->job);
 	return true;
