@@ -507,7 +507,7 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 	for (;;) {
 		xfer_err e = { 0 };
 		int left = (int)((deadline - xfer_now()) * 1e3);
-		rc = xfer_coord_call(c->agent, "done", req, len, left > 1 ? left : 1, xfer_now(), parse_outcome, &o, &e);
+		rc = xfer_coord_call(c->agent, "done", req, len, left > 1 ? left : 1, deadline, parse_outcome, &o, &e);
 		if (rc == 0 && o.version == v && final_state(&o)) break;
 		if (rc != 0 && e.code == XFER_EFORMAT) {
 			*err = e;
