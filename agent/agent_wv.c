@@ -685,6 +685,13 @@ static void cmd_outcome(agent *a, const agent_client *c, const Skein__Weights__Q
 	if (u && qq->member[0] && (!strcmp(qq->member, u->rec.sender) || part_of(u, qq->member)))
 		u->t_progress = sk_mono_s(); /* a heartbeat of someone at work */
 	const wv_update *rec = wv_state_get(ws, qq->job, v);
+	if (!u && !rec && !qq->version) {
+		/* the newest of a job that has none (or whose records were forgotten) */
+		Skein__Weights__Outcome o = SKEIN__WEIGHTS__OUTCOME__INIT;
+		o.job = qq->job;
+		o.version = v;
+		return answer(a, c, 0, NULL, &o.base);
+	}
 	if (!u && !rec) return fail_client(a, c, "no update v%llu of %s", (unsigned long long)v, qq->job);
 	answer_outcome(a, c, u, rec);
 }

@@ -286,6 +286,11 @@ int xfer_publish(xfer_endpoint *ep, uint64_t version, xfer_update_stats *st, xfe
 /* The last publish's outcome (sender) or the last commit or abort seen
  * (receiver); zeros before any. */
 xfer_update_stats xfer_endpoint_update(const xfer_endpoint *ep);
+/* A coordinated sender: the newest version its job ever began (committed
+ * or not; 0: none), asked of the head.  A restarted trainer numbers its next
+ * version above it (versions only grow, an aborted one is spent).
+ * XFER_EINVAL on an endpoint that is not coordinated. */
+int xfer_job_newest(xfer_endpoint *ep, uint64_t *newest, xfer_err *err);
 /* Receiver: puts back the version it held before its last receive, from
  * that receive's undo journal (disk-delta, p2p-tcp, p2p-ucx, colocated with
  * the GPU kernels, keep_previous on).  -1 XFER_EUNAVAIL where there is none

@@ -106,6 +106,20 @@ static int parse_begin(const uint8_t *p, size_t n, void *out, xfer_err *err)
 	return xfer_wv_begin_reply_parse(p, n, out, err);
 }
 
+int xfer_job_newest(xfer_endpoint *ep, uint64_t *newest, xfer_err *err)
+{
+	if (!ep || !ep->coord) return xfer_fail(err, XFER_EINVAL, "the endpoint is not coordinated (not in a job)");
+	size_t len;
+	uint8_t *q = xfer_wv_query_pack(ep->cfg.coord.job, 0, "", &len);
+	if (!q) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	xfer_wv_outcome o;
+	int rc = xfer_coord_call(ep->coord->agent, "outcome", q, len, XFER_COORD_CALL_MS,
+				 xfer_now() + ep->cfg.timeout_ms / 1e3, parse_outcome, &o, err);
+	free(q);
+	if (rc == 0) *newest = o.version;
+	return rc;
+}
+
 static int final_state(const xfer_wv_outcome *o)
 {
 	return !strcmp(o->state, "committed") || !strcmp(o->state, "aborted");

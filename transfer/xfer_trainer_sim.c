@@ -32,8 +32,15 @@ int main(int argc, char **argv)
 	if (xfer_open(&ep, &c, s.m, &e) != 0) goto err;
 	if (*xfer_endpoint_note(ep)) printf("trainer: %s\n", xfer_endpoint_note(ep));
 	xfer_hooks.corrupt_version = o.corrupt_version;
-	for (int v = 1; v <= o.steps; v++) {
-		if (v > 1 && o.interval_ms > 0) {
+	/* a restarted trainer goes on above the job's newest version (the model
+	 * is a function of the version, so it picks up where the job is) */
+	uint64_t newest = 0;
+	if (o.in_job && xfer_job_newest(ep, &newest, &e) != 0) goto err;
+	if (newest) printf("trainer: the job's newest version is v%llu: going on from v%llu\n",
+			   (unsigned long long)newest, (unsigned long long)newest + 1);
+	int first = (int)newest + 1;
+	for (int v = first; v < first + o.steps; v++) {
+		if (v > first && o.interval_ms > 0) {
 			struct timespec ts = { o.interval_ms / 1000, (long)(o.interval_ms % 1000) * 1000000L };
 			nanosleep(&ts, NULL);
 		}

@@ -2,9 +2,9 @@
 """examples/torch/engine.py: a rollout engine, started by `skeinctl job submit`.
 
 Holds the bf16 model, receives each version into its parameters with
-skein.Receiver (the job's disk-delta folder: SKEIN_DISK_DIR; it polls the
-folder until coordinated updates, issue #13, tell engines when to take a
-version), computes the logits of the probe batch and prints the largest
+skein.Receiver (inside the job every version is a coordinated update:
+wait() returns a version once the head committed it, docs/updates.md; the
+bytes come from the job's disk-delta folder), computes the logits of the probe batch and prints the largest
 absolute difference from the trainer's logits of the same version: the
 trainer-engine gap Miles's docs tell users to check.  It must be 0.
 """
@@ -31,7 +31,11 @@ def main():
         print(f"engine {eid}: {model.params(net) / 1e6:.2f} M parameters, receiving on {recv.path} "
               f"(restart {os.environ.get('SKEIN_RESTART_COUNT')})", flush=True)
         while True:
-            v = recv.wait(timeout=60)
+            try:
+                v = recv.wait(timeout=60)
+            except skein.Aborted as e:  # the update failed; our parameters are back on the last version
+                print(f"engine {eid}: {e}", flush=True)
+                continue
             if v is None:
                 continue
             t = time.monotonic()

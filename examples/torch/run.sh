@@ -29,9 +29,7 @@ wait_until 20 head_known || { fail "no head"; finish; }
 
 W=$T_DIR/weights P=$T_DIR/probe
 mkdir -p "$W" "$P"
-# SKEIN_COORDINATE=0: the members poll the folder as before; remove it once
-# the agent answers coordinated updates (agent/agent_wv.c, issue #13)
-ENVS="PYTHONPATH=$ROOT/python${SKEIN_LIB:+ SKEIN_LIB=$SKEIN_LIB} SKEIN_COORDINATE=0"
+ENVS="PYTHONPATH=$ROOT/python${SKEIN_LIB:+ SKEIN_LIB=$SKEIN_LIB}"
 ctl 2 job submit --name torch --actor-num-nodes 2 --actor-num-gpus-per-node 1 --num-gpus-per-node 3 \
 	--rollout-num-gpus 2 --rollout-num-gpus-per-engine 1 --update-weight-transfer-mode disk-delta \
 	--update-weight-disk-dir "$W" --restart-backoff 100ms:1s --stop-grace 2s \

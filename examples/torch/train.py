@@ -50,7 +50,8 @@ def main():
         pub = skein.Publisher(serve.named_parameters(), encoding="xor")
         start = skein.latest_version(os.environ["SKEIN_DISK_DIR"])
         if start:  # a re-formed world: carry on from the newest published weights
-            with skein.Receiver(serve.named_parameters(), mode="disk-delta", dir=os.environ["SKEIN_DISK_DIR"]) as r:
+            with skein.Receiver(serve.named_parameters(), mode="disk-delta", dir=os.environ["SKEIN_DISK_DIR"],
+                                coordinate=False) as r:
                 start = r.wait(timeout=30)
             with torch.no_grad():
                 for p, q in zip(net.parameters(), serve.parameters()):
@@ -58,7 +59,9 @@ def main():
     # DDP broadcasts rank 0's parameters: every rank starts from them
     ddp = torch.nn.parallel.DistributedDataParallel(net)
     opt = torch.optim.AdamW(ddp.parameters(), lr=a.lr, weight_decay=0.01, foreach=False)
-    step = torch.tensor([start])
+    # versions only grow: after an aborted one (a rank died mid-update) the
+    # next is numbered above the job's newest, whatever the folder holds
+    step = torch.tensor([max(start, pub.newest_version()) if pub else 0])
     dist.broadcast(step, 0)
     start = int(step)
     print(f"trainer rank {rank}/{world}: world formed in {time.monotonic() - t0:.1f} s, "
@@ -79,7 +82,11 @@ def main():
             for p, q in zip(serve.parameters(), net.parameters()):
                 p.copy_(q)
             save_atomic(serve(probe), os.path.join(a.probe_dir, f"v{v:06d}.pt"))
-        f = pub.publish(v)
+        try:
+            f = pub.publish(v)
+        except skein.Aborted as e:  # no engine serves it; the next version goes out whole
+            print(f"trainer: version {v} aborted: {e}", flush=True)
+            continue
         print(f"trainer: version {v} loss {loss.item():.4f} train {tt:.2f} s publish "
               f"{f['perf/update_weights_time']:.3f} s {f['perf/update_weights_wire_bytes'] / 1e6:.1f} MB", flush=True)
     dist.destroy_process_group()

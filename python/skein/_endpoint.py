@@ -13,8 +13,9 @@ libskein takes the job's mode, folder, bucket size, watchdog and its agent's
 socket from the environment (xfer_config_from_env), a publish is a
 transaction the head commits or aborts (publish() returns Miles's perf/*
 figures of the head's verdict, or raises skein.Aborted with its reason) and a
-receiver's wait() returns only versions the head committed (SKEIN_COORDINATE=0:
-not coordinated, as before).  Outside a job,
+receiver's wait() returns only versions the head committed (coordinate=False,
+or SKEIN_COORDINATE=0: not coordinated, e.g. a trainer reading back the
+folder it publishes to).  Outside a job,
 p2p needs host= and port=, and a disk-delta receiver polls the folder.
 """
 import ctypes
@@ -28,7 +29,7 @@ from ._tensors import entries
 _PATHS = {"disk-delta": "disk-delta", "p2p": "p2p", "p2p-tcp": "p2p-tcp", "colocated": "colocated"}
 _NOT_YET = ("broadcast", "broadcast_packed", "p2p-rdma")
 _KEYS = {"dir", "host", "port", "bucket_bytes", "timeout", "streams", "encoding", "zstd", "full_every", "gc",
-         "receiver_id", "keep_previous", "journal_dir", "verify_device", "threads"}
+         "receiver_id", "keep_previous", "journal_dir", "verify_device", "threads", "coordinate"}
 
 
 def _env_int(name):
@@ -47,9 +48,12 @@ def _resolve(mode, kw, role):
     if unknown:
         raise TypeError(f"unknown keyword argument(s): {', '.join(sorted(unknown))}")
     kw = {k: v for k, v in kw.items() if v is not None}
+    coordinate = kw.pop("coordinate", None)
     in_job = bool(os.environ.get("SKEIN_JOB"))
-    if (in_job and os.environ.get("SKEIN_RPC") and os.environ.get("SKEIN_COORDINATE") != "0"
-            and mode in (None, os.environ.get("SKEIN_TRANSFER_MODE"))):
+    can = in_job and os.environ.get("SKEIN_RPC") and os.environ.get("SKEIN_COORDINATE") != "0"
+    if coordinate and not can:
+        raise L.InvalidArgument("coordinate=True needs a skein job (SKEIN_JOB and SKEIN_RPC set by the agent)")
+    if can and coordinate is not False and mode in (None, os.environ.get("SKEIN_TRANSFER_MODE")):
         return None, kw  # coordinated: libskein reads the job's environment itself
     if mode is None:
         mode = os.environ.get("SKEIN_TRANSFER_MODE") if in_job else None
@@ -57,8 +61,8 @@ def _resolve(mode, kw, role):
             raise L.InvalidArgument("mode= is needed outside a skein job: disk-delta (dir=), p2p-tcp "
                                     "(host=, port=) or colocated (host=, port=)")
     if mode in _NOT_YET:
-        raise L.Unavailable(f"mode {mode}: not in the Python package yet (NCCL and RDMA need the "
-                            "rendezvous of coordinated updates, issue #13); use disk-delta, p2p-tcp or colocated")
+        raise L.Unavailable(f"mode {mode}: only inside a skein job, where the agents give NCCL its rendezvous "
+                            "(coordinated updates); outside one use disk-delta, p2p-tcp or colocated")
     if mode not in _PATHS:
         raise L.InvalidArgument(f"mode {mode!r}: one of {', '.join(_PATHS)}")
     if in_job:
@@ -72,7 +76,7 @@ def _resolve(mode, kw, role):
         raise L.InvalidArgument("mode disk-delta needs dir= (inside a job: --update-weight-disk-dir)")
     if mode != "disk-delta" and role == L.SENDER and (not kw.get("host") or not kw.get("port")):
         raise L.InvalidArgument(f"mode {mode}: the publisher needs host= and port= of the receiver (inside a "
-                                "job the agent will give them once coordinated updates, issue #13, land)")
+                                "job, coordinated updates give it every engine's)")
     rid = kw.get("receiver_id")
     if rid is not None and (not rid or "/" in rid or rid.startswith(".")):
         raise L.InvalidArgument(f"receiver_id {rid!r}: a file name (no '/', not starting with '.')")
@@ -245,6 +249,18 @@ class Publisher(_Endpoint):
     gc, verify_device, threads (see transfer/skein_xfer.h)."""
 
     _ROLE = L.SENDER
+
+    def newest_version(self):
+        """Inside a job: the newest version the job ever began, committed or
+        not (0: none), from the head.  A restarted trainer publishes above
+        it: versions only grow, and an aborted one is spent."""
+        if not self.coordinated:
+            raise L.InvalidArgument("newest_version(): only a coordinated publisher (inside a job) asks the head")
+        n = ctypes.c_uint64(0)
+        with self._lock:
+            if self._lib.xfer_job_newest(self._call(), ctypes.byref(n), ctypes.byref(self._err)) != 0:
+                self._err.raise_()
+        return n.value
 
     def publish(self, version=None):
         """Publishes version (default: the last one + 1; increasing, > 0).

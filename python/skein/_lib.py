@@ -180,6 +180,7 @@ def _declare(lib):
         "xfer_config_from_env": (I, [ctypes.POINTER(XferConfig), I, E]),
         "xfer_publish": (I, [P, U64, ctypes.POINTER(XferUpdateStats), E]),
         "xfer_endpoint_update": (XferUpdateStats, [P]),
+        "xfer_job_newest": (I, [P, ctypes.POINTER(U64), E]),
         "xfer_rollback": (I, [P, E]),
         "xfer_probe": (I, [S, ctypes.c_char_p, ctypes.c_size_t]),
         "xfer_open": (I, [ctypes.POINTER(P), ctypes.POINTER(XferConfig), P, E]),
