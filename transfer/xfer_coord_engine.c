@@ -17,17 +17,18 @@
  *   serve L      send the held version L to the endpoint in `peer` (a
  *                p2p-tcp sender over our own buffers), then ask again
  * The receive runs in slices of RECV_SLICE_MS so that an abort is seen
- * while no sender has connected yet: after a slice in which nothing came,
- * the engine asks the head itself (a disk-delta version its sender removed
- * when the update aborted never comes; the heartbeat would see it only
- * after XFER_COORD_HEARTBEAT_MS). */
+ * while no sender has connected yet, and while nothing comes the engine
+ * asks the head itself every RECV_ASK_MS (a disk-delta version its sender
+ * removed when the update aborted never comes; the heartbeat would see it
+ * only after XFER_COORD_HEARTBEAT_MS). */
 #include "transfer/xfer_coord.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 enum {
-	RECV_SLICE_MS = 50, /* a receive waits this long per call, then looks for an abort */
+	RECV_SLICE_MS = 50, /* a receive waits this long per call, then looks at the abort flag */
+	RECV_ASK_MS = 200,  /* and asks the head at most this often while nothing comes */
 };
 
 static int parse_instr(const uint8_t *p, size_t n, void *out, xfer_err *err)
@@ -56,14 +57,18 @@ static int receive_exact(xfer_endpoint *ep, xfer_endpoint *rx, uint64_t v, int t
 	size_t qlen = 0;
 	uint8_t *q = ep ? xfer_wv_query_pack(ep->cfg.coord.job, v, ep->cfg.coord.member, &qlen) : NULL;
 	char why[512];
+	double asked = xfer_now();
 	rx->target = v;
 	int rc;
 	for (;;) {
 		rc = xfer_path_receive(rx, RECV_SLICE_MS, &got, err);
 		if (rc == 0 || err->code != XFER_ENOVERSION) break;
-		if (q && xfer_coord_aborted(ep->coord->agent, q, qlen, v, why, sizeof why)) {
-			rc = xfer_fail(err, XFER_EABORTED, "stopped: the update was aborted (%s)", why);
-			break;
+		if (q && xfer_now() - asked >= RECV_ASK_MS / 1e3) {
+			asked = xfer_now();
+			if (xfer_coord_aborted(ep->coord->agent, q, qlen, v, why, sizeof why)) {
+				rc = xfer_fail(err, XFER_EABORTED, "stopped: the update was aborted (%s)", why);
+				break;
+			}
 		}
 		if (atomic_load(&rx->aborted)) {
 			rc = xfer_fail(err, XFER_EABORTED, "receive of version %llu stopped", (unsigned long long)v);
