@@ -732,6 +732,8 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 	e->last_seen = sk_mono_s();
 	if (e->catchup_version && (e->held >= e->catchup_version || e->failed == e->catchup_version)) {
 		if (e->failed == e->catchup_version) e->retry_at = sk_mono_s() + CATCHUP_RETRY_S;
+		else SK_INFO("wv", "%s caught up to v%llu (data path %.3f s): running", e->member,
+			     (unsigned long long)e->held, e->seconds);
 		e->catchup_version = 0;
 		e->source[0] = 0;
 	}

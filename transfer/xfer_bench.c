@@ -26,6 +26,18 @@
  *                      sender's note (which UCX lanes carried the puts).
  *                      --mode p2p runs the chooser (xfer_p2p.c) the same way.
  *   --mode checksum    xxh3-128 over --bytes against memcpy of the same bytes.
+ *   --mode fanout      the data path of a coordinated update run alone: one
+ *                      sender, --receivers processes (4) on --path (p2p or
+ *                      disk-delta; folder --dir), versions 1..--versions (11)
+ *                      of the stand-ins' model (--seed 1, as skein-trainer-sim
+ *                      and skein-engine-sim), each one sent to every receiver
+ *                      in parallel threads (p2p: one sender endpoint per
+ *                      receiver, as xfer_publish serves its participants) or
+ *                      written once (disk-delta) and timed from the send to
+ *                      the last receiver holding it, checksums verified.
+ *                      seconds: the median of versions 2.. (version 1 sets
+ *                      up and is full), the baseline of
+ *                      tests/agent/updates_bench.sh; each: every version's.
  *
  * ratio = baseline_seconds / seconds: above 1 the figure beats its baseline.
  * JSON keys: mode, bytes, changed, bytes_moved, seconds, baseline_bytes,
@@ -38,6 +50,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +68,9 @@ typedef struct {
 	size_t tensors;
 	int streams, keep_previous, zstd, threads;
 	xfer_encoding enc;
+	const char *path;             /* fanout: the data path */
+	int receivers, versions;      /* fanout */
+	uint64_t seed;                /* fanout: the stand-ins' model */
 } opts;
 
 typedef struct {
@@ -67,12 +83,16 @@ typedef struct {
 	char path[32], note[256];             /* p2p: the path that ran, and the sender's note */
 	uint64_t bucket;
 	int exact;
+	double *each;                         /* fanout: every version's seconds, neach of them */
+	int neach;
 } result;
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: skein-xfer-bench --mode disk-delta|p2p-tcp|p2p-ucx|p2p|checksum --bytes N --changed FRACTION\n"
 		   "                        [--tensors K] [--dir DIR] [--format text|json]\n"
+		   "       skein-xfer-bench --mode fanout --path p2p|p2p-tcp|disk-delta --bytes N [--receivers R (4)]\n"
+		   "                        [--versions V (11)] [--tensors K] [--changed F] [--seed X (1)] [--bucket B]\n"
 		   "  extras: --streams S (p2p, 4)  --bucket B (512M)  --keep-previous 0|1 (1)\n"
 		   "          --encoding overwrite|xor  --zstd LEVEL (0: none)\n"
 		   "          --threads T (disk-delta encode/apply threads; 0: one per CPU, at most 16)\n"
@@ -392,15 +412,189 @@ static void bench_p2p(const opts *o, result *r, const char *path)
 	xfer_sim_model_free(&tr);
 }
 
+/* ---- fanout: a coordinated update's data path, alone ---- */
+
+static void fanout_config(const opts *o, xfer_config *c, const char *dir, xfer_role role)
+{
+	xfer_config_init(c); /* the defaults a job's members get, as xfer_config_from_env */
+	c->path = o->path;
+	c->role = role;
+	if (o->bucket) c->bucket_bytes = o->bucket;
+	c->timeout_ms = 120000;
+	c->disk.dir = dir;
+	c->p2p.host = "127.0.0.1";
+}
+
+/* A receiver process: its port on port_fd, then each version it holds on
+ * done_fd (0: it failed), then whether the last one is bit for bit. */
+static int fanout_child(const opts *o, const char *dir, int idx, int port_fd, int done_fd)
+{
+	xfer_sim_model mine, ref;
+	xfer_config c;
+	xfer_endpoint *ep;
+	xfer_err e;
+	char rid[32];
+	if (xfer_sim_model_init(&mine, o->bytes, o->tensors, o->seed, o->changed, &e) != 0) return 2;
+	xfer_sim_model_poison(&mine);
+	fanout_config(o, &c, dir, XFER_RECEIVER);
+	snprintf(rid, sizeof rid, "fanout-%d", idx);
+	c.disk.receiver_id = rid;
+	if (xfer_open(&ep, &c, mine.m, &e) != 0) {
+		fprintf(stderr, "receiver %d: %s\n", idx, e.msg);
+		return 2;
+	}
+	int port = xfer_endpoint_port(ep);
+	if (write(port_fd, &port, sizeof port) != sizeof port) return 2;
+	uint64_t got = 0;
+	for (int v = 1; v <= o->versions; v++) {
+		if (xfer_receive(ep, 120000, &got, &e) != 0) {
+			fprintf(stderr, "receiver %d: version %d: %s\n", idx, v, e.msg);
+			got = 0;
+		}
+		if (write(done_fd, &got, sizeof got) != sizeof got || !got) return 1;
+	}
+	if (xfer_sim_model_init(&ref, o->bytes, o->tensors, o->seed, o->changed, &e) != 0) return 2;
+	xfer_sim_model_advance(&ref, got);
+	char exact = xfer_sim_model_diff(&ref, &mine) < 0;
+	if (write(done_fd, &exact, 1) != 1) return 2;
+	xfer_close(&ep);
+	xfer_sim_model_free(&mine);
+	xfer_sim_model_free(&ref);
+	return 0;
+}
+
+typedef struct {
+	xfer_endpoint *ep;
+	uint64_t v;
+	xfer_err e;
+	int rc;
+} fanout_send;
+
+static void *fanout_send_main(void *arg)
+{
+	fanout_send *f = arg;
+	f->rc = xfer_send(f->ep, f->v, &f->e);
+	return NULL;
+}
+
+static int by_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static void bench_fanout(const opts *o, result *r)
+{
+	int n = o->receivers, disk = !strcmp(o->path, "disk-delta");
+	xfer_err e;
+	char *tmp = NULL;
+	const char *dir = o->dir;
+	if (disk && !dir) {
+		tmp = strdup("/tmp/skein-bench-XXXXXX");
+		if (!tmp || !mkdtemp(tmp)) die("mkdtemp", NULL);
+		dir = tmp;
+	}
+	pid_t *pid = calloc((size_t)n, sizeof *pid);
+	int *done = calloc((size_t)n, sizeof *done), *port = calloc((size_t)n, sizeof *port);
+	xfer_endpoint **snd = calloc((size_t)n, sizeof *snd);
+	fanout_send *fs = calloc((size_t)n, sizeof *fs);
+	pthread_t *th = calloc((size_t)n, sizeof *th);
+	r->each = calloc((size_t)o->versions, sizeof *r->each);
+	if (!pid || !done || !port || !snd || !fs || !th || !r->each) die("memory", NULL);
+	fflush(stdout);
+	for (int i = 0; i < n; i++) { /* the receivers first: no weights of ours to copy */
+		int pp[2], dp[2];
+		if (pipe(pp) != 0 || pipe(dp) != 0) die("pipe", NULL);
+		if ((pid[i] = fork()) < 0) die("fork", NULL);
+		if (pid[i] == 0) {
+			close(pp[0]);
+			close(dp[0]);
+			_exit(fanout_child(o, dir, i, pp[1], dp[1]));
+		}
+		close(pp[1]);
+		close(dp[1]);
+		if (xfer_read_all(pp[0], &port[i], sizeof port[i], &e) != 0) die("a receiver did not start", &e);
+		close(pp[0]);
+		done[i] = dp[0];
+	}
+	xfer_sim_model tr;
+	if (xfer_sim_model_init(&tr, o->bytes, o->tensors, o->seed, o->changed, &e) != 0) die("model", &e);
+	xfer_config c;
+	fanout_config(o, &c, dir, XFER_SENDER);
+	for (int i = 0; i < (disk ? 1 : n); i++) {
+		c.p2p.port = port[i];
+		if (xfer_open(&snd[i], &c, tr.m, &e) != 0) die("open sender", &e);
+	}
+	for (int v = 1; v <= o->versions; v++) {
+		xfer_sim_model_advance(&tr, (uint64_t)v);
+		double t0 = xfer_now();
+		if (disk) {
+			if (xfer_send(snd[0], (uint64_t)v, &e) != 0) die("send", &e);
+			r->bytes_moved = xfer_endpoint_stats(snd[0]).bytes_moved;
+		} else {
+			for (int i = 0; i < n; i++) {
+				fs[i] = (fanout_send){ .ep = snd[i], .v = (uint64_t)v };
+				if (pthread_create(&th[i], NULL, fanout_send_main, &fs[i]) != 0) die("thread", NULL);
+			}
+			r->bytes_moved = 0;
+			for (int i = 0; i < n; i++) {
+				pthread_join(th[i], NULL);
+				if (fs[i].rc != 0) die("send", &fs[i].e);
+				r->bytes_moved += xfer_endpoint_stats(snd[i]).bytes_moved;
+			}
+		}
+		for (int i = 0; i < n; i++) {
+			uint64_t got = 0;
+			if (xfer_read_all(done[i], &got, sizeof got, &e) != 0 || got != (uint64_t)v)
+				die("a receiver did not get the version", got ? NULL : &e);
+		}
+		r->each[v - 1] = xfer_now() - t0;
+	}
+	r->exact = 1;
+	for (int i = 0; i < n; i++) {
+		char ok = 0;
+		if (xfer_read_all(done[i], &ok, 1, &e) != 0 || !ok) r->exact = 0;
+		close(done[i]);
+		int st;
+		waitpid(pid[i], &st, 0);
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) r->exact = 0;
+	}
+	/* the median of versions 2..: version 1 sets the sessions up and is full */
+	r->neach = o->versions;
+	int k = o->versions > 1 ? o->versions - 1 : 1;
+	double *sorted = malloc((size_t)k * sizeof *sorted);
+	if (!sorted) die("memory", NULL);
+	memcpy(sorted, r->each + (o->versions > 1), (size_t)k * sizeof *sorted);
+	qsort(sorted, (size_t)k, sizeof *sorted, by_double);
+	r->seconds = k % 2 ? sorted[k / 2] : (sorted[k / 2 - 1] + sorted[k / 2]) / 2;
+	free(sorted);
+	snprintf(r->path, sizeof r->path, "%s", xfer_endpoint_path(snd[0]));
+	snprintf(r->note, sizeof r->note, "%s", xfer_endpoint_note(snd[0]));
+	for (int i = 0; i < n; i++) xfer_close(&snd[i]);
+	xfer_sim_model_free(&tr);
+	if (tmp) {
+		xfer_rmtree(tmp);
+		free(tmp);
+	}
+	free(pid);
+	free(done);
+	free(port);
+	free(snd);
+	free(fs);
+	free(th);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "mode", 1, 0, 'm' }, { "bytes", 1, 0, 'b' }, { "changed", 1, 0, 'c' }, { "tensors", 1, 0, 'k' },
 		{ "dir", 1, 0, 'd' }, { "format", 1, 0, 'f' }, { "streams", 1, 0, 's' }, { "bucket", 1, 0, 'B' },
 		{ "keep-previous", 1, 0, 'K' }, { "encoding", 1, 0, 'e' }, { "zstd", 1, 0, 'z' },
-		{ "threads", 1, 0, 't' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "threads", 1, 0, 't' }, { "path", 1, 0, 'a' }, { "receivers", 1, 0, 'r' }, { "versions", 1, 0, 'v' },
+		{ "seed", 1, 0, 'S' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
 	};
-	opts o = { .format = "text", .tensors = 256, .changed = 0.01, .streams = 4, .keep_previous = 1 };
+	opts o = { .format = "text", .tensors = 256, .changed = 0.01, .streams = 4, .keep_previous = 1,
+		   .path = "p2p", .receivers = 4, .versions = 11, .seed = 1 };
 	int ch;
 	while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (ch) {
@@ -416,6 +610,10 @@ int main(int argc, char **argv)
 		case 'e': o.enc = !strcmp(optarg, "xor") ? XFER_ENC_XOR : XFER_ENC_OVERWRITE; break;
 		case 'z': o.zstd = atoi(optarg); break;
 		case 't': o.threads = atoi(optarg); break;
+		case 'a': o.path = optarg; break;
+		case 'r': o.receivers = atoi(optarg); break;
+		case 'v': o.versions = atoi(optarg); break;
+		case 'S': o.seed = strtoull(optarg, NULL, 0); break;
 		case 'h': usage(stdout); return 0;
 		default: goto bad;
 		}
@@ -424,6 +622,21 @@ int main(int argc, char **argv)
 	    (strcmp(o.format, "text") && strcmp(o.format, "json")))
 		goto bad;
 	result r = { .exact = 1, .sender_extra = -1, .receiver_extra = -1 };
+	if (!strcmp(o.mode, "fanout")) {
+		if (o.receivers < 1 || o.receivers > 1024 || o.versions < 1 || o.versions > 100000) goto bad;
+		bench_fanout(&o, &r);
+		int json = !strcmp(o.format, "json");
+		printf(json ? "{\"mode\": \"fanout\", \"path\": \"%s\", \"receivers\": %d, \"bytes\": %llu, "
+			      "\"changed\": %g, \"bytes_moved\": %llu, \"seconds\": %.6f, \"exact\": %s, \"each\": ["
+			    : "fanout %s: %d receivers, %llu bytes (%g changed), %llu bytes moved a version; median of "
+			      "versions 2..: %.4f s; %s; each:",
+		       r.path, o.receivers, (unsigned long long)o.bytes, o.changed, (unsigned long long)r.bytes_moved,
+		       r.seconds, json ? (r.exact ? "true" : "false") : (r.exact ? "bit-exact" : "NOT EXACT"));
+		for (int i = 0; i < r.neach; i++) printf(json ? "%s%.6f" : "%s%.4f", json && i ? ", " : " ", r.each[i]);
+		printf(json ? "]}\n" : "\n");
+		free(r.each);
+		return r.exact ? 0 : 1;
+	}
 	if (!strcmp(o.mode, "checksum")) bench_checksum(&o, &r);
 	else if (!strcmp(o.mode, "disk-delta")) bench_disk(&o, &r);
 	else if (!strcmp(o.mode, "p2p-tcp")) bench_p2p(&o, &r, "p2p-tcp");

@@ -153,6 +153,19 @@ int xfer_coord_outcome(xfer_agent *a, const char *job, const char *member, uint6
 			 (unsigned long long)v, last);
 }
 
+int xfer_coord_aborted(xfer_agent *a, const uint8_t *q, size_t qlen, uint64_t v, char *reason, size_t n)
+{
+	xfer_wv_outcome o;
+	xfer_err e;
+	uint8_t *ans = NULL;
+	size_t alen;
+	int aborted = xfer_agent_call(a, "outcome", q, qlen, XFER_COORD_CALL_MS, &ans, &alen, &e) == 0 &&
+		      xfer_wv_outcome_parse(ans, alen, &o, &e) == 0 && o.version == v && !strcmp(o.state, "aborted");
+	free(ans);
+	if (aborted) snprintf(reason, n, "%s", o.reason);
+	return aborted;
+}
+
 /* ---- the heartbeat ---- */
 
 struct xfer_heartbeat {
@@ -182,19 +195,12 @@ static void *heartbeat_main(void *arg)
 		pthread_cond_timedwait(&h->cv, &h->mu, &ts);
 		if (h->stop) break;
 		pthread_mutex_unlock(&h->mu);
-		xfer_wv_outcome o;
-		xfer_err e;
-		uint8_t *ans = NULL;
-		size_t alen;
-		int aborted = 0;
-		if (xfer_agent_call(h->agent, "outcome", h->query, h->qlen, XFER_COORD_CALL_MS, &ans, &alen, &e) == 0 &&
-		    xfer_wv_outcome_parse(ans, alen, &o, &e) == 0 && o.version == h->version && !strcmp(o.state, "aborted"))
-			aborted = 1;
-		free(ans);
+		char reason[sizeof h->reason];
+		int aborted = xfer_coord_aborted(h->agent, h->query, h->qlen, h->version, reason, sizeof reason);
 		pthread_mutex_lock(&h->mu);
 		if (aborted && !h->stop) {
 			h->aborted = 1;
-			snprintf(h->reason, sizeof h->reason, "%s", o.reason);
+			memcpy(h->reason, reason, sizeof h->reason);
 			for (size_t i = 0; i < h->neps; i++) xfer_abort_data(h->eps[i]);
 		}
 	}

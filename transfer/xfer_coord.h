@@ -162,6 +162,9 @@ int xfer_coord_call(xfer_agent *a, const char *verb, const uint8_t *req, size_t 
 /* Polls `outcome` for (job, version) until a final state or deadline. */
 int xfer_coord_outcome(xfer_agent *a, const char *job, const char *member, uint64_t v, double deadline,
 		       xfer_wv_outcome *o, xfer_err *err);
+/* One `outcome` query (q: xfer_wv_query_pack's): 1 when the head says v was
+ * aborted (its reason copied), 0 when not or when there was no answer. */
+int xfer_coord_aborted(xfer_agent *a, const uint8_t *q, size_t qlen, uint64_t v, char *reason, size_t n);
 /* A thread that asks `outcome` every XFER_COORD_HEARTBEAT_MS and calls
  * xfer_abort_data on the endpoints given when the answer says aborted. */
 typedef struct xfer_heartbeat xfer_heartbeat;

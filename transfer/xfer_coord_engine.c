@@ -17,7 +17,10 @@
  *   serve L      send the held version L to the endpoint in `peer` (a
  *                p2p-tcp sender over our own buffers), then ask again
  * The receive runs in slices of RECV_SLICE_MS so that an abort is seen
- * while no sender has connected yet. */
+ * while no sender has connected yet, and while nothing comes the engine
+ * asks the head itself every RECV_ASK_MS (a disk-delta version its sender
+ * removed when the update aborted never comes; the heartbeat would see it
+ * only after XFER_COORD_HEARTBEAT_MS). */
 #include "transfer/xfer_coord.h"
 
 #include <stdio.h>
@@ -25,7 +28,8 @@
 #include <string.h>
 
 enum {
-	RECV_SLICE_MS = 200, /* a receive waits this long per call, then looks at the abort flag */
+	RECV_SLICE_MS = 50, /* a receive waits this long per call, then looks at the abort flag */
+	RECV_ASK_MS = 200,  /* and asks the head at most this often while nothing comes */
 };
 
 static int parse_instr(const uint8_t *p, size_t n, void *out, xfer_err *err)
@@ -45,16 +49,28 @@ static void set_update(xfer_endpoint *ep, uint64_t v, const char *state, const c
 }
 
 /* Runs rx's receive of exactly version v in slices until it arrives, fails,
- * is aborted, or timeout_ms pass. */
-static int receive_exact(xfer_endpoint *rx, uint64_t v, int timeout_ms, xfer_err *err)
+ * is aborted, or timeout_ms pass.  ep: the engine whose update v is (its
+ * head is asked after an empty slice), or NULL (a catch-up). */
+static int receive_exact(xfer_endpoint *ep, xfer_endpoint *rx, uint64_t v, int timeout_ms, xfer_err *err)
 {
 	double deadline = xfer_now() + timeout_ms / 1e3;
 	uint64_t got = 0;
+	size_t qlen = 0;
+	uint8_t *q = ep ? xfer_wv_query_pack(ep->cfg.coord.job, v, ep->cfg.coord.member, &qlen) : NULL;
+	char why[512];
+	double asked = xfer_now();
 	rx->target = v;
 	int rc;
 	for (;;) {
 		rc = xfer_path_receive(rx, RECV_SLICE_MS, &got, err);
 		if (rc == 0 || err->code != XFER_ENOVERSION) break;
+		if (q && xfer_now() - asked >= RECV_ASK_MS / 1e3) {
+			asked = xfer_now();
+			if (xfer_coord_aborted(ep->coord->agent, q, qlen, v, why, sizeof why)) {
+				rc = xfer_fail(err, XFER_EABORTED, "stopped: the update was aborted (%s)", why);
+				break;
+			}
+		}
 		if (atomic_load(&rx->aborted)) {
 			rc = xfer_fail(err, XFER_EABORTED, "receive of version %llu stopped", (unsigned long long)v);
 			break;
@@ -66,6 +82,7 @@ static int receive_exact(xfer_endpoint *rx, uint64_t v, int timeout_ms, xfer_err
 		}
 	}
 	rx->target = 0;
+	free(q);
 	if (rc == 0 && got != v)
 		rc = xfer_fail(err, XFER_EINVAL, "received version %llu, told %llu", (unsigned long long)got,
 			       (unsigned long long)v);
@@ -123,7 +140,7 @@ static void do_receive(xfer_endpoint *ep, const xfer_wv_instr *in)
 		xfer_endpoint *self = ep;
 		xfer_heartbeat *hb = xfer_heartbeat_start(ep->cfg.coord.rpc, ep->cfg.coord.job, ep->cfg.coord.member, v,
 							  &self, 1);
-		rc = receive_exact(rx, v, timeout_of(ep, in), &e);
+		rc = receive_exact(ep, rx, v, timeout_of(ep, in), &e);
 		char why[512] = "";
 		if (xfer_heartbeat_stop(&hb, why, sizeof why) && rc != 0)
 			snprintf(e.msg, sizeof e.msg, "stopped: the update was aborted (%s)", why);
@@ -204,7 +221,7 @@ static int do_catchup(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 	int to = timeout_of(ep, in), rc;
 	double t0 = xfer_now();
 	if (*in->peer || ep->ops == &xfer_disk_ops) {
-		rc = receive_exact(ep, L, to, err); /* disk-delta: its own chain; p2p: the peer connects */
+		rc = receive_exact(NULL, ep, L, to, err); /* disk-delta: its own chain; p2p: the peer connects */
 	} else if (ep->cfg.disk.dir) {
 		/* a p2p engine catching up from the folder the job also writes */
 		xfer_config dc = ep->cfg;
@@ -217,7 +234,7 @@ static int do_catchup(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 			pthread_mutex_lock(&c->mu);
 			c->side = d;
 			pthread_mutex_unlock(&c->mu);
-			rc = receive_exact(d, L, to, err);
+			rc = receive_exact(NULL, d, L, to, err);
 			pthread_mutex_lock(&c->mu);
 			c->side = NULL;
 			pthread_mutex_unlock(&c->mu);
