@@ -682,8 +682,10 @@ static void cmd_outcome(agent *a, const agent_client *c, const Skein__Weights__Q
 	wv_open *u = open_find(W, qq->job);
 	uint64_t v = qq->version ? qq->version : (u ? u->rec.version : wv_state_max_version(ws, qq->job));
 	if (u && u->rec.version != v) u = NULL;
-	if (u && qq->member[0] && (!strcmp(qq->member, u->rec.sender) || part_of(u, qq->member)))
-		u->t_progress = sk_mono_s(); /* a heartbeat of someone at work */
+	/* the sender's heartbeat while it moves bytes is progress (its data
+	 * path ends itself when the bytes stop); an engine's is not: an engine
+	 * that never gets its bytes must not keep the update open */
+	if (u && !u->done && !strcmp(qq->member, u->rec.sender)) u->t_progress = sk_mono_s();
 	const wv_update *rec = wv_state_get(ws, qq->job, v);
 	if (!u && !rec && !qq->version) {
 		/* the newest of a job that has none (or whose records were forgotten) */
@@ -741,13 +743,14 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 	wv_open *u = open_find(W, st->job);
 	wv_engine *p = u ? part_of(u, st->member) : NULL;
 	if (p && !strcmp(p->state, "pending")) {
-		u->t_progress = sk_mono_s();
 		if (st->staged == u->rec.version) {
+			u->t_progress = sk_mono_s();
 			snprintf(p->state, sizeof p->state, "verified");
 			p->seconds = st->seconds;
 			u->t_last_word = sk_mono_s();
 			try_finish(a, u);
 		} else if (st->failed == u->rec.version) {
+			u->t_progress = sk_mono_s();
 			p->seconds = st->seconds;
 			lose(a, u, p, st->reason[0] ? st->reason : "failed", true);
 		}
