@@ -16,9 +16,22 @@
 #include "transfer/xfer_sim_cli.h"
 
 /* 0 when mine holds version v bit for bit (v 0: nothing yet); else prints the mismatch. */
+static uint64_t ref_bytes;  /* the reference model's --bytes and --tensors */
+static size_t ref_tensors;
+
 static int compare(xfer_sim_model *mine, xfer_sim_model *ref, uint64_t v)
 {
 	if (v == 0) return 0;
+	/* the reference is made at the first check, not at start: a restarted
+	 * engine asks its agent for the latest version first (readiness counts
+	 * from the process start) */
+	if (!ref->m) {
+		xfer_err e = { 0 };
+		if (xfer_sim_model_init(ref, ref_bytes, ref_tensors, mine->seed, mine->changed, &e) != 0) {
+			printf("engine: cannot make the reference model: %s\n", e.msg);
+			return -1;
+		}
+	}
 	xfer_sim_model_advance(ref, v);
 	long bad = xfer_sim_model_diff(ref, mine);
 	if (bad < 0) return 0;
@@ -38,9 +51,9 @@ int main(int argc, char **argv)
 	memset(&mine, 0, sizeof mine);
 	memset(&ref, 0, sizeof ref);
 	if (sim_parse(argc, argv, &o, "the engine: receives and verifies versions up to S") != 0) return 2;
-	if (xfer_sim_model_init(&mine, o.bytes, o.tensors, o.seed, o.changed, &e) != 0 ||
-	    xfer_sim_model_init(&ref, o.bytes, o.tensors, o.seed, o.changed, &e) != 0)
-		goto err;
+	ref_bytes = o.bytes;
+	ref_tensors = o.tensors;
+	if (xfer_sim_model_init(&mine, o.bytes, o.tensors, o.seed, o.changed, &e) != 0) goto err;
 	xfer_sim_model_poison(&mine);
 	if (sim_config(&o, &c, XFER_RECEIVER, "engine") != 0) goto out;
 	xfer_hooks.crash_receiving_version = o.crash_during;
