@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# tests/agent/colocated_test.sh: coordinated colocated updates (docs/updates.md)
+# on a real agent: one voter with one GPU runs a --colocate job whose trainer
+# and engine share GPU 0; every version's CUDA IPC handoff travels from the
+# trainer through the agent and the head to the engine, which maps it with
+# no socket of its own.  Checked: committed versions verified bit for bit on
+# the device, a version corrupted after its checksum aborted with the engine
+# back on the previous one (bit for bit), the records in `skeinctl
+# transfers`, and the timings (perf/update_weights_time vs the data path's).
+#
+# Without a GPU (make test) the CUDA runtime is tests/fakecuda's stand-in
+# (SKEIN_FAKE_CUDART): "device memory" in shared memory, the checks on the
+# CPU.  On the H200 (tests/gpu/run.sh, case colo) SKEIN_COLO_REAL=1 uses the
+# real runtime and COLO_BYTES (default 1G).  Prints "RESULT ..." lines.
+. "$(dirname "$0")/lib.sh"
+
+BYTES=${COLO_BYTES:-8M}
+TENSORS=${COLO_TENSORS:-32}
+STEPS=5
+CORRUPT=3
+if [ "${SKEIN_COLO_REAL:-0}" != 1 ]; then
+	FAKE=${SKEIN_FAKE_CUDART:-$ROOT/build/release/tests/libfake_cudart.so}
+	[ -e "$FAKE" ] || skip_all "no stand-in CUDA runtime at $FAKE (make builds it)"
+	CUDA_ENV="export SKEIN_CUDART_LIB=$FAKE SKEIN_CUDA_LIB=$FAKE"
+else
+	CUDA_ENV=":"
+fi
+SIMBIN=${SKEIN_SIM_BIN:-$BIN}
+
+# the job's members: the trainer publishes once the engine is known to the
+# head (the go file), the engine verifies every committed version
+cat >"$T_DIR/member.sh" <<EOF
+#!/bin/sh
+$CUDA_ENV
+COMMON="--device cuda --bytes $BYTES --tensors $TENSORS --steps $STEPS"
+case "\$SKEIN_ROLE" in
+trainer)
+	i=0; while [ ! -e "$T_DIR/go" ] && [ \$i -lt 600 ]; do sleep 0.05; i=\$((i + 1)); done
+	"$SIMBIN/skein-trainer-sim" \$COMMON --corrupt-version $CORRUPT --interval-ms 100
+	echo "trainer exited \$?"
+	exec sleep 1000000 ;;
+rollout)
+	"$SIMBIN/skein-engine-sim" \$COMMON --wait-ms 600000
+	echo "engine exited \$?"
+	exec sleep 1000000 ;;
+esac
+EOF
+chmod 755 "$T_DIR/member.sh"
+
+start_agent 1 --profile fast --gpus 1 --head-eligible --bootstrap-expect 1
+has_head() { ctl 1 head 2>/dev/null | grep -q '^head: n1'; }
+wait_until 20 has_head || fail "no head"
+ctl 1 job submit --name colo --actor-num-nodes 1 --actor-num-gpus-per-node 1 --rollout-num-gpus 1 \
+	--rollout-num-gpus-per-engine 1 --num-gpus-per-node 1 --colocate --update-weight-transfer-mode colocated \
+	--update-weight-timeout 60s --trainer-cmd "$T_DIR/member.sh" --rollout-cmd "$T_DIR/member.sh" >/dev/null ||
+	fail "submit"
+known() { ctl 1 placement colo --format json 2>/dev/null | grep -q '"weight_version":[0-9]'; }
+check "the engine is known to the head before the first version" wait_until 30 known
+touch "$T_DIR/go"
+t0=$(now_ms)
+
+elog() { ctl 1 logs colo/engine-0 2>/dev/null; }
+tlog() { ctl 1 logs colo/trainer-0 2>/dev/null; }
+done_all() { tlog | grep -q 'trainer exited' && elog | grep -q 'engine exited'; }
+wait_until 240 done_all
+echo "  (the $STEPS versions took $(( $(now_ms) - t0 )) ms)"
+tlog | grep -E '^trainer: v' | sed 's/^/  /'
+elog | grep -E '^engine: v' | sed 's/^/  /'
+
+check "the trainer published every version" grep -q 'trainer exited 0' <(tlog)
+check "the engine ended on v$STEPS, every version bit for bit" grep -q 'engine exited 0' <(elog)
+for v in 1 2 4 5; do
+	check "v$v committed, the engine in it" grep -q "trainer: v$v committed: .*participants=1 dropped=0" <(tlog)
+	check "v$v verified on the engine's device" grep -q "engine: v$v verified bit for bit" <(elog)
+done
+check "v$CORRUPT (a byte changed after its checksum) aborted naming the checksum" \
+	grep -q "trainer: v$CORRUPT aborted: .*checksum mismatch" <(tlog)
+check "the engine back on v$((CORRUPT - 1)) after the abort, bit for bit" \
+	grep -q "engine: v$CORRUPT aborted (.*): back on v$((CORRUPT - 1)), verified bit for bit" <(elog)
+js=$(ctl 1 transfers colo --format json 2>/dev/null)
+check "skeinctl transfers: mode colocated, 4 committed, 1 aborted" \
+	test "$(grep -o '"state":"committed"' <<<"$js" | wc -l)/$(grep -o '"state":"aborted"' <<<"$js" | wc -l)/$(grep -c '"mode":"colocated"' <<<"$js")" = "4/1/1"
+
+# the timings of the committed versions after the first (the first maps and warms up)
+tlog | sed -n 's/^trainer: v\([0-9]*\) committed: update_weights_time=\([0-9.]*\) implementation_time=\([0-9.]*\).*/\1 \2 \3/p' |
+	awk -v b="$BYTES" '$1 > 1 { printf "RESULT mode=colocated-coordinated bytes=%s version=%s update_weights_time=%s implementation_time=%s overhead_ms=%.1f\n", b, $1, $2, $3, ($2 - $3) * 1000 }'
+finish
