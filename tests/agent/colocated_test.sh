@@ -23,7 +23,11 @@ if [ "${SKEIN_COLO_REAL:-0}" != 1 ]; then
 	[ -e "$FAKE" ] || skip_all "no stand-in CUDA runtime at $FAKE (make builds it)"
 	CUDA_ENV="export SKEIN_CUDART_LIB=$FAKE SKEIN_CUDA_LIB=$FAKE"
 else
+	# what the members need from this environment (the agent gives them their own)
 	CUDA_ENV=":"
+	for v in LD_LIBRARY_PATH SKEIN_CUDART_LIB SKEIN_CUDA_LIB SKEIN_NCCL_LIB NCCL_NVLS_ENABLE NCCL_DEBUG; do
+		[ -n "${!v:-}" ] && CUDA_ENV="$CUDA_ENV; export $v='${!v}'"
+	done
 fi
 SIMBIN=${SKEIN_SIM_BIN:-$BIN}
 
@@ -84,4 +88,33 @@ check "skeinctl transfers: mode colocated, 4 committed, 1 aborted" \
 # the timings of the committed versions after the first (the first maps and warms up)
 tlog | sed -n 's/^trainer: v\([0-9]*\) committed: update_weights_time=\([0-9.]*\) implementation_time=\([0-9.]*\).*/\1 \2 \3/p' |
 	awk -v b="$BYTES" '$1 > 1 { printf "RESULT mode=colocated-coordinated bytes=%s version=%s update_weights_time=%s implementation_time=%s overhead_ms=%.1f\n", b, $1, $2, $3, ($2 - $3) * 1000 }'
+ctl 1 transfers colo 2>/dev/null | sed 's/^/  /'
+[ "${SKEIN_COLO_NCCL:-0}" = 1 ] || finish
+
+# NCCL (broadcast) on one GPU, as far as it goes: the trainer (rank 0) and
+# the engine (rank 1) both on GPU 0.  NCCL refuses two ranks on one device;
+# what is checked is that the update ends (committed or aborted, with a
+# reason) within the watchdog and nothing hangs.  The reasons are printed.
+ctl 1 job stop colo >/dev/null 2>&1
+stopped() { ! ctl 1 placement colo 2>/dev/null | grep -q running; }
+wait_until 30 stopped
+ctl 1 job delete colo >/dev/null 2>&1
+sed -i "s/--corrupt-version $CORRUPT //; s/--steps $STEPS/--steps 2/" "$T_DIR/member.sh"
+ctl 1 job submit --name ncc --actor-num-nodes 1 --actor-num-gpus-per-node 1 --rollout-num-gpus 1 \
+	--rollout-num-gpus-per-engine 1 --num-gpus-per-node 1 --colocate --update-weight-transfer-mode broadcast \
+	--update-weight-timeout 20s --trainer-cmd "$T_DIR/member.sh" --rollout-cmd "$T_DIR/member.sh" >/dev/null ||
+	fail "submit the NCCL job"
+known_n() { ctl 1 placement ncc --format json 2>/dev/null | grep -q '"weight_version":[0-9]'; }
+wait_until 60 known_n
+t0=$(now_ms)
+ntlog() { ctl 1 logs ncc/trainer-0 2>/dev/null; }
+nelog() { ctl 1 logs ncc/engine-0 2>/dev/null; }
+trainer_done() { ntlog | grep -q 'trainer exited'; }
+check "NCCL on one GPU: the trainer's 2 versions end within 2 watchdogs" wait_until 60 trainer_done
+echo "  (NCCL: $(( $(now_ms) - t0 )) ms)"
+ntlog | grep -vE '^\s*$' | tail -n 8 | sed 's/^/  trainer| /'
+nelog | grep -vE '^\s*$' | tail -n 8 | sed 's/^/  engine| /'
+ctl 1 transfers ncc 2>/dev/null | sed 's/^/  /'
+open_left() { ctl 1 transfers ncc --format json 2>/dev/null | grep -qE '"state":"(preparing|moving)"'; }
+check "NCCL on one GPU: no update left open" wait_until 30 eval '! open_left'
 finish
