@@ -100,12 +100,14 @@ stopped() { ! ctl 1 placement colo 2>/dev/null | grep -q running; }
 wait_until 30 stopped
 ctl 1 job delete colo >/dev/null 2>&1
 sed -i "s/--corrupt-version $CORRUPT //; s/--steps $STEPS/--steps 2/" "$T_DIR/member.sh"
+rm -f "$T_DIR/go"
 ctl 1 job submit --name ncc --actor-num-nodes 1 --actor-num-gpus-per-node 1 --rollout-num-gpus 1 \
 	--rollout-num-gpus-per-engine 1 --num-gpus-per-node 1 --colocate --update-weight-transfer-mode broadcast \
 	--update-weight-timeout 20s --trainer-cmd "$T_DIR/member.sh" --rollout-cmd "$T_DIR/member.sh" >/dev/null ||
 	fail "submit the NCCL job"
 known_n() { ctl 1 placement ncc --format json 2>/dev/null | grep -q '"weight_version":[0-9]'; }
-wait_until 60 known_n
+check "NCCL on one GPU: the engine is known to the head" wait_until 60 known_n
+touch "$T_DIR/go"
 t0=$(now_ms)
 ntlog() { ctl 1 logs ncc/trainer-0 2>/dev/null; }
 nelog() { ctl 1 logs ncc/engine-0 2>/dev/null; }
