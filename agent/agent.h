@@ -1,9 +1,14 @@
 /* agent/agent: skeind's internals, shared by its files.
  *
- *   agent_main.c   start-up, data directory, signals, the membership pump
+ *   agent_main.c   start-up, data directory, signals, the membership pump,
+ *                  and the delivery of deferred events (below)
  *   agent_net.c    the gossip sockets: UDP, and TCP streams on the same port
  *   agent_ctl.c    the control endpoints (TCP and Unix socket): who may ask what,
- *                  and the node's own commands
+ *                  the dispatch to each command family, the node's own commands,
+ *                  and forwards that must follow a new head (served here once
+ *                  this agent is the head)
+ *   agent_reply.c  answering a request: agent_reply_fail, agent_ctl_send (a
+ *                  deferred answer), agent_ctl_cred
  *   agent_wire.c   the control channel's bounded framed transport
  *   agent_auth.c   roles, command classes, the replay cache
  *   agent_tcp.c    the gossip TCP streams, bounded in memory, fds and time
@@ -12,7 +17,8 @@
  *   agent_opts.c   flags, environment, config file
  *   agent_gpu.c    counting GPUs at run time
  *   agent_head.c   the head election (raft/) wired in: storage thread, pump,
- *                  bootstrap, voter replacement, forwards to the head
+ *                  bootstrap, voter replacement, forwards to the head, the
+ *                  order fence (agent_head_order_ok)
  *   agent_head_cmd.c  the head's commands: head [transfer], state, voters
  *   agent_state.c  the replicated state machine: key-value map + jobs, its
  *                  snapshot ("SKSM"); pure, it calls nothing back
@@ -29,9 +35,34 @@
  * One libev loop runs everything.  The membership logic (membership/mbr.h)
  * gets time from sk_mono_ms (common/sk_time.h) and packets from the sockets; after every
  * call into it, agent_pump() sends what it produced and logs its events, and
- * re-arms the timer at its next deadline.  Membership changes reach the head
- * and the jobs later, from the loop (agent->members_changed): a pump inside
- * the head's own work cannot call back into it. */
+ * re-arms the timer at its next deadline.
+ *
+ * Calls go one way, down this list (a file calls those below it, never one
+ * above):
+ *
+ *   agent_main.c                      opens and closes everything; delivers events
+ *   agent_ctl.c                       dispatch (and forwards taken over)
+ *   agent_head_cmd.c, agent_jobs_cmd.c, agent_drain.c   command families
+ *   agent_wv.c, agent_wv_gate.c       weight updates (reads jobs' reports)
+ *   agent_jobs.c                      placement, orders, supervision
+ *   agent_head.c                      election and replicated state
+ *   agent_peer.c                      messages to other agents, forwards
+ *   agent_reply.c, agent_wire.c, agent_state.c, agent_sup.c, ...
+ *
+ * A lower layer tells a higher one of an event by raising one of the
+ * zero-delay timers below (agent_defer); agent_main.c delivers it on the
+ * next loop iteration, never from inside the work that raised it:
+ *   members_changed  membership changed (agent_pump) -> head and jobs
+ *   head_changed     the head or term this voter publishes changed (agent_head.c)
+ *                    -> the gossip metadata (agent_update_meta)
+ *   state_changed    committed job entries were applied (agent_head.c) -> jobs
+ *   wv_changed       committed weight-update entries (agent_head.c) -> agent_wv.c
+ * and ends the loop with agent_exit.  Not yet one-way: agent_ctl.c and
+ * agent_net.c call agent_main.c (agent_pump, leave, keyring); agent_net.c
+ * and agent_tcp.c share helpers both ways; agent_head.c and agent_jobs.c
+ * count into agent_metrics.c, which reads them back; and within the jobs
+ * family agent_jobs.c, agent_jobs_cmd.c and agent_drain.c call each other
+ * through agent_jobs_int.h. */
 #ifndef AGENT_H
 #define AGENT_H
 
@@ -156,11 +187,13 @@ typedef struct agent {
 	agent_jobs *jobs;
 	agent_metrics *metrics;    /* --metrics (agent_metrics.c) */
 	agent_wv *wv;              /* coordinated weight updates (agent_wv.c) */
-	uint64_t fence_newest;     /* newest head term seen: older orders are refused */
-	/* Membership changed: the head and the jobs hear it from this zero-delay
-	 * timer, on the next loop iteration, never from inside agent_pump (whose
-	 * callers may be the head itself, through agent_update_meta). */
-	ev_timer members_changed;
+	/* Deferred events (see the top of this file), raised with agent_defer
+	 * and delivered by agent_main.c on the next loop iteration. */
+	ev_timer members_changed;  /* membership changed: head and jobs */
+	ev_timer head_changed;     /* the head or term this voter publishes: gossip metadata */
+	ev_timer state_changed;    /* committed job entries were applied: jobs */
+	ev_timer follow_timer;     /* agent_ctl.c: forwards follow the head (every 100 ms) */
+	ev_timer wv_changed;       /* weight-update entries were applied (agent_head.c): wv */
 } agent;
 
 /* skeind's exit status (README, "Exit codes"): systemd's Restart=on-failure
@@ -172,13 +205,28 @@ enum {
 	AGENT_EXIT_STORAGE = 3,   /* the data dir cannot be read or written (disk full, I/O error) */
 };
 
+/* Raises a deferred event: w's callback runs on the next loop iteration
+ * (once, however often it is raised before). */
+static inline void agent_defer(agent *a, ev_timer *w)
+{
+	if (ev_is_active(w)) return;
+	ev_timer_set(w, 0.0, 0.0);
+	ev_timer_start(a->loop, w);
+}
+
+/* Ends the loop at once; skeind exits with `code` (AGENT_EXIT_*), the first
+ * cause given being the one reported. */
+static inline void agent_exit(agent *a, int code)
+{
+	if (!a->exit_code) a->exit_code = code;
+	ev_break(a->loop, EVBREAK_ALL);
+}
+
 /* agent_main.c */
 void agent_pump(agent *a);
 int agent_save_keyring(agent *a, char *err, size_t errlen);
 int agent_update_meta(agent *a);
 void agent_start_leave(agent *a);
-/* Ends the loop at once; skeind exits with `code` (AGENT_EXIT_*). */
-void agent_exit(agent *a, int code);
 
 /* agent_net.c */
 int agent_net_open(agent *a, char *err, size_t errlen);
@@ -202,11 +250,13 @@ void agent_tcp_gauges(const agent *a, uint64_t g[4]);
 /* agent_ctl.c */
 int agent_ctl_open(agent *a, char *err, size_t errlen);
 void agent_ctl_close(agent *a);
-/* How this agent seals what it sends to other agents. */
-agent_rpc_cred agent_ctl_cred(agent *a);
 /* (Re)reads --operator-key-file and --operator-read-key-file; on error the
  * keys in use stay. */
 int agent_ctl_load_operator_keys(agent *a, char *err, size_t errlen);
+
+/* agent_reply.c */
+/* How this agent seals what it sends to other agents. */
+agent_rpc_cred agent_ctl_cred(agent *a);
 /* Answers a request whose handler deferred its reply. */
 void agent_ctl_send(agent *a, const agent_client *c, int code, const char *error, const char *body);
 /* ... with a binary answer (Response.payload) as well. */
@@ -223,6 +273,11 @@ void agent_head_close(agent *a);
 void agent_head_members_changed(agent *a);
 /* The head this agent believes in ("" when none) and its term. */
 void agent_head_known(agent *a, char *name, size_t cap, uint64_t *term, char *rpc, size_t rpccap);
+/* The fence: an order (the head's "assign", or skeinctl debug order) is
+ * followed only when it comes from the head this agent knows (Raft, or
+ * gossip sealed with the cluster key), at exactly that head's term; false
+ * with the reason on one line otherwise. */
+bool agent_head_order_ok(agent *a, const char *sender, uint64_t term, char *why, size_t whylen);
 /* Consensus counters: messages sent, received, dropped at send, elections
  * started, lease step-downs, messages dropped on receipt. */
 void agent_head_counters(agent *a, uint64_t c[6]);
@@ -279,7 +334,8 @@ void agent_peer_forward_node(agent *a, const struct Skein__Control__Request *q, 
 			     agent_reply *r, const char *node);
 /* The answer to a forwarded request (data NULL: none came, `why`). */
 void agent_peer_answer(agent *a, void *cookie, const uint8_t *data, size_t len, const char *why);
-/* The head became `head`: forwards waiting on another agent go to it. */
+/* The head became `head`: forwards waiting on another agent go to it
+ * (agent_ctl.c calls it every 100 ms). */
 void agent_peer_follow(agent *a, const char *head, const char *rpc);
 /* Forwards in flight; one forward for the head not waiting on `head`, handed
  * over with its packed request (the caller frees it) and its client. */
@@ -289,7 +345,6 @@ bool agent_peer_take(agent *a, const char *head, uint8_t **req, size_t *len, age
 /* agent_jobs.c; open: -2 for a bad flag (usage), -1 otherwise */
 int agent_jobs_open(agent *a, char *err, size_t errlen);
 void agent_jobs_close(agent *a);
-void agent_jobs_tick(agent *a);                 /* every 100 ms */
 void agent_jobs_state_changed(agent *a);        /* committed job entries were applied */
 void agent_jobs_members_changed(agent *a);      /* membership changed */
 bool agent_jobs_dispatch(agent *a, const struct Skein__Control__Request *q, const agent_client *c, agent_reply *r);

@@ -28,14 +28,6 @@
 #include "proto/control.pb-c.h"
 #include "proto/gossip.pb-c.h"
 
-void agent_reply_fail(agent_reply *r, int code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(r->error, sizeof r->error, fmt, ap);
-	va_end(ap);
-	r->code = code;
-}
 #define fail agent_reply_fail
 typedef agent_reply reply;
 
@@ -363,20 +355,23 @@ static void cmd_keyring(agent *a, const Skein__Control__Request *q, reply *r)
 	sk_buf_printf(&r->body, "%s %s %s\n", a->opts.name, op, fp);
 }
 
-static bool fence_ok(agent *a, uint64_t term, reply *r);
-
 static void cmd_debug(agent *a, const Skein__Control__Request *q, reply *r)
 {
 	if (!a->opts.enable_debug) {
 		fail(r, 1, "debug commands are off: start skeind with --enable-debug");
 		return;
 	}
-	if (q->n_args == 2 && !strcmp(q->args[0], "order")) {
-		/* An order as a head of that term would send it: tests the fence. */
-		char *end;
+	if ((q->n_args == 2 || q->n_args == 3) && !strcmp(q->args[0], "order")) {
+		/* An order as a head of that term would send it (from FROM, by default
+		 * the head known here), through the fence a real one meets. */
+		char *end, head[MBR_NAME_MAX + 1], why[300];
+		uint64_t known;
 		unsigned long long t = strtoull(q->args[1], &end, 10);
 		if (*end || t == 0) { fail(r, 2, "debug order: expected a term above 0"); return; }
-		if (fence_ok(a, t, r)) sk_buf_printf(&r->body, "order accepted at term %llu\n", t);
+		agent_head_known(a, head, sizeof head, &known, NULL, 0);
+		const char *from = q->n_args == 3 ? q->args[2] : head;
+		if (!agent_head_order_ok(a, from, t, why, sizeof why)) fail(r, 1, "%s", why);
+		else sk_buf_printf(&r->body, "order accepted at term %llu\n", t);
 		return;
 	}
 	if (q->n_args == 2 && !strcmp(q->args[0], "clock-step")) {
@@ -394,7 +389,7 @@ static void cmd_debug(agent *a, const Skein__Control__Request *q, reply *r)
 		return;
 	}
 	if (q->n_args < 1 || strcmp(q->args[0], "drop") != 0) {
-		fail(r, 2, "usage: skeinctl debug drop --in P --out P | debug order TERM | debug clock-step SECONDS");
+		fail(r, 2, "usage: skeinctl debug drop --in P --out P | debug order TERM [FROM] | debug clock-step SECONDS");
 		return;
 	}
 	double in = a->drop_in, out = a->drop_out;
@@ -415,24 +410,6 @@ static void cmd_debug(agent *a, const Skein__Control__Request *q, reply *r)
 	sk_buf_printf(&r->body, "dropping in=%.3f out=%.3f\n", in, out);
 }
 
-/* An order carries the term of the head that gave it: refuse one from an
- * older head than the newest we have seen (fencing). */
-static bool fence_ok(agent *a, uint64_t term, reply *r)
-{
-	if (term == 0) return true;
-	char head[MBR_NAME_MAX + 1];
-	uint64_t known;
-	agent_head_known(a, head, sizeof head, &known, NULL, 0); /* raises fence_newest */
-	if (term < a->fence_newest) {
-		fail(r, 1, "stale order: term %llu is older than the newest head term seen (%llu)",
-		     (unsigned long long)term, (unsigned long long)a->fence_newest);
-		return false;
-	}
-	a->fence_newest = term;
-	return true;
-}
-
-
 static void dispatch(agent *a, const Skein__Control__Request *q, const agent_client *c, reply *r)
 {
 	const char *cmd = q->cmd;
@@ -452,43 +429,51 @@ static void dispatch(agent *a, const Skein__Control__Request *q, const agent_cli
 	else fail(r, 2, "unknown command '%s'", cmd);
 }
 
-/* ---- authentication (agent_auth.h, docs/security.md) ---- */
+/* ---- forwards that follow the head ---- */
 
-agent_rpc_cred agent_ctl_cred(agent *a)
+/* We became the head while a request waited on the old one: serve it here.
+ * Its client is answered by the handler (now or once committed). */
+static void take_over(agent *a, uint8_t *req, size_t len, const agent_client *c)
 {
-	return (agent_rpc_cred){ .kr = &a->kr, .operator_key = false, .sender = a->opts.name };
+	Skein__Control__Request *q = skein__control__request__unpack(NULL, len, req);
+	free(req);
+	if (!q) return;
+	reply r = { 0 };
+	sk_buf_init(&r.body);
+	dispatch(a, q, c, &r);
+	if (!r.deferred) agent_ctl_send(a, c, r.code, r.error, sk_buf_str(&r.body));
+	sk_buf_free(&r.body);
+	skein__control__request__free_unpacked(q, NULL);
 }
 
-void agent_ctl_send(agent *a, const agent_client *c, int code, const char *error, const char *body)
+/* Every 100 ms: a forward waiting on a head that is no longer the head (it
+ * died, or lost an election) is sent again to the new one (agent_peer.c),
+ * or served here when the new head is us: a client's write does not wait
+ * for a timeout to learn of a failover. */
+static void follow_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
-	agent_ctl_send_bin(a, c, code, error, body, NULL, 0);
-}
-
-void agent_ctl_send_bin(agent *a, const agent_client *c, int code, const char *error, const char *body,
-		       const uint8_t *payload, size_t plen)
-{
-	if (!c->conn || !a->wire) return;
-	Skein__Control__Response resp = SKEIN__CONTROL__RESPONSE__INIT;
-	resp.code = code;
-	resp.error = (char *)(error ? error : "");
-	resp.body = (char *)(body ? body : "");
-	resp.payload.data = (uint8_t *)payload;
-	resp.payload.len = payload ? plen : 0;
-	if (c->has_nonce) {
-		resp.nonce.data = (uint8_t *)c->nonce;
-		resp.nonce.len = AUTH_NONCE;
-	}
-	size_t n = skein__control__response__get_packed_size(&resp);
-	uint8_t *buf = malloc(n + CRYPTO_OVERHEAD);
-	if (!buf) return;
-	skein__control__response__pack(&resp, buf);
-	size_t len = n;
-	if (c->sealed &&
-	    agent_seal_replace(&c->key, c->operator_key ? AGENT_RPC_AAD_OP_RESP : AGENT_RPC_AAD_RESP, &buf, &len) < 0)
+	agent *a = t->data;
+	char head[MBR_NAME_MAX + 1], rpc[64];
+	uint64_t term;
+	(void)loop; (void)revents;
+	if (!a->head) return;
+	agent_head_known(a, head, sizeof head, &term, rpc, sizeof rpc);
+	if (!head[0] || !rpc[0]) return;
+	if (strcmp(head, a->opts.name)) {
+		agent_peer_follow(a, head, rpc);
 		return;
-	wire_send(a->wire, c->conn, buf, len);
-	free(buf);
+	}
+	if (!agent_head_is_head(a)) return;
+	uint8_t *req;
+	size_t len;
+	agent_client c;
+	/* bounded by the forwards there are now: a handler cannot add to them
+	 * (the head forwards to no head), but the loop need not trust that */
+	for (int n = agent_peer_forwards(a); n > 0 && agent_peer_take(a, head, &req, &len, &c); n--)
+		take_over(a, req, len, &c);
 }
+
+/* ---- authentication (agent_auth.h, docs/security.md) ---- */
 
 /* May this peer of the Unix socket steer the agent?  root, our own user,
  * and members of --operator-group (the socket's mode says the same; this
@@ -720,6 +705,9 @@ int agent_ctl_open(agent *a, char *err, size_t errlen)
 	a->replay = agent_replay_new();
 	a->wire = wire_new(a->loop, a, on_request, on_answer);
 	if (!a->replay || !a->wire) { snprintf(err, errlen, "out of memory"); return -1; }
+	ev_timer_init(&a->follow_timer, follow_cb, 0.1, 0.1);
+	a->follow_timer.data = a;
+	ev_timer_start(a->loop, &a->follow_timer);
 	a->operator_gid = (gid_t)-1;
 	if (a->opts.operator_group[0]) {
 		struct group *g = getgrnam(a->opts.operator_group);
@@ -748,6 +736,7 @@ int agent_ctl_open(agent *a, char *err, size_t errlen)
 
 void agent_ctl_close(agent *a)
 {
+	if (a->loop) ev_timer_stop(a->loop, &a->follow_timer);
 	wire_free(a->wire);
 	a->wire = NULL;
 	agent_replay_free(a->replay);

@@ -26,6 +26,8 @@
 #include <time.h>
 
 #include "agent/agent_jobs_int.h"
+#include "agent/agent_wv.h"
+#include "jobs/wv_state.h"
 #include "common/sk_time.h"
 #include "common/sk_log.h"
 
@@ -91,13 +93,13 @@ void aj_drain_mark(agent *a, place_node *nodes, size_t n)
 		if (drained(a, nodes[k].name)) nodes[k].busy = ~0ULL;
 }
 
-/* An engine is up once its node has reported it running, at its current
- * generation, for ENGINE_SETTLE_S: "running" means its process exists, not
- * that it serves (a process forked a moment ago has not even started its
- * program).  A stand-in for the readiness engines will report with issue
- * #13 (holding the latest committed weight version).  1 s: on a loaded
- * 2-core machine a shell took over 300 ms to run its first line, and the
- * drain then took the next engine down before the last one was up. */
+/* An engine is up once it serves.  In a job whose weights are coordinated
+ * (a committed version exists, docs/updates.md) that is readiness: its
+ * process runs at its current generation and holds the job's latest
+ * committed version.  Otherwise nothing says when a process serves, and
+ * "running" (its process exists) for ENGINE_SETTLE_S stands in: 1 s, as on
+ * a loaded 2-core machine a shell took over 300 ms to run its first line,
+ * and the drain then took the next engine down before the last was up. */
 static const double ENGINE_SETTLE_S = 1.0;
 
 struct drain_seen {
@@ -112,8 +114,14 @@ static bool engine_up(agent *a, const job_spec *s, const job_layout *L, uint32_t
 	char id[SUP_ID_MAX];
 	aj_member_id(id, sizeof id, s->name, false, e);
 	const char *node = job_layout_engine_node(s, L, e);
-	const Skein__Jobs__MemberStatus *st = node[0] ? aj_status_of(a, node, id) : NULL;
+	const job_member_status *st = node[0] ? aj_status_of(a, node, id) : NULL;
 	if (!st || st->gen != L->engine_gen[e] || strcmp(st->state, "running")) return false;
+	const wv_state *ws = agent_head_wv(a);
+	if (ws && wv_state_committed(ws, s->name) > 0) {
+		uint64_t held;
+		bool syncing;
+		return agent_wv_engine_view(a, id, &held, &syncing) && !syncing;
+	}
 	double now = sk_mono_s();
 	size_t i;
 	for (i = 0; i < J->nup; i++)
@@ -196,7 +204,7 @@ bool aj_drain_step(agent *a, const job_rec *j, const job_spec *s, place_node *no
 	}
 	char id[SUP_ID_MAX];
 	aj_member_id(id, sizeof id, s->name, false, (uint32_t)move);
-	const Skein__Jobs__MemberStatus *st = aj_status_of(a, from, id);
+	const job_member_status *st = aj_status_of(a, from, id);
 	if (st && st->restarts > L.engine_restarts[move]) L.engine_restarts[move] = st->restarts;
 	job_layout_from_place(s, &L, &pl, nodes, eng);
 	L.engine_gen[move]++;
@@ -240,8 +248,8 @@ static drain_left left_on(agent *a, const char *node)
 	agent_jobs *J = a->jobs;
 	for (size_t i = 0; i < J->nreports; i++) {
 		if (strcmp(J->reports[i].node, node)) continue;
-		for (size_t k = 0; k < J->reports[i].rep->n_members; k++)
-			if (J->reports[i].rep->members[k]->pid > 0) d.lingering++;
+		for (size_t k = 0; k < J->reports[i].n; k++)
+			if (J->reports[i].members[k].pid > 0) d.lingering++;
 	}
 	d.head = !strcmp(node, a->opts.name);
 	return d;
@@ -324,7 +332,7 @@ void aj_drained_free(agent *a)
 	J->nup = 0;
 }
 
-void aj_drained_set(agent *a, char **names, size_t n)
+void aj_drained_set(agent *a, const char *const *names, size_t n)
 {
 	agent_jobs *J = a->jobs;
 	for (size_t i = 0; i < J->ndrained; i++) free(J->drained[i]);

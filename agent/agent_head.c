@@ -7,8 +7,10 @@
  * sorted voter set, as Consul does.  From then on Raft elects the head and
  * replicates the cluster state (agent_state.c: the key-value map and the
  * jobs), persisted in <data-dir>/raft.  This file applies what commits and
- * tells the jobs when their part changed; the state machine itself never
- * calls out.
+ * raises a->state_changed when the jobs' part changed (agent_main.c delivers
+ * it to the jobs on the next loop iteration), and a->head_changed when the
+ * head or term it publishes in gossip changed; it calls no layer above it
+ * (agent.h has the order).  The state machine itself never calls out.
  *
  * The disk stays off the loop: raft's storage calls go to a storage thread
  * (raft_async: ordered, one fdatasync per batch) that wakes the loop through
@@ -25,10 +27,10 @@
  * Head-only requests (state put/get/list/del, voters, head) that reach a
  * follower or a non-voter are forwarded to the head (agent_peer.c) and the
  * answer relayed; when this agent becomes the head, forwards still waiting
- * on the old one are taken back and served here;
+ * on the old one are taken back and served by agent_ctl.c;
  * a write is answered only once committed (a majority has it).  The head
  * and its term travel in gossip metadata, so every agent knows them, and
- * every order a head sends carries its term (fencing, agent_ctl.c).
+ * every order a head sends carries its term (the fence, agent_head_order_ok).
  *
  * The head's control commands (head, state, voters) are agent_head_cmd.c's;
  * they reach this file through agent.h and agent_head_int.h. */
@@ -119,7 +121,6 @@ void agent_head_known(agent *a, char *name, size_t cap, uint64_t *term, char *rp
 		}
 		free(mi);
 	}
-	if (*term > a->fence_newest) a->fence_newest = *term;
 	if (rpc) {
 		rpc[0] = 0;
 		if (name[0]) agent_peer_rpc(a, name, rpc, rpccap);
@@ -168,8 +169,7 @@ static void publish_head(agent *a)
 	if (term == h->published_term && !strcmp(leader, h->published_head)) return;
 	snprintf(h->published_head, sizeof h->published_head, "%s", leader);
 	h->published_term = term;
-	if (term > a->fence_newest) a->fence_newest = term;
-	agent_update_meta(a);
+	agent_defer(a, &a->head_changed); /* agent_main.c puts it in the gossip metadata */
 }
 
 static void answer_pending(agent *a, size_t i, int code, const char *error, const char *body)
@@ -255,8 +255,8 @@ static void apply_all(agent *a)
 			}
 		}
 	}
-	if (jobs_changed) agent_jobs_state_changed(a);
-	if (wv_changed) agent_wv_state_changed(a);
+	if (jobs_changed) agent_defer(a, &a->state_changed); /* agent_main.c tells the jobs */
+	if (wv_changed) agent_defer(a, &a->wv_changed);  /* ... and the weight coordinator */
 	if (raft_snapshot_wanted(h->raft)) {
 		uint8_t *data;
 		size_t len;
@@ -418,16 +418,11 @@ static void try_replace(agent *a)
 	agent_head_pump(a);
 }
 
-static void fwd_follow_head(agent *a);
-static bool is_head(agent *a);
-
 static void periodic_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	agent *a = t->data;
 	(void)loop; (void)revents;
 	agent_head *h = a->head;
-	fwd_follow_head(a);
-	agent_jobs_tick(a);
 	if (!h->raft) return;
 	double now = sk_mono_s();
 	for (size_t i = 0; i < h->npend;) {
@@ -447,13 +442,7 @@ static void periodic_cb(struct ev_loop *loop, ev_timer *t, int revents)
 
 void agent_head_members_changed(agent *a)
 {
-	if (!a->head) return;
-	if (!a->head->raft) {
-		char n[RAFT_NAME_MAX + 1];
-		uint64_t t;
-		agent_head_known(a, n, sizeof n, &t, NULL, 0); /* keeps the fence fresh */
-		return;
-	}
+	if (!a->head || !a->head->raft) return;
 	try_bootstrap(a);
 }
 
@@ -477,46 +466,6 @@ void agent_head_forward(agent *a, const Skein__Control__Request *q, const agent_
 	agent_peer_forward(a, q, c, r, head, rpc);
 }
 
-/* We became the head while a request waited on the old one: handle it
- * here.  Its client is answered by the handler (now or once committed). */
-static void take_over(agent *a, uint8_t *req, size_t len, const agent_client *c)
-{
-	Skein__Control__Request *q = skein__control__request__unpack(NULL, len, req);
-	free(req);
-	if (!q) return;
-	agent_reply r = { 0 };
-	sk_buf_init(&r.body);
-	if (!agent_head_dispatch(a, q, c, &r) && !agent_jobs_dispatch(a, q, c, &r))
-		agent_reply_fail(&r, 2, "unknown command");
-	if (!r.deferred) agent_ctl_send(a, c, r.code, r.error, sk_buf_str(&r.body));
-	sk_buf_free(&r.body);
-	skein__control__request__free_unpacked(q, NULL);
-}
-
-/* A forward waiting on a head that is no longer the head (it died, or lost
- * an election) is sent again to the new one, or served here when the new
- * head is us: a client's write does not wait for a timeout to learn of a
- * failover. */
-static void fwd_follow_head(agent *a)
-{
-	char head[RAFT_NAME_MAX + 1], rpc[64];
-	uint64_t term;
-	agent_head_known(a, head, sizeof head, &term, rpc, sizeof rpc);
-	if (!head[0] || !rpc[0]) return;
-	if (strcmp(head, a->opts.name)) {
-		agent_peer_follow(a, head, rpc);
-		return;
-	}
-	if (!is_head(a)) return;
-	uint8_t *req;
-	size_t len;
-	agent_client c;
-	/* bounded by the forwards there are now: a handler cannot add to them
-	 * (the head forwards to no head), but the loop need not trust that */
-	for (int n = agent_peer_forwards(a); n > 0 && agent_peer_take(a, head, &req, &len, &c); n--)
-		take_over(a, req, len, &c);
-}
-
 /* ---------------------------------------------------------------- the head's view */
 
 static bool is_head(agent *a)
@@ -527,6 +476,29 @@ static bool is_head(agent *a)
 bool agent_head_is_head(agent *a)
 {
 	return a->head && is_head(a);
+}
+
+bool agent_head_order_ok(agent *a, const char *sender, uint64_t term, char *why, size_t whylen)
+{
+	char head[RAFT_NAME_MAX + 1];
+	uint64_t known;
+	agent_head_known(a, head, sizeof head, &known, NULL, 0);
+	if (!term || !head[0])
+		snprintf(why, whylen, "order refused: %s", !term ? "it carries no term" : "no head is known here");
+	else if (!sender || strcmp(sender, head))
+		snprintf(why, whylen, "order refused: from '%s', but the head is %s (term %llu)", sender ? sender : "",
+			 head, (unsigned long long)known);
+	else if (term < known)
+		snprintf(why, whylen, "stale order: term %llu is older than head %s's term %llu", (unsigned long long)term,
+			 head, (unsigned long long)known);
+	else if (term > known)
+		/* a term this agent has not seen its head at: taking it would let
+		 * an order raise the fence instead of the election */
+		snprintf(why, whylen, "order refused: term %llu is newer than head %s's term %llu known here",
+			 (unsigned long long)term, head, (unsigned long long)known);
+	else
+		return true;
+	return false;
 }
 
 /* The head has applied an entry of its own term (its first, a no-op, at

@@ -48,11 +48,11 @@
 #include "jobs/job_state.h"
 #include "proto/control.pb-c.h"
 #include "proto/gossip.pb-c.h"
-#include "proto/jobs.pb-c.h"
 
 static const double ORDER_INTERVAL_S = 1.0;
 static const double RECONCILE_INTERVAL_S = 0.5;
 static const double INFLIGHT_TIMEOUT_S = 5.0;
+static const double TICK_S = 0.1;  /* the safety net and the order rounds (tick_cb) */
 enum { NODE_LOSS_GRACE_MS = 500 };
 
 
@@ -123,16 +123,15 @@ done:
 }
 
 
-/* GPUs held by every active job but `skip`. */
-static const Skein__Jobs__Report *report_of(agent *a, const char *node);
+static const job_report *report_of(agent *a, const char *node);
 
 /* True when `node` last reported a live process of job `job` (a stopped
  * job's members in their stop grace). */
 static bool job_lingers_on(agent *a, const char *job, const char *node)
 {
-	const Skein__Jobs__Report *r = report_of(a, node);
-	for (size_t i = 0; r && i < r->n_members; i++)
-		if (r->members[i]->pid > 0 && !strcmp(r->members[i]->job, job)) return true;
+	const job_report *r = report_of(a, node);
+	for (size_t i = 0; r && i < r->n; i++)
+		if (r->members[i].pid > 0 && !strcmp(r->members[i].job, job)) return true;
 	return false;
 }
 
@@ -157,20 +156,20 @@ static void mark_busy(agent *a, const job_state *js, const job_rec *skip, place_
 
 /* ---------------------------------------------------------------- head: reports */
 
-static const Skein__Jobs__Report *report_of(agent *a, const char *node)
+static const job_report *report_of(agent *a, const char *node)
 {
 	agent_jobs *J = a->jobs;
 	for (size_t i = 0; i < J->nreports; i++)
-		if (!strcmp(J->reports[i].node, node)) return J->reports[i].rep;
+		if (!strcmp(J->reports[i].node, node)) return &J->reports[i];
 	return NULL;
 }
 
 /* The state of member `id` as its node last reported it (NULL if none). */
-const Skein__Jobs__MemberStatus *aj_status_of(agent *a, const char *node, const char *id)
+const job_member_status *aj_status_of(agent *a, const char *node, const char *id)
 {
-	const Skein__Jobs__Report *r = report_of(a, node);
-	for (size_t i = 0; r && i < r->n_members; i++)
-		if (!strcmp(r->members[i]->id, id)) return r->members[i];
+	const job_report *r = report_of(a, node);
+	for (size_t i = 0; r && i < r->n; i++)
+		if (!strcmp(r->members[i].id, id)) return &r->members[i];
 	return NULL;
 }
 
@@ -184,7 +183,7 @@ static void prune_reports(agent *a)
 			    (mbr_lookup(a->mbr, J->reports[i].node, &mi) == 0 &&
 			     (mi.status == MBR_ALIVE || mi.status == MBR_SUSPECT));
 		if (keep) { i++; continue; }
-		skein__jobs__report__free_unpacked(J->reports[i].rep, NULL);
+		job_report_free(&J->reports[i]);
 		J->reports[i] = J->reports[--J->nreports];
 	}
 }
@@ -287,7 +286,7 @@ static uint32_t node_free_port(agent *a, const char *node, uint32_t old)
 	if (!strcmp(node, a->opts.name)) {
 		port = free_port(a);
 	} else {
-		const Skein__Jobs__Report *r = report_of(a, node);
+		const job_report *r = report_of(a, node);
 		port = r && r->free_port < 65536 ? r->free_port : 0;
 	}
 	const job_state *js = agent_head_jobs(a);
@@ -380,7 +379,7 @@ static void reconcile_layout(agent *a, const job_rec *j, const job_spec *s, plac
 		char id[SUP_ID_MAX];
 		aj_member_id(id, sizeof id, s->name, false, e);
 		const char *at = job_layout_engine_node(s, &L, e);
-		const Skein__Jobs__MemberStatus *st = at[0] ? aj_status_of(a, at, id) : NULL;
+		const job_member_status *st = at[0] ? aj_status_of(a, at, id) : NULL;
 		if (st && st->gen == L.engine_gen[e] && st->restarts > L.engine_restarts[e]) L.engine_restarts[e] = st->restarts;
 	}
 	int changed = job_layout_from_place(s, &L, &pl, nodes, eng);
@@ -452,7 +451,7 @@ static rank_seen *seen_get(agent *a, const char *id)
 static void forget_head_caches(agent *a)
 {
 	agent_jobs *J = a->jobs;
-	for (size_t i = 0; i < J->nreports; i++) skein__jobs__report__free_unpacked(J->reports[i].rep, NULL);
+	for (size_t i = 0; i < J->nreports; i++) job_report_free(&J->reports[i]);
 	J->nreports = 0;
 	J->nseen = 0;
 	J->ninfl = 0;
@@ -466,12 +465,12 @@ static void reconcile_trainer(agent *a, const job_rec *j, const job_spec *s)
 	job_layout L;
 	if (job_rec_layout(&L, j, s) < 0) return;
 	uint32_t A = job_spec_trainer_ranks(s), done = 0;
-	const Skein__Jobs__MemberStatus *dead = NULL, *reborn = NULL;
+	const job_member_status *dead = NULL, *reborn = NULL;
 	if (!job_layout_trainer_placed(&L, A) || !L.master_port) goto out;
 	for (uint32_t r = 0; r < A; r++) {
 		char id[SUP_ID_MAX];
 		aj_member_id(id, sizeof id, s->name, true, r);
-		const Skein__Jobs__MemberStatus *st = aj_status_of(a, L.node[r], id);
+		const job_member_status *st = aj_status_of(a, L.node[r], id);
 		if (!st || st->gen != L.trainer_gen) continue;
 		/* a rank in a new process of the same generation (its agent restarted,
 		 * or fenced it and got orders again): the others' world is broken */
@@ -545,18 +544,18 @@ static void reconcile(agent *a)
 static void env_add(order_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void env_add(order_buf *b, const char *fmt, ...)
 {
-	if (b->o.n_env >= sizeof b->env / sizeof b->env[0] || b->used >= sizeof b->arena) return;
+	if (b->o.nenv >= sizeof b->env / sizeof b->env[0] || b->used >= sizeof b->arena) return;
 	va_list ap;
 	va_start(ap, fmt);
 	int n = vsnprintf(b->arena + b->used, sizeof b->arena - b->used, fmt, ap);
 	va_end(ap);
 	if (n < 0 || (size_t)n >= sizeof b->arena - b->used) {
 		/* never a cut value (a wrong folder that exists): the variable is left out */
-		SK_ERROR("jobs", "%s: environment too long, a variable left out", b->id);
+		SK_ERROR("jobs", "%s: environment too long, a variable left out", b->o.id);
 		b->arena[b->used] = 0;
 		return;
 	}
-	b->env[b->o.n_env++] = b->arena + b->used;
+	b->env[b->o.nenv++] = b->arena + b->used;
 	b->used += (size_t)n + 1;
 }
 
@@ -582,27 +581,26 @@ bool aj_build_order(agent *a, const job_rec *j, const job_spec *s, const job_lay
 		    order_buf *b, char *node, size_t nodecap)
 {
 	uint32_t A = job_spec_trainer_ranks(s), E = job_spec_engines(s), tp = s->rollout_num_gpus_per_engine, ng;
-	skein__jobs__member_order__init(&b->o);
+	memset(&b->o, 0, sizeof b->o);
+	b->used = 0;
 	if (trainer) {
 		if (!job_layout_trainer_placed(L, A)) return false;
 		snprintf(node, nodecap, "%s", L->node[k]);
-		b->gpus[0] = L->gpu[k];
+		b->o.gpus[0] = L->gpu[k];
 		ng = 1;
 	} else {
 		uint32_t first = place_engine_slot(s, k);
 		if (first > L->n || L->n - first < tp || !L->node[first][0]) return false;
 		snprintf(node, nodecap, "%s", L->node[first]);
-		for (ng = 0; ng < tp; ng++) b->gpus[ng] = L->gpu[first + ng];
+		for (ng = 0; ng < tp; ng++) b->o.gpus[ng] = L->gpu[first + ng];
 	}
-	aj_member_id(b->id, sizeof b->id, s->name, trainer, k);
-	b->o.id = b->id;
-	b->o.job = (char *)j->spec.name; /* the committed record outlives the order; `s` may not */
-	b->o.role = trainer ? "trainer" : "rollout";
+	aj_member_id(b->o.id, sizeof b->o.id, s->name, trainer, k);
+	snprintf(b->o.job, sizeof b->o.job, "%s", j->spec.name);
+	b->o.trainer = trainer;
 	b->o.rank = trainer ? (int32_t)k : -1;
 	b->o.engine = trainer ? -1 : (int32_t)k;
-	b->o.gpus = b->gpus;
-	b->o.n_gpus = ng;
-	b->o.cmd = (char *)(trainer ? j->spec.trainer_cmd : j->spec.rollout_cmd);
+	b->o.ngpus = ng;
+	b->o.cmd = trainer ? j->spec.trainer_cmd : j->spec.rollout_cmd; /* the committed record outlives the order; `s` may not */
 	b->o.env = b->env;
 	b->o.gen = trainer ? L->trainer_gen : L->engine_gen[k];
 	b->o.restart_base = trainer ? (uint32_t)(L->trainer_gen - 1) : L->engine_restarts[k];
@@ -616,7 +614,7 @@ bool aj_build_order(agent *a, const job_rec *j, const job_spec *s, const job_lay
 	b->o.hold = trainer && L->master_port == 0;
 	b->o.stop_grace_ms = s->stop_grace_ms;
 	char gl[JOB_GPUS_PER_NODE_MAX * 4];
-	aj_gpu_list(gl, sizeof gl, b->gpus, ng);
+	aj_gpu_list(gl, sizeof gl, b->o.gpus, ng);
 	/* a trainer unit (actor-num-gpus-per-node ranks) sits on one node */
 	uint32_t local_rank = trainer ? k % s->actor_num_gpus_per_node : 0;
 	env_add(b, "RANK=%u", k);
@@ -630,9 +628,9 @@ bool aj_build_order(agent *a, const job_rec *j, const job_spec *s, const job_lay
 	env_add(b, "SKEIN_JOB=%s", s->name);
 	env_add(b, "SKEIN_ROLE=%s", trainer ? "trainer" : "rollout");
 	env_add(b, "SKEIN_ENGINE_ID=%d", trainer ? -1 : (int)k);
-	env_add(b, "SKEIN_BASE_GPU_ID=%u", b->gpus[0]);
+	env_add(b, "SKEIN_BASE_GPU_ID=%u", b->o.gpus[0]);
 	env_add(b, "SKEIN_TP_SIZE=%u", trainer ? 1 : tp);
-	env_add(b, "SKEIN_MEMBER=%s", b->id);
+	env_add(b, "SKEIN_MEMBER=%s", b->o.id);
 	env_add(b, "SKEIN_GENERATION=%llu", (unsigned long long)b->o.gen);
 	env_add(b, "SKEIN_NUM_ENGINES=%u", E);
 	env_add(b, "SKEIN_TRAINER_RANKS=%u", A);
@@ -661,7 +659,7 @@ bool aj_build_order(agent *a, const job_rec *j, const job_spec *s, const job_lay
 	return true;
 }
 
-static void assign_local(agent *a, const Skein__Jobs__Assignment *as);
+static void assign_local(agent *a, const job_assignment *as);
 
 static int order_cmp(const void *x, const void *y)
 {
@@ -680,9 +678,9 @@ static void send_orders(agent *a)
 	J->dirty = false;
 	bool dropped = false;
 	size_t cap = 0, cnt = 0;
-	static char *drained[JOB_STATE_DRAINED_MAX]; /* every order carries the drained set */
+	static const char *drained[JOB_STATE_DRAINED_MAX]; /* every order carries the drained set */
 	size_t ndr = job_state_drained_count(js);
-	for (size_t i = 0; i < ndr; i++) drained[i] = (char *)job_state_drained_at(js, i, NULL);
+	for (size_t i = 0; i < ndr; i++) drained[i] = job_state_drained_at(js, i, NULL);
 	for (size_t i = 0; i < job_state_count(js); i++) {
 		const job_rec *j = job_state_at(js, i);
 		if (!strcmp(j->state, "running") && job_rec_placed(j)) cap += j->layout.n * 2;
@@ -691,7 +689,7 @@ static void send_orders(agent *a)
 	mbr_member_info *mi = calloc(nm ? nm : 1, sizeof *mi);
 	order_buf *ob = calloc(cap ? cap : 1, sizeof *ob);
 	order_buf **sorted = calloc(cap ? cap : 1, sizeof *sorted);
-	Skein__Jobs__MemberOrder **list = calloc(cap ? cap : 1, sizeof *list);
+	const job_order **list = calloc(cap ? cap : 1, sizeof *list);
 	if (!mi || !ob || !sorted || !list) goto out;
 	nm = mbr_members(a->mbr, mi, nm);
 	for (size_t i = 0; i < job_state_count(js); i++) {
@@ -722,20 +720,15 @@ static void send_orders(agent *a)
 			else hi = mid;
 		}
 		for (; lo < cnt && !strcmp(sorted[lo]->node, node); lo++) list[k++] = &sorted[lo]->o;
-		Skein__Jobs__Assignment as = SKEIN__JOBS__ASSIGNMENT__INIT;
-		as.members = list;
-		as.n_members = k;
-		as.head = a->opts.name;
-		as.drained = drained;
-		as.n_drained = ndr;
+		job_assignment as = { .n = k, .members = list, .ndrained = ndr, .drained = drained };
+		snprintf(as.head, sizeof as.head, "%s", a->opts.name);
 		if (i == 0) {
 			assign_local(a, &as);
 			continue;
 		}
-		size_t len = skein__jobs__assignment__get_packed_size(&as);
-		uint8_t *buf = malloc(len ? len : 1);
-		if (!buf) continue;
-		skein__jobs__assignment__pack(&as, buf);
+		uint8_t *buf;
+		size_t len;
+		if (job_codec_assignment_encode(&as, &buf, &len) < 0) continue;
 		Skein__Control__Request q = SKEIN__CONTROL__REQUEST__INIT;
 		q.cmd = "assign";
 		q.term = agent_head_term(a);
@@ -769,31 +762,26 @@ static void send_report(agent *a)
 	if (!head[0]) return;
 	size_t n = sup_list(J->sup, NULL, 0);
 	sup_status *st = calloc(n ? n : 1, sizeof *st);
-	Skein__Jobs__MemberStatus *ms = calloc(n ? n : 1, sizeof *ms);
-	Skein__Jobs__MemberStatus **ptrs = calloc(n ? n : 1, sizeof *ptrs);
-	if (!st || !ms || !ptrs) goto out;
+	job_report rep = { .members = calloc(n ? n : 1, sizeof *rep.members) };
+	uint8_t *buf = NULL;
+	size_t len;
+	if (!st || !rep.members) goto out;
 	n = sup_list(J->sup, st, n);
 	for (size_t i = 0; i < n; i++) {
-		skein__jobs__member_status__init(&ms[i]);
-		ms[i].id = st[i].id;
-		ms[i].job = st[i].job;
-		ms[i].gen = st[i].gen;
-		ms[i].pid = st[i].pid;
-		ms[i].state = (char *)sup_state_str(st[i].state);
-		ms[i].restarts = st[i].restarts;
-		ms[i].last_exit = st[i].last_exit;
-		ms[i].reason = st[i].reason;
-		ptrs[i] = &ms[i];
+		job_member_status *m = &rep.members[i];
+		snprintf(m->id, sizeof m->id, "%s", st[i].id);
+		snprintf(m->job, sizeof m->job, "%s", st[i].job);
+		m->gen = st[i].gen;
+		m->pid = st[i].pid;
+		snprintf(m->state, sizeof m->state, "%s", sup_state_str(st[i].state));
+		m->restarts = st[i].restarts;
+		m->last_exit = st[i].last_exit;
+		snprintf(m->reason, sizeof m->reason, "%s", st[i].reason);
 	}
-	Skein__Jobs__Report rep = SKEIN__JOBS__REPORT__INIT;
-	rep.node = a->opts.name;
-	rep.members = ptrs;
-	rep.n_members = n;
+	rep.n = n;
+	snprintf(rep.node, sizeof rep.node, "%s", a->opts.name);
 	rep.free_port = free_port(a);
-	size_t len = skein__jobs__report__get_packed_size(&rep);
-	uint8_t *buf = malloc(len ? len : 1);
-	if (!buf) goto out;
-	skein__jobs__report__pack(&rep, buf);
+	if (job_codec_report_encode(&rep, &buf, &len) < 0) goto out;
 	if (!strcmp(head, a->opts.name)) {
 		handle_report(a, a->opts.name, buf, len);
 	} else {
@@ -803,14 +791,13 @@ static void send_report(agent *a)
 		q.payload.len = len;
 		agent_peer_send(a, head, &q);
 	}
-	free(buf);
 out:
+	free(buf);
 	free(st);
-	free(ms);
-	free(ptrs);
+	job_report_free(&rep);
 }
 
-static void assign_local(agent *a, const Skein__Jobs__Assignment *as)
+static void assign_local(agent *a, const job_assignment *as)
 {
 	agent_jobs *J = a->jobs;
 	if (J->closing) return;
@@ -818,23 +805,21 @@ static void assign_local(agent *a, const Skein__Jobs__Assignment *as)
 	if (J->fenced) SK_INFO("jobs", "orders from head %s again: members follow them", as->head);
 	J->fenced = false;
 	snprintf(J->head, sizeof J->head, "%s", as->head);
-	aj_drained_set(a, as->drained, as->n_drained);
-	size_t n = as->n_members;
+	aj_drained_set(a, as->drained, as->ndrained);
+	size_t n = as->n;
 	sup_spec *sp = calloc(n ? n : 1, sizeof *sp);
 	/* members reach their agent on its Unix socket: they run as its user,
 	 * so they need no key (and get none, see agent_sup.c) */
 	char rpc_env[300];
 	snprintf(rpc_env, sizeof rpc_env, "SKEIN_RPC=unix:%s", a->control_socket);
 	if (!sp) return;
-	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
-		const Skein__Jobs__MemberOrder *o = as->members[i];
-		sup_spec *p = &sp[k];
-		if (strlen(o->id) >= sizeof p->id || strlen(o->job) >= sizeof p->job) continue;
-		snprintf(p->id, sizeof p->id, "%s", o->id);
+		const job_order *o = as->members[i];
+		sup_spec *p = &sp[i];
+		snprintf(p->id, sizeof p->id, "%s", o->id);   /* sizes checked where job_order.h meets sup.h */
 		snprintf(p->job, sizeof p->job, "%s", o->job);
 		p->cmd = o->cmd;
-		for (size_t e = 0; e < o->n_env && p->nenv < SUP_ENV_MAX - 1; e++) p->env[p->nenv++] = o->env[e];
+		for (size_t e = 0; e < o->nenv; e++) p->env[p->nenv++] = o->env[e];
 		p->env[p->nenv++] = rpc_env;
 		p->gen = o->gen;
 		p->restart_base = o->restart_base;
@@ -845,9 +830,8 @@ static void assign_local(agent *a, const Skein__Jobs__Assignment *as)
 		p->start_delay_ms = o->start_delay_ms;
 		p->stop_grace_ms = o->stop_grace_ms;
 		p->hold = o->hold;
-		k++;
 	}
-	sup_set(J->sup, sp, k);
+	sup_set(J->sup, sp, n);
 	free(sp);
 	send_report(a);
 }
@@ -876,32 +860,38 @@ static void sup_event(void *ud, const sup_status *st)
 static void handle_report(agent *a, const char *node, const uint8_t *data, size_t len)
 {
 	agent_jobs *J = a->jobs;
-	Skein__Jobs__Report *r = skein__jobs__report__unpack(NULL, len, data);
-	if (!r) { a->cnt.ctl_rejected++; return; }
-	if (!node) node = r->node;
+	job_report nr;
+	char err[160];
+	if (job_codec_report_decode(&nr, data, len, err, sizeof err) < 0) {
+		a->cnt.ctl_rejected++;
+		SK_DEBUG("jobs", "report refused: %s", err);
+		return;
+	}
+	if (node) snprintf(nr.node, sizeof nr.node, "%s", node);
+	node = nr.node;
 	size_t i;
 	for (i = 0; i < J->nreports; i++)
 		if (!strcmp(J->reports[i].node, node)) break;
 	if (i == J->nreports) {
-		node_report *p = realloc(J->reports, (J->nreports + 1) * sizeof *p);
-		if (!p || strlen(node) > MBR_NAME_MAX) {
-			if (p) J->reports = p;
-			skein__jobs__report__free_unpacked(r, NULL);
+		job_report *p = realloc(J->reports, (J->nreports + 1) * sizeof *p);
+		if (!p) {
+			job_report_free(&nr);
 			return;
 		}
 		J->reports = p;
-		snprintf(p[i].node, sizeof p[i].node, "%s", node);
-		p[i].rep = NULL;
+		memset(&p[i], 0, sizeof p[i]);
 		J->nreports++;
 	}
-	if (J->reports[i].rep) skein__jobs__report__free_unpacked(J->reports[i].rep, NULL);
-	J->reports[i].rep = r;
+	job_report_free(&J->reports[i]);
+	J->reports[i] = nr;
+	const job_report *r = &J->reports[i];
+	node = r->node;
 	/* act now on what needs the head (a trainer rank exited, a port came);
 	 * the rest waits for the periodic round */
 	bool act = false;
 	const job_state *js = agent_head_jobs(a);
-	for (size_t k = 0; js && k < r->n_members && !act; k++) {
-		const Skein__Jobs__MemberStatus *m = r->members[k];
+	for (size_t k = 0; js && k < r->n && !act; k++) {
+		const job_member_status *m = &r->members[k];
 		if (!strstr(m->id, "/trainer-") || (strcmp(m->state, "failed") && strcmp(m->state, "stopped"))) continue;
 		const job_rec *j = job_state_get(js, m->job);
 		act = j && job_rec_placed(j) && m->gen == j->layout.trainer_gen; /* of the current generation */
@@ -920,26 +910,26 @@ bool agent_jobs_dispatch(agent *a, const Skein__Control__Request *q, const agent
 {
 	const char *cmd = q->cmd;
 	if (!strcmp(cmd, "assign")) {
-		/* one-way, and only from the agent this agent's own view (Raft, or
-		 * gossip sealed with the cluster key) holds as the head, at exactly
-		 * that term: an order from anyone else, or from a head this agent
-		 * has seen replaced, or a term that would raise the fence, is not
-		 * taken (the head sends its orders again every round) */
+		/* one-way; followed only from the head this agent knows, at exactly
+		 * its term (agent_head_order_ok): the head sends its orders again
+		 * every round */
 		r->deferred = true;
 		if (a->jobs->closing) return true;
-		char head[MBR_NAME_MAX + 1];
-		uint64_t term;
-		agent_head_known(a, head, sizeof head, &term, NULL, 0);
-		if (!q->term || !c->sender[0] || strcmp(c->sender, head) || q->term != term) {
+		char why[300];
+		if (!agent_head_order_ok(a, c->sender, q->term, why, sizeof why)) {
 			a->cnt.ctl_refused_order++;
-			SK_DEBUG("jobs", "order refused: from '%s' at term %llu, the head is '%s' at term %llu", c->sender,
-				 (unsigned long long)q->term, head, (unsigned long long)term);
+			SK_DEBUG("jobs", "%s", why);
 			return true;
 		}
-		Skein__Jobs__Assignment *as = skein__jobs__assignment__unpack(NULL, q->payload.len, q->payload.data);
-		if (!as) { a->cnt.ctl_rejected++; return true; }
-		assign_local(a, as);
-		skein__jobs__assignment__free_unpacked(as, NULL);
+		job_assignment as;
+		char err[160];
+		if (job_codec_assignment_decode(&as, q->payload.data, q->payload.len, err, sizeof err) < 0) {
+			a->cnt.ctl_rejected++;
+			SK_DEBUG("jobs", "order from %s refused: %s", c->sender, err);
+			return true;
+		}
+		assign_local(a, &as);
+		job_assignment_free(&as);
 		return true;
 	}
 	if (!strcmp(cmd, "report")) {
@@ -993,8 +983,6 @@ static void kick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	if (a->jobs->dirty) send_orders(a);
 }
 
-/* Every 100 ms: events kick the head at once; this is the safety net
- * (a lost kick, pending jobs waiting for capacity) and the order round. */
 /* --member-fence-after: a node that hears no head for that long stops its
  * members (the majority may have placed them elsewhere: better none than
  * two of a trainer rank); the next order starts them again. */
@@ -1014,9 +1002,13 @@ static void fence_check(agent *a)
 	send_report(a);
 }
 
-void agent_jobs_tick(agent *a)
+/* Every 100 ms: events kick the head at once; this is the safety net
+ * (a lost kick, pending jobs waiting for capacity) and the order round. */
+static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
+	agent *a = t->data;
 	agent_jobs *J = a->jobs;
+	(void)loop; (void)revents;
 	if (!J || J->closing) return;
 	if (!agent_head_ready(a)) {
 		if (J->nreports || J->nseen || J->ninfl) forget_head_caches(a);
@@ -1080,6 +1072,8 @@ int agent_jobs_open(agent *a, char *err, size_t errlen)
 	J->kick.data = a;
 	ev_init(&J->grace, grace_cb);
 	J->grace.data = a;
+	ev_timer_init(&J->tick, tick_cb, TICK_S, TICK_S);
+	J->tick.data = a;
 	char *end;
 	J->fence_after_s = strtod(a->opts.member_fence_after, &end);
 	if (*end || end == a->opts.member_fence_after || J->fence_after_s < 0 || J->fence_after_s > 86400) {
@@ -1088,6 +1082,7 @@ int agent_jobs_open(agent *a, char *err, size_t errlen)
 		return -2; /* a usage error */
 	}
 	J->last_order = sk_mono_s();
+	ev_timer_start(a->loop, &J->tick);
 	return 0;
 }
 
@@ -1097,11 +1092,12 @@ void agent_jobs_close(agent *a)
 	if (!J) return;
 	ev_timer_stop(a->loop, &J->kick);
 	ev_timer_stop(a->loop, &J->grace);
+	ev_timer_stop(a->loop, &J->tick);
 	J->closing = true; /* sup_free runs the loop: ticks, orders and reports must not touch it */
 	sup_free(&J->sup, 30.0);
 	ev_timer_stop(a->loop, &J->kick);
 	ev_timer_stop(a->loop, &J->grace);
-	for (size_t i = 0; i < J->nreports; i++) skein__jobs__report__free_unpacked(J->reports[i].rep, NULL);
+	for (size_t i = 0; i < J->nreports; i++) job_report_free(&J->reports[i]);
 	free(J->reports);
 	free(J->infl);
 	free(J->seen);

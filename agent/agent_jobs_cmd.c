@@ -98,9 +98,9 @@ static void view_member(agent *a, const job_rec *j, const job_spec *s, const job
 	snprintf(v->state, sizeof v->state, "pending");
 	if (!b) return;
 	if (!strcmp(j->state, "running") && aj_build_order(a, j, s, L, trainer, k, b, v->node, sizeof v->node)) {
-		v->ngpus = (uint32_t)b->o.n_gpus;
-		memcpy(v->gpus, b->gpus, v->ngpus * sizeof *v->gpus);
-		const Skein__Jobs__MemberStatus *st = aj_status_of(a, v->node, v->id);
+		v->ngpus = b->o.ngpus;
+		memcpy(v->gpus, b->o.gpus, v->ngpus * sizeof *v->gpus);
+		const job_member_status *st = aj_status_of(a, v->node, v->id);
 		if (b->o.hold) snprintf(v->reason, sizeof v->reason, "waiting for MASTER_PORT");
 		else if (!st) snprintf(v->state, sizeof v->state, "starting");
 		else if (st->gen != b->o.gen) snprintf(v->state, sizeof v->state, "restarting");
@@ -375,9 +375,8 @@ void aj_cmd_logs(agent *a, const Skein__Control__Request *q, const agent_client 
 /* skeinctl status: the operator's first screen.  The cluster as this agent
  * sees it (members by status, drained nodes), the head and its term, and,
  * from the head's replicated state (`with_jobs`), every job with its state
- * and members running.  The latest committed weight version and the last
- * update's time come with the transfer coordinator (issue #13): shown as
- * "-" / null until then, never made up. */
+ * and members running, the latest committed weight version and when the
+ * job's last update ended (docs/updates.md): "-" / null when none yet. */
 void aj_cmd_status(agent *a, const Skein__Control__Request *q, agent_reply *r, bool with_jobs)
 {
 	bool json = !strcmp(q->format, "json");
@@ -426,17 +425,29 @@ void aj_cmd_status(agent *a, const Skein__Control__Request *q, agent_reply *r, b
 			if (!strcmp(v.state, "running") && v.pid > 0) running++;
 		}
 		job_layout_free(&L);
+		const wv_state *ws = agent_head_wv(a);
+		const wv_update *last = ws ? wv_state_job_at(ws, s.name, 0) : NULL;
+		uint64_t wv = ws ? wv_state_committed(ws, s.name) : 0;
+		char wvs[24] = "-", lus[32] = "-", wvj[24] = "null", luj[24] = "null";
+		if (wv) snprintf(wvs, sizeof wvs, "%llu", (unsigned long long)wv), snprintf(wvj, sizeof wvj, "%s", wvs);
+		if (last && last->finished_ms) {
+			time_t t = (time_t)(last->finished_ms / 1000);
+			struct tm tm;
+			gmtime_r(&t, &tm);
+			strftime(lus, sizeof lus, "%Y-%m-%dT%H:%M:%SZ", &tm);
+			snprintf(luj, sizeof luj, "%llu", (unsigned long long)last->finished_ms);
+		}
 		if (json) {
 			sk_buf_printf(o, "%s{\"name\":", i ? "," : "");
 			sk_buf_json_str(o, s.name);
-			sk_buf_printf(o, ",\"state\":\"%s\",\"members\":%u,\"running\":%u,\"weight_version\":null,"
-				      "\"last_update_ms\":null,\"reason\":", j->state, A + E, running);
+			sk_buf_printf(o, ",\"state\":\"%s\",\"members\":%u,\"running\":%u,\"weight_version\":%s,"
+				      "\"last_update_ms\":%s,\"reason\":", j->state, A + E, running, wvj, luj);
 			sk_buf_json_str(o, j->reason);
 			sk_buf_printf(o, "}");
 		} else {
 			char rn[24];
 			snprintf(rn, sizeof rn, "%u/%u", running, A + E);
-			sk_buf_printf(o, "%-20s %-10s %-9s %-14s %-20s %s\n", s.name, j->state, rn, "-", "-", j->reason);
+			sk_buf_printf(o, "%-20s %-10s %-9s %-14s %-20s %s\n", s.name, j->state, rn, wvs, lus, j->reason);
 		}
 	}
 	if (json) sk_buf_printf(o, "%s}\n", js ? "]" : "");

@@ -12,13 +12,13 @@
 #include "jobs/job_place.h"
 #include "jobs/job_spec.h"
 #include "jobs/job_state.h"
+#include "jobs/job_order.h"
 #include "proto/control.pb-c.h"
-#include "proto/jobs.pb-c.h"
 
-typedef struct {
-	char node[MBR_NAME_MAX + 1];
-	Skein__Jobs__Report *rep;
-} node_report;
+_Static_assert((int)JOB_MEMBER_ID_MAX < (int)SUP_ID_MAX, "an ordered member id fits the supervisor's");
+_Static_assert((int)JOB_ORDER_ENV_MAX < (int)SUP_ENV_MAX, "an order's environment and SKEIN_RPC fit the supervisor's");
+_Static_assert((int)JOB_NODE_MAX == (int)MBR_NAME_MAX, "a job's node is a member's name");
+_Static_assert(sizeof ((sup_spec *)0)->job == JOB_NAME_MAX + 1, "an ordered job name fits the supervisor's");
 
 typedef struct {
 	char job[JOB_NAME_MAX + 1];
@@ -37,8 +37,9 @@ struct agent_jobs {
 	char log_dir[PATH_MAX + 16], state_file[PATH_MAX + 16];
 	ev_timer kick;            /* reconcile and send orders soon, outside the Raft pump */
 	ev_timer grace;           /* a kick once a failed node's grace is over */
+	ev_timer tick;            /* every 100 ms: the safety net and the order rounds */
 	/* head side */
-	node_report *reports;
+	job_report *reports;      /* each node's latest (job_report.node says whose) */
 	size_t nreports;
 	inflight *infl;
 	size_t ninfl;
@@ -66,18 +67,18 @@ struct agent_jobs {
 	size_t ndrained;
 };
 
+/* One member's order as the head builds it: o.env points into arena,
+ * o.cmd into the committed record. */
 typedef struct {
-	Skein__Jobs__MemberOrder o;
-	char id[SUP_ID_MAX];
+	job_order o;
 	char node[MBR_NAME_MAX + 1];
-	uint32_t gpus[JOB_GPUS_PER_NODE_MAX];
-	char arena[JOB_DIR_MAX + 2048];   /* every KEY=VALUE, back to back: sized for the longest */
+	char arena[JOB_ORDER_ENV_BYTES];  /* every KEY=VALUE, back to back: sized for the longest */
 	size_t used;
-	char *env[40];
+	const char *env[JOB_ORDER_ENV_MAX];
 } order_buf;
 
 /* The state of member `id` as `node` last reported it (NULL if none). */
-const Skein__Jobs__MemberStatus *aj_status_of(agent *a, const char *node, const char *id);
+const job_member_status *aj_status_of(agent *a, const char *node, const char *id);
 void aj_inflight_add(agent *a, const char *job, uint64_t index);
 void aj_member_id(char *out, size_t cap, const char *job, bool trainer, uint32_t k);
 /* The order of trainer rank / engine k of job j (its node's address from
@@ -101,7 +102,7 @@ void aj_drain_mark(agent *a, place_node *nodes, size_t n); /* drained nodes offe
 bool aj_drain_step(agent *a, const job_rec *j, const job_spec *s, place_node *nodes, size_t n);
 void aj_cmd_drain(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r);
 /* Agent side: the drained set as the head's last order said. */
-void aj_drained_set(agent *a, char **names, size_t n);
+void aj_drained_set(agent *a, const char *const *names, size_t n);
 void aj_drained_free(agent *a);
 
 /* agent_jobs_cmd.c: head-side commands (the caller checked the head is ready) */

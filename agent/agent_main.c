@@ -1,5 +1,6 @@
 /* agent/agent_main: skeind.  Start-up (settings, data directory, keyring,
- * sockets), the membership pump, joining, signals, graceful leave. */
+ * sockets), the membership pump, joining, signals, graceful leave, and the
+ * delivery of the deferred events the layers below raise (agent.h). */
 #include "agent/agent.h"
 #include "agent/agent_wv.h"
 
@@ -216,6 +217,26 @@ static void members_changed_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	agent_jobs_members_changed(a);
 }
 
+/* The head or term this voter publishes changed (agent_head.c). */
+static void head_changed_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	(void)loop; (void)revents;
+	agent_update_meta(t->data);
+}
+
+/* Committed job entries were applied (agent_head.c). */
+static void wv_changed_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	(void)loop; (void)revents;
+	agent_wv_state_changed(t->data);
+}
+
+static void state_changed_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	(void)loop; (void)revents;
+	agent_jobs_state_changed(t->data);
+}
+
 void agent_pump(agent *a)
 {
 	mbr_out o;
@@ -236,10 +257,7 @@ void agent_pump(agent *a)
 				mbr_event_str(ev.type), addr, (unsigned long long)ev.generation, ev.incarnation);
 		if (ev.type == MBR_EV_JOIN || ev.type == MBR_EV_ALIVE) a->joined = true;
 	}
-	if (changed && !ev_is_active(&a->members_changed)) {
-		ev_timer_set(&a->members_changed, 0.0, 0.0);
-		ev_timer_start(a->loop, &a->members_changed);
-	}
+	if (changed) agent_defer(a, &a->members_changed);
 	uint64_t now = sk_mono_ms(), d = mbr_next_deadline(a->mbr);
 	double after = d > now ? (double)(d - now) / 1000.0 : 0.0;
 	ev_timer_stop(a->loop, &a->mbr_timer);
@@ -396,12 +414,6 @@ static void leave_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	}
 	ev_timer_set(t, 0.05, 0);
 	ev_timer_start(loop, t);
-}
-
-void agent_exit(agent *a, int code)
-{
-	if (!a->exit_code) a->exit_code = code; /* the first cause is the one reported */
-	ev_break(a->loop, EVBREAK_ALL);
 }
 
 void agent_start_leave(agent *a)
@@ -595,7 +607,10 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 	ev_init(&a->mbr_timer, mbr_timer_cb);
 	a->mbr_timer.data = a;
 	ev_init(&a->members_changed, members_changed_cb);
-	a->members_changed.data = a;
+	ev_init(&a->head_changed, head_changed_cb);
+	ev_init(&a->state_changed, state_changed_cb);
+	ev_init(&a->wv_changed, wv_changed_cb);
+	a->members_changed.data = a->head_changed.data = a->state_changed.data = a->wv_changed.data = a;
 	raise_nofile(); /* after every usage check: their error stays the only line */
 	if (agent_net_open(a, err, sizeof err) < 0) goto fatal;
 	if (agent_ctl_open(a, err, sizeof err) < 0) goto fatal;
@@ -648,7 +663,11 @@ fatal:
 static void teardown(agent *a)
 {
 	if (a->loop) {
-		ev_timer_stop(a->loop, &a->members_changed); /* nothing delivered while closing */
+		/* nothing delivered while closing */
+		ev_timer_stop(a->loop, &a->members_changed);
+		ev_timer_stop(a->loop, &a->head_changed);
+		ev_timer_stop(a->loop, &a->state_changed);
+		ev_timer_stop(a->loop, &a->wv_changed);
 		agent_metrics_close(a);
 		agent_wv_close(a);
 		agent_jobs_close(a);

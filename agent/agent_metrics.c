@@ -15,11 +15,14 @@
  *     histogram (agent_metrics_proposed/_applied, called by agent_head.c);
  *   - head changes this voter saw (agent_metrics_head_seen);
  *   - member restarts made by this agent (agent_metrics_member_event).
- * Transfers (update seconds, bytes, density, aborts) come with the transfer
- * coordinator (issue #13): nothing is exported for them until then. */
+ *   - weight updates this head finished (agent_metrics_transfer, called by
+ *     agent_wv.c when a final record applies): per mode, histograms of
+ *     Miles's perf/update_weights_* figures, byte counters, outcomes; aborts
+ *     by a short fixed cause. */
 #include "agent/agent_metrics.h"
 
 #include <dirent.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +42,24 @@
  * round-trip and an fsync (about 1-5 ms), 2.5 s is a head in trouble. */
 static const double COMMIT_BUCKETS[] = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5 };
 enum { NBUCKETS = sizeof COMMIT_BUCKETS / sizeof COMMIT_BUCKETS[0], PROPOSED_MAX = 256 };
+/* A weight update: milliseconds colocated, seconds for 100 GB across nodes. */
+static const double UPDATE_BUCKETS[] = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120 };
+static const double DENSITY_BUCKETS[] = { 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1 };
+enum { UBUCKETS = sizeof UPDATE_BUCKETS / sizeof UPDATE_BUCKETS[0], DBUCKETS = 7 };
+/* --update-weight-transfer-mode's values, and the causes of an abort */
+static const char *const MODES[] = { "broadcast", "broadcast_packed", "p2p", "disk-delta", "colocated" };
+static const char *const CAUSES[] = { "checksum", "timeout", "sender", "member_lost", "head", "other" };
+enum { NMODES = 5, NCAUSES = 6 };
+
+typedef struct {
+	uint64_t b[UBUCKETS > DBUCKETS ? UBUCKETS : DBUCKETS], count;
+	double sum;
+} histo;
+
+typedef struct {
+	histo update, impl, density;
+	uint64_t bytes, wire_bytes, committed, aborted;
+} mode_stats;
 
 typedef struct {
 	uint64_t index;
@@ -57,6 +78,8 @@ struct agent_metrics {
 	uint64_t head_changes;
 	uint64_t member_restarts, member_failures;
 	double render_s;          /* the last page's build time */
+	mode_stats modes[NMODES];
+	uint64_t aborts[NCAUSES];
 	double start_wall;
 };
 
@@ -106,6 +129,47 @@ void agent_metrics_member_event(agent *a, const sup_status *st)
 	if (!m) return;
 	if (st->state == SUP_RESTARTING) m->member_restarts++;
 	else if (st->state == SUP_FAILED) m->member_failures++;
+}
+
+static void histo_add(histo *h, const double *bounds, int n, double v)
+{
+	for (int i = 0; i < n; i++)
+		if (v <= bounds[i]) h->b[i]++;
+	h->count++;
+	h->sum += v;
+}
+
+/* The fixed word for an abort's reason (agent_wv.c writes them). */
+static int cause_of(const char *reason)
+{
+	if (strstr(reason, "checksum")) return 0;
+	if (strstr(reason, "watchdog")) return 1;
+	if (strstr(reason, "(sender)")) return 2;
+	if (strstr(reason, "exited") || strstr(reason, "node failed") || strstr(reason, "restarted")) return 3;
+	if (strstr(reason, "head")) return 4;
+	return 5;
+}
+
+void agent_metrics_transfer(agent *a, const char *mode, const char *state, const char *reason, double update_s,
+			    double impl_s, double density, uint64_t bytes, uint64_t wire_bytes)
+{
+	agent_metrics *m = a->metrics;
+	int k = 0;
+	if (!m) return;
+	while (k < NMODES && strcmp(MODES[k], mode)) k++;
+	if (k == NMODES) return;
+	mode_stats *ms = &m->modes[k];
+	if (!strcmp(state, "committed")) {
+		ms->committed++;
+		histo_add(&ms->update, UPDATE_BUCKETS, UBUCKETS, update_s);
+		histo_add(&ms->impl, UPDATE_BUCKETS, UBUCKETS, impl_s);
+		if (!strcmp(mode, "disk-delta")) histo_add(&ms->density, DENSITY_BUCKETS, DBUCKETS, density);
+		ms->bytes += bytes;
+		ms->wire_bytes += wire_bytes;
+	} else {
+		ms->aborted++;
+		m->aborts[cause_of(reason ? reason : "")]++;
+	}
 }
 
 /* ---------------------------------------------------------------- exposition */
@@ -305,6 +369,70 @@ static void jobs(agent *a, sk_buf *b)
 	    job_state_refused(js));
 }
 
+static void histo_put(sk_buf *b, const char *name, const char *mode, const histo *h, const double *bounds, int n)
+{
+	char l[96], nm[96];
+	snprintf(nm, sizeof nm, "%s_bucket", name);
+	for (int i = 0; i < n; i++) {
+		snprintf(l, sizeof l, "mode=\"%s\",le=\"%g\"", mode, bounds[i]);
+		u64(b, nm, l, h->b[i]);
+	}
+	snprintf(l, sizeof l, "mode=\"%s\",le=\"+Inf\"", mode);
+	u64(b, nm, l, h->count);
+	snprintf(l, sizeof l, "mode=\"%s\"", mode);
+	snprintf(nm, sizeof nm, "%s_sum", name);
+	dbl(b, nm, l, h->sum);
+	snprintf(nm, sizeof nm, "%s_count", name);
+	u64(b, nm, l, h->count);
+}
+
+/* Weight updates this agent finished as the head (docs/metrics.md maps
+ * them to the perf/update_weights_* names of Miles). */
+static void transfers(agent *a, sk_buf *b)
+{
+	agent_metrics *m = a->metrics;
+	if (!agent_head_raft(a)) return; /* updates are finished on voters */
+	static const struct {
+		const char *name, *help;
+		size_t off;
+	} H[] = {
+		{ "skein_transfer_update_seconds", "Weight updates committed: begin to commit on the head "
+						   "(perf/update_weights_time).", offsetof(mode_stats, update) },
+		{ "skein_transfer_implementation_seconds", "Weight updates committed: the sender's data path "
+							   "(perf/update_weights_implementation_time).",
+		  offsetof(mode_stats, impl) },
+		{ "skein_transfer_density", "disk-delta updates committed: stored / total bytes "
+					    "(perf/update_weights_density).", offsetof(mode_stats, density) },
+	};
+	for (size_t h = 0; h < 3; h++) {
+		family(b, H[h].name, "histogram", H[h].help);
+		for (int k = 0; k < NMODES; k++) {
+			const histo *hp = (const histo *)((const char *)&m->modes[k] + H[h].off);
+			if (h == 2) histo_put(b, H[h].name, MODES[k], hp, DENSITY_BUCKETS, DBUCKETS);
+			else histo_put(b, H[h].name, MODES[k], hp, UPDATE_BUCKETS, UBUCKETS);
+		}
+	}
+	static const struct {
+		const char *name, *help;
+		size_t off;
+	} C[] = {
+		{ "skein_transfer_bytes_total", "Weight bytes of committed updates.", offsetof(mode_stats, bytes) },
+		{ "skein_transfer_wire_bytes_total", "Bytes the data path moved for committed updates "
+						     "(perf/update_weights_wire_bytes).", offsetof(mode_stats, wire_bytes) },
+		{ "skein_transfer_committed_total", "Weight updates committed.", offsetof(mode_stats, committed) },
+		{ "skein_transfer_aborted_total", "Weight updates aborted.", offsetof(mode_stats, aborted) },
+	};
+	for (size_t c = 0; c < 4; c++) {
+		lv v[NMODES];
+		for (int k = 0; k < NMODES; k++)
+			v[k] = (lv){ MODES[k], *(const uint64_t *)((const char *)&m->modes[k] + C[c].off) };
+		labelled(b, C[c].name, "counter", C[c].help, "mode", v, NMODES);
+	}
+	lv ab[NCAUSES];
+	for (int k = 0; k < NCAUSES; k++) ab[k] = (lv){ CAUSES[k], m->aborts[k] };
+	labelled(b, "skein_transfer_aborts_total", "counter", "Weight updates aborted, by cause.", "cause", ab, NCAUSES);
+}
+
 static void process(agent *a, sk_buf *b)
 {
 	agent_metrics *m = a->metrics;
@@ -346,6 +474,7 @@ int agent_metrics_render(agent *a, sk_buf *b)
 	control(a, b);
 	head(a, b);
 	jobs(a, b);
+	transfers(a, b);
 	process(a, b);
 	const agent_http_stats *hs = m->http ? agent_http_get_stats(m->http) : NULL;
 	family(b, "skein_metrics_render_seconds", "gauge", "How long the previous /metrics page took to build.");

@@ -18,5 +18,8 @@ void agent_metrics_proposed(agent *a, uint64_t index);   /* the head proposed th
 void agent_metrics_applied(agent *a, uint64_t index);    /* ... and this one was applied */
 void agent_metrics_head_seen(agent *a, const char *leader, uint64_t term);
 void agent_metrics_member_event(agent *a, const sup_status *st);
+/* A weight update this head finished (agent_wv.c): committed or aborted. */
+void agent_metrics_transfer(agent *a, const char *mode, const char *state, const char *reason, double update_s,
+			    double impl_s, double density, uint64_t bytes, uint64_t wire_bytes);
 
 #endif

@@ -12,9 +12,10 @@
  * named agent) is packed once, sent sealed to its target, and the answer
  * relayed to the client (agent_ctl.c hands answers in through
  * agent_peer_answer).  The caller says where to: this file does not know
- * the election.  agent_head.c calls agent_peer_follow when the head it
- * knows changes, and takes back the forwards it must serve itself
- * (agent_peer_take).  Calls go one way: head and jobs -> peer -> wire/ctl. */
+ * the election.  agent_ctl.c calls agent_peer_follow when the head it
+ * knows changes, and takes back the forwards this agent must serve once it
+ * is the head (agent_peer_take).  Calls go one way: ctl, head and jobs ->
+ * peer -> reply and wire. */
 #include "agent/agent.h"
 
 #include <stdio.h>

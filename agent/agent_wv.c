@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "agent/agent_jobs_int.h"
+#include "agent/agent_metrics.h"
 #include "agent/agent_wv_show.h"
 #include "common/sk_log.h"
 #include "common/sk_time.h"
@@ -43,6 +44,9 @@ static const double WAIT_HOLD_S = 1.0;      /* a wait with nothing to do is answ
 static const double ENGINE_FORGET_S = 10.0; /* an engine not heard from for this long is forgotten */
 static const double CATCHUP_STALL_S = 30.0; /* a peer catch-up without news is given up */
 static const double CATCHUP_RETRY_S = 1.0;
+/* A new head hears every node's report within an order round (1 s): until
+ * then a member it has no word of is not taken for gone. */
+static const double REPORT_GRACE_S = 2.0;
 enum {
 	MEMBER_MAX = JOB_NAME_MAX + 32,
 	ENDPOINT_MAX = 64,
@@ -90,6 +94,7 @@ struct agent_wv {
 	ev_timer tick;
 	bool changed;                  /* the head applied a weight entry */
 	bool was_ready;
+	double ready_since;            /* when this agent became the head (sk_mono_s) */
 	wv_eng *eng;
 	size_t neng, engcap;
 	wv_open *open;
@@ -275,6 +280,7 @@ static bool is_full_copy(const char *mode)
 /* ---------------------------------------------------------------- proposing */
 
 static void arm(agent *a);
+static void catch_up(agent *a);
 
 static void propose(agent *a, const wv_update *u, const char *what)
 {
@@ -547,7 +553,7 @@ static size_t pick_participants(agent *a, const char *job, const char *mode, uin
 		/* verified the version that just committed: it holds it once told */
 		uint64_t held = e->staged && e->staged == L ? L : e->held;
 		if (strcmp(e->job, job) || (e->staged && e->staged != L)) continue;
-		const Skein__Jobs__MemberStatus *st = aj_status_of(a, e->node, e->member);
+		const job_member_status *st = aj_status_of(a, e->node, e->member);
 		if (!st || strcmp(st->state, "running") || st->pid != e->pid || !node_alive(a, e->node)) continue;
 		/* a delta needs the base; a whole copy does not, unless the engine
 		 * is being caught up right now (it joins the next one) */
@@ -710,7 +716,7 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 		idle.kind = "idle";
 		send_instruction(a, e, &idle);
 	}
-	const Skein__Jobs__MemberStatus *ms = aj_status_of(a, node, st->member);
+	const job_member_status *ms = aj_status_of(a, node, st->member);
 	if (e->gen != st->generation || (ms && ms->pid != e->pid)) {
 		/* a new process: nothing it said before holds */
 		e->serve_to[0] = e->source[0] = 0;
@@ -797,6 +803,8 @@ static void on_changed(agent *a)
 		}
 		if (rec && strcmp(rec->state, "preparing")) {
 			char job[JOB_NAME_MAX + 1];
+			agent_metrics_transfer(a, rec->mode, rec->state, rec->reason, rec->update_seconds,
+					       rec->implementation_seconds, rec->density, rec->bytes, rec->wire_bytes);
 			if (u->done_waiting) answer_outcome(a, &u->done_client, NULL, rec);
 			if (u->begin_waiting) fail_client(a, &u->begin_client, "update v%llu %s: %s",
 							  (unsigned long long)rec->version, rec->state, rec->reason);
@@ -833,8 +841,9 @@ static void check_open(agent *a, double now)
 			wv_engine *p = &u->rec.engines[k];
 			if (strcmp(p->state, "pending")) continue;
 			wv_eng *e = eng_find(W, p->member);
-			const Skein__Jobs__MemberStatus *st = aj_status_of(a, p->node, p->member);
+			const job_member_status *st = aj_status_of(a, p->node, p->member);
 			if (!node_alive(a, p->node)) lose(a, u, p, "its node failed", false);
+			else if (!st && now - W->ready_since < REPORT_GRACE_S) continue; /* no report yet */
 			else if (!st || strcmp(st->state, "running")) {
 				char why[160];
 				snprintf(why, sizeof why, "its process exited (%s)", st ? st->state : "gone");
@@ -845,7 +854,7 @@ static void check_open(agent *a, double now)
 		}
 		if (u->final_proposed) continue;
 		/* the sender: its process, its node */
-		const Skein__Jobs__MemberStatus *ss = aj_status_of(a, u->rec.sender_node, u->rec.sender);
+		const job_member_status *ss = aj_status_of(a, u->rec.sender_node, u->rec.sender);
 		if (!u->done && (!node_alive(a, u->rec.sender_node) || (ss && strcmp(ss->state, "running")))) {
 			char why[REASON_MAX];
 			snprintf(why, sizeof why, "%s (sender) on %s: %s", u->rec.sender, u->rec.sender_node,
@@ -909,11 +918,7 @@ static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 		W->changed = false;
 	} else {
 		double now = sk_mono_s();
-		if (!W->was_ready || W->changed) {
-			W->was_ready = true;
-			W->changed = false;
-			on_changed(a);
-		}
+		catch_up(a);
 		check_open(a, now);
 		check_waits(a, now);
 	}
@@ -1005,9 +1010,24 @@ bool agent_wv_engine_view(agent *a, const char *member, uint64_t *held, bool *sy
 	wv_eng *e = eng_find(a->wv, member);
 	const wv_state *ws = state_of(a);
 	if (!e || !ws) return false;
+	/* what it said is of the process that runs now, not of one before it */
+	const job_member_status *st = aj_status_of(a, e->node, member);
+	if (!st || st->pid != e->pid) return false;
 	*held = e->held;
 	*syncing = e->held < wv_state_committed(ws, e->job);
 	return true;
+}
+
+/* A head that just took over adopts the open records before it answers
+ * anyone: a `done` re-sent by a forward must find its update open here. */
+static void catch_up(agent *a)
+{
+	agent_wv *W = a->wv;
+	if (W->was_ready && !W->changed) return;
+	if (!W->was_ready) W->ready_since = sk_mono_s();
+	W->was_ready = true;
+	W->changed = false;
+	on_changed(a);
 }
 
 /* On the head: one verb.  Everything is answered through answer() or
@@ -1016,6 +1036,7 @@ static void head_verb(agent *a, const Skein__Control__Request *q, const agent_cl
 {
 	const uint8_t *d = q->payload.data;
 	size_t n = q->payload.len;
+	catch_up(a);
 	if (!strcmp(verb, "begin")) {
 		Skein__Weights__Begin *m = skein__weights__begin__unpack(NULL, n, d);
 		if (!m) return fail_client(a, c, "wv begin: malformed");
@@ -1077,7 +1098,7 @@ bool agent_wv_dispatch(agent *a, const Skein__Control__Request *q, const agent_c
 	if (!strcmp(q->cmd, "transfers")) {
 		if (!head) agent_head_forward(a, q, c, r);
 		else if (!agent_head_ready(a)) agent_reply_fail(r, 1, "the head is catching up with its new term: retry");
-		else cmd_transfers(a, q, r);
+		else catch_up(a), cmd_transfers(a, q, r);
 		return true;
 	}
 	if (q->n_args != 1) {

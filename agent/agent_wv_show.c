@@ -100,7 +100,20 @@ static void text_update(sk_buf *o, const wv_update *u)
 	sk_buf_printf(o, "%-24s %-8llu %-12s %-10s %-14llu %-9s %-9s ", sk_text_escape(u->job, job, sizeof job),
 		      (unsigned long long)u->version, sk_text_escape(u->mode, mode, sizeof mode),
 		      sk_text_escape(u->state, state, sizeof state), (unsigned long long)u->bytes, secs, eng);
-	sk_buf_text(o, u->reason && u->reason[0] ? u->reason : "-");
+	bool said = u->reason && u->reason[0];
+	sk_buf_text(o, said ? u->reason : "");
+	/* who an update went on without, and why */
+	for (size_t i = 0; i < u->nengines; i++) {
+		const wv_engine *e = &u->engines[i];
+		if (strcmp(e->state, "dropped")) continue;
+		sk_buf_printf(o, "%s", said ? "; " : "dropped ");
+		sk_buf_text(o, e->member);
+		sk_buf_add(o, " (", 2);
+		sk_buf_text(o, e->reason ? e->reason : "");
+		sk_buf_add(o, ")", 1);
+		said = true;
+	}
+	if (!said) sk_buf_add(o, "-", 1);
 	sk_buf_add(o, "\n", 1);
 }
 

@@ -96,7 +96,9 @@ static void usage(FILE *f)
 		"  drain status NODE [--format text|json] | undrain NODE\n"
 		"  debug drop --in P --out P\n"
 		"                         drop that fraction of gossip datagrams (skeind --enable-debug)\n"
-		"  debug order TERM       send a no-op order as a head of TERM would (fencing test)\n\n"
+		"  debug order TERM [FROM]\n"
+		"                         a no-op order as head FROM (default: the head known) of TERM\n"
+		"                         would send it, through the fence a real order meets\n\n"
 		"exit codes: 0 ok, 1 error, 2 usage error\n");
 }
 

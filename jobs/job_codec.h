@@ -1,10 +1,12 @@
-/* jobs/job_codec: the plain C job model <-> proto/jobs.proto records.
+/* jobs/job_codec: the plain C job model <-> proto/jobs.proto messages.
  *
- * The spec (job_spec), the layout (job_layout) and the job record
- * (job_rec) cross into and out of protobuf here and nowhere else in jobs/
- * or agent/'s job code; callers see the generated types as opaque
- * pointers at most.  Decoding copies every field out (bounded by the C
- * fields) so nothing points into the unpacked message. */
+ * The spec (job_spec), the layout (job_layout), the job record (job_rec),
+ * the head's orders (job_assignment) and the agents' reports (job_report)
+ * cross into and out of protobuf here and nowhere else: this is the one
+ * file of jobs/ and agent/ that includes jobs.pb-c.h; callers see the
+ * generated types as opaque pointers at most.  Decoding copies every field
+ * out (bounded by the C fields) so nothing points into the unpacked
+ * message. */
 #ifndef JOB_CODEC_H
 #define JOB_CODEC_H
 
@@ -12,6 +14,7 @@
 #include <stdint.h>
 
 #include "jobs/job_model.h"
+#include "jobs/job_order.h"
 #include "jobs/job_spec.h"
 
 struct Skein__Jobs__JobSpec;
@@ -43,6 +46,19 @@ int job_codec_update(const job_rec *old, const char *state, const char *reason, 
  * name is empty or longer than JOB_NODE_MAX. */
 int job_codec_drain_decode(const uint8_t *data, size_t len, char node[JOB_NODE_MAX + 1], bool *on, uint64_t *since_ms);
 int job_codec_drain_encode(const char *node, bool on, uint64_t since_ms, uint8_t **out, size_t *len);
+/* The head's orders to one agent (an Assignment), packed (*out malloc'd);
+ * -1 when memory runs out. */
+int job_codec_assignment_encode(const job_assignment *as, uint8_t **out, size_t *len);
+/* ... and back into *as (job_assignment_free it): -1 with err when the
+ * bytes do not unpack or a field breaks its bound (job_order.h). */
+int job_codec_assignment_decode(job_assignment *as, const uint8_t *data, size_t len, char *err, size_t errlen);
+void job_assignment_free(job_assignment *as);   /* a decoded one; safe twice */
+/* An agent's report, packed (*out malloc'd); -1 when memory runs out. */
+int job_codec_report_encode(const job_report *r, uint8_t **out, size_t *len);
+/* ... and back into *r (job_report_free it): -1 with err as above. */
+int job_codec_report_decode(job_report *r, const uint8_t *data, size_t len, char *err, size_t errlen);
+void job_report_free(job_report *r);            /* frees its members; safe twice */
+
 /* A generated Job packed as it is (tests and tools build raw records). */
 int job_codec_pack(const struct Skein__Jobs__Job *j, uint8_t **out, size_t *len);
 

@@ -7,12 +7,17 @@
 #  3. the worked example of docs/reference.md, split: trainer 1x8, 8 rollout GPUs,
 #     2 per engine.  Placement puts trainer ranks 0-7 on node4 and engines
 #     0-3 on node5's GPU pairs; trainer rank 0 publishes a new version of the
-#     weights every 500 ms through libskein (disk-delta) and every engine
-#     verifies each version bit for bit (tools/demo_member.sh);
+#     weights every 500 ms through libskein (disk-delta), every version a
+#     coordinated update the head commits once every engine verified it bit
+#     for bit (docs/updates.md; tools/demo_member.sh); skeinctl transfers;
+#     then, on purpose: engine 1 exits in the middle of v8 (v8 commits with the
+#     others; engine 1 restarts syncing, then runs at the latest version), and
+#     the trainer corrupts v14 (aborted; every engine back on v13);
 #  4. node5 is SIGKILLed with its engines: the survivors detect it, the head
 #     places the engines on node6's free GPUs, they catch up and verify again;
-#  5. the head is SIGKILLed: a new head is elected, no member restarts;
-#     then `skeinctl head transfer` moves the head on purpose, at once;
+#  5. the head is SIGKILLed while an update is open: a new head is elected,
+#     finishes the update, and no member restarts; then `skeinctl head
+#     transfer` moves the head on purpose, at once;
 #  6. the simulator runs the same membership code on 100 nodes and kills 3.
 # Everything it started is stopped at the end, and on Ctrl-C (DEMO_KEEP=1
 # keeps the agents' logs and data folders).
@@ -39,7 +44,7 @@ ctl() { SKEIN_KEY_FILE="$DIR/cluster.key" "$BIN/skeinctl" --rpc "127.0.0.1:$((BA
 start() {
 	mkdir -p "$DIR/n$1"
 	local gpus=0; [ "$1" -ge 4 ] && gpus=8
-	SKEIN_DEMO_BIN=$BIN "$BIN/skeind" --name "node$1" --bind "127.0.0.$1:$((BASE + $1))" \
+	SKEIN_DEMO_BIN=$BIN DEMO_STALL=$DIR/stall "$BIN/skeind" --name "node$1" --bind "127.0.0.$1:$((BASE + $1))" \
 		--rpc "127.0.0.1:$((BASE + 50 + $1))" --data-dir "$DIR/n$1" --profile fast --gpus $gpus \
 		--key-file "$DIR/cluster.key" \
 		$( [ "$1" -le 3 ] && echo --head-eligible --bootstrap-expect 3 ) \
@@ -76,17 +81,40 @@ echo "== 3. the worked example, split layout: trainer 1x8 GPUs, 4 engines of 2 G
 mkdir -p "$DIR/weights"
 ctl 6 job submit --name demo --actor-num-nodes 1 --actor-num-gpus-per-node 8 --rollout-num-gpus 8 \
 	--rollout-num-gpus-per-engine 2 --num-gpus-per-node 8 --update-weight-transfer-mode disk-delta \
-	--update-weight-disk-dir "$DIR/weights" --restart-backoff 200ms:5s --stop-grace 2s \
+	--update-weight-disk-dir "$DIR/weights" --update-weight-timeout 10s --restart-backoff 200ms:5s --stop-grace 2s \
 	--trainer-cmd "$ROOT/tools/demo_member.sh" --rollout-cmd "$ROOT/tools/demo_member.sh"
 t0=$(now_ms)
 wait_for 20 running 12 || { echo "the members did not start"; ctl 4 job status demo; exit 1; }
 echo "12 members running $(( $(now_ms) - t0 )) ms after submit"
 ctl 4 placement demo
-enough() { [ "$(verified demo/engine-3)" -ge 3 ]; }
-wait_for 30 enough || { echo "engine 3 did not verify 3 versions"; ctl 4 logs demo/engine-3 | tail; exit 1; }
+tx() { ctl 4 transfers demo "$@" 2>/dev/null; }
+state_of_v() { tx --last 64 | awk -v v="$1" '$2 == v { print $4 }'; }
+final_v() { local st; st=$(state_of_v "$1"); [ "$st" = committed ] || [ "$st" = aborted ]; }
+latest_v() { tx --last 64 | awk '$4 == "committed" { print $2; exit }'; }
+eng_state() { ctl 4 placement demo 2>/dev/null | awk -v m="$1" '$1 == m { print $6 }'; }
+wv_of() { ctl 4 placement demo --format json 2>/dev/null | tr '{' '\n' | grep "\"member\":\"$1\"" | grep -o '"weight_version":[0-9a-z]*' | cut -d: -f2; }
+wait_for 30 final_v 3 || { echo "v3 did not commit"; tx; ctl 4 logs demo/engine-3 | tail; exit 1; }
+echo "every version is an update the head commits once every engine verified it (skeinctl transfers):"
+tx --last 3
 echo
-echo "skeinctl logs demo/engine-3 (it runs on $(node_of demo/engine-3)):"
-ctl 4 logs demo/engine-3 | tail -n 4
+echo "skeinctl logs demo/trainer-0 (what the publish call returns, Miles's perf/update_weights_*):"
+ctl 4 logs demo/trainer-0 | grep committed | tail -n 2
+echo
+echo "== 3b. engine 1 exits in the middle of v8 (it was told to, once)"
+wait_for 30 final_v 8 || { echo "v8 did not end"; tx; exit 1; }
+tx --last 64 | awk 'NR == 1 || $2 == 8'
+back() { [ "$(eng_state demo/engine-1)" = running ] && [ "$(wv_of demo/engine-1)" = "$(latest_v)" ]; }
+t0=$(now_ms)
+wait_for 20 back || { echo "engine 1 did not come back"; ctl 4 placement demo; exit 1; }
+echo "engine 1 restarted, caught up from the disk chain and runs at v$(wv_of demo/engine-1), the latest"
+echo "(its state in skeinctl placement was syncing until it held that version):"
+ctl 4 placement demo | awk 'NR == 1 || /engine/'
+echo
+echo "== 3c. the trainer corrupts one byte of v14 after checksumming it"
+wait_for 30 final_v 15 || { echo "v15 did not end"; tx; exit 1; }
+tx --last 64 | awk 'NR == 1 || $2 == 14 || $2 == 15'
+echo "skeinctl logs demo/engine-3:"
+ctl 4 logs demo/engine-3 | grep -E "v1[345] " | tail -n 3
 echo
 echo "== 4. SIGKILL node5 and its engines"
 kill -9 "${PIDS[5]}"; wait "${PIDS[5]}" 2>/dev/null; unset 'PIDS[5]'
@@ -101,17 +129,26 @@ before=$(verified demo/engine-3)
 caught_up() { [ "$(verified demo/engine-3)" -ge $((before + 3)) ]; }
 wait_for 30 caught_up || { echo "the moved engine did not verify new versions"; ctl 4 logs demo/engine-3 | tail; exit 1; }
 echo
-echo "skeinctl logs demo/engine-3 (now on node6; it caught up from the newest full version):"
+echo "skeinctl logs demo/engine-3 (now on node6; it caught up from the newest full version, then took part again):"
 ctl 4 logs demo/engine-3 | tail -n 4
 echo
-echo "== 5. SIGKILL the head: a new head, and no member restarts"
+echo "== 5. SIGKILL the head while an update is open: the new head finishes it, no member restarts"
 P0=$(pids)
+S=$(( $(latest_v) + 2 ))
+echo "$S" >"$DIR/stall" # every engine holds its word on v$S for 1.5 s: the update stays open
+open_v() { local st; st=$(state_of_v "$S"); [ "$st" = moving ] || [ "$st" = preparing ]; }
+wait_for 15 open_v || { echo "v$S was not seen open"; tx; exit 1; }
 H=$(head_of 4); HI=${H#node}
+echo "v$S is $(state_of_v "$S") on head $H: SIGKILL $H"
 kill -9 "${PIDS[$HI]}"; wait "${PIDS[$HI]}" 2>/dev/null; unset "PIDS[$HI]"
 t0=$(now_ms)
 new_head() { local h; h=$(head_of 4); [ -n "$h" ] && [ "$h" != "(none)" ] && [ "$h" != "$H" ]; }
 wait_for 15 new_head || { echo "no new head"; exit 1; }
 echo "new head $(head_of 4) $(( $(now_ms) - t0 )) ms after killing $H"
+wait_for 15 final_v "$S" || { echo "v$S stayed open"; tx; exit 1; }
+echo "v$S $(state_of_v "$S") by the new head $(( $(now_ms) - t0 )) ms after the kill (it adopted the open record):"
+tx --last 64 | awk -v v="$S" 'NR == 1 || $2 == v'
+rm -f "$DIR/stall"
 # the new head learns each member's process from its node's next report
 wait_for 10 running 12
 if [ "$(pids)" = "$P0" ]; then echo "all 12 members kept their processes (same pids)"; else echo "pids changed:"; echo "$P0"; pids; fi

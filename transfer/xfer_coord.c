@@ -507,7 +507,11 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 	int head_aborted = xfer_heartbeat_stop(&hb, hreason, sizeof hreason);
 	xfer_rearm(ep);
 
-	/* done -> the verdict; a lost answer is replaced by polling outcome */
+	/* done -> the verdict.  A lost answer (the head died, a forward timed
+	 * out) is replaced by saying done again: the head answers a repeated
+	 * done at once when the verdict is in, and a new head that adopted the
+	 * update learns only from it that the bytes moved (polling outcome
+	 * would wait for a verdict that needs this word) */
 	xfer_wv_done d = { .job = job, .member = me, .version = v, .ok = ok, .reason = ok ? "" : derr.msg,
 			   .implementation_seconds = impl, .density = density, .wire_bytes = wire,
 			   .failed_member = fm, .failed_reason = fr, .nfailed = nf };
@@ -519,16 +523,22 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 		goto out;
 	}
 	double deadline = xfer_now() + to / 1e3 + XFER_COORD_CALL_MS / 1e3;
-	xfer_err e = { 0 };
-	/* one attempt, which the head answers at the verdict: it gets the
-	 * whole watchdog, or the verdict would wait for the outcome poll */
-	uint8_t *ans = NULL;
-	size_t alen = 0;
-	rc = xfer_agent_call(c->agent, "done", req, len, to + XFER_COORD_CALL_MS, &ans, &alen, &e);
-	if (rc == 0) rc = parse_outcome(ans, alen, &o, &e);
-	free(ans);
-	if (rc != 0 || o.version != v || !final_state(&o))
-		rc = xfer_coord_outcome(c->agent, job, me, v, deadline, &o, err);
+	for (;;) {
+		xfer_err e = { 0 };
+		int left = (int)((deadline - xfer_now()) * 1e3);
+		rc = xfer_coord_call(c->agent, "done", req, len, left > 1 ? left : 1, deadline, parse_outcome, &o, &e);
+		if (rc == 0 && o.version == v && final_state(&o)) break;
+		if (rc != 0 && e.code == XFER_EFORMAT) {
+			*err = e;
+			break;
+		}
+		if (xfer_now() + XFER_COORD_POLL_MS / 1e3 >= deadline) {
+			rc = xfer_fail(err, XFER_ETIMEOUT, "no verdict from the head in time (last: %s)",
+				       rc == 0 ? (*o.state ? o.state : "unknown") : e.msg);
+			break;
+		}
+		xfer_coord_sleep_ms(XFER_COORD_POLL_MS);
+	}
 	if (rc != 0) {
 		if (head_aborted) { /* the heartbeat heard the verdict already */
 			snprintf(o.state, sizeof o.state, "aborted");

@@ -20,6 +20,7 @@
  * while no sender has connected yet. */
 #include "transfer/xfer_coord.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -146,6 +147,12 @@ static void do_receive(xfer_endpoint *ep, const xfer_wv_instr *in)
 	ep->handoff = NULL;
 	ep->handoff_len = 0;
 	c->seconds = xfer_now() - t0;
+	if (rc == 0 && xfer_hooks.stall_file) {
+		FILE *f = fopen(xfer_hooks.stall_file, "re");
+		unsigned long long sv = 0;
+		if (f && fscanf(f, "%llu", &sv) == 1 && sv == v) xfer_coord_sleep_ms(xfer_hooks.stall_ms);
+		if (f) fclose(f);
+	}
 	if (rc == 0) {
 		c->staged = v;
 		c->failed = 0;

@@ -52,6 +52,8 @@ int main(int argc, char **argv)
 	if (o.cuda && xfer_sim_model_to_device(&mine, 0, &e) != 0) goto err;
 	if (sim_config(&o, &c, XFER_RECEIVER, "engine") != 0) goto out;
 	xfer_hooks.crash_receiving_version = o.crash_during;
+	xfer_hooks.stall_file = o.stall_file;
+	xfer_hooks.stall_ms = 1500;
 	if (xfer_open(&ep, &c, xfer_sim_model_manifest(&mine), &e) != 0) goto err;
 	if (o.port_file) {
 		FILE *f = fopen(o.port_file, "w");

@@ -387,6 +387,10 @@ typedef struct {
 				     out (its own copy stays right for the next) */
 	uint64_t crash_receiving_version; /* receiver: _exit(3) once the first bucket of
 					     this version landed */
+	const char *stall_file;  /* coordinated receiver: when this file names the version it
+				    just verified, it holds its word for stall_ms (an update
+				    kept open on purpose: demo, tests of a head failover) */
+	int stall_ms;
 } xfer_test_hooks;
 extern xfer_test_hooks xfer_hooks;
 

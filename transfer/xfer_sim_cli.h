@@ -11,7 +11,7 @@
 #include <string.h>
 
 typedef struct {
-	const char *path, *dir, *host, *receiver_id, *port_file;
+	const char *path, *dir, *host, *receiver_id, *port_file, *stall_file;
 	uint64_t bytes, bucket;
 	size_t tensors;
 	double changed;
@@ -48,7 +48,9 @@ static void sim_usage(FILE *f, const char *prog, const char *role)
 		"  --crash-after V    trainer: exit(3) in the middle of publishing version V (tests)\n"
 		"  --interval-ms T    trainer: pause between versions, like a training step (default 0)\n"
 		"  --corrupt-version V  trainer: one wrong byte goes out in version V, after its checksum (tests)\n"
-		"  --crash-during V   engine: exit(3) once the first bucket of version V landed (tests)\n",
+		"  --crash-during V   engine: exit(3) once the first bucket of version V landed (tests)\n"
+		"  --stall-file F     engine, in a job: when F names the version just verified, say so\n"
+		"                     only 1.5 s later (keeps an update open: demo, head failover tests)\n",
 		prog, role);
 }
 
@@ -61,8 +63,8 @@ static int sim_parse(int argc, char **argv, sim_opts *o, const char *role)
 		{ "timeout-ms", 1, 0, 't' }, { "full-every", 1, 0, 'f' }, { "encoding", 1, 0, 'e' },
 		{ "zstd", 1, 0, 'z' }, { "receiver-id", 1, 0, 'r' }, { "wait-ms", 1, 0, 'w' },
 		{ "crash-after", 1, 0, 'x' }, { "keep-previous", 1, 0, 'K' }, { "interval-ms", 1, 0, 'i' },
-		{ "corrupt-version", 1, 0, 'C' }, { "crash-during", 1, 0, 'D' }, { "device", 1, 0, 'V' },
-		{ "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "corrupt-version", 1, 0, 'C' }, { "crash-during", 1, 0, 'D' }, { "stall-file", 1, 0, 'F' },
+		{ "device", 1, 0, 'V' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	memset(o, 0, sizeof *o);
 	o->path = "disk-delta";
@@ -110,6 +112,7 @@ static int sim_parse(int argc, char **argv, sim_opts *o, const char *role)
 			if (!strcmp(optarg, "cuda")) o->cuda = 1;
 			else if (strcmp(optarg, "host") != 0) goto bad;
 			break;
+		case 'F': o->stall_file = optarg; break;
 		case 'h': sim_usage(stdout, argv[0], role); exit(0);
 		default: goto bad;
 		}

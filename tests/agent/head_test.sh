@@ -43,7 +43,8 @@ check "get of a missing key: exit 1, one line" expect_err $rc 1 "$out" "no such 
 out=$(ctl 4 state put onlykey 2>&1); rc=$?
 check "put without a value: exit 2" expect_err $rc 2 "$out" "usage"
 
-# --- fencing: an order older than the newest head term is refused everywhere
+# --- fencing: an order is taken only from the known head at exactly its term
+# (the same check as a real assign), on every agent
 T=$(term_of 4)
 ok=1; for i in 1 2 3 4 5; do
 	out=$(ctl $i debug order $((T - 1)) 2>&1) && ok=0
@@ -51,6 +52,13 @@ ok=1; for i in 1 2 3 4 5; do
 	ctl $i debug order "$T" >/dev/null 2>&1 || ok=0
 done
 check "order of term $((T - 1)) refused, term $T accepted, on all agents" [ $ok = 1 ]
+ok=1; for i in 1 4; do
+	out=$(ctl $i debug order $((T + 1)) 2>&1) && ok=0
+	echo "$out" | grep -q "newer than head $H's term $T" || ok=0
+	out=$(ctl $i debug order "$T" n9 2>&1) && ok=0
+	echo "$out" | grep -q "from 'n9', but the head is $H" || ok=0
+done
+check "an order of term $((T + 1)), or of term $T from another agent, refused" [ $ok = 1 ]
 
 # --- a paused follower voter does not disturb the head
 F=1; [ "$HI" = 1 ] && F=2

@@ -53,13 +53,26 @@ static void submit(const uint8_t *p, size_t n)
 static void payloads(const uint8_t *p, size_t n)
 {
 	submit(p, n);
-	Skein__Jobs__Assignment *as = skein__jobs__assignment__unpack(NULL, n, p);
-	if (as) {
-		for (size_t i = 0; i < as->n_members; i++) FUZZ_CHECK(as->members[i]->id && as->members[i]->cmd);
-		skein__jobs__assignment__free_unpacked(as, NULL);
+	/* orders and reports through the codec the agent uses: whatever it
+	 * accepts is within the bounds of jobs/job_order.h */
+	job_assignment as;
+	char err[160];
+	if (job_codec_assignment_decode(&as, p, n, err, sizeof err) == 0) {
+		FUZZ_CHECK(strlen(as.head) <= JOB_NODE_MAX && as.ndrained <= JOB_STATE_DRAINED_MAX);
+		for (size_t i = 0; i < as.n; i++) {
+			const job_order *o = as.members[i];
+			FUZZ_CHECK(o->id[0] && o->cmd && strlen(o->cmd) < JOB_CMD_MAX && o->ngpus <= JOB_GPUS_PER_NODE_MAX);
+			FUZZ_CHECK(o->nenv <= JOB_ORDER_ENV_MAX);
+			for (uint32_t e = 0; e < o->nenv; e++) FUZZ_CHECK(o->env[e]);
+		}
+		for (size_t i = 0; i < as.ndrained; i++) FUZZ_CHECK(as.drained[i][0] && strlen(as.drained[i]) <= JOB_NODE_MAX);
+		job_assignment_free(&as);
 	}
-	Skein__Jobs__Report *r = skein__jobs__report__unpack(NULL, n, p);
-	if (r) skein__jobs__report__free_unpacked(r, NULL);
+	job_report r;
+	if (job_codec_report_decode(&r, p, n, err, sizeof err) == 0) {
+		for (size_t i = 0; i < r.n; i++) FUZZ_CHECK(r.members[i].id[0]);
+		job_report_free(&r);
+	}
 	raft_decoded d;
 	if (raft_codec_decode(p, n, &d) == WIRE_OK) raft_codec_free(&d);
 }

@@ -207,42 +207,24 @@ static void control(void)
 	sl = spec_from_flags(sizeof colo_argv / sizeof colo_argv[0], colo_argv, spec, sizeof spec);
 	request("job-submit-colocated", "job", sub, 2, 0, spec, sl);
 
-	Skein__Jobs__MemberOrder mo = SKEIN__JOBS__MEMBER_ORDER__INIT, *mos[1] = { &mo };
-	uint32_t gpus[2] = { 0, 1 };
-	char *env[] = { "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500" };
-	mo.id = "r1/trainer-0";
-	mo.job = "r1";
-	mo.role = "trainer";
-	mo.engine = -1;
-	mo.gpus = gpus;
-	mo.n_gpus = 2;
-	mo.cmd = "python train.py";
-	mo.env = env;
-	mo.n_env = 2;
-	mo.gen = 1;
-	Skein__Jobs__Assignment as = SKEIN__JOBS__ASSIGNMENT__INIT;
-	as.members = mos;
-	as.n_members = 1;
-	as.head = "n1";
-	uint8_t buf[4096];
-	size_t n = skein__jobs__assignment__pack(&as, buf);
-	request("assign", "assign", NULL, 0, 3, buf, n);
+	static const char *env[] = { "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500" };
+	job_order mo = { .id = "r1/trainer-0", .job = "r1", .trainer = true, .engine = -1, .ngpus = 2, .gpus = { 0, 1 },
+			 .cmd = "python train.py", .nenv = 2, .env = env, .gen = 1 };
+	const job_order *mos[1] = { &mo };
+	static const char *drained[] = { "n9" };
+	job_assignment as = { .head = "n1", .n = 1, .members = mos, .ndrained = 1, .drained = drained };
+	uint8_t buf[4096], *enc;
+	size_t n;
+	if (job_codec_assignment_encode(&as, &enc, &n) != 0) die("assignment encode");
+	request("assign", "assign", NULL, 0, 3, enc, n);
+	free(enc);
 
-	Skein__Jobs__MemberStatus ms = SKEIN__JOBS__MEMBER_STATUS__INIT, *mss[1] = { &ms };
-	ms.id = "r1/trainer-0";
-	ms.job = "r1";
-	ms.gen = 1;
-	ms.pid = 4242;
-	ms.state = "failed";
-	ms.last_exit = -9;
-	ms.reason = "killed";
-	Skein__Jobs__Report rep = SKEIN__JOBS__REPORT__INIT;
-	rep.node = "n2";
-	rep.members = mss;
-	rep.n_members = 1;
-	rep.free_port = 29500;
-	n = skein__jobs__report__pack(&rep, buf);
-	request("report", "report", NULL, 0, 3, buf, n);
+	job_member_status ms = { .id = "r1/trainer-0", .job = "r1", .gen = 1, .pid = 4242, .state = "failed",
+				 .last_exit = -9, .reason = "killed", .weight_version = 7, .syncing = true };
+	job_report rep = { .node = "n2", .free_port = 29500, .n = 1, .members = &ms };
+	if (job_codec_report_encode(&rep, &enc, &n) != 0) die("report encode");
+	request("report", "report", NULL, 0, 3, enc, n);
+	free(enc);
 
 	raft_msg m = { .type = RAFT_MSG_VOTE_REQ, .term = 3, .from = "n1", .last_index = 7, .last_term = 2 };
 	uint8_t *out;

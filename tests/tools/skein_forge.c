@@ -24,8 +24,8 @@
 #include "agent/agent_rpc.h"
 #include "common/sk_time.h"
 #include "agent/agent_wire.h"
+#include "jobs/job_codec.h"
 #include "proto/control.pb-c.h"
-#include "proto/jobs.pb-c.h"
 
 static int dial(const char *ep)
 {
@@ -169,22 +169,13 @@ int main(int argc, char **argv)
 		if (!colon || !slash || slash > colon) { fprintf(stderr, "skein-forge: --assign JOB/MEMBER:CMD\n"); return 2; }
 		snprintf(job, sizeof job, "%.*s", (int)(slash - assign), assign);
 		snprintf(id, sizeof id, "%.*s", (int)(colon - assign), assign);
-		Skein__Jobs__MemberOrder mo = SKEIN__JOBS__MEMBER_ORDER__INIT, *mp = &mo;
-		mo.id = id;
-		mo.job = job;
-		mo.role = "trainer";
-		mo.rank = 0;
-		mo.engine = -1;
-		mo.cmd = (char *)colon + 1;
-		mo.gen = 99;
-		mo.max_restarts = 1;
-		Skein__Jobs__Assignment as = SKEIN__JOBS__ASSIGNMENT__INIT;
-		as.members = &mp;
-		as.n_members = 1;
-		as.head = (char *)cred.sender;
-		q.payload.len = skein__jobs__assignment__get_packed_size(&as);
-		payload = malloc(q.payload.len + 1);
-		skein__jobs__assignment__pack(&as, payload);
+		job_order mo = { .trainer = true, .rank = 0, .engine = -1, .cmd = colon + 1, .gen = 99, .max_restarts = 1 };
+		const job_order *mp = &mo;
+		snprintf(mo.id, sizeof mo.id, "%s", id);
+		snprintf(mo.job, sizeof mo.job, "%s", job);
+		job_assignment as = { .n = 1, .members = &mp };
+		snprintf(as.head, sizeof as.head, "%s", cred.sender);
+		if (job_codec_assignment_encode(&as, &payload, &q.payload.len) < 0) return 2;
 		q.payload.data = payload;
 		if (!q.cmd || !strcmp(q.cmd, "info")) q.cmd = "assign";
 	}

@@ -699,6 +699,10 @@ static void commit_run(const char *path, uint64_t corrupt)
 		T_EQ(u.version, v);
 		T_EQ(u.participants, 2);
 		T_CHECK(u.update_seconds >= u.implementation_seconds && u.wire_bytes > 0);
+		if (!corrupt)
+			printf("  %s v%llu: update_weights_time %.1f ms, implementation %.1f ms, 2 engines, %llu bytes\n", path,
+			       (unsigned long long)v, u.update_seconds * 1e3, u.implementation_seconds * 1e3,
+			       (unsigned long long)xfer_manifest_bytes(s.m.m));
 		if (!strcmp(path, "disk-delta") && corrupt && v == corrupt + 1) {
 			T_LE(0.99, u.density); /* the version after an aborted one is full */
 			char vd[600];
