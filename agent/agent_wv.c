@@ -53,7 +53,7 @@ enum {
 	REASON_MAX = 400,
 	ENGINES_MAX = 8192,
 	OPEN_MAX = 1024,
-	SETUP_MAX = 128,               /* an NCCL unique id */
+	SETUP_MAX = 512 << 10,         /* an NCCL unique id (128), a colocated sender's handoff (xfer_ipc.c) */
 };
 
 typedef struct {
@@ -83,7 +83,7 @@ typedef struct {
 	char done_reason[REASON_MAX];
 	double impl_s, density;
 	uint64_t wire_bytes;
-	uint8_t setup[SETUP_MAX];
+	uint8_t *setup;                /* malloc'd; held here only: a new head adopts an update without it */
 	size_t setup_len;
 	int timeout_ms;
 	bool drop;                     /* --update-on-engine-loss drop */
@@ -261,6 +261,7 @@ static wv_open *open_new(agent_wv *W)
 static void open_free(agent_wv *W, wv_open *u)
 {
 	wv_update_free(&u->rec);
+	free(u->setup);
 	*u = W->open[--W->nopen];
 }
 
@@ -558,7 +559,9 @@ static size_t pick_participants(agent *a, const char *job, const char *mode, uin
 		 * is being caught up right now (it joins the next one) */
 		bool mid_catchup = e->catchup_version && sk_mono_s() - e->catchup_since < CATCHUP_STALL_S;
 		if (held != L && (!is_full_copy(mode) || mid_catchup)) continue;
-		if (is_full_copy(mode) && strcmp(mode, "broadcast") && strcmp(mode, "broadcast_packed") && !e->endpoint[0])
+		/* NCCL ranks and colocated engines (the handles come to them) need no endpoint */
+		if (is_full_copy(mode) && strcmp(mode, "broadcast") && strcmp(mode, "broadcast_packed") &&
+		    strcmp(mode, "colocated") && !e->endpoint[0])
 			continue;
 		snprintf(v[n].member, sizeof v[n].member, "%s", e->member);
 		snprintf(v[n].node, sizeof v[n].node, "%s", e->node);
@@ -587,7 +590,12 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 	wv_open *u = open_find(W, b->job);
 	if (u) {
 		if (u->rec.version == b->version && !strcmp(u->rec.sender, b->member) && !u->final_proposed) {
-			/* the same begin again (its answer was lost, or the head changed) */
+			/* the same begin again (its answer was lost, or the head changed:
+			 * an adopted update has its setup back from it) */
+			if (!u->setup_len && b->setup.len && (u->setup = malloc(b->setup.len))) {
+				memcpy(u->setup, b->setup.data, b->setup.len);
+				u->setup_len = b->setup.len;
+			}
 			u->begin_client = *c;
 			u->begin_waiting = true;
 			u->t_progress = sk_mono_s();
@@ -624,14 +632,16 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 	r->reason = strdup("");
 	r->started_ms = sk_wall_ms();
 	r->nengines = pick_participants(a, b->job, b->mode, L, &r->engines);
-	memcpy(u->setup, b->setup.data, b->setup.len);
-	u->setup_len = b->setup.len;
+	if (b->setup.len && (u->setup = malloc(b->setup.len))) {
+		memcpy(u->setup, b->setup.data, b->setup.len);
+		u->setup_len = b->setup.len;
+	}
 	u->timeout_ms = (int)s.update_timeout_ms;
 	u->drop = strcmp(s.on_engine_loss, "abort") != 0;
 	u->t_begin = u->t_progress = sk_mono_s();
 	u->begin_client = *c;
 	u->begin_waiting = true;
-	if (!r->reason || !r->engines) {
+	if (!r->reason || !r->engines || (b->setup.len && !u->setup)) {
 		open_free(W, u);
 		return fail_client(a, c, "out of memory");
 	}
@@ -900,7 +910,10 @@ static void check_waits(agent *a, double now)
 static void forget_all(agent *a)
 {
 	agent_wv *W = a->wv;
-	for (size_t i = 0; i < W->nopen; i++) wv_update_free(&W->open[i].rec);
+	for (size_t i = 0; i < W->nopen; i++) {
+		wv_update_free(&W->open[i].rec);
+		free(W->open[i].setup);
+	}
 	W->nopen = 0;
 	W->neng = 0;
 }

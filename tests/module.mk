@@ -23,4 +23,5 @@ all: $(TOOL_BIN)
 -include tests/sim/module.mk
 -include tests/fuzz/module.mk
 -include tests/tools/module.mk
+-include tests/fakecuda/module.mk
 -include tests/deploy/module.mk

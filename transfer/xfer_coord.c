@@ -12,12 +12,16 @@
  * in the replicated state is the truth, not our connection.
  *
  * Data paths: disk-delta writes the version as it does alone (an aborted
- * version is removed and the next one is full).  p2p, p2p-tcp, p2p-ucx and
- * colocated keep one sender sub-endpoint per participant (its session
+ * version is removed and the next one is full).  p2p, p2p-tcp and p2p-ucx
+ * keep one sender sub-endpoint per participant (its session
  * kept across versions, closed when the participant leaves the list) and
  * serve all of them in parallel threads: one receiver's failure is reported
  * in Done.failed and the head drops or aborts as the job says, the others
- * go on.  NCCL (broadcast, broadcast_packed): a communicator of the sender
+ * go on.  Colocated: the handoff (CUDA IPC handles, where each tensor lies
+ * in them, the tensors' sums) travels in Begin.setup through the agents to
+ * the engines, which map and copy from it during their receive; the sender
+ * moves nothing and holds its weights still until the verdict.
+ * NCCL (broadcast, broadcast_packed): a communicator of the sender
  * (rank 0) and the participants (ranks from the reply), made again with a
  * fresh unique id whenever the participants change; built, not run here
  * (no GPU on the build machine). */
@@ -441,14 +445,27 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 	memset(&ep->update, 0, sizeof ep->update);
 	ep->update.version = v;
 	if (xfer_wv_digest(ep->m, b.digest, err) != 0) return -1;
+	unsigned char *handoff = NULL;
+	double handoff_s = 0;
+	if (ep->ops == &xfer_ipc_ops) {
+		/* colocated: no bytes move here; the engines copy from our memory
+		 * with what the handoff says, and we hold it still until the verdict */
+		double th = xfer_now();
+		if (xfer_ipc_handoff(ep, v, &handoff, &b.setup_len, err) != 0) return -1;
+		handoff_s = xfer_now() - th;
+		b.setup = handoff;
+	}
 	if (xfer_coord_nccl(ep)) {
 		if (!c->nccl) {
 			if (xfer_nccl_unique_id(c->nccl_id, err) != 0) return -1;
 			fresh = 1;
 		}
 		b.setup = c->nccl_id;
+		b.setup_len = XFER_NCCL_ID_BYTES;
 	}
-	if (!(req = xfer_wv_begin_pack(&b, &len))) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	req = xfer_wv_begin_pack(&b, &len);
+	free(handoff);
+	if (!req) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	rc = xfer_coord_call(c->agent, "begin", req, len, XFER_COORD_CALL_MS, t0 + to / 1e3, parse_begin, &r, err);
 	free(req);
 	req = NULL;
@@ -488,6 +505,8 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 		if (nccl_ready(ep, &r, fresh, &derr) != 0 || xfer_path_send(c->nccl, v, &derr) != 0) ok = 0;
 		if (c->nccl) xfer_rearm(c->nccl);
 		wire = ok ? ep->m->bytes : 0;
+	} else if (ep->ops == &xfer_ipc_ops) {
+		wire = ep->m->bytes * r.npeers; /* each engine copies it all, device to device */
 	} else if (sync_peers(c, &r, &derr) != 0) {
 		ok = 0;
 	} else {
@@ -502,7 +521,7 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 			}
 		}
 	}
-	double impl = xfer_now() - ti;
+	double impl = xfer_now() - ti + handoff_s;
 	ep->stats.version = v; /* the job's versions only go up, committed or not */
 	char hreason[512] = "";
 	int head_aborted = xfer_heartbeat_stop(&hb, hreason, sizeof hreason);
@@ -553,7 +572,9 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 	snprintf(u->state, sizeof u->state, "%s", o.state);
 	snprintf(u->reason, sizeof u->reason, "%s", o.reason);
 	u->update_seconds = xfer_now() - t0;
-	u->implementation_seconds = impl;
+	/* colocated: the data path ran in the engines (their copy and check),
+	 * after the hashing here; the record's figure is ours alone */
+	u->implementation_seconds = impl + (ep->ops == &xfer_ipc_ops ? o.engine_seconds : 0);
 	u->wire_bytes = wire;
 	u->density = density;
 	u->participants = o.has_record ? o.participants : (uint32_t)r.npeers;

@@ -20,6 +20,7 @@ enum {
 	XFER_AGENT_ANSWER_MAX = 4 << 20,    /* an Outcome's record of thousands of engines fits */
 	XFER_WV_PEERS_MAX = 65536,          /* peers in a BeginReply */
 	XFER_WV_STR = 256,                  /* member, node, endpoint, mode, peer: longer is refused */
+	XFER_WV_SETUP_MAX = 512 << 10,      /* colocated: the handoff (handles, places, sums: ~16k tensors) */
 };
 
 /* ---- the client (xfer_agent.c) ---- */
@@ -58,6 +59,7 @@ typedef struct {
 	int has_record;      /* the fields below come from the record */
 	uint64_t wire_bytes;
 	double density, update_seconds, implementation_seconds;
+	double engine_seconds;   /* the slowest verified participant's receive */
 	uint32_t participants, dropped;
 } xfer_wv_outcome;
 
@@ -65,8 +67,8 @@ typedef struct {
 	char kind[16];       /* idle, receive, commit, abort, catchup, serve */
 	uint64_t version, base_version;
 	char mode[XFER_WV_STR], peer[XFER_WV_STR];
-	unsigned char setup[XFER_NCCL_ID_BYTES];
-	size_t setup_len;    /* 0 or XFER_NCCL_ID_BYTES */
+	unsigned char *setup; /* malloc'd (xfer_wv_instr_free): NCCL's unique id, or colocated's handoff */
+	size_t setup_len;    /* NCCL: 0 or XFER_NCCL_ID_BYTES; colocated: 0..XFER_WV_SETUP_MAX */
 	int rank, nranks;
 	char reason[512];
 	int timeout_ms;
@@ -77,7 +79,8 @@ typedef struct {
 	uint64_t version, bytes;
 	uint32_t tensors;
 	unsigned char digest[16];
-	const unsigned char *setup; /* NULL or XFER_NCCL_ID_BYTES */
+	const unsigned char *setup; /* NULL, NCCL's unique id or colocated's handoff */
+	size_t setup_len;
 } xfer_wv_begin;
 
 typedef struct {
@@ -103,12 +106,14 @@ uint8_t *xfer_wv_done_pack(const xfer_wv_done *d, size_t *len);
 uint8_t *xfer_wv_query_pack(const char *job, uint64_t version, const char *member, size_t *len);
 uint8_t *xfer_wv_status_pack(const xfer_wv_status *s, size_t *len);
 /* Each answer checked whole before it is used: every string bounded, the
- * state or kind one of those named, a setup of 0 or 128 bytes; -1 with
+ * state or kind one of those named, a setup of 0 or 128 bytes (colocated:
+ * at most XFER_WV_SETUP_MAX, checked whole by xfer_ipc.c); -1 with
  * XFER_EFORMAT naming the message and the field. */
 int xfer_wv_begin_reply_parse(const uint8_t *p, size_t n, xfer_wv_begin_reply *out, xfer_err *err);
 void xfer_wv_begin_reply_free(xfer_wv_begin_reply *r);
 int xfer_wv_outcome_parse(const uint8_t *p, size_t n, xfer_wv_outcome *out, xfer_err *err);
 int xfer_wv_instr_parse(const uint8_t *p, size_t n, xfer_wv_instr *out, xfer_err *err);
+void xfer_wv_instr_free(xfer_wv_instr *in);
 /* xxh3-128 of xfer_manifest_describe, canonical (big-endian) bytes. */
 int xfer_wv_digest(const xfer_manifest *m, unsigned char out[16], xfer_err *err);
 
@@ -195,5 +200,11 @@ void xfer_peer_close(xfer_endpoint **sub);
 int xfer_disk_drop(xfer_endpoint *ep, uint64_t v, xfer_err *err);
 /* disk-delta receiver: receivers/<id> says it holds v (committed). */
 int xfer_disk_record(xfer_endpoint *ep, uint64_t v, xfer_err *err);
+/* colocated sender: hashes version v where it lies and packs the handoff
+ * the engines need to copy it with no socket (its CUDA IPC handles, where
+ * each tensor lies in them, the sums, its pid); *out malloc'd.  It travels
+ * in Begin.setup; an engine's receive with ep->handoff set maps and copies
+ * from it (xfer_ipc.c). */
+int xfer_ipc_handoff(xfer_endpoint *ep, uint64_t v, unsigned char **out, size_t *len, xfer_err *err);
 
 #endif

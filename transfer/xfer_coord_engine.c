@@ -136,6 +136,16 @@ static void do_receive(xfer_endpoint *ep, const xfer_wv_instr *in)
 	double t0 = xfer_now();
 	xfer_endpoint *rx = xfer_coord_nccl(ep) ? nccl_rx(ep, in, &e) : ep;
 	int rc = -1;
+	if (ep->ops == &xfer_ipc_ops) {
+		/* colocated: the sender's handles came with the instruction */
+		ep->handoff = in->setup;
+		ep->handoff_len = in->setup_len;
+		if (!in->setup_len) {
+			rx = NULL;
+			xfer_fail(&e, XFER_EINVAL, "colocated: the head sent no handoff (the sender's handles); "
+				  "a head that took over mid-update has none");
+		}
+	}
 	if (rx) {
 		xfer_endpoint *self = ep;
 		xfer_heartbeat *hb = xfer_heartbeat_start(ep->cfg.coord.rpc, ep->cfg.coord.job, ep->cfg.coord.member, v,
@@ -151,6 +161,8 @@ static void do_receive(xfer_endpoint *ep, const xfer_wv_instr *in)
 			ep->undo_ready = 0; /* NCCL keeps no journal */
 		}
 	}
+	ep->handoff = NULL;
+	ep->handoff_len = 0;
 	c->seconds = xfer_now() - t0;
 	if (rc == 0 && xfer_hooks.stall_file) {
 		FILE *f = fopen(xfer_hooks.stall_file, "re");
@@ -288,7 +300,18 @@ static void do_serve(xfer_endpoint *ep, const xfer_wv_instr *in)
 	xfer_close(&s);
 }
 
+static int engine_loop(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_wv_instr *inp, xfer_err *err);
+
 int xfer_coord_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err)
+{
+	xfer_wv_instr in = { 0 };
+	int rc = engine_loop(ep, wait_ms, version, &in, err);
+	xfer_wv_instr_free(&in);
+	return rc;
+}
+
+/* *inp: the last instruction (its setup freed before the next is parsed). */
+static int engine_loop(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_wv_instr *inp, xfer_err *err)
 {
 	xfer_coord *c = ep->coord;
 	double deadline = wait_ms < 0 ? 1e300 : xfer_now() + wait_ms / 1e3;
@@ -300,11 +323,11 @@ int xfer_coord_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 		size_t len;
 		uint8_t *req = xfer_wv_status_pack(&s, &len);
 		if (!req) return xfer_fail(err, XFER_ENOMEM, "out of memory");
-		xfer_wv_instr in;
+		xfer_wv_instr_free(inp);
 		double asked = xfer_now();
 		double call_deadline = deadline < xfer_now() + XFER_COORD_CALL_MS / 1e3 ? deadline
 											 : xfer_now() + XFER_COORD_CALL_MS / 1e3;
-		int rc = xfer_coord_call(c->agent, "wait", req, len, XFER_COORD_CALL_MS, call_deadline, parse_instr, &in,
+		int rc = xfer_coord_call(c->agent, "wait", req, len, XFER_COORD_CALL_MS, call_deadline, parse_instr, inp,
 					 err);
 		free(req);
 		if (rc != 0) {
@@ -315,6 +338,7 @@ int xfer_coord_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 			return -1;
 		}
 		if (xfer_check_aborted(ep, err) != 0) return -1;
+		const xfer_wv_instr in = *inp;
 		if (!strcmp(in.kind, "idle") && xfer_now() - asked < XFER_COORD_POLL_MS / 1e3)
 			xfer_coord_sleep_ms(XFER_COORD_POLL_MS); /* a head that answers idle at once: no busy loop */
 		if (!strcmp(in.kind, "receive")) {

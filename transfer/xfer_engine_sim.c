@@ -1,6 +1,7 @@
 /* transfer/xfer_engine_sim.c: skein-engine-sim, a stand-in rollout engine.
  *
- * Registers buffers for the same layout as skein-trainer-sim (same --bytes,
+ * Registers buffers (host, or --device cuda: GPU 0, read back to compare)
+ * for the same layout as skein-trainer-sim (same --bytes,
  * --tensors, --seed), receives versions through libskein on --path until it
  * holds version --steps, and after each one recomputes what the trainer must
  * have published and compares bit for bit.  Exit 0 when every version
@@ -15,22 +16,25 @@
 #include "transfer/xfer_int.h"
 #include "transfer/xfer_sim_cli.h"
 
-/* 0 when mine holds version v bit for bit (v 0: nothing yet); else prints the mismatch. */
+/* 0 when mine holds version v bit for bit (v 0: nothing yet); else prints
+ * the mismatch.  On a device its bytes are read back first. */
 static uint64_t ref_bytes;  /* the reference model's --bytes and --tensors */
 static size_t ref_tensors;
 
 static int compare(xfer_sim_model *mine, xfer_sim_model *ref, uint64_t v)
 {
 	if (v == 0) return 0;
+	xfer_err e = { 0 };
+	if (mine->dev && xfer_sim_model_download(mine, &e) != 0) {
+		printf("engine: v%llu cannot be read back from the device: %s\n", (unsigned long long)v, e.msg);
+		return -1;
+	}
 	/* the reference is made at the first check, not at start: a restarted
 	 * engine asks its agent for the latest version first (readiness counts
 	 * from the process start) */
-	if (!ref->m) {
-		xfer_err e = { 0 };
-		if (xfer_sim_model_init(ref, ref_bytes, ref_tensors, mine->seed, mine->changed, &e) != 0) {
-			printf("engine: cannot make the reference model: %s\n", e.msg);
-			return -1;
-		}
+	if (!ref->m && xfer_sim_model_init(ref, ref_bytes, ref_tensors, mine->seed, mine->changed, &e) != 0) {
+		printf("engine: cannot make the reference model: %s\n", e.msg);
+		return -1;
 	}
 	xfer_sim_model_advance(ref, v);
 	long bad = xfer_sim_model_diff(ref, mine);
@@ -55,11 +59,12 @@ int main(int argc, char **argv)
 	ref_tensors = o.tensors;
 	if (xfer_sim_model_init(&mine, o.bytes, o.tensors, o.seed, o.changed, &e) != 0) goto err;
 	xfer_sim_model_poison(&mine);
+	if (o.cuda && xfer_sim_model_to_device(&mine, 0, &e) != 0) goto err;
 	if (sim_config(&o, &c, XFER_RECEIVER, "engine") != 0) goto out;
 	xfer_hooks.crash_receiving_version = o.crash_during;
 	xfer_hooks.stall_file = o.stall_file;
 	xfer_hooks.stall_ms = 1500;
-	if (xfer_open(&ep, &c, mine.m, &e) != 0) goto err;
+	if (xfer_open(&ep, &c, xfer_sim_model_manifest(&mine), &e) != 0) goto err;
 	if (o.port_file) {
 		FILE *f = fopen(o.port_file, "w");
 		if (!f || fprintf(f, "%d\n", xfer_endpoint_port(ep)) < 0 || fclose(f) != 0) {

@@ -89,6 +89,8 @@ struct xfer_endpoint {
 	struct xfer_coord *coord; /* NULL: not coordinated */
 	char *s_rpc, *s_job, *s_member;
 	uint64_t target;       /* receiver: receive up to exactly this version (0: the newest) */
+	const unsigned char *handoff; /* colocated receiver: the sender's handoff for target (no socket) */
+	size_t handoff_len;
 	int undo_ready;        /* receiver: the last receive journaled what it overwrote ... */
 	uint64_t undo_to;      /* ... and xfer_rollback puts this version back */
 	int keep_listener;     /* receiver: an abort ends the session, the listening socket stays */

@@ -26,16 +26,28 @@
  * bytes on the CPU BEFORE copying (no undo needed, far slower).
  * stats: data_seconds the copy (journal included), hash_seconds this side's
  * hashing, journal_bytes / device_journal_* / undo_seconds the journal.
- * The version header is SKV2 (tree sums); an SKV1 sender is refused by name. */
+ * The version header is SKV2 (tree sums); an SKV1 sender is refused by name.
+ *
+ * Coordinated (docs/updates.md) there is no socket: the sender packs a
+ * handoff (xfer_ipc_handoff: its handles, where each tensor lies in them,
+ * every tensor's sum of this version, its pid) that travels in Begin.setup
+ * through its agent and the head to each engine's `receive` instruction;
+ * the engine opens the handles, checks every place against the allocation's
+ * size, copies and verifies as above, and closes them again (no mapping of
+ * a trainer's memory outlives the version).  The sender's socket at end of
+ * file becomes its pidfd readable: a sender that died between buckets is
+ * seen the same way.  The sender holds its weights still until the head's
+ * verdict, which comes only after every engine copied. */
+#include "transfer/xfer_coord.h"
 #include "transfer/xfer_gpu.h"
 #include "transfer/xfer_sock.h"
 
-#include "transfer/xfer_sock.h"
-
+#include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 enum {
@@ -60,9 +72,22 @@ typedef struct {
 	uint64_t version, total;
 } ipc_vhead;
 
+/* The coordinated handoff, then handles[nallocs], places[ntensors],
+ * sums[ntensors] (one host's layout: both ends are on one GPU's node). */
+typedef struct {
+	char magic[8];          /* "SKIPCH1" */
+	uint64_t version, total;
+	uint32_t ntensors, nallocs;
+	int32_t pid;            /* the sender's process, watched while we copy */
+	uint32_t pad;
+} ipc_handoff_head;
+
 typedef struct {
 	const xfer_cuda_api *cu;
 	int lfd, ctl;
+	int pidfd;              /* coordinated receiver: the sender's process while we copy; -1 */
+	xfer_cuda_ipc_handle *hx; /* sender: the handles it exported (once: its tensors never move) */
+	uint32_t nhx;
 	void *stream;
 	unsigned char *hstage;
 	void **bases;           /* receiver: opened allocations */
@@ -100,6 +125,8 @@ static void close_session(ipc_state *s)
 {
 	if (s->ctl >= 0) close(s->ctl);
 	s->ctl = -1;
+	if (s->pidfd >= 0) close(s->pidfd);
+	s->pidfd = -1;
 	close_handles(s);
 }
 
@@ -108,7 +135,7 @@ static int ipc_setup(xfer_endpoint *ep, xfer_err *err)
 	ipc_state *s = calloc(1, sizeof *s);
 	if (!s) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	ep->impl = s;
-	s->lfd = s->ctl = -1;
+	s->lfd = s->ctl = s->pidfd = -1;
 	s->cu = xfer_cuda(NULL, 0);
 	for (size_t i = 0; i < ep->m->n; i++)
 		if (ep->m->t[i].mem != XFER_MEM_CUDA)
@@ -132,6 +159,7 @@ static int ipc_setup(xfer_endpoint *ep, xfer_err *err)
 	if (s->gpu && ep->cfg.role == XFER_RECEIVER && ep->cfg.keep_previous &&
 	    !(s->dj = xfer_djournal_new(s->gpu, ep->cfg.device_journal_bytes, err)))
 		return -1;
+	if (ep->cfg.coord.rpc) return 0; /* coordinated: the handoff goes through the agents, no socket */
 	if (ep->cfg.role == XFER_RECEIVER) {
 		s->lfd = xfer_sock_listen(ep->cfg.p2p.host, ep->cfg.p2p.port, &ep->port, err);
 		if (s->lfd < 0) return -1;
@@ -157,6 +185,7 @@ static void ipc_teardown(xfer_endpoint *ep)
 	free(s->bdst);
 	free(s->bsrc);
 	free(s->bn);
+	free(s->hx);
 	free(s);
 	ep->impl = NULL;
 }
@@ -196,27 +225,29 @@ static int tree_sums(xfer_endpoint *ep, ipc_state *s, size_t a, size_t b, void *
 	return 0;
 }
 
-/* Receiver, between buckets: the sender's socket at end of file means it
- * died, and its memory may be gone with it. */
-static int peer_gone(int fd, int wait_ms)
+/* Receiver, between buckets: the sender's socket at end of file (or,
+ * coordinated, its pidfd readable) means it died, and its memory may be
+ * gone with it. */
+static int peer_gone(const ipc_state *s, int wait_ms)
 {
+	int fd = s->ctl >= 0 ? s->ctl : s->pidfd;
+	if (fd < 0) return 0;
 	struct pollfd p = { .fd = fd, .events = POLLIN };
 	char c;
 	if (poll(&p, 1, wait_ms) <= 0) return 0;
-	return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+	return fd == s->pidfd || recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
-/* Sender: exports the allocations behind its tensors. */
-static int sender_connect(xfer_endpoint *ep, ipc_state *s, xfer_err *err)
+/* Sender: exports the allocations behind its tensors, once (s->hx, and
+ * s->place for each tensor). */
+static int export_handles(xfer_endpoint *ep, ipc_state *s, xfer_err *err)
 {
 	const xfer_manifest *m = ep->m;
-	int to = ep->cfg.timeout_ms;
+	if (s->hx) return 0;
 	unsigned long long *base = calloc(m->n + 1, sizeof *base);
 	xfer_cuda_ipc_handle *h = calloc(m->n + 1, sizeof *h);
-	size_t dlen = 0;
-	char *desc = xfer_manifest_describe(m, &dlen);
 	uint32_t nb = 0;
-	if (!base || !h || !desc) { xfer_fail(err, XFER_ENOMEM, "out of memory"); goto err; }
+	if (!base || !h) { xfer_fail(err, XFER_ENOMEM, "out of memory"); goto err; }
 	for (size_t i = 0; i < m->n; i++) {
 		unsigned long long b = 0;
 		size_t size = 0;
@@ -238,23 +269,51 @@ static int sender_connect(xfer_endpoint *ep, ipc_state *s, xfer_err *err)
 		}
 		s->place[i] = (ipc_place){ k, 0, (uint64_t)(uintptr_t)m->t[i].ptr - b };
 	}
-	ipc_hello hh = { .ntensors = (uint32_t)m->n, .nallocs = nb, .manifest_len = dlen };
-	memcpy(hh.magic, "SKIPC1", 7);
-	s->ctl = xfer_sock_connect(ep->cfg.p2p.host, ep->cfg.p2p.port, to, err);
-	if (s->ctl < 0) goto err;
-	struct iovec v[4] = { { &hh, sizeof hh }, { desc, dlen }, { h, nb * sizeof *h }, { s->place, m->n * sizeof *s->place } };
-	if (xfer_sock_sendv(s->ctl, v, 4, "handles", "receiver", to, err) != 0) goto err;
-	if (xfer_sock_recv_status(s->ctl, "receiver", to, err) != 0) goto err;
 	free(base);
-	free(h);
-	free(desc);
+	s->hx = h;
+	s->nhx = nb;
 	return 0;
 err:
 	free(base);
 	free(h);
+	return -1;
+}
+
+static int sender_connect(xfer_endpoint *ep, ipc_state *s, xfer_err *err)
+{
+	const xfer_manifest *m = ep->m;
+	int to = ep->cfg.timeout_ms;
+	size_t dlen = 0;
+	char *desc = xfer_manifest_describe(m, &dlen);
+	if (!desc) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	if (export_handles(ep, s, err) != 0) goto err;
+	ipc_hello hh = { .ntensors = (uint32_t)m->n, .nallocs = s->nhx, .manifest_len = dlen };
+	memcpy(hh.magic, "SKIPC1", 7);
+	s->ctl = xfer_sock_connect(ep->cfg.p2p.host, ep->cfg.p2p.port, to, err);
+	if (s->ctl < 0) goto err;
+	struct iovec v[4] = { { &hh, sizeof hh }, { desc, dlen }, { s->hx, s->nhx * sizeof *s->hx },
+			      { s->place, m->n * sizeof *s->place } };
+	if (xfer_sock_sendv(s->ctl, v, 4, "handles", "receiver", to, err) != 0) goto err;
+	if (xfer_sock_recv_status(s->ctl, "receiver", to, err) != 0) goto err;
+	free(desc);
+	return 0;
+err:
 	free(desc);
 	close_session(s);
 	return -1;
+}
+
+/* Sender: the sums of the version its tensors hold now (the caller's
+ * kernels done first). */
+static int hash_version(xfer_endpoint *ep, ipc_state *s, xfer_err *err)
+{
+	const xfer_manifest *m = ep->m;
+	if (xfer_cuda_check(s->cu, s->cu->DeviceSynchronize(), "cudaDeviceSynchronize", err) != 0) return -1;
+	double th = xfer_now();
+	memset(s->sums, 0, m->n * sizeof *s->sums);
+	if (ep->cfg.verify_device && tree_sums(ep, s, 0, m->n, NULL, s->sums, err) != 0) return -1;
+	ep->stats.hash_seconds = xfer_now() - th;
+	return 0;
 }
 
 static int ipc_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
@@ -263,11 +322,7 @@ static int ipc_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 	const xfer_manifest *m = ep->m;
 	int to = ep->cfg.timeout_ms;
 	if (s->ctl < 0 && sender_connect(ep, s, err) != 0) return -1;
-	if (xfer_cuda_check(s->cu, s->cu->DeviceSynchronize(), "cudaDeviceSynchronize", err) != 0) goto err;
-	double th = xfer_now();
-	memset(s->sums, 0, m->n * sizeof *s->sums);
-	if (ep->cfg.verify_device && tree_sums(ep, s, 0, m->n, NULL, s->sums, err) != 0) goto err;
-	ep->stats.hash_seconds = xfer_now() - th;
+	if (hash_version(ep, s, err) != 0) goto err;
 	ipc_vhead h = { .ntensors = (uint32_t)m->n, .version = v, .total = m->bytes };
 	memcpy(h.magic, "SKV2", 4);
 	struct iovec iv[2] = { { &h, sizeof h }, { s->sums, m->n * sizeof *s->sums } };
@@ -399,8 +454,8 @@ static double receive_gpu(xfer_endpoint *ep, ipc_state *s, uint64_t v, xfer_err 
 	for (size_t b = 0; st->code == XFER_OK && b < ep->nbuckets; b++) {
 		const xfer_bucket *bk = &ep->buckets[b];
 		size_t a = bk->first, e = bk->first + bk->count;
-		if (b > 0 && xfer_hooks.wait_sender_gone_before == (int)b) peer_gone(s->ctl, ep->cfg.timeout_ms);
-		if (b > 0 && peer_gone(s->ctl, 0)) {
+		if (b > 0 && xfer_hooks.wait_sender_gone_before == (int)b) peer_gone(s, ep->cfg.timeout_ms);
+		if (b > 0 && peer_gone(s, 0)) {
 			xfer_fail(st, XFER_EPEER, "version %llu: the sender vanished before bucket %zu", (unsigned long long)v, b);
 			break;
 		}
@@ -472,11 +527,15 @@ static double receive_gpu(xfer_endpoint *ep, ipc_state *s, uint64_t v, xfer_err 
 	return copy;
 }
 
+static int handoff_receive(xfer_endpoint *ep, ipc_state *s, uint64_t *version, xfer_err *err);
+
 static int ipc_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err)
 {
 	ipc_state *s = ep->impl;
 	const xfer_manifest *m = ep->m;
 	int to = ep->cfg.timeout_ms;
+	if (ep->handoff) return handoff_receive(ep, s, version, err);
+	if (s->lfd < 0) return xfer_fail(err, XFER_EINVAL, "colocated: a coordinated receiver receives from a handoff");
 	if (s->ctl < 0 && receiver_accept(ep, s, wait_ms, err) != 0) return -1;
 	if (xfer_sock_wait(s->ctl, wait_ms, err) != 0) return -1;
 	ipc_vhead h;
@@ -513,6 +572,135 @@ static int ipc_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 err:
 	close_session(s);
 	return -1;
+}
+
+/* ---- the coordinated handoff ---- */
+
+int xfer_ipc_handoff(xfer_endpoint *ep, uint64_t v, unsigned char **out, size_t *len, xfer_err *err)
+{
+	ipc_state *s = ep->impl;
+	const xfer_manifest *m = ep->m;
+	*out = NULL;
+	if (ep->ops != &xfer_ipc_ops || !s || ep->cfg.role != XFER_SENDER)
+		return xfer_fail(err, XFER_EINVAL, "a handoff is a colocated sender's");
+	if (export_handles(ep, s, err) != 0 || hash_version(ep, s, err) != 0) return -1;
+	size_t n = sizeof(ipc_handoff_head) + s->nhx * sizeof *s->hx + m->n * (sizeof *s->place + sizeof *s->sums);
+	if (n > XFER_WV_SETUP_MAX)
+		return xfer_fail(err, XFER_EINVAL, "colocated: the handoff of %zu tensors needs %zu bytes (at most %d)",
+				 m->n, n, XFER_WV_SETUP_MAX);
+	unsigned char *b = calloc(1, n);
+	if (!b) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	ipc_handoff_head h = { .version = v, .total = m->bytes, .ntensors = (uint32_t)m->n, .nallocs = s->nhx,
+			       .pid = (int32_t)getpid() };
+	memcpy(h.magic, "SKIPCH1", 8);
+	unsigned char *p = b;
+	memcpy(p, &h, sizeof h), p += sizeof h;
+	memcpy(p, s->hx, s->nhx * sizeof *s->hx), p += s->nhx * sizeof *s->hx;
+	memcpy(p, s->place, m->n * sizeof *s->place), p += m->n * sizeof *s->place;
+	memcpy(p, s->sums, m->n * sizeof *s->sums);
+	/* tests: one byte of ours changes after it was hashed, as a bad
+	 * device or a racing kernel would; the next version writes it again */
+	if (xfer_hooks.corrupt_version == v && m->n) {
+		const xfer_tensor *t = &m->t[m->n - 1];
+		unsigned char c;
+		if (t->nbytes && s->cu->Memcpy(&c, (char *)t->ptr + t->nbytes / 2, 1, XFER_CUDA_D2H) == 0) {
+			c ^= 0x40;
+			s->cu->Memcpy((char *)t->ptr + t->nbytes / 2, &c, 1, XFER_CUDA_H2D);
+		}
+	}
+	*out = b;
+	*len = n;
+	return 0;
+}
+
+/* The handoff checked whole against our manifest; its handles opened (each
+ * place inside its allocation) and the sums taken.  -1 leaves nothing open. */
+static int handoff_open(xfer_endpoint *ep, ipc_state *s, ipc_handoff_head *h, xfer_err *err)
+{
+	const xfer_manifest *m = ep->m;
+	const unsigned char *p = ep->handoff;
+	if (ep->handoff_len < sizeof *h) return xfer_fail(err, XFER_EFORMAT, "colocated handoff: %zu bytes", ep->handoff_len);
+	memcpy(h, p, sizeof *h);
+	p += sizeof *h;
+	if (memcmp(h->magic, "SKIPCH1", 8) != 0)
+		return xfer_fail(err, XFER_EFORMAT, "colocated handoff: not a skein colocated sender's");
+	if (h->ntensors != m->n || h->total != m->bytes || h->nallocs > h->ntensors ||
+	    ep->handoff_len != sizeof *h + (size_t)h->nallocs * sizeof(xfer_cuda_ipc_handle) +
+				       m->n * (sizeof *s->place + sizeof *s->sums))
+		return xfer_fail(err, XFER_EFORMAT, "colocated handoff: %u tensors, %llu bytes, %u allocations in %zu "
+				 "bytes; this engine has %zu tensors, %llu bytes", h->ntensors,
+				 (unsigned long long)h->total, h->nallocs, ep->handoff_len, m->n,
+				 (unsigned long long)m->bytes);
+	if (ep->target && h->version != ep->target)
+		return xfer_fail(err, XFER_EINVAL, "the handoff is of version %llu, this receiver was told %llu",
+				 (unsigned long long)h->version, (unsigned long long)ep->target);
+	const xfer_cuda_ipc_handle *hx = (const void *)p;
+	p += h->nallocs * sizeof *hx;
+	memcpy(s->place, p, m->n * sizeof *s->place);
+	p += m->n * sizeof *s->place;
+	memcpy(s->sums, p, m->n * sizeof *s->sums);
+	uint64_t *size = calloc(h->nallocs + 1, sizeof *size);
+	s->bases = calloc(h->nallocs + 1, sizeof *s->bases);
+	if (!size || !s->bases) {
+		free(size);
+		return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	}
+	/* the sender's process, to see it die between buckets (its pid is in
+	 * the handoff: a lying sender only misleads its own engines) */
+	s->pidfd = h->pid > 0 ? (int)syscall(SYS_pidfd_open, (pid_t)h->pid, 0) : -1;
+	if (s->pidfd < 0 && errno == ESRCH) {
+		free(size);
+		close_session(s);
+		return xfer_fail(err, XFER_EPEER, "version %llu: the sender (pid %d) is gone", (unsigned long long)h->version,
+				 h->pid);
+	}
+	for (uint32_t i = 0; i < h->nallocs; i++) {
+		unsigned long long base = 0;
+		size_t n = 0;
+		xfer_cuda_ipc_handle one;
+		memcpy(&one, &hx[i], sizeof one);
+		if (xfer_cuda_check(s->cu, s->cu->IpcOpenMemHandle(&s->bases[i], one, IPC_LAZY_PEER), "cudaIpcOpenMemHandle",
+				    err) != 0)
+			break;
+		s->nbases = i + 1;
+		if (s->cu->MemGetAddressRange(&base, &n, (unsigned long long)(uintptr_t)s->bases[i]) != 0) {
+			xfer_fail(err, XFER_EIO, "cuMemGetAddressRange of the sender's allocation %u failed", i);
+			break;
+		}
+		size[i] = (uint64_t)n - ((uint64_t)(uintptr_t)s->bases[i] - base);
+	}
+	for (size_t i = 0; err->code == XFER_OK && i < m->n; i++) {
+		const ipc_place *q = &s->place[i];
+		if (m->t[i].nbytes && (q->alloc >= h->nallocs || q->offset > size[q->alloc] ||
+				       m->t[i].nbytes > size[q->alloc] - q->offset))
+			xfer_fail(err, XFER_EFORMAT, "colocated handoff: tensor %s lies outside the sender's allocation",
+				  m->t[i].name);
+	}
+	free(size);
+	if (err->code != XFER_OK) {
+		close_session(s);
+		return -1;
+	}
+	return 0;
+}
+
+/* Coordinated receive: copy and verify from the handoff, then close it. */
+static int handoff_receive(xfer_endpoint *ep, ipc_state *s, uint64_t *version, xfer_err *err)
+{
+	ipc_handoff_head h;
+	err->code = XFER_OK;
+	if (handoff_open(ep, s, &h, err) != 0) return -1;
+	int journaled = ep->stats.version > 0; /* receive_gpu's choice */
+	xfer_err st = { 0 };
+	double dsec = s->gpu ? receive_gpu(ep, s, h.version, &st) : receive_cpu(ep, s, h.version, &st);
+	close_session(s);
+	if (st.code != XFER_OK) {
+		*err = st;
+		return -1;
+	}
+	ep->undo_ready = s->gpu && s->dj && journaled;
+	*version = h.version;
+	return version_done(ep, dsec);
 }
 
 static int ipc_rollback(xfer_endpoint *ep, xfer_err *err)

@@ -129,9 +129,10 @@ int xfer_open(xfer_endpoint **out, const xfer_config *cfg, const xfer_manifest *
 	if (!ep->offsets) { xfer_fail(err, XFER_ENOMEM, "xfer_open: out of memory"); goto err; }
 	if (ep->cfg.coord.rpc) {
 		/* a sender on a peer path learns its receivers (NCCL: its ranks)
-		 * from the head at each version; so does an NCCL receiver */
+		 * from the head at each version; so does an NCCL receiver.  A
+		 * colocated sender hands its handles to the head instead (Begin.setup) */
 		int nccl = ep->ops == &xfer_bcast_ops || ep->ops == &xfer_bcast_packed_ops;
-		ep->fanout = cfg->role == XFER_SENDER ? ep->ops != &xfer_disk_ops : nccl;
+		ep->fanout = cfg->role == XFER_SENDER ? ep->ops != &xfer_disk_ops && ep->ops != &xfer_ipc_ops : nccl;
 		ep->keep_listener = 1;
 		ep->coord_record = 1;
 	}

@@ -108,8 +108,56 @@ int xfer_sim_model_init(xfer_sim_model *s, uint64_t bytes, size_t tensors, uint6
 	return 0;
 }
 
+/* One copy per tensor between the host copy and the device allocation. */
+static int copy_all(xfer_sim_model *s, int to_device, xfer_err *err)
+{
+	const xfer_cuda_api *cu = xfer_cuda(NULL, 0);
+	if (!s->dev || !cu) return xfer_fail(err, XFER_EINVAL, "sim model: not on a device");
+	for (size_t i = 0; i < s->n; i++) {
+		const xfer_tensor *t = xfer_manifest_tensor(s->dm, i);
+		if (!t->nbytes) continue;
+		if ((to_device ? xfer_cuda_copy(cu, t->ptr, XFER_MEM_CUDA, s->w[i], XFER_MEM_HOST, t->nbytes, err)
+			       : xfer_cuda_copy(cu, s->w[i], XFER_MEM_HOST, t->ptr, XFER_MEM_CUDA, t->nbytes, err)) != 0)
+			return -1;
+	}
+	return 0;
+}
+
+int xfer_sim_model_to_device(xfer_sim_model *s, int device, xfer_err *err)
+{
+	char why[256];
+	const xfer_cuda_api *cu = xfer_cuda(why, sizeof why);
+	if (!cu) return xfer_fail(err, XFER_EUNAVAIL, "--device cuda: %s", why);
+	uint64_t total = 0;
+	for (size_t i = 0; i < s->n; i++) total += (s->elems[i] * 2 + 255) & ~(uint64_t)255;
+	if (xfer_cuda_check(cu, cu->SetDevice(device), "cudaSetDevice", err) != 0 ||
+	    xfer_cuda_check(cu, cu->Malloc(&s->dev, total ? total : 256), "cudaMalloc", err) != 0)
+		return -1;
+	if (!(s->dm = xfer_manifest_new())) return xfer_fail(err, XFER_ENOMEM, "sim model: out of memory");
+	uint64_t off = 0;
+	for (size_t i = 0; i < s->n; i++) {
+		const xfer_tensor *t = xfer_manifest_tensor(s->m, i);
+		int64_t shape[1] = { (int64_t)s->elems[i] };
+		if (xfer_manifest_add(s->dm, t->name, XFER_BF16, 1, shape, (char *)s->dev + off, XFER_MEM_CUDA, err) != 0)
+			return -1;
+		xfer_manifest_set_device(s->dm, device);
+		off += (s->elems[i] * 2 + 255) & ~(uint64_t)255;
+	}
+	return copy_all(s, 1, err);
+}
+
+int xfer_sim_model_upload(xfer_sim_model *s, xfer_err *err) { return copy_all(s, 1, err); }
+int xfer_sim_model_download(xfer_sim_model *s, xfer_err *err) { return copy_all(s, 0, err); }
+
+const xfer_manifest *xfer_sim_model_manifest(const xfer_sim_model *s)
+{
+	return s->dm ? s->dm : s->m;
+}
+
 void xfer_sim_model_free(xfer_sim_model *s)
 {
+	if (s->dev) xfer_cuda(NULL, 0)->Free(s->dev);
+	xfer_manifest_free(&s->dm);
 	for (size_t i = 0; s->w && i < s->n; i++) free(s->w[i]);
 	free(s->w);
 	free(s->elems);

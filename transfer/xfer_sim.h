@@ -21,6 +21,9 @@ typedef struct {
 	double changed;
 	uint64_t version;   /* the version the weights hold */
 	xfer_manifest *m;
+	/* --device cuda: the same tensors in one device allocation */
+	void *dev;
+	xfer_manifest *dm;  /* the tensors at dev (XFER_MEM_CUDA) */
 } xfer_sim_model;
 
 /* Lays out bytes over tensors (tensors >= 1) and fills version 1.  mem NULL:
@@ -34,6 +37,14 @@ void xfer_sim_model_advance(xfer_sim_model *s, uint64_t v);
 void xfer_sim_model_poison(xfer_sim_model *s);
 /* Index of the first tensor that differs, or -1 when a and b are equal. */
 long xfer_sim_model_diff(const xfer_sim_model *a, const xfer_sim_model *b);
+/* --device cuda: one allocation on CUDA device `device` holding every
+ * tensor (256-byte aligned), described by s->dm, filled from the host
+ * copy.  Upload and download copy all of it one way. */
+int xfer_sim_model_to_device(xfer_sim_model *s, int device, xfer_err *err);
+int xfer_sim_model_upload(xfer_sim_model *s, xfer_err *err);
+int xfer_sim_model_download(xfer_sim_model *s, xfer_err *err);
+/* The manifest to open an endpoint with: dm when on the device, else m. */
+const xfer_manifest *xfer_sim_model_manifest(const xfer_sim_model *s);
 /* Parses "123", "4k", "16M", "4G" (powers of 1024). */
 int xfer_parse_bytes(const char *s, uint64_t *out);
 

@@ -17,6 +17,7 @@ typedef struct {
 	double changed;
 	int steps, port, streams, timeout_ms, full_every, zstd, wait_ms, crash_after, keep_previous, interval_ms;
 	uint64_t corrupt_version, crash_during;
+	int cuda;   /* --device cuda: the weights live on CUDA device 0 (colocated needs it) */
 	int in_job; /* SKEIN_JOB set: the endpoint comes from the environment, coordinated */
 	xfer_encoding encoding;
 	uint64_t seed;
@@ -35,6 +36,8 @@ static void sim_usage(FILE *f, const char *prog, const char *role)
 		"  --changed F        fraction of elements changed per step (default 0.01)\n"
 		"  --steps S          versions to publish / receive (default 3)\n"
 		"  --seed X           the model's seed (default 1); trainer and engine must agree\n"
+		"  --device host|cuda where the weights live (default host; colocated needs cuda: GPU 0,\n"
+		"                     or the first of CUDA_VISIBLE_DEVICES)\n"
 		"  --dir DIR          disk-delta: the shared folder\n"
 		"  --host A --port P  p2p: the engine listens (port 0: any, see --port-file)\n"
 		"  --port-file F      engine: write the port it listens on to F\n"
@@ -60,7 +63,8 @@ static int sim_parse(int argc, char **argv, sim_opts *o, const char *role)
 		{ "timeout-ms", 1, 0, 't' }, { "full-every", 1, 0, 'f' }, { "encoding", 1, 0, 'e' },
 		{ "zstd", 1, 0, 'z' }, { "receiver-id", 1, 0, 'r' }, { "wait-ms", 1, 0, 'w' },
 		{ "crash-after", 1, 0, 'x' }, { "keep-previous", 1, 0, 'K' }, { "interval-ms", 1, 0, 'i' },
-		{ "corrupt-version", 1, 0, 'C' }, { "crash-during", 1, 0, 'D' }, { "stall-file", 1, 0, 'F' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "corrupt-version", 1, 0, 'C' }, { "crash-during", 1, 0, 'D' }, { "stall-file", 1, 0, 'F' },
+		{ "device", 1, 0, 'V' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	memset(o, 0, sizeof *o);
 	o->path = "disk-delta";
@@ -104,6 +108,10 @@ static int sim_parse(int argc, char **argv, sim_opts *o, const char *role)
 		case 'i': o->interval_ms = atoi(optarg); break;
 		case 'C': o->corrupt_version = strtoull(optarg, NULL, 10); break;
 		case 'D': o->crash_during = strtoull(optarg, NULL, 10); break;
+		case 'V':
+			if (!strcmp(optarg, "cuda")) o->cuda = 1;
+			else if (strcmp(optarg, "host") != 0) goto bad;
+			break;
 		case 'F': o->stall_file = optarg; break;
 		case 'h': sim_usage(stdout, argv[0], role); exit(0);
 		default: goto bad;

@@ -1,6 +1,7 @@
 /* transfer/xfer_trainer_sim.c: skein-trainer-sim, a stand-in trainer rank.
  *
- * Holds --bytes of bf16-like weights in --tensors tensors (xfer_sim.h), and
+ * Holds --bytes of bf16-like weights in --tensors tensors (xfer_sim.h; with
+ * --device cuda on GPU 0, copied there after each step), and
  * for each of --steps versions changes about --changed of the elements
  * (scattered, a unit or two in the last place) and publishes the version
  * through libskein on --path.  One line per version on stdout; exit 0 when
@@ -25,11 +26,12 @@ int main(int argc, char **argv)
 	xfer_err e = { 0 };
 	if (sim_parse(argc, argv, &o, "the trainer: publishes versions 1..S") != 0) return 2;
 	if (xfer_sim_model_init(&s, o.bytes, o.tensors, o.seed, o.changed, &e) != 0) goto err;
+	if (o.cuda && xfer_sim_model_to_device(&s, 0, &e) != 0) goto err;
 	if (sim_config(&o, &c, XFER_SENDER, "trainer") != 0) {
 		xfer_sim_model_free(&s);
 		return 1;
 	}
-	if (xfer_open(&ep, &c, s.m, &e) != 0) goto err;
+	if (xfer_open(&ep, &c, xfer_sim_model_manifest(&s), &e) != 0) goto err;
 	if (*xfer_endpoint_note(ep)) printf("trainer: %s\n", xfer_endpoint_note(ep));
 	xfer_hooks.corrupt_version = o.corrupt_version;
 	/* a restarted trainer goes on above the job's newest version (the model
@@ -45,6 +47,7 @@ int main(int argc, char **argv)
 			nanosleep(&ts, NULL);
 		}
 		xfer_sim_model_advance(&s, (uint64_t)v);
+		if (o.cuda && xfer_sim_model_upload(&s, &e) != 0) goto err;
 		if (o.crash_after == v) xfer_hooks.die_after_bucket = 1;
 		if (o.in_job) {
 			xfer_update_stats u;

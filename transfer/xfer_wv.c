@@ -36,7 +36,7 @@ uint8_t *xfer_wv_begin_pack(const xfer_wv_begin *b, size_t *len)
 	m.tensors = b->tensors;
 	if (b->setup) {
 		m.setup.data = (uint8_t *)b->setup;
-		m.setup.len = XFER_NCCL_ID_BYTES;
+		m.setup.len = b->setup_len;
 	}
 	PACK(begin, &m, len);
 }
@@ -188,8 +188,13 @@ int xfer_wv_outcome_parse(const uint8_t *p, size_t n, xfer_wv_outcome *out, xfer
 		out->update_seconds = u->update_seconds;
 		out->implementation_seconds = u->implementation_seconds;
 		out->participants = (uint32_t)(u->n_engines > UINT32_MAX ? UINT32_MAX : u->n_engines);
-		for (size_t i = 0; i < u->n_engines; i++)
-			if (u->engines[i]->state && !strcmp(u->engines[i]->state, "dropped")) out->dropped++;
+		for (size_t i = 0; i < u->n_engines; i++) {
+			const Skein__Weights__Engine *e = u->engines[i];
+			if (e->state && !strcmp(e->state, "dropped")) out->dropped++;
+			if (e->state && !strcmp(e->state, "verified") && e->seconds > out->engine_seconds &&
+			    e->seconds < 1e9)
+				out->engine_seconds = e->seconds;
+		}
 		if (!*out->reason) copy_reason(out->reason, sizeof out->reason, u->reason);
 	}
 	rc = 0;
@@ -216,16 +221,24 @@ int xfer_wv_instr_parse(const uint8_t *p, size_t n, xfer_wv_instr *out, xfer_err
 		xfer_fail(err, XFER_EFORMAT, "the head's Instruction: kind \"%s\" is unknown", out->kind);
 		goto out;
 	}
-	if (m->setup.len != 0 && m->setup.len != XFER_NCCL_ID_BYTES) {
-		xfer_fail(err, XFER_EFORMAT, "the head's Instruction: a setup of %zu bytes (0 or %d)", m->setup.len,
-			  XFER_NCCL_ID_BYTES);
+	/* colocated: the sender's handoff, checked whole where it is used */
+	if (!strcmp(out->mode, "colocated") ? m->setup.len > XFER_WV_SETUP_MAX
+					    : m->setup.len != 0 && m->setup.len != XFER_NCCL_ID_BYTES) {
+		xfer_fail(err, XFER_EFORMAT, "the head's Instruction: a setup of %zu bytes (%s)", m->setup.len,
+			  !strcmp(out->mode, "colocated") ? "at most 512 KiB" : "0 or 128");
 		goto out;
 	}
 	if (strcmp(out->kind, "idle") != 0 && m->version == 0) {
 		xfer_fail(err, XFER_EFORMAT, "the head's Instruction: %s of version 0", out->kind);
 		goto out;
 	}
-	memcpy(out->setup, m->setup.data, m->setup.len);
+	if (m->setup.len) {
+		if (!(out->setup = malloc(m->setup.len))) {
+			xfer_fail(err, XFER_ENOMEM, "out of memory");
+			goto out;
+		}
+		memcpy(out->setup, m->setup.data, m->setup.len);
+	}
 	out->setup_len = m->setup.len;
 	out->version = m->version;
 	out->base_version = m->base_version;
@@ -237,6 +250,13 @@ int xfer_wv_instr_parse(const uint8_t *p, size_t n, xfer_wv_instr *out, xfer_err
 out:
 	skein__weights__instruction__free_unpacked(m, NULL);
 	return rc;
+}
+
+void xfer_wv_instr_free(xfer_wv_instr *in)
+{
+	free(in->setup);
+	in->setup = NULL;
+	in->setup_len = 0;
 }
 
 int xfer_wv_digest(const xfer_manifest *m, unsigned char out[16], xfer_err *err)

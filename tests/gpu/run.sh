@@ -23,6 +23,9 @@
 #      and the device journal: bit-exact, a corrupted byte in the last bucket
 #      and a sender killed mid-transfer undone on device, the update vs the plain
 #      device copy; without the journal for its overhead.
+#   8. colo (tests/gpu/colo.sh, when skeind is at SKEIN_GPU_AGENT_BIN): coordinated
+#      colocated updates on a real agent beside the data path alone, and
+#      NCCL on one GPU as far as it goes.
 # Then (SKEIN_GPU_CPU_BENCH=1, the default) the CPU benchmarks of
 # tests/transfer/bench.sh on that machine's cores and disk (SKEIN_BENCH_DISK
 # default 4G there, SKEIN_BENCH_P2P 2G).  Prints the results last; full logs
@@ -130,8 +133,20 @@ run() {
 		fail=$((fail + 1))
 	fi
 }
-for c in ${SKEIN_GPU_CASES:-nccl ipc tcp tcp-nojournal tcp-undo hash tree-cpu ipc-undo ipc-undo-nojournal}; do
+# colo needs skeind and skeinctl built on a Debian machine (SKEIN_GPU_AGENT_BIN,
+# their libraries on LD_LIBRARY_PATH): there is no libev here to build them
+AGENT_BIN=${SKEIN_GPU_AGENT_BIN:-bin}
+COLO=; [ -x "$AGENT_BIN/skeind" ] && COLO=colo
+for c in ${SKEIN_GPU_CASES:-nccl ipc tcp tcp-nojournal tcp-undo hash tree-cpu ipc-undo ipc-undo-nojournal $COLO}; do
 	case $c in
+	colo)
+		echo "== colo"
+		SKEIN_BIN=$AGENT_BIN SKEIN_SIM_BIN=$B COLO_BYTES=${COLO_BYTES:-1G} timeout 400 tests/gpu/colo.sh 2>&1 |
+			tee "$LOG/colo.log"
+		line=$(grep -E '^# [0-9]+ passed' "$LOG/colo.log" | tail -n 1)
+		pass=$((pass + $(echo "${line:-# 0 passed}" | sed -E 's/^# ([0-9]+) passed.*/\1/')))
+		fail=$((fail + $(grep -c '^FAIL' "$LOG/colo.log") + $([ -n "$line" ] && echo 0 || echo 1)))
+		;;
 	nccl) run nccl nccl ;;
 	ipc) run ipc ipc "$IPC_BYTES" ;;
 	tcp) run tcp tcp "$TCP_BYTES" 1 ;;

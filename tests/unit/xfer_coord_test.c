@@ -871,6 +871,7 @@ T_TEST(xfer_coord_malformed_answers)
 		if (xfer_wv_begin_reply_parse(junk, n, &br, &er) == 0) xfer_wv_begin_reply_free(&br);
 		xfer_wv_outcome_parse(junk, n, &o, &er);
 		xfer_wv_instr_parse(junk, n, &in, &er);
+		xfer_wv_instr_free(&in);
 	}
 	/* an instruction of an unknown kind, a setup of the wrong size */
 	Skein__Weights__Instruction in = SKEIN__WEIGHTS__INSTRUCTION__INIT;
@@ -887,6 +888,25 @@ T_TEST(xfer_coord_malformed_answers)
 	n = skein__weights__instruction__pack(&in, buf + 256);
 	T_EQ(xfer_wv_instr_parse(buf + 256, n, &got, &er), -1);
 	if (!strstr(er.msg, "setup of 5 bytes")) T_FAIL("%s", er.msg);
+	/* colocated: a handoff of any size up to XFER_WV_SETUP_MAX, kept whole */
+	uint8_t *big = calloc(1, XFER_WV_SETUP_MAX + 1024);
+	T_CHECK(big != NULL);
+	in.mode = "colocated";
+	in.setup.data = big;
+	in.setup.len = 5;
+	n = skein__weights__instruction__pack(&in, buf + 256);
+	T_EQ(xfer_wv_instr_parse(buf + 256, n, &got, &er), 0);
+	T_EQ(got.setup_len, 5);
+	xfer_wv_instr_free(&got);
+	T_CHECK(got.setup == NULL);
+	in.setup.len = XFER_WV_SETUP_MAX + 1;
+	uint8_t *packed = malloc(XFER_WV_SETUP_MAX + 2048);
+	T_CHECK(packed != NULL);
+	n = skein__weights__instruction__pack(&in, packed);
+	T_EQ(xfer_wv_instr_parse(packed, n, &got, &er), -1);
+	if (!strstr(er.msg, "at most 512 KiB")) T_FAIL("%s", er.msg);
+	free(packed);
+	free(big);
 	w_free(&w);
 }
 

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# tests/agent/colocated_test.sh: coordinated colocated updates (docs/updates.md)
+# on a real agent: one voter with one GPU runs a --colocate job whose trainer
+# and engine share GPU 0; every version's CUDA IPC handoff travels from the
+# trainer through the agent and the head to the engine, which maps it with
+# no socket of its own.  Checked: committed versions verified bit for bit on
+# the device, a version corrupted after its checksum aborted with the engine
+# back on the previous one (bit for bit), the records in `skeinctl
+# transfers`, and the timings (perf/update_weights_time vs the data path's).
+#
+# Without a GPU (make test) the CUDA runtime is tests/fakecuda's stand-in
+# (SKEIN_FAKE_CUDART): "device memory" in shared memory, the checks on the
+# CPU.  On the H200 (tests/gpu/run.sh, case colo) SKEIN_COLO_REAL=1 uses the
+# real runtime and COLO_BYTES (default 1G).  Prints "RESULT ..." lines.
+. "$(dirname "$0")/lib.sh"
+
+BYTES=${COLO_BYTES:-8M}
+TENSORS=${COLO_TENSORS:-32}
+STEPS=${COLO_STEPS:-5}
+CORRUPT=3
+INTERVAL=${COLO_INTERVAL_MS:-100}  # the trainer's step: the engine's own check of a version fits in it
+if [ "${SKEIN_COLO_REAL:-0}" != 1 ]; then
+	FAKE=${SKEIN_FAKE_CUDART:-$ROOT/build/release/tests/libfake_cudart.so}
+	[ -e "$FAKE" ] || skip_all "no stand-in CUDA runtime at $FAKE (make builds it)"
+	CUDA_ENV="export SKEIN_CUDART_LIB=$FAKE SKEIN_CUDA_LIB=$FAKE"
+else
+	# what the members need from this environment (the agent gives them their own)
+	CUDA_ENV=":"
+	for v in LD_LIBRARY_PATH SKEIN_CUDART_LIB SKEIN_CUDA_LIB SKEIN_NCCL_LIB NCCL_NVLS_ENABLE NCCL_DEBUG; do
+		[ -n "${!v:-}" ] && CUDA_ENV="$CUDA_ENV; export $v='${!v}'"
+	done
+fi
+SIMBIN=${SKEIN_SIM_BIN:-$BIN}
+
+# the job's members: the trainer publishes once the engine is known to the
+# head (the go file), the engine verifies every committed version
+cat >"$T_DIR/member.sh" <<EOF
+#!/bin/sh
+$CUDA_ENV
+COMMON="--device cuda --bytes $BYTES --tensors $TENSORS --steps $STEPS"
+case "\$SKEIN_ROLE" in
+trainer)
+	i=0; while [ ! -e "$T_DIR/go" ] && [ \$i -lt 600 ]; do sleep 0.05; i=\$((i + 1)); done
+	"$SIMBIN/skein-trainer-sim" \$COMMON --corrupt-version $CORRUPT --interval-ms $INTERVAL
+	echo "trainer exited \$?"
+	exec sleep 1000000 ;;
+rollout)
+	"$SIMBIN/skein-engine-sim" \$COMMON --wait-ms 600000
+	echo "engine exited \$?"
+	exec sleep 1000000 ;;
+esac
+EOF
+chmod 755 "$T_DIR/member.sh"
+
+start_agent 1 --profile fast --gpus 1 --head-eligible --bootstrap-expect 1
+has_head() { ctl 1 head 2>/dev/null | grep -q '^head: n1'; }
+wait_until 20 has_head || fail "no head"
+ctl 1 job submit --name colo --actor-num-nodes 1 --actor-num-gpus-per-node 1 --rollout-num-gpus 1 \
+	--rollout-num-gpus-per-engine 1 --num-gpus-per-node 1 --colocate --update-weight-transfer-mode colocated \
+	--update-weight-timeout 60s --trainer-cmd "$T_DIR/member.sh" --rollout-cmd "$T_DIR/member.sh" >/dev/null ||
+	fail "submit"
+known() { ctl 1 placement colo --format json 2>/dev/null | grep -q '"weight_version":[0-9]'; }
+check "the engine is known to the head before the first version" wait_until 30 known
+touch "$T_DIR/go"
+t0=$(now_ms)
+
+elog() { ctl 1 logs colo/engine-0 2>/dev/null; }
+tlog() { ctl 1 logs colo/trainer-0 2>/dev/null; }
+done_all() { tlog | grep -q 'trainer exited' && elog | grep -q 'engine exited'; }
+wait_until 240 done_all
+echo "  (the $STEPS versions took $(( $(now_ms) - t0 )) ms)"
+tlog | grep -E '^trainer: v' | sed 's/^/  /'
+elog | grep -E '^engine: v' | sed 's/^/  /'
+
+check "the trainer published every version" grep -q 'trainer exited 0' <(tlog)
+check "the engine ended on v$STEPS, every version bit for bit" grep -q 'engine exited 0' <(elog)
+for v in $(seq 1 $STEPS); do
+	[ $v = $CORRUPT ] && continue
+	check "v$v committed, the engine in it" grep -q "trainer: v$v committed: .*participants=1 dropped=0" <(tlog)
+	check "v$v verified on the engine's device" grep -q "engine: v$v verified bit for bit" <(elog)
+done
+check "v$CORRUPT (a byte changed after its checksum) aborted naming the checksum" \
+	grep -q "trainer: v$CORRUPT aborted: .*checksum mismatch" <(tlog)
+check "the engine back on v$((CORRUPT - 1)) after the abort, bit for bit" \
+	grep -q "engine: v$CORRUPT aborted (.*): back on v$((CORRUPT - 1)), verified bit for bit" <(elog)
+js=$(ctl 1 transfers colo --format json 2>/dev/null)
+check "skeinctl transfers: mode colocated, $((STEPS - 1)) committed, 1 aborted" \
+	test "$(grep -o '"state":"committed"' <<<"$js" | wc -l)/$(grep -o '"state":"aborted"' <<<"$js" | wc -l)" = "$((STEPS - 1))/1"
+
+# the timings of the committed versions after the first (the first maps and warms up)
+tlog | sed -n 's/^trainer: v\([0-9]*\) committed: update_weights_time=\([0-9.]*\) implementation_time=\([0-9.]*\).*/\1 \2 \3/p' |
+	awk -v b="$BYTES" '$1 > 1 { printf "RESULT mode=colocated-coordinated bytes=%s version=%s update_weights_time=%s implementation_time=%s overhead_ms=%.1f\n", b, $1, $2, $3, ($2 - $3) * 1000 }' |
+	tee "$T_DIR/results"
+sort -t= -k7 -n "$T_DIR/results" | awk -F'overhead_ms=' '{ o[NR] = $2 } END { if (NR) printf "RESULT mode=colocated-coordinated median_overhead_ms=%s of %d versions\n", o[int((NR + 1) / 2)], NR }'
+ctl 1 transfers colo 2>/dev/null | sed 's/^/  /'
+[ "${SKEIN_COLO_NCCL:-0}" = 1 ] || finish
+
+# NCCL (broadcast) on one GPU, as far as it goes: the trainer (rank 0) and
+# the engine (rank 1) both on GPU 0.  NCCL refuses two ranks on one device;
+# what is checked is that the update ends (committed or aborted, with a
+# reason) within the watchdog and nothing hangs.  The reasons are printed.
+ctl 1 job stop colo >/dev/null 2>&1
+stopped() { ! ctl 1 placement colo 2>/dev/null | grep -q running; }
+wait_until 30 stopped
+ctl 1 job delete colo >/dev/null 2>&1
+sed -i "s/--corrupt-version $CORRUPT //; s/--steps $STEPS/--steps 2/" "$T_DIR/member.sh"
+rm -f "$T_DIR/go"
+ctl 1 job submit --name ncc --actor-num-nodes 1 --actor-num-gpus-per-node 1 --rollout-num-gpus 1 \
+	--rollout-num-gpus-per-engine 1 --num-gpus-per-node 1 --colocate --update-weight-transfer-mode broadcast \
+	--update-weight-timeout 20s --trainer-cmd "$T_DIR/member.sh" --rollout-cmd "$T_DIR/member.sh" >/dev/null ||
+	fail "submit the NCCL job"
+known_n() { ctl 1 placement ncc --format json 2>/dev/null | grep -q '"weight_version":[0-9]'; }
+check "NCCL on one GPU: the engine is known to the head" wait_until 60 known_n
+touch "$T_DIR/go"
+t0=$(now_ms)
+ntlog() { ctl 1 logs ncc/trainer-0 2>/dev/null; }
+nelog() { ctl 1 logs ncc/engine-0 2>/dev/null; }
+trainer_done() { ntlog | grep -q 'trainer exited'; }
+check "NCCL on one GPU: the trainer's 2 versions end within 2 watchdogs" wait_until 60 trainer_done
+echo "  (NCCL: $(( $(now_ms) - t0 )) ms)"
+ntlog | grep -vE '^\s*$' | tail -n 8 | sed 's/^/  trainer| /'
+nelog | grep -vE '^\s*$' | tail -n 8 | sed 's/^/  engine| /'
+ctl 1 transfers ncc 2>/dev/null | sed 's/^/  /'
+open_left() { ctl 1 transfers ncc --format json 2>/dev/null | grep -qE '"state":"(preparing|moving)"'; }
+check "NCCL on one GPU: no update left open" wait_until 30 eval '! open_left'
+finish
