@@ -183,7 +183,12 @@ int xfer_ucp_context(const xfer_ucp_api *u, ucp_context_h *out, xfer_err *err)
 		snprintf(var, sizeof var, "UCX_%s", tcp_defaults[i][0]);
 		if (!getenv(var)) u->ucp_config_modify(cfg, tcp_defaults[i][0], tcp_defaults[i][1]);
 	}
-	ucp_params_t p = { .field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP };
+	/* workers of one context in several threads (p2p-ucx's lanes): UCX
+	 * then locks what they share, its registration cache first (UCX 1.16
+	 * registers the sources of large puts there; unlocked, it aborts) */
+	ucp_params_t p = { .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+			   .features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP,
+			   .mt_workers_shared = 1 };
 	xfer_ucp_quiet(1); /* a failure is ours to explain, with UCX's last word */
 	st = u->ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &p, cfg, out);
 	xfer_ucp_quiet(0);

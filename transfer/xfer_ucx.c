@@ -498,7 +498,7 @@ static int send_stripe(ucx_state *s, lane *l, size_t k, uint64_t a, uint64_t b, 
 			ucp_rkey_h key;
 			uint64_t raddr = remote_at(s, l, k, t, a, &key);
 			void *q = u->ucp_put_nbx(l->uep, src, n, raddr, key, &prm);
-			if (UCS_PTR_IS_ERR(q)) return ucx_fail(s, err, XFER_EPEER, UCS_PTR_STATUS(q), "put");
+			if (UCS_PTR_IS_ERR(q)) return ucx_fail(s, err, XFER_EPEER, UCS_PTR_STATUS(q), "put to the receiver");
 			if (q) u->ucp_request_free(q); /* completion is the flush's */
 			XXH3_128bits_update(l->hs, src, n);
 			lane_progress(s, l);
@@ -506,7 +506,7 @@ static int send_stripe(ucx_state *s, lane *l, size_t k, uint64_t a, uint64_t b, 
 		}
 	}
 	*sum = digest(l->hs);
-	return flush_lane(s, l, "flush", err);
+	return flush_lane(s, l, "flush to the receiver", err);
 }
 
 /* Receiver: hashes [a, b) of the tensors (direct: where the puts landed) or
@@ -660,8 +660,8 @@ static void ucx_teardown(xfer_endpoint *ep)
 			if (s->lane[i].addr) s->u->ucp_worker_release_address(s->lane[i].w, s->lane[i].addr);
 			s->u->ucp_worker_destroy(s->lane[i].w);
 		}
+		s->u->ucp_cleanup(s->ctx); /* (UCX 1.16 lists registrations it still caches) */
 		xfer_ucp_quiet(0);
-		s->u->ucp_cleanup(s->ctx);
 	} else if (s->ctl >= 0) {
 		close(s->ctl);
 	}
@@ -984,9 +984,9 @@ static int corrupt_chunk(xfer_endpoint *ep, ucx_state *s, size_t k, xfer_err *er
 	uint64_t raddr = remote_at(s, l, k, t, (uint64_t)at, &key);
 	ucp_request_param_t prm = { .op_attr_mask = 0 };
 	void *q = s->u->ucp_put_nbx(l->uep, &flipped, 1, raddr, key, &prm);
-	if (UCS_PTR_IS_ERR(q)) return ucx_fail(s, err, XFER_EPEER, UCS_PTR_STATUS(q), "put");
+	if (UCS_PTR_IS_ERR(q)) return ucx_fail(s, err, XFER_EPEER, UCS_PTR_STATUS(q), "put to the receiver");
 	if (q) s->u->ucp_request_free(q);
-	return flush_lane(s, l, "flush", err);
+	return flush_lane(s, l, "flush to the receiver", err);
 }
 
 /* CUDA tensors: chunk k copied into the pinned staging slot. */
