@@ -588,10 +588,15 @@ static int ucx_probe(char *why, size_t n)
 	return 0;
 }
 
-/* The sender's endpoints and keys; the lanes are idle. */
-static void close_eps(ucx_state *s)
+/* The sender's endpoints and keys; the lanes are idle.  After a failure
+ * (force) the endpoints are closed at once: the peer may be dead or stopped,
+ * and a graceful close would wait on it.  Otherwise all lanes close
+ * together, within CLOSE_MS. */
+static void close_eps(ucx_state *s, int force)
 {
 	const xfer_ucp_api *u = s->u;
+	void *req[MAX_STRIPES] = { 0 };
+	xfer_ucp_quiet(1); /* UCX's warnings about puts a failed peer never took: the error said so */
 	for (int i = 0; i < s->nlanes; i++) {
 		lane *l = &s->lane[i];
 		for (size_t r = 0; l->rkey && r < s->nrg; r++)
@@ -599,34 +604,39 @@ static void close_eps(ucx_state *s)
 		free(l->rkey);
 		l->rkey = NULL;
 		if (!l->uep) continue;
-		/* a failed peer gets a forced close (no flush that cannot
-		 * finish), and UCX's warning about the puts it drops is ours
-		 * to give (the error says the peer failed) */
-		int failed = atomic_load(&l->peer_failed) != UCS_OK;
-		ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = failed ? UCP_EP_CLOSE_FLAG_FORCE : 0 };
-		xfer_ucp_quiet(1);
+		int flags = force || atomic_load(&l->peer_failed) != UCS_OK ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+		ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = (uint32_t)flags };
 		void *r = u->ucp_ep_close_nbx(l->uep, &p);
 		l->uep = NULL;
-		if (UCS_PTR_IS_PTR(r)) {
-			double end = xfer_now() + CLOSE_MS / 1e3;
-			while (u->ucp_request_check_status(r) == UCS_INPROGRESS && xfer_now() < end) u->ucp_worker_progress(l->w);
-			u->ucp_request_free(r);
-		}
-		xfer_ucp_quiet(0);
-		atomic_store(&l->peer_failed, UCS_OK);
+		if (UCS_PTR_IS_PTR(r)) req[i] = r;
 	}
+	double end = xfer_now() + CLOSE_MS / 1e3;
+	for (int busy = 1; busy && xfer_now() < end;) {
+		busy = 0;
+		for (int i = 0; i < s->nlanes; i++) {
+			if (!req[i]) continue;
+			u->ucp_worker_progress(s->lane[i].w);
+			if (u->ucp_request_check_status(req[i]) == UCS_INPROGRESS) busy = 1;
+		}
+	}
+	for (int i = 0; i < s->nlanes; i++) {
+		if (req[i]) u->ucp_request_free(req[i]);
+		atomic_store(&s->lane[i].peer_failed, UCS_OK);
+	}
+	xfer_ucp_quiet(0);
 	free(s->raddr);
 	free(s->rlen);
 	s->raddr = s->rlen = NULL;
 	s->nrg = 0;
 }
 
-static void close_session(ucx_state *s)
+/* Ends the session with the peer; failed: after an error. */
+static void close_session(ucx_state *s, int failed)
 {
 	if (s->ctl >= 0) close(s->ctl);
 	s->ctl = -1;
 	s->connected = 0;
-	close_eps(s);
+	close_eps(s, failed);
 }
 
 static void unmap_all(ucx_state *s)
@@ -653,7 +663,7 @@ static void ucx_teardown(xfer_endpoint *ep)
 	int mine = !s->ctx || s->pid == getpid(); /* a forked copy has no lane threads and leaves UCX to its parent */
 	if (mine) pool_stop(s);
 	if (s->ctx && mine) {
-		close_session(s);
+		close_session(s, 0);
 		unmap_all(s);
 		xfer_ucp_quiet(1); /* puts a failed peer never took: the error said so */
 		for (int i = 0; i < s->nlanes; i++) {
@@ -934,7 +944,7 @@ static int sender_connect(xfer_endpoint *ep, ucx_state *s, xfer_err *err)
 err:
 	free(desc);
 	free(why);
-	close_session(s);
+	close_session(s, 1);
 	return -1;
 }
 
@@ -1054,7 +1064,7 @@ err:
 			break;
 		}
 	}
-	close_session(s);
+	close_session(s, 1);
 	return -1;
 }
 
@@ -1215,7 +1225,7 @@ static int receiver_accept(xfer_endpoint *ep, ucx_state *s, int wait_ms, xfer_er
 	s->connected = 1;
 	goto out;
 err:
-	close_session(s);
+	close_session(s, 1);
 out:
 	for (size_t i = 0; tkeys && i < nkeys; i++)
 		if (tkeys[i]) u->ucp_rkey_buffer_release(tkeys[i]);
@@ -1283,7 +1293,7 @@ static int ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	return 0;
 err:
 	pool_active(s, 0);
-	close_session(s);
+	close_session(s, 1);
 	return -1;
 }
 
