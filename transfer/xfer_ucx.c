@@ -189,8 +189,7 @@ struct ucx_state {
 	ucp_mem_h *tensor_mh;
 	xfer_journal *j[MAX_STRIPES];
 	/* sender */
-	uint64_t *raddr; /* the landing regions: addresses and lengths */
-	uint64_t *rlen;
+	uint64_t *raddr; /* the landing regions' addresses (their lengths checked on arrival) */
 	size_t nrg;
 	int remote_direct;
 	unsigned char *lslot; /* CUDA tensors: a chunk on the host */
@@ -625,8 +624,7 @@ static void close_eps(ucx_state *s, int force)
 	}
 	xfer_ucp_quiet(0);
 	free(s->raddr);
-	free(s->rlen);
-	s->raddr = s->rlen = NULL;
+	s->raddr = NULL;
 	s->nrg = 0;
 }
 
@@ -818,17 +816,12 @@ static int read_regions(xfer_endpoint *ep, ucx_state *s, const ureply *r, xfer_e
 {
 	const xfer_manifest *m = ep->m;
 	int to = ep->cfg.timeout_ms;
-	unsigned char *blob = malloc(MAX_BLOB);
-	s->raddr = calloc(r->nregions, sizeof *s->raddr);
-	s->rlen = calloc(r->nregions, sizeof *s->rlen);
-	for (int i = 0; i < s->nstripes; i++) s->lane[i].rkey = calloc(r->nregions, sizeof(ucp_rkey_h));
 	s->nrg = r->nregions;
+	int ok = (s->raddr = calloc(r->nregions, sizeof *s->raddr)) != NULL;
 	for (int i = 0; i < s->nstripes; i++)
-		if (!s->lane[i].rkey) blob = (free(blob), NULL);
-	if (!blob || !s->raddr || !s->rlen) {
-		free(blob);
-		return xfer_fail(err, XFER_ENOMEM, "out of memory");
-	}
+		ok &= (s->lane[i].rkey = calloc(r->nregions, sizeof(ucp_rkey_h))) != NULL;
+	unsigned char *blob = ok ? malloc(MAX_BLOB) : NULL;
+	if (!blob) return xfer_fail(err, XFER_ENOMEM, "out of memory"); /* the caller frees the rest */
 	s->remote_direct = (int)r->direct;
 	for (uint32_t i = 0; i < r->nregions; i++) {
 		uregion g;
@@ -841,7 +834,6 @@ static int read_regions(xfer_endpoint *ep, ucx_state *s, const ureply *r, xfer_e
 		}
 		if (xfer_sock_recv(s->ctl, blob, g.rkey_len, "rkey", "receiver", to, err) != 0) goto err;
 		s->raddr[i] = g.addr;
-		s->rlen[i] = g.len;
 		for (int k = 0; g.len && k < s->nstripes; k++) {
 			ucs_status_t st = s->u->ucp_ep_rkey_unpack(s->lane[k].uep, blob, &s->lane[k].rkey[i]);
 			if (st != UCS_OK) {
