@@ -927,8 +927,8 @@ static int sender_connect(xfer_endpoint *ep, ucx_state *s, xfer_err *err)
 		goto err;
 	char lanes[256];
 	xfer_ucp_ep_lanes(u, s->lane[0].uep, lanes, sizeof lanes);
-	snprintf(ep->note, sizeof ep->note, "%s%s%s, %d lanes (UCX %s)", why, *why ? "; " : "", lanes, s->nstripes,
-		 u->ucp_get_version_string());
+	snprintf(ep->note, sizeof ep->note, "%s%s%s; %d lanes of ours, a UCX worker each (UCX %s)", why, *why ? "; " : "",
+		 lanes, s->nstripes, u->ucp_get_version_string());
 	free(desc);
 	free(why);
 	s->connected = 1;
@@ -1212,8 +1212,8 @@ static int receiver_accept(xfer_endpoint *ep, ucx_state *s, int wait_ms, xfer_er
 		struct iovec gv[2] = { { &g, sizeof g }, { tkeys[i], tklen[i] } };
 		if (xfer_sock_sendv(s->ctl, gv, 2, "regions", "sender", to, err) != 0) goto err;
 	}
-	snprintf(ep->note, sizeof ep->note, "%s%sUCX %s offers %s; %d lanes", why, *why ? "; " : "",
-		 u->ucp_get_version_string(), s->tls, s->nstripes);
+	snprintf(ep->note, sizeof ep->note, "%s%sUCX %s offers %s; %d lanes of ours, a UCX worker each", why,
+		 *why ? "; " : "", u->ucp_get_version_string(), s->tls, s->nstripes);
 	s->connected = 1;
 	goto out;
 err:
