@@ -145,7 +145,7 @@ static int p2p_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 				close(fd);
 				return -1;
 			}
-			s->active = memcmp(magic, "SKUCX1\0", 8) == 0 ? SUB_UCX : SUB_TCP;
+			s->active = memcmp(magic, XFER_UCX_MAGIC "\0", 8) == 0 ? SUB_UCX : SUB_TCP;
 			s->sub[s->active]->pending_ctl = fd;
 		}
 		xfer_endpoint *sub = s->sub[s->active];

@@ -7,7 +7,13 @@
  * ucp_ep_print_info into a memory stream: "resource N : md M dev D flags --
  * tl/dev" lines for the context, "lane[i]: k:tl/dev.p ... rma_bw#0" lines
  * for an endpoint.  Both formats have held from 1.10 to 1.16; a format we
- * do not recognise gives an empty list, never a wrong one. */
+ * do not recognise gives an empty list, never a wrong one.
+ *
+ * UCX prints its warnings on stdout by default, which is the program's:
+ * a log handler (ucs_log_push_handler) sends them to stderr, or keeps them
+ * back where we expect them and fold UCX's last word into our error.  Our
+ * transport settings go on the context's configuration (ucp_config_modify),
+ * never into the process's environment. */
 #include "transfer/xfer_ucp.h"
 
 #include <dlfcn.h>
@@ -50,6 +56,37 @@ static xfer_ucp_api g_u;
 static char g_why[256];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
+/* UCX's warnings and errors: to stderr, one line each; while this thread is
+ * quiet, kept (the last one) for the error that explains them. */
+static _Thread_local int g_quiet;
+static _Thread_local char g_last[256];
+
+static ucs_log_func_rc_t log_to_stderr(const char *file, unsigned line, const char *fn, ucs_log_level_t level,
+				       const ucs_log_component_config_t *cc, const char *fmt, va_list ap)
+{
+	(void)fn;
+	(void)cc;
+	static const char *names[] = { "FATAL", "ERROR", "WARN" };
+	if (level > UCS_LOG_LEVEL_WARN) return UCS_LOG_FUNC_RC_CONTINUE; /* asked for with UCX_LOG_LEVEL: UCX's */
+	char msg[sizeof g_last];
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	if (g_quiet) {
+		memcpy(g_last, msg, sizeof msg);
+		return UCS_LOG_FUNC_RC_STOP;
+	}
+	const char *base = strrchr(file, '/');
+	fprintf(stderr, "skein: UCX %s: %s (%s:%u)\n", names[level], msg, base ? base + 1 : file, line);
+	return UCS_LOG_FUNC_RC_STOP;
+}
+
+void xfer_ucp_quiet(int on)
+{
+	g_quiet = on;
+	if (on) g_last[0] = 0;
+}
+
+const char *xfer_ucp_last(void) { return g_last; }
+
 #define LOAD(fn)                                                                           \
 	do {                                                                               \
 		*(void **)&g_u.fn = dlsym(g_u.h, #fn);                                     \
@@ -63,18 +100,6 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void load(void)
 {
-	/* UCX's TCP carries puts as active messages (it has no one-sided put
-	 * in UCX 1.13) in segments of 8 KiB by default; 256 KiB ones cut the
-	 * per-segment work (0.4x -> 0.9x of p2p-tcp on 2 cores).  UCX reads
-	 * transport settings from the environment only (ucp_config_modify
-	 * refuses them), so we set these two there, once, before UCX is
-	 * loaded, unless they are set already or UCX_TLS leaves TCP out (UCX
-	 * warns about variables it did not use). */
-	const char *tls = getenv("UCX_TLS");
-	if (!tls || strstr(tls, "tcp") || strstr(tls, "all")) {
-		setenv("UCX_TCP_TX_SEG_SIZE", "256k", 0);
-		setenv("UCX_TCP_RX_SEG_SIZE", "512k", 0);
-	}
 	const char *lib = getenv("SKEIN_UCP_LIB");
 	if (!lib || !*lib) lib = "libucp.so.0";
 	g_u.h = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
@@ -111,7 +136,13 @@ static void load(void)
 	LOAD(ucp_request_check_status);
 	LOAD(ucp_request_free);
 	LOAD(ucp_get_version_string);
+	LOAD(ucp_config_modify);
 	LOAD(ucs_status_string); /* libucs, found through libucp's dependencies */
+	LOAD(ucs_log_push_handler);
+	/* UCX prints its warnings on stdout, which belongs to the program
+	 * that links us: they go to stderr, or nowhere where we expect them
+	 * and say what happened ourselves (xfer_ucp_quiet) */
+	g_u.ucs_log_push_handler(log_to_stderr);
 }
 
 const xfer_ucp_api *xfer_ucp(char *why, size_t n)
@@ -124,18 +155,47 @@ const xfer_ucp_api *xfer_ucp(char *why, size_t n)
 	return &g_u;
 }
 
+/* Whether a UCX_TLS value lets TCP in ("tcp", "all", unset, "^sm"). */
+static int tcp_listed(const char *tls)
+{
+	if (!tls || !*tls) return 1;
+	if (*tls == '^') return !strstr(tls, "tcp");
+	return strstr(tls, "tcp") || strstr(tls, "all");
+}
+
+static const char *const tcp_defaults[][2] = { { "TX_SEG_SIZE", "256k" }, { "RX_SEG_SIZE", "512k" } };
+
 int xfer_ucp_context(const xfer_ucp_api *u, ucp_context_h *out, xfer_err *err)
 {
 	ucp_config_t *cfg = NULL;
 	ucs_status_t st = u->ucp_config_read(NULL, NULL, &cfg); /* UCX_TLS, UCX_NET_DEVICES, ... */
 	if (st != UCS_OK)
 		return xfer_fail(err, XFER_EUNAVAIL, "UCX configuration (UCX_* variables): %s", u->ucs_status_string(st));
-	ucp_params_t p = { .field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP };
+	/* UCX's TCP carries puts as active messages (UCX 1.13 has no
+	 * one-sided put over TCP) in segments of 8 KiB by default; 256 KiB
+	 * ones cut the per-segment work (0.4x -> 0.9x of p2p-tcp on 2 cores).
+	 * Set on this context's configuration (UCX hands the keys it does not
+	 * know itself to the transports: TCP's, unprefixed), unless the
+	 * environment says, and only where UCX_TLS lets TCP in (UCX warns of
+	 * keys no transport took). */
+	for (size_t i = 0; tcp_listed(getenv("UCX_TLS")) && i < sizeof tcp_defaults / sizeof tcp_defaults[0]; i++) {
+		char var[64];
+		snprintf(var, sizeof var, "UCX_%s", tcp_defaults[i][0]);
+		if (!getenv(var)) u->ucp_config_modify(cfg, tcp_defaults[i][0], tcp_defaults[i][1]);
+	}
+	/* workers of one context in several threads (p2p-ucx's lanes): UCX
+	 * then locks what they share, its registration cache first (UCX 1.16
+	 * registers the sources of large puts there; unlocked, it aborts) */
+	ucp_params_t p = { .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+			   .features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP,
+			   .mt_workers_shared = 1 };
+	xfer_ucp_quiet(1); /* a failure is ours to explain, with UCX's last word */
 	st = u->ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &p, cfg, out);
+	xfer_ucp_quiet(0);
 	u->ucp_config_release(cfg);
 	if (st != UCS_OK)
-		return xfer_fail(err, XFER_EUNAVAIL, "UCX (%s) could not start: %s", u->ucp_get_version_string(),
-				 u->ucs_status_string(st));
+		return xfer_fail(err, XFER_EUNAVAIL, "UCX (%s) could not start: %s%s%s%s", u->ucp_get_version_string(),
+				 u->ucs_status_string(st), XFER_UCP_SAID(g_last));
 	return 0;
 }
 

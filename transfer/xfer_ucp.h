@@ -15,6 +15,7 @@
 #if defined(__has_include) && !defined(SKEIN_NO_UCX) /* SKEIN_NO_UCX: build as if missing */
 #if __has_include(<ucp/api/ucp.h>)
 #include <ucp/api/ucp.h>
+#include <ucs/debug/log_def.h> /* ucs_log_push_handler: UCX's messages to stderr */
 #define XFER_HAVE_UCX 1
 #endif
 #endif
@@ -72,13 +73,22 @@ typedef struct {
 	XFER_UCP_FN(ucp_request_check_status);
 	XFER_UCP_FN(ucp_request_free);
 	XFER_UCP_FN(ucp_get_version_string);
+	XFER_UCP_FN(ucp_config_modify);
 	XFER_UCP_FN(ucs_status_string);
+	XFER_UCP_FN(ucs_log_push_handler);
 } xfer_ucp_api;
 #undef XFER_UCP_FN
 
 /* Loads libucp.so.0 once (or $SKEIN_UCP_LIB); NULL with why filled when it
  * cannot. */
 const xfer_ucp_api *xfer_ucp(char *why, size_t n);
+/* While on, UCX's warnings and errors in this thread are kept back (the
+ * caller reports what went wrong); otherwise they go to stderr. */
+void xfer_ucp_quiet(int on);
+/* The last message kept back in this thread ("" when none), and the three
+ * "%s%s%s" arguments that append it as " (UCX: ...)" to an error. */
+const char *xfer_ucp_last(void);
+#define XFER_UCP_SAID(m) (m)[0] ? " (UCX: " : "", (m), (m)[0] ? ")" : ""
 /* A context for RMA with wakeup, from this process's UCX_* variables. */
 int xfer_ucp_context(const xfer_ucp_api *u, ucp_context_h *out, xfer_err *err);
 /* The transports a context offers ("tl/dev" separated by spaces) and their kinds. */

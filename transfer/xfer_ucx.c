@@ -2,49 +2,54 @@
  *
  * Mooncake's p2p in Miles, over UCX's UCP as NIXL uses it: the receiver
  * maps its landing memory once with ucp_mem_map and hands the sender its
- * worker address and the packed rkeys; the sender writes each chunk with
- * ucp_put_nbx, waits for remote completion with ucp_ep_flush_nbx, then tells
- * the receiver on the TCP control stream, with the chunk's checksums.  The
- * same code runs over RDMA (rc, dc, ud: the NIC writes the receiver's
- * memory), shared memory (the receiver's slots are allocated by UCX in
- * sysv/posix shared memory, which the sender attaches and writes with
- * memcpy: UCX 1.13 puts need a transport with short and bcopy puts, so cma
- * is not used) or UCX's TCP (puts emulated over active messages: the
- * receiver makes progress while it checks), whichever UCX picks under
- * UCX_TLS and UCX_NET_DEVICES (docs/transfer.md).
+ * workers' addresses and the packed rkeys; the sender writes each chunk
+ * with ucp_put_nbx, waits for remote completion with ucp_ep_flush_nbx,
+ * then tells the receiver on the TCP control stream, with the chunk's
+ * checksums.  The same code runs over RDMA (rc, dc, ud: the NIC writes the
+ * receiver's memory), shared memory (the receiver's slots are allocated by
+ * UCX in sysv/posix shared memory, which the sender attaches and writes
+ * with memcpy: UCX 1.13 puts need a transport with short and bcopy puts,
+ * so cma is not used) or UCX's TCP (puts emulated over active messages:
+ * the receiver's workers must progress for them to land), whichever UCX
+ * picks under UCX_TLS and UCX_NET_DEVICES (docs/transfer.md).
  *
  *   control  sender: hello (stripes, bucket size, its UCX kinds, boot id)
  *            + manifest text; receiver: status, then a reply (UCX, or "use
- *            p2p-tcp" under the p2p chooser), its worker address and one
- *            (address, length, rkey) per landing region.
+ *            p2p-tcp" under the p2p chooser), one worker address per lane
+ *            and one (address, length, rkey) per landing region.
  *            Per version: sender: header; per chunk, once its puts are
  *            flushed: "ready" with the xxh3-128 of each stripe; receiver:
  *            a credit per chunk it has placed (staged mode), and at the
  *            end, or at the first error, its status.
  *
- * Chunks, stripes and journals are p2p-tcp's (xfer_chunk.c): half a bucket
- * per chunk, page-aligned stripes, one undo journal per stripe.
- *   keep_previous (default): the landing regions are two staging slots of
- *     half a bucket; chunk k goes to slot k%2, so the sender writes chunk
- *     k+1 while the receiver checks chunk k; the sender waits for the credit
- *     of chunk k-2 before reusing its slot.  The receiver checks every
- *     stripe against its checksum BEFORE it copies it into the tensors
- *     through the stripe's journal; a failure puts the previous version
- *     back.  Peak extra memory: one bucket of slots plus journals held to
- *     half a bucket, as p2p-tcp.
+ * Lanes: each stripe of a chunk has its lane on both ends, a thread with
+ * its own UCX worker and connection (p2p-tcp's streams, in UCX): a sender
+ * lane puts its stripe block by block and hashes each block just after its
+ * put, while it is in cache; a receiver lane hashes each block of its
+ * stripe and copies it into the tensors through the stripe's journal in
+ * the same pass, then compares (as p2p-tcp's streams place before the
+ * check; a mismatch puts the previous version back), and between jobs it
+ * keeps its worker progressing.  One thread alone could not keep up: over
+ * shared memory the puts are memcpy, over TCP each lane is a connection.
+ *
+ * Chunks and slots (slot_plan): an eighth of a bucket (at most 32 MiB),
+ * in a ring of as many slots as one bucket holds, so up to 16 chunks are
+ * in flight and the pipeline fills and drains in small steps.
+ *   keep_previous (default): chunk k lands in slot k % nslots; the sender
+ *     waits for the credit of chunk k - nslots before reusing it.  Peak
+ *     extra memory: one bucket of slots plus journals held to half a
+ *     bucket, as p2p-tcp.  CUDA tensors: each stripe is checked first, then
+ *     copied to the device through its journal (xfer_journal_copy_device).
  *   direct (keep_previous = 0, host tensors): the landing regions are the
  *     tensors themselves, mapped once; no credits, zero copies, zero extra
  *     memory; a failure leaves them partly updated.
- * Stripes are hashed (sender, while the puts run) and checked and placed
- * (receiver) by a small pool of threads, one per stripe.
  *
  * The TCP control stream is also the watchdog: a peer that dies closes it,
- * one that stops stops answering; every wait makes UCX progress and gives
- * up after timeout_ms without any (UCX's own failure reports end it too).
- * CUDA tensors are staged through pinned host buffers on both sides (the
- * sender copies a chunk to the host, hashes and puts it; the receiver places
- * it with xfer_journal_copy_device).  Differs from NIXL: no GPU-direct, no
- * UCX tag/AM messages (the control stream is plain TCP, as in p2p-tcp). */
+ * one that stops stops answering; every wait gives up after timeout_ms
+ * without progress on any lane (UCX's own failure reports end it too).
+ * CUDA tensors are staged through pinned host buffers on both sides.
+ * Differs from NIXL: no GPU-direct, no UCX tag/AM messages (the control
+ * stream is plain TCP, as in p2p-tcp). */
 #include "transfer/xfer_sock.h"
 #include "transfer/xfer_ucp.h"
 
@@ -54,11 +59,12 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include "transfer/xfer_hash.h"
 
-static const char HELLO_MAGIC[8] = "SKUCX1";
+static const char HELLO_MAGIC[8] = XFER_UCX_MAGIC;
 
 _Static_assert(sizeof(xfer_ucx_hello) == XFER_UCX_HELLO_BYTES, "hello is 144 bytes on the wire");
 
@@ -88,10 +94,16 @@ int xfer_ucx_hello_parse(const void *buf, size_t n, xfer_ucx_hello *h, xfer_err 
 
 enum {
 	MAX_STRIPES = XFER_UCX_MAX_STRIPES,
-	MAX_BLOB = 64 << 10, /* a worker address or packed rkey larger than this is refused */
-	IDLE_SPINS = 32,     /* progress calls that did nothing before sleeping on the event fd */
-	POLL_SLICE_MS = 50,  /* the longest sleep: abort and deadlines are checked this often */
-	CLOSE_MS = 1000,     /* the most an endpoint's close may take */
+	MAX_SLOTS = 16,       /* staging slots in the receiver's ring */
+	SLOT_MAX = 32 << 20,  /* a slot (a chunk) holds at most this: small chunks keep many in flight */
+	PAGE = 4096,
+	BLOCK = 256 << 10,    /* puts and hashes, hashes and copies, in blocks that stay in cache */
+	MAX_BLOB = 64 << 10,  /* a worker address or packed rkey larger than this is refused */
+	IDLE_SPINS = 32,      /* progress calls that did nothing before sleeping on the event fd */
+	POLL_SLICE_MS = 50,   /* the longest sleep: abort and deadlines are checked this often */
+	UCX_NAP_MS = 1,       /* the longest sleep on a worker's event fd: it may not fire for every
+				 arrival (puts UCX emulates over shared memory: 50 ms naps cost 3x) */
+	CLOSE_MS = 1000,      /* the most an endpoint's close may take */
 	F_AUTO = XFER_UCX_F_AUTO, /* hello: the sender runs under the p2p chooser */
 	MODE_UCX = 0,
 	MODE_TCP = 1,
@@ -102,9 +114,9 @@ typedef xfer_ucx_hello uhello;
 
 typedef struct {
 	char magic[4];
-	uint32_t mode, direct, nregions, addr_len, why_len, same_host, pad;
+	uint32_t mode, direct, nregions, nlanes, why_len, same_host, nslots;
 	uint64_t slot_bytes;
-} ureply;
+} ureply; /* followed by why, then per lane a uint32 length and a worker address */
 
 typedef struct {
 	uint64_t addr, len;
@@ -121,17 +133,30 @@ _Static_assert(sizeof(ureply) == 40, "reply is 40 bytes on the wire");
 _Static_assert(sizeof(uregion) == 24, "region is 24 bytes on the wire");
 _Static_assert(sizeof(uready) == 24, "ready is 24 bytes on the wire");
 
-typedef struct {
-	uint64_t addr, len;
-	ucp_rkey_h rkey;
-} remote;
-
 typedef struct ucx_state ucx_state;
 
-/* Stripe jobs of one chunk, run by nstripes-1 threads and the caller. */
+/* One lane per stripe, on both ends: a UCX worker driven by one thread
+ * only (UCX's single-thread mode), its own connection to the peer's lane of
+ * the same index (one TCP connection or shared-memory FIFO or RDMA queue
+ * pair each, so puts, TCP receives and checks run in parallel) and its own
+ * hash state. */
 typedef struct {
-	pthread_t th[MAX_STRIPES];
-	int nth, stop, next, total, pending, failed;
+	ucx_state *s;
+	int idx, gen, wake;     /* gen: the last job done; wake: eventfd that rouses an idle receiver lane */
+	ucp_worker_h w;
+	int efd;
+	ucp_address_t *addr;    /* receiver: this lane's worker address */
+	size_t addr_len;
+	ucp_ep_h uep;           /* sender: to the receiver's lane idx */
+	ucp_rkey_h *rkey;       /* sender: the landing regions' keys, unpacked for uep */
+	atomic_int peer_failed;
+	XXH3_state_t *hs;
+	pthread_t th;
+} lane;
+
+/* The lanes' jobs: chunk k, stripe i to lane i. */
+typedef struct {
+	int nth, stop, gen, pending, failed, active, busy;
 	size_t k;
 	xfer_err err;
 	pthread_mutex_t mu;
@@ -142,29 +167,29 @@ struct ucx_state {
 	xfer_endpoint *ep;
 	const xfer_ucp_api *u;
 	ucp_context_h ctx;
-	ucp_worker_h w;
-	ucp_address_t *addr;
-	size_t addr_len;
-	int efd, kinds;
+	int kinds;
 	char tls[512], boot_here[40];
 	pid_t pid; /* the process that started UCX */
+	lane lane[MAX_STRIPES];
+	int nlanes; /* lanes with a worker */
 	int lfd, lfd_own, ctl, connected, nstripes, any_cuda, direct;
 	uint64_t bucket_bytes, version;
+	uint64_t slot_bytes; /* one chunk's slot; nslots of them in the ring */
+	int nslots;
 	xfer_span *chunks;
 	size_t nchunks;
-	atomic_int peer_failed;
+	atomic_uint progressed; /* bumped by lanes that made UCX progress: the control waits' watchdog */
 	int fallback;
 	char fallback_why[256];
 	/* receiver: landing memory, mapped once */
-	unsigned char *slot[2];
-	uint64_t slot_bytes;
+	unsigned char *slots;
+	uint64_t slots_len;
 	int slot_pinned;
-	ucp_mem_h slot_mh[2];
+	ucp_mem_h slot_mh;
 	ucp_mem_h *tensor_mh;
 	xfer_journal *j[MAX_STRIPES];
 	/* sender */
-	ucp_ep_h uep;
-	remote *rg;
+	uint64_t *raddr; /* the landing regions' addresses (their lengths checked on arrival) */
 	size_t nrg;
 	int remote_direct;
 	unsigned char *lslot; /* CUDA tensors: a chunk on the host */
@@ -191,16 +216,46 @@ static int ucx_fail(const ucx_state *s, xfer_err *err, xfer_code c, ucs_status_t
 	return xfer_fail(err, c, "%s: UCX: %s", what, s->u->ucs_status_string(st));
 }
 
-/* Makes UCX progress until req completes (req != NULL) or, without req,
- * until fd is readable.  Sleeps on the worker's event fd when idle; gives up
- * after timeout_ms without progress, on xfer_abort, when UCX reports the
- * peer failed or, with req, when the peer closes fd. */
-static int wait_for(ucx_state *s, void *req, int fd, const char *what, const char *peer, xfer_err *err)
+/* Chunks and slots for buckets of b bytes, the same on both ends: chunks
+ * of an eighth of a bucket (a page to SLOT_MAX), so that many are in
+ * flight, in as many slots as one bucket holds (2 to MAX_SLOTS); *wire is
+ * the bucket size that cuts the weights into such chunks (xfer_chunks).
+ * Buckets under 8 pages: p2p-tcp's chunks of half a bucket, two slots. */
+static void slot_plan(uint64_t b, uint64_t *wire, uint64_t *piece, int *nslots)
+{
+	uint64_t p = b / 8 / PAGE * PAGE;
+	if (p > SLOT_MAX) p = SLOT_MAX;
+	if (p < PAGE) {
+		*wire = b;
+		p = xfer_chunk_piece(b);
+	} else {
+		*wire = 2 * p;
+	}
+	*piece = p;
+	uint64_t n = b / p;
+	*nslots = n < 2 ? 2 : n > MAX_SLOTS ? MAX_SLOTS : (int)n;
+}
+
+/* One UCX progress call on a lane; counted for the control waits. */
+static unsigned lane_progress(ucx_state *s, lane *l)
+{
+	unsigned n = s->u->ucp_worker_progress(l->w);
+	if (n) atomic_fetch_add_explicit(&s->progressed, 1, memory_order_relaxed);
+	return n;
+}
+
+/* Makes UCX progress on lane l until req completes (l and req set), or,
+ * without them, waits until fd is readable.  Sleeps on the worker's event
+ * fd when idle; gives up after timeout_ms without progress (any lane's), on
+ * xfer_abort, when UCX reports the peer failed or, with req, when the peer
+ * closes fd. */
+static int wait_for(ucx_state *s, lane *l, void *req, int fd, const char *what, const char *peer, xfer_err *err)
 {
 	const xfer_ucp_api *u = s->u;
 	xfer_endpoint *ep = s->ep;
 	int to = ep->cfg.timeout_ms, idle = 0, watch = fd, rc = 0;
 	double deadline = xfer_now() + to / 1e3;
+	unsigned seen = atomic_load(&s->progressed);
 	for (;;) {
 		if (req) {
 			ucs_status_t st = u->ucp_request_check_status(req);
@@ -210,40 +265,47 @@ static int wait_for(ucx_state *s, void *req, int fd, const char *what, const cha
 				return xfer_fail(err, XFER_EPEER, "%s: UCX: %s (the %s failed or went away)", what,
 						 u->ucs_status_string(st), peer);
 			}
-		}
-		/* UCX's verdict on the peer counts while puts are in flight; when
-		 * only the control stream is awaited, that stream decides */
-		ucs_status_t pf = req ? (ucs_status_t)atomic_load(&s->peer_failed) : UCS_OK;
-		if (pf != UCS_OK) {
-			rc = xfer_fail(err, XFER_EPEER, "%s: UCX reports the %s failed: %s", what, peer, u->ucs_status_string(pf));
-			break;
+			/* UCX's verdict on the peer counts while puts are in
+			 * flight; when only the control stream is awaited, that
+			 * stream decides */
+			ucs_status_t pf = (ucs_status_t)atomic_load(&l->peer_failed);
+			if (pf != UCS_OK) {
+				rc = xfer_fail(err, XFER_EPEER, "%s: UCX reports the %s failed: %s", what, peer,
+					       u->ucs_status_string(pf));
+				break;
+			}
 		}
 		if (xfer_check_aborted(ep, err) != 0) {
 			rc = -1;
 			break;
 		}
-		if (u->ucp_worker_progress(s->w)) {
+		if (req && lane_progress(s, l)) {
 			idle = 0;
 			deadline = xfer_now() + to / 1e3;
 			continue;
 		}
-		struct pollfd p[2] = { { .fd = s->efd, .events = POLLIN }, { .fd = watch, .events = POLLIN } };
-		if (!req && poll(&p[1], 1, 0) > 0) return 0;
-		if (++idle < IDLE_SPINS) continue;
+		struct pollfd p[2] = { { .fd = watch, .events = POLLIN }, { .fd = req ? l->efd : -1, .events = POLLIN } };
+		if (!req && poll(p, 1, 0) > 0) return 0;
+		if (req && ++idle < IDLE_SPINS) continue;
 		idle = 0;
-		if (u->ucp_worker_arm(s->w) == UCS_ERR_BUSY) continue;
+		if (req && u->ucp_worker_arm(l->w) == UCS_ERR_BUSY) continue;
+		unsigned now = atomic_load(&s->progressed);
+		if (now != seen) { /* the lanes are moving data: not stuck */
+			seen = now;
+			deadline = xfer_now() + to / 1e3;
+		}
 		double left = deadline - xfer_now();
 		if (left <= 0) {
 			rc = xfer_fail(err, XFER_ETIMEOUT, "%s: the %s made no progress for %d ms (watchdog)", what, peer, to);
 			break;
 		}
 		int ms = left * 1e3 + 1 < POLL_SLICE_MS ? (int)(left * 1e3) + 1 : POLL_SLICE_MS;
-		int r = poll(p, watch >= 0 ? 2 : 1, ms);
+		int r = poll(p, 2, req ? UCX_NAP_MS : ms);
 		if (r < 0 && errno != EINTR) {
 			rc = xfer_fail_errno(err, XFER_EIO, "poll");
 			break;
 		}
-		if (r > 0 && watch >= 0 && p[1].revents) {
+		if (r > 0 && watch >= 0 && p[0].revents) {
 			if (!req) return 0;
 			/* during a put: the peer either said something (read it
 			 * later) or closed the connection */
@@ -260,38 +322,64 @@ static int wait_for(ucx_state *s, void *req, int fd, const char *what, const cha
 	return rc;
 }
 
-/* ---- the stripe pool ---- */
+/* ---- the lanes' threads ---- */
 
-static int stripe_job(ucx_state *s, size_t k, int i, xfer_err *err);
+static int stripe_job(ucx_state *s, lane *l, size_t k, xfer_err *err);
 
-static void run_one_locked(ucx_state *s)
+/* A receiver lane between jobs of a version keeps its worker moving (puts
+ * that UCX emulates over active messages, as over TCP, land only while the
+ * receiver's worker progresses), sleeping on its event fd and its wake fd. */
+static void idle_progress(ucx_state *s, lane *l)
 {
-	pool *p = &s->pool;
-	int i = p->next++;
-	size_t k = p->k;
-	pthread_mutex_unlock(&p->mu);
-	xfer_err e = { 0 };
-	int rc = stripe_job(s, k, i, &e);
-	pthread_mutex_lock(&p->mu);
-	if (rc != 0 && !p->failed) {
-		p->failed = 1;
-		p->err = e;
+	if (lane_progress(s, l)) return;
+	if (s->u->ucp_worker_arm(l->w) != UCS_OK) return;
+	struct pollfd q[2] = { { .fd = l->efd, .events = POLLIN }, { .fd = l->wake, .events = POLLIN } };
+	if (poll(q, 2, UCX_NAP_MS) > 0 && q[1].revents) {
+		uint64_t x;
+		if (read(l->wake, &x, sizeof x) < 0) { /* drained either way */ }
 	}
-	if (--p->pending == 0) pthread_cond_broadcast(&p->done);
 }
 
-static void *pool_main(void *arg)
+static void *lane_main(void *arg)
 {
-	ucx_state *s = arg;
+	lane *l = arg;
+	ucx_state *s = l->s;
 	pool *p = &s->pool;
+	int receiver = s->ep->cfg.role == XFER_RECEIVER;
 	pthread_mutex_lock(&p->mu);
-	for (;;) {
-		while (!p->stop && p->next >= p->total) pthread_cond_wait(&p->go, &p->mu);
-		if (p->stop) break;
-		run_one_locked(s);
+	while (!p->stop) {
+		if (p->gen != l->gen && l->idx < s->nstripes) {
+			int g = p->gen;
+			size_t k = p->k;
+			pthread_mutex_unlock(&p->mu);
+			xfer_err e = { 0 };
+			int rc = stripe_job(s, l, k, &e);
+			pthread_mutex_lock(&p->mu);
+			l->gen = g;
+			if (rc != 0 && !p->failed) {
+				p->failed = 1;
+				p->err = e;
+			}
+			if (--p->pending == 0) pthread_cond_broadcast(&p->done);
+		} else if (receiver && p->active) {
+			p->busy++;
+			pthread_mutex_unlock(&p->mu);
+			idle_progress(s, l);
+			pthread_mutex_lock(&p->mu);
+			if (--p->busy == 0) pthread_cond_broadcast(&p->done);
+		} else {
+			pthread_cond_wait(&p->go, &p->mu);
+		}
 	}
 	pthread_mutex_unlock(&p->mu);
 	return NULL;
+}
+
+static void wake_lanes(ucx_state *s)
+{
+	uint64_t one = 1;
+	for (int i = 0; i < s->pool.nth; i++)
+		if (write(s->lane[i].wake, &one, sizeof one) < 0) { /* a full counter wakes it as well */ }
 }
 
 static void pool_stop(ucx_state *s)
@@ -299,61 +387,59 @@ static void pool_stop(ucx_state *s)
 	pool *p = &s->pool;
 	pthread_mutex_lock(&p->mu);
 	p->stop = 1;
+	p->active = 0;
 	pthread_cond_broadcast(&p->go);
 	pthread_mutex_unlock(&p->mu);
-	for (int i = 0; i < p->nth; i++) pthread_join(p->th[i], NULL);
+	wake_lanes(s);
+	for (int i = 0; i < p->nth; i++) pthread_join(s->lane[i].th, NULL);
 	p->nth = 0;
 	p->stop = 0;
 }
 
-/* nstripes - 1 threads on the sender (it takes the last stripe itself),
- * nstripes on the receiver (it makes UCX progress meanwhile). */
+/* Receiver: lanes make UCX progress between jobs (on) or sleep (off; then
+ * they leave their workers alone, for the caller to use). */
+static void pool_active(ucx_state *s, int on)
+{
+	pool *p = &s->pool;
+	pthread_mutex_lock(&p->mu);
+	p->active = on;
+	pthread_cond_broadcast(&p->go);
+	if (!on) {
+		pthread_mutex_unlock(&p->mu);
+		wake_lanes(s);
+		pthread_mutex_lock(&p->mu);
+		while (p->busy) pthread_cond_wait(&p->done, &p->mu);
+	}
+	pthread_mutex_unlock(&p->mu);
+}
+
+/* One thread per lane in use. */
 static int pool_size(ucx_state *s, xfer_err *err)
 {
-	int want = s->nstripes - (s->ep->cfg.role == XFER_SENDER);
-	if (s->pool.nth == want) return 0;
+	if (s->pool.nth == s->nstripes) return 0;
 	pool_stop(s);
-	for (int i = 0; i < want; i++) {
-		if (pthread_create(&s->pool.th[i], NULL, pool_main, s) != 0)
-			return xfer_fail(err, XFER_EIO, "cannot start stripe thread %d", i);
+	for (int i = 0; i < s->nstripes; i++) {
+		s->lane[i].gen = s->pool.gen;
+		if (pthread_create(&s->lane[i].th, NULL, lane_main, &s->lane[i]) != 0)
+			return xfer_fail(err, XFER_EIO, "cannot start lane thread %d", i);
 		s->pool.nth++;
 	}
 	return 0;
 }
 
-static void pool_start(ucx_state *s, size_t k)
+/* Runs stripe i of chunk k on lane i, for every lane, and waits for all. */
+static int pool_run(ucx_state *s, size_t k, xfer_err *err)
 {
 	pool *p = &s->pool;
 	pthread_mutex_lock(&p->mu);
 	p->k = k;
-	p->next = 0;
-	p->total = p->pending = s->nstripes;
+	p->gen++;
+	p->pending = s->nstripes;
 	pthread_cond_broadcast(&p->go);
 	pthread_mutex_unlock(&p->mu);
-}
-
-/* Waits for the stripes of the chunk: the sender takes its share of them;
- * the receiver makes UCX progress instead (puts that UCX emulates over
- * active messages, as over TCP, land only while the receiver's worker
- * progresses, and the next chunk is landing now). */
-static int pool_wait(ucx_state *s, xfer_err *err)
-{
-	pool *p = &s->pool;
-	int receiver = s->ep->cfg.role == XFER_RECEIVER;
+	if (p->active) wake_lanes(s);
 	pthread_mutex_lock(&p->mu);
-	while (!receiver && p->next < p->total) run_one_locked(s);
-	while (p->pending) {
-		if (!receiver) {
-			pthread_cond_wait(&p->done, &p->mu);
-			continue;
-		}
-		pthread_mutex_unlock(&p->mu);
-		if (!s->u->ucp_worker_progress(s->w) && s->u->ucp_worker_arm(s->w) == UCS_OK) {
-			struct pollfd q = { .fd = s->efd, .events = POLLIN };
-			poll(&q, 1, 1);
-		}
-		pthread_mutex_lock(&p->mu);
-	}
+	while (p->pending) pthread_cond_wait(&p->done, &p->mu);
 	int failed = p->failed;
 	if (failed) *err = p->err;
 	p->failed = 0;
@@ -361,48 +447,129 @@ static int pool_wait(ucx_state *s, xfer_err *err)
 	return failed ? -1 : 0;
 }
 
-/* xxh3-128 of the tensors' bytes [a, b) of the back-to-back space. */
-static xfer_sum hash_tensors(const xfer_endpoint *ep, uint64_t a, uint64_t b, XXH3_state_t *st)
+/* ---- a stripe's work ---- */
+
+/* The landing address and key of byte a of chunk k (tensor t holds it). */
+static uint64_t remote_at(const ucx_state *s, const lane *l, size_t k, size_t t, uint64_t a, ucp_rkey_h *key)
 {
-	XXH3_128bits_reset(st);
-	for (size_t t = xfer_tensor_at(ep, a); t < ep->m->n && a < b; t++) {
-		uint64_t hi = ep->offsets[t + 1] < b ? ep->offsets[t + 1] : b;
-		if (hi <= a) continue;
-		XXH3_128bits_update(st, (const char *)ep->m->t[t].ptr + (a - ep->offsets[t]), hi - a);
-		a = hi;
+	const xfer_endpoint *ep = s->ep;
+	if (s->remote_direct) {
+		*key = l->rkey[t];
+		return s->raddr[t] + (a - ep->offsets[t]);
 	}
+	*key = l->rkey[0];
+	return s->raddr[0] + (k % (size_t)s->nslots) * s->slot_bytes + (a - s->chunks[k].off);
+}
+
+static const unsigned char *tensor_at(const xfer_endpoint *ep, size_t t, uint64_t a)
+{
+	return (const unsigned char *)ep->m->t[t].ptr + (a - ep->offsets[t]);
+}
+
+static xfer_sum digest(XXH3_state_t *st)
+{
 	XXH128_hash_t h = XXH3_128bits_digest(st);
 	return (xfer_sum){ h.low64, h.high64 };
 }
 
-/* Sender: hashes stripe i of chunk k.  Receiver: checks it, then (staged)
- * copies it into the tensors through its journal. */
-static int stripe_job(ucx_state *s, size_t k, int i, xfer_err *err)
+static int flush_lane(ucx_state *s, lane *l, const char *what, xfer_err *err)
+{
+	ucp_request_param_t prm = { .op_attr_mask = 0 };
+	void *q = s->u->ucp_ep_flush_nbx(l->uep, &prm);
+	if (UCS_PTR_IS_ERR(q)) return ucx_fail(s, err, XFER_EPEER, UCS_PTR_STATUS(q), what);
+	return q ? wait_for(s, l, q, s->ctl, what, "receiver", err) : 0;
+}
+
+/* Sender: puts the stripe [a, b) of chunk k block by block, hashing each
+ * block just after its put (while it is in cache), then flushes the lane
+ * (remote completion). */
+static int send_stripe(ucx_state *s, lane *l, size_t k, uint64_t a, uint64_t b, xfer_sum *sum, xfer_err *err)
+{
+	xfer_endpoint *ep = s->ep;
+	const xfer_ucp_api *u = s->u;
+	ucp_request_param_t prm = { .op_attr_mask = 0 };
+	XXH3_128bits_reset(l->hs);
+	for (size_t t = xfer_tensor_at(ep, a); t < ep->m->n && a < b; t++) {
+		uint64_t hi = ep->offsets[t + 1] < b ? ep->offsets[t + 1] : b;
+		for (; a < hi;) {
+			uint64_t n = hi - a < BLOCK ? hi - a : BLOCK;
+			const void *src = s->lslot ? (const void *)(s->lslot + (a - s->chunks[k].off)) : tensor_at(ep, t, a);
+			ucp_rkey_h key;
+			uint64_t raddr = remote_at(s, l, k, t, a, &key);
+			void *q = u->ucp_put_nbx(l->uep, src, n, raddr, key, &prm);
+			if (UCS_PTR_IS_ERR(q)) return ucx_fail(s, err, XFER_EPEER, UCS_PTR_STATUS(q), "put to the receiver");
+			if (q) u->ucp_request_free(q); /* completion is the flush's */
+			XXH3_128bits_update(l->hs, src, n);
+			lane_progress(s, l);
+			a += n;
+		}
+	}
+	*sum = digest(l->hs);
+	return flush_lane(s, l, "flush to the receiver", err);
+}
+
+/* Receiver: hashes [a, b) of the tensors (direct: where the puts landed) or
+ * of the slot, block by block, keeping the lane's worker moving. */
+static xfer_sum hash_landed(ucx_state *s, lane *l, const unsigned char *slot, uint64_t off, uint64_t a, uint64_t b)
+{
+	xfer_endpoint *ep = s->ep;
+	XXH3_128bits_reset(l->hs);
+	for (size_t t = slot ? 0 : xfer_tensor_at(ep, a); a < b; t++) {
+		uint64_t hi = slot || ep->offsets[t + 1] > b ? b : ep->offsets[t + 1];
+		for (; a < hi;) {
+			uint64_t n = hi - a < BLOCK ? hi - a : BLOCK;
+			XXH3_128bits_update(l->hs, slot ? slot + (a - off) : tensor_at(ep, t, a), n);
+			lane_progress(s, l);
+			a += n;
+		}
+	}
+	return digest(l->hs);
+}
+
+/* Receiver, host tensors with staging: hashes a block of the slot and
+ * copies it into the tensors through the stripe's journal while it is in
+ * cache, one pass; the checksum decides at the end of the stripe, and a
+ * mismatch makes the caller put the previous version back (the journal
+ * holds every byte this wrote, as p2p-tcp's streams do). */
+static int check_place(ucx_state *s, lane *l, const unsigned char *slot, uint64_t off, uint64_t a, uint64_t b,
+		       xfer_journal *j, xfer_sum *got, xfer_err *err)
+{
+	XXH3_128bits_reset(l->hs);
+	for (; a < b;) {
+		uint64_t n = b - a < BLOCK ? b - a : BLOCK;
+		XXH3_128bits_update(l->hs, slot + (a - off), n);
+		if (xfer_place_stripe(s->ep, slot, off, a, a + n, j, err) != 0) return -1;
+		lane_progress(s, l);
+		a += n;
+	}
+	*got = digest(l->hs);
+	return 0;
+}
+
+/* Sender: puts and hashes stripe i of chunk k.  Receiver: checks it and
+ * (staged) places it in the tensors. */
+static int stripe_job(ucx_state *s, lane *l, size_t k, xfer_err *err)
 {
 	xfer_endpoint *ep = s->ep;
 	xfer_span c = s->chunks[k];
 	uint64_t a, b;
-	xfer_stripe_of(c, s->nstripes, i, &a, &b);
-	const unsigned char *stage = ep->cfg.role == XFER_SENDER ? s->lslot : s->direct ? NULL : s->slot[k % 2];
+	xfer_stripe_of(c, s->nstripes, l->idx, &a, &b);
+	if (ep->cfg.role == XFER_SENDER) return send_stripe(s, l, k, a, b, &s->sums[l->idx], err);
+	const unsigned char *slot = s->direct ? NULL : s->slots + (k % (size_t)s->nslots) * s->slot_bytes;
+	xfer_journal *j = ep->stats.version ? s->j[l->idx] : NULL;
 	xfer_sum got;
-	if (stage) {
-		got = xfer_checksum(stage + (a - c.off), b - a);
+	int placed = slot && !s->any_cuda; /* CUDA tensors: checked first, then copied to the device */
+	if (placed) {
+		if (check_place(s, l, slot, c.off, a, b, j, &got, err) != 0) return -1;
 	} else {
-		XXH3_state_t *st = XXH3_createState();
-		if (!st) return xfer_fail(err, XFER_ENOMEM, "out of memory");
-		got = hash_tensors(ep, a, b, st);
-		XXH3_freeState(st);
+		got = hash_landed(s, l, slot, c.off, a, b);
 	}
-	if (ep->cfg.role == XFER_SENDER) {
-		s->sums[i] = got;
-		return 0;
-	}
-	if (!xfer_sum_equal(got, s->sums[i]))
+	if (!xfer_sum_equal(got, s->sums[l->idx]))
 		return xfer_fail(err, XFER_ECHECKSUM, "version %llu, bytes %llu..%llu (tensor %s): checksum mismatch on arrival",
 				 (unsigned long long)s->version, (unsigned long long)a, (unsigned long long)b,
 				 ep->m->t[xfer_tensor_at(ep, a)].name);
-	if (s->direct) return 0;
-	return xfer_place_stripe(ep, s->slot[k % 2], c.off, a, b, ep->stats.version ? s->j[i] : NULL, err);
+	if (!slot || placed) return 0;
+	return xfer_place_stripe(ep, slot, c.off, a, b, j, err);
 }
 
 /* ---- setup and teardown ---- */
@@ -420,47 +587,64 @@ static int ucx_probe(char *why, size_t n)
 	return 0;
 }
 
-static void close_ep(ucx_state *s)
+/* The sender's endpoints and keys; the lanes are idle.  After a failure
+ * (force) the endpoints are closed at once: the peer may be dead or stopped,
+ * and a graceful close would wait on it.  Otherwise all lanes close
+ * together, within CLOSE_MS. */
+static void close_eps(ucx_state *s, int force)
 {
 	const xfer_ucp_api *u = s->u;
-	for (size_t i = 0; i < s->nrg; i++)
-		if (s->rg[i].rkey) u->ucp_rkey_destroy(s->rg[i].rkey);
-	free(s->rg);
-	s->rg = NULL;
-	s->nrg = 0;
-	if (!s->uep) return;
-	/* a failed peer gets a forced close (no flush that cannot finish) */
-	ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-				  .flags = atomic_load(&s->peer_failed) != UCS_OK ? UCP_EP_CLOSE_FLAG_FORCE : 0 };
-	void *r = u->ucp_ep_close_nbx(s->uep, &p);
-	s->uep = NULL;
-	if (UCS_PTR_IS_PTR(r)) {
-		double end = xfer_now() + CLOSE_MS / 1e3;
-		while (u->ucp_request_check_status(r) == UCS_INPROGRESS && xfer_now() < end) u->ucp_worker_progress(s->w);
-		u->ucp_request_free(r);
+	void *req[MAX_STRIPES] = { 0 };
+	xfer_ucp_quiet(1); /* UCX's warnings about puts a failed peer never took: the error said so */
+	for (int i = 0; i < s->nlanes; i++) {
+		lane *l = &s->lane[i];
+		for (size_t r = 0; l->rkey && r < s->nrg; r++)
+			if (l->rkey[r]) u->ucp_rkey_destroy(l->rkey[r]);
+		free(l->rkey);
+		l->rkey = NULL;
+		if (!l->uep) continue;
+		int flags = force || atomic_load(&l->peer_failed) != UCS_OK ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+		ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = (uint32_t)flags };
+		void *r = u->ucp_ep_close_nbx(l->uep, &p);
+		l->uep = NULL;
+		if (UCS_PTR_IS_PTR(r)) req[i] = r;
 	}
+	double end = xfer_now() + CLOSE_MS / 1e3;
+	for (int busy = 1; busy && xfer_now() < end;) {
+		busy = 0;
+		for (int i = 0; i < s->nlanes; i++) {
+			if (!req[i]) continue;
+			u->ucp_worker_progress(s->lane[i].w);
+			if (u->ucp_request_check_status(req[i]) == UCS_INPROGRESS) busy = 1;
+		}
+	}
+	for (int i = 0; i < s->nlanes; i++) {
+		if (req[i]) u->ucp_request_free(req[i]);
+		atomic_store(&s->lane[i].peer_failed, UCS_OK);
+	}
+	xfer_ucp_quiet(0);
+	free(s->raddr);
+	s->raddr = NULL;
+	s->nrg = 0;
 }
 
-static void close_session(ucx_state *s)
+/* Ends the session with the peer; failed: after an error. */
+static void close_session(ucx_state *s, int failed)
 {
 	if (s->ctl >= 0) close(s->ctl);
 	s->ctl = -1;
 	s->connected = 0;
-	close_ep(s);
-	atomic_store(&s->peer_failed, UCS_OK);
+	close_eps(s, failed);
 }
 
 static void unmap_all(ucx_state *s)
 {
 	const xfer_ucp_api *u = s->u;
-	const xfer_cuda_api *cu = s->slot_pinned ? xfer_cuda(NULL, 0) : NULL;
-	for (int i = 0; i < 2; i++) {
-		if (s->slot_mh[i]) u->ucp_mem_unmap(s->ctx, s->slot_mh[i]); /* frees what UCX allocated */
-		s->slot_mh[i] = NULL;
-		if (cu && s->slot[i]) cu->FreeHost(s->slot[i]);
-		s->slot[i] = NULL;
-	}
-	s->slot_bytes = 0;
+	if (s->slot_mh) u->ucp_mem_unmap(s->ctx, s->slot_mh); /* frees what UCX allocated */
+	s->slot_mh = NULL;
+	if (s->slot_pinned && s->slots) xfer_cuda(NULL, 0)->FreeHost(s->slots);
+	s->slots = NULL;
+	s->slots_len = 0;
 	s->slot_pinned = 0;
 	if (s->tensor_mh) {
 		for (size_t t = 0; t < s->ep->m->n; t++)
@@ -474,15 +658,24 @@ static void ucx_teardown(xfer_endpoint *ep)
 {
 	ucx_state *s = ep->impl;
 	if (!s) return;
-	pool_stop(s);
-	if (s->ctx && s->pid == getpid()) { /* a forked copy leaves UCX to its parent */
-		close_session(s);
+	int mine = !s->ctx || s->pid == getpid(); /* a forked copy has no lane threads and leaves UCX to its parent */
+	if (mine) pool_stop(s);
+	if (s->ctx && mine) {
+		close_session(s, 0);
 		unmap_all(s);
-		if (s->addr) s->u->ucp_worker_release_address(s->w, s->addr);
-		if (s->w) s->u->ucp_worker_destroy(s->w);
-		s->u->ucp_cleanup(s->ctx);
+		xfer_ucp_quiet(1); /* puts a failed peer never took: the error said so */
+		for (int i = 0; i < s->nlanes; i++) {
+			if (s->lane[i].addr) s->u->ucp_worker_release_address(s->lane[i].w, s->lane[i].addr);
+			s->u->ucp_worker_destroy(s->lane[i].w);
+		}
+		s->u->ucp_cleanup(s->ctx); /* (UCX 1.16 lists registrations it still caches) */
+		xfer_ucp_quiet(0);
 	} else if (s->ctl >= 0) {
 		close(s->ctl);
+	}
+	for (int i = 0; i < MAX_STRIPES; i++) {
+		if (s->lane[i].hs) XXH3_freeState(s->lane[i].hs);
+		if (s->lane[i].wake >= 0) close(s->lane[i].wake);
 	}
 	if (s->lfd_own && s->lfd >= 0) close(s->lfd);
 	if (s->lslot) {
@@ -501,27 +694,36 @@ static void ucx_teardown(xfer_endpoint *ep)
 /* UCX starts at the first transfer, not at xfer_open: UCX does not survive
  * fork, and an endpoint may be opened before one (as a receiver that hands
  * its listening socket to a child).  One forked after that cannot go on. */
-static int ucx_start(xfer_endpoint *ep, ucx_state *s, xfer_err *err)
+static int ucx_start(ucx_state *s, xfer_err *err)
 {
-	const xfer_ucp_api *u = s->u;
 	if (s->ctx) {
 		if (s->pid == getpid()) return 0;
 		return xfer_fail(err, XFER_EINVAL, "p2p-ucx: this endpoint started UCX in process %d and cannot be used in "
 				 "a process forked from it", (int)s->pid);
 	}
-	if (xfer_ucp_context(u, &s->ctx, err) != 0) return -1;
+	if (xfer_ucp_context(s->u, &s->ctx, err) != 0) return -1;
 	s->pid = getpid();
-	s->kinds = xfer_ucp_context_tls(u, s->ctx, s->tls, sizeof s->tls);
-	ucp_worker_params_t wp = { .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE, .thread_mode = UCS_THREAD_MODE_SINGLE };
-	ucs_status_t st = u->ucp_worker_create(s->ctx, &wp, &s->w);
-	if (st != UCS_OK) {
-		s->w = NULL;
-		return ucx_fail(s, err, XFER_EUNAVAIL, st, "worker");
-	}
-	if ((st = u->ucp_worker_get_efd(s->w, &s->efd)) != UCS_OK) return ucx_fail(s, err, XFER_EUNAVAIL, st, "event fd");
-	if (ep->cfg.role == XFER_RECEIVER && (st = u->ucp_worker_get_address(s->w, &s->addr, &s->addr_len)) != UCS_OK) {
-		s->addr = NULL;
-		return ucx_fail(s, err, XFER_EUNAVAIL, st, "worker address");
+	s->kinds = xfer_ucp_context_tls(s->u, s->ctx, s->tls, sizeof s->tls);
+	return 0;
+}
+
+/* Workers for lanes 0..n-1 (kept for the endpoint's life). */
+static int lanes_make(xfer_endpoint *ep, ucx_state *s, int n, xfer_err *err)
+{
+	const xfer_ucp_api *u = s->u;
+	for (; s->nlanes < n; s->nlanes++) {
+		lane *l = &s->lane[s->nlanes];
+		ucp_worker_params_t wp = { .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+					   .thread_mode = UCS_THREAD_MODE_SINGLE };
+		ucs_status_t st = u->ucp_worker_create(s->ctx, &wp, &l->w);
+		if (st != UCS_OK) return ucx_fail(s, err, XFER_EUNAVAIL, st, "worker");
+		if ((st = u->ucp_worker_get_efd(l->w, &l->efd)) != UCS_OK ||
+		    (ep->cfg.role == XFER_RECEIVER && (st = u->ucp_worker_get_address(l->w, &l->addr, &l->addr_len)) != UCS_OK)) {
+			l->addr = NULL;
+			u->ucp_worker_destroy(l->w);
+			l->w = NULL;
+			return ucx_fail(s, err, XFER_EUNAVAIL, st, "worker");
+		}
 	}
 	return 0;
 }
@@ -532,10 +734,18 @@ static int ucx_setup(xfer_endpoint *ep, xfer_err *err)
 	if (!s) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	ep->impl = s;
 	s->ep = ep;
-	s->lfd = s->ctl = s->efd = -1;
+	s->lfd = s->ctl = -1;
 	pthread_mutex_init(&s->pool.mu, NULL);
 	pthread_cond_init(&s->pool.go, NULL);
 	pthread_cond_init(&s->pool.done, NULL);
+	for (int i = 0; i < MAX_STRIPES; i++) {
+		lane *l = &s->lane[i];
+		l->s = s;
+		l->idx = i;
+		l->efd = -1;
+		if ((l->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) return xfer_fail_errno(err, XFER_EIO, "eventfd");
+		if (!(l->hs = XXH3_createState())) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	}
 	char why[256];
 	if (!(s->u = xfer_ucp(why, sizeof why))) return xfer_fail(err, XFER_EUNAVAIL, "%s", why);
 	for (size_t i = 0; i < ep->m->n; i++)
@@ -544,6 +754,7 @@ static int ucx_setup(xfer_endpoint *ep, xfer_err *err)
 		return xfer_fail(err, XFER_EUNAVAIL, "the manifest has CUDA tensors but %s", why);
 	read_boot_id(s->boot_here);
 	s->nstripes = ep->cfg.p2p.streams < MAX_STRIPES ? ep->cfg.p2p.streams : MAX_STRIPES;
+	if (s->nstripes < 1) s->nstripes = 1;
 	if (ep->cfg.role == XFER_RECEIVER) {
 		s->direct = !ep->cfg.keep_previous && !s->any_cuda;
 		if (ep->shared_lfd >= 0) {
@@ -553,13 +764,15 @@ static int ucx_setup(xfer_endpoint *ep, xfer_err *err)
 			if ((s->lfd = xfer_sock_listen(ep->cfg.p2p.host, ep->cfg.p2p.port, &ep->port, err)) < 0) return -1;
 		}
 	} else {
-		if (xfer_chunks_make(ep, ep->cfg.bucket_bytes, &s->chunks, &s->nchunks, err) != 0) return -1;
+		uint64_t wire;
 		s->bucket_bytes = ep->cfg.bucket_bytes;
+		slot_plan(s->bucket_bytes, &wire, &s->slot_bytes, &s->nslots);
+		if (xfer_chunks_make(ep, wire, &s->chunks, &s->nchunks, err) != 0) return -1;
 		if (ep->cfg.p2p.port <= 0 || ep->cfg.p2p.port > 65535)
 			return xfer_fail(err, XFER_EINVAL, "p2p sender needs the receiver's port (cfg.p2p.port)");
 		if (s->any_cuda) {
 			const xfer_cuda_api *cu = xfer_cuda(NULL, 0);
-			s->lslot_bytes = xfer_chunk_piece(s->bucket_bytes);
+			s->lslot_bytes = s->slot_bytes;
 			if (xfer_cuda_check(cu, cu->MallocHost((void **)&s->lslot, s->lslot_bytes), "cudaMallocHost", err) != 0)
 				return -1;
 		}
@@ -594,38 +807,39 @@ int xfer_ucx_fell_back(const xfer_endpoint *ep, char *why, size_t n)
 static void ep_failed(void *arg, ucp_ep_h uep, ucs_status_t st)
 {
 	(void)uep;
-	atomic_store(&((ucx_state *)arg)->peer_failed, st == UCS_OK ? UCS_ERR_ENDPOINT_TIMEOUT : st);
+	atomic_store(&((lane *)arg)->peer_failed, st == UCS_OK ? UCS_ERR_ENDPOINT_TIMEOUT : st);
 }
 
-/* The receiver's landing regions: its slots or its tensors, with their rkeys. */
+/* The receiver's landing regions (its slots, or its tensors), each key
+ * unpacked for every lane's endpoint. */
 static int read_regions(xfer_endpoint *ep, ucx_state *s, const ureply *r, xfer_err *err)
 {
 	const xfer_manifest *m = ep->m;
 	int to = ep->cfg.timeout_ms;
-	unsigned char *blob = malloc(MAX_BLOB);
-	if (!blob) return xfer_fail(err, XFER_ENOMEM, "out of memory");
-	s->rg = calloc(r->nregions, sizeof *s->rg);
-	if (!s->rg) { free(blob); return xfer_fail(err, XFER_ENOMEM, "out of memory"); }
 	s->nrg = r->nregions;
+	int ok = (s->raddr = calloc(r->nregions, sizeof *s->raddr)) != NULL;
+	for (int i = 0; i < s->nstripes; i++)
+		ok &= (s->lane[i].rkey = calloc(r->nregions, sizeof(ucp_rkey_h))) != NULL;
+	unsigned char *blob = ok ? malloc(MAX_BLOB) : NULL;
+	if (!blob) return xfer_fail(err, XFER_ENOMEM, "out of memory"); /* the caller frees the rest */
 	s->remote_direct = (int)r->direct;
-	uint64_t piece = xfer_chunk_piece(s->bucket_bytes);
 	for (uint32_t i = 0; i < r->nregions; i++) {
 		uregion g;
 		if (xfer_sock_recv(s->ctl, &g, sizeof g, "regions", "receiver", to, err) != 0) goto err;
-		uint64_t want = r->direct ? m->t[i].nbytes : piece;
+		uint64_t want = r->direct ? m->t[i].nbytes : (uint64_t)s->nslots * s->slot_bytes;
 		if (g.rkey_len > MAX_BLOB || (r->direct ? g.len != want : g.len < want) || (g.len && !g.rkey_len)) {
 			xfer_fail(err, XFER_EFORMAT, "the receiver's landing region %u (%llu bytes, key %u bytes) does not fit "
 				  "%llu bytes", i, (unsigned long long)g.len, g.rkey_len, (unsigned long long)want);
 			goto err;
 		}
 		if (xfer_sock_recv(s->ctl, blob, g.rkey_len, "rkey", "receiver", to, err) != 0) goto err;
-		s->rg[i].addr = g.addr;
-		s->rg[i].len = g.len;
-		if (!g.len) continue;
-		ucs_status_t st = s->u->ucp_ep_rkey_unpack(s->uep, blob, &s->rg[i].rkey);
-		if (st != UCS_OK) {
-			ucx_fail(s, err, XFER_EFORMAT, st, "the receiver's rkey");
-			goto err;
+		s->raddr[i] = g.addr;
+		for (int k = 0; g.len && k < s->nstripes; k++) {
+			ucs_status_t st = s->u->ucp_ep_rkey_unpack(s->lane[k].uep, blob, &s->lane[k].rkey[i]);
+			if (st != UCS_OK) {
+				ucx_fail(s, err, XFER_EFORMAT, st, "the receiver's rkey");
+				goto err;
+			}
 		}
 	}
 	free(blob);
@@ -635,13 +849,51 @@ err:
 	return -1;
 }
 
+/* One endpoint per lane, to the receiver's lane of the same index. */
+static int connect_lanes(xfer_endpoint *ep, ucx_state *s, const ureply *r, xfer_err *err)
+{
+	int to = ep->cfg.timeout_ms;
+	void *addr = malloc(MAX_BLOB);
+	if (!addr) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	for (int i = 0; i < s->nstripes; i++) {
+		uint32_t len;
+		if (xfer_sock_recv(s->ctl, &len, sizeof len, "worker address", "receiver", to, err) != 0) goto err;
+		if (len == 0 || len > MAX_BLOB) {
+			xfer_fail(err, XFER_EFORMAT, "a worker address of %u bytes from the receiver", len);
+			goto err;
+		}
+		if (xfer_sock_recv(s->ctl, addr, len, "worker address", "receiver", to, err) != 0) goto err;
+		ucp_ep_params_t p = {
+			.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+				      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+			.address = addr,
+			.err_mode = r->same_host ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER,
+			.err_handler = { .cb = ep_failed, .arg = &s->lane[i] },
+		};
+		xfer_ucp_quiet(1); /* why UCX cannot reach it goes into the error */
+		ucs_status_t st = s->u->ucp_ep_create(s->lane[i].w, &p, &s->lane[i].uep);
+		xfer_ucp_quiet(0);
+		if (st != UCS_OK) {
+			s->lane[i].uep = NULL;
+			const char *said = xfer_ucp_last();
+			xfer_fail(err, XFER_EUNAVAIL, "no UCX endpoint to the receiver (UCX_TLS on both ends?): %s%s%s%s",
+				  s->u->ucs_status_string(st), XFER_UCP_SAID(said));
+			goto err;
+		}
+	}
+	free(addr);
+	return 0;
+err:
+	free(addr);
+	return -1;
+}
+
 static int sender_connect(xfer_endpoint *ep, ucx_state *s, xfer_err *err)
 {
 	const xfer_ucp_api *u = s->u;
 	int to = ep->cfg.timeout_ms;
 	size_t dlen;
 	char *desc = xfer_manifest_describe(ep->m, &dlen), *why = NULL;
-	void *addr = NULL;
 	if (!desc) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	uhello h = { .flags = ep->p2p_auto ? F_AUTO : 0, .kinds = (uint32_t)s->kinds, .nstripes = (uint32_t)s->nstripes,
 		     .bucket_bytes = s->bucket_bytes, .manifest_len = dlen };
@@ -655,14 +907,14 @@ static int sender_connect(xfer_endpoint *ep, ucx_state *s, xfer_err *err)
 	if (xfer_sock_recv_status(s->ctl, "receiver", to, err) != 0) goto err;
 	ureply r;
 	if (xfer_sock_recv(s->ctl, &r, sizeof r, "reply", "receiver", to, err) != 0) goto err;
-	if (memcmp(r.magic, "SKU1", 4) != 0 || r.mode > MODE_TCP || r.why_len > 1024 || r.addr_len > MAX_BLOB ||
-	    r.nregions != (r.direct ? ep->m->n : 2)) {
-		xfer_fail(err, XFER_EFORMAT, "malformed reply from the receiver (not p2p-ucx?)");
+	if (memcmp(r.magic, "SKU2", 4) != 0 || r.mode > MODE_TCP || r.why_len > 1024 ||
+	    (r.mode == MODE_UCX && (r.nlanes != (uint32_t)s->nstripes || r.nregions != (r.direct ? ep->m->n : 1) ||
+				    (!r.direct && (r.nslots != (uint32_t)s->nslots || r.slot_bytes != s->slot_bytes))))) {
+		xfer_fail(err, XFER_EFORMAT, "malformed reply from the receiver (not this build of p2p-ucx?)");
 		goto err;
 	}
 	why = calloc(1, r.why_len + 1);
-	addr = malloc(r.addr_len ? r.addr_len : 1);
-	if (!why || !addr) { xfer_fail(err, XFER_ENOMEM, "out of memory"); goto err; }
+	if (!why) { xfer_fail(err, XFER_ENOMEM, "out of memory"); goto err; }
 	if (xfer_sock_recv(s->ctl, why, r.why_len, "reply", "receiver", to, err) != 0) goto err;
 	if (r.mode == MODE_TCP) {
 		s->fallback = 1;
@@ -670,34 +922,21 @@ static int sender_connect(xfer_endpoint *ep, ucx_state *s, xfer_err *err)
 		xfer_fail(err, XFER_EUNAVAIL, "the receiver chose p2p-tcp: %s", why);
 		goto err;
 	}
-	if (xfer_sock_recv(s->ctl, addr, r.addr_len, "worker address", "receiver", to, err) != 0) goto err;
-	ucp_ep_params_t p = {
-		.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-			      UCP_EP_PARAM_FIELD_ERR_HANDLER,
-		.address = addr,
-		.err_mode = r.same_host ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER,
-		.err_handler = { .cb = ep_failed, .arg = s },
-	};
-	ucs_status_t st = u->ucp_ep_create(s->w, &p, &s->uep);
-	if (st != UCS_OK) {
-		ucx_fail(s, err, XFER_EUNAVAIL, st, "no UCX endpoint to the receiver (UCX_TLS on both ends?)");
-		s->uep = NULL;
+	if (lanes_make(ep, s, s->nstripes, err) != 0 || connect_lanes(ep, s, &r, err) != 0 ||
+	    read_regions(ep, s, &r, err) != 0)
 		goto err;
-	}
-	if (read_regions(ep, s, &r, err) != 0) goto err;
 	char lanes[256];
-	xfer_ucp_ep_lanes(u, s->uep, lanes, sizeof lanes);
-	snprintf(ep->note, sizeof ep->note, "%s%s%s (UCX %s)", why, *why ? "; " : "", lanes, u->ucp_get_version_string());
+	xfer_ucp_ep_lanes(u, s->lane[0].uep, lanes, sizeof lanes);
+	snprintf(ep->note, sizeof ep->note, "%s%s%s; %d lanes of ours, a UCX worker each (UCX %s)", why, *why ? "; " : "",
+		 lanes, s->nstripes, u->ucp_get_version_string());
 	free(desc);
 	free(why);
-	free(addr);
 	s->connected = 1;
 	return 0;
 err:
 	free(desc);
 	free(why);
-	free(addr);
-	close_session(s);
+	close_session(s, 1);
 	return -1;
 }
 
@@ -707,7 +946,7 @@ static int read_answer(ucx_state *s, uint64_t *credit, xfer_err *err)
 {
 	int to = s->ep->cfg.timeout_ms;
 	uint32_t h[2];
-	if (wait_for(s, NULL, s->ctl, "answer", "receiver", err) != 0) return -1;
+	if (wait_for(s, NULL, NULL, s->ctl, "answer", "receiver", err) != 0) return -1;
 	if (xfer_sock_recv(s->ctl, h, sizeof h, "answer", "receiver", to, err) != 0) return -1;
 	if (h[0] == CREDIT) {
 		*credit = h[1];
@@ -731,55 +970,25 @@ static int wait_credit(ucx_state *s, uint64_t k, uint64_t *next, xfer_err *err)
 	return 0;
 }
 
-/* Puts chunk k from its source (the tensors, or the CUDA staging slot)
- * into its landing place; flushed by the caller. */
-static int put_chunk(xfer_endpoint *ep, ucx_state *s, size_t k, xfer_err *err)
-{
-	const xfer_ucp_api *u = s->u;
-	xfer_span c = s->chunks[k];
-	ucp_request_param_t prm = { .op_attr_mask = 0 };
-	uint64_t a = c.off, b = c.off + c.len;
-	for (size_t t = xfer_tensor_at(ep, a); t < ep->m->n && a < b; t++) {
-		uint64_t lo = ep->offsets[t], hi = ep->offsets[t + 1] < b ? ep->offsets[t + 1] : b;
-		if (hi <= a) continue;
-		const void *src = s->lslot ? (const void *)(s->lslot + (a - c.off))
-					   : (const void *)((const char *)ep->m->t[t].ptr + (a - lo));
-		const remote *r = s->remote_direct ? &s->rg[t] : &s->rg[k % 2];
-		uint64_t raddr = s->remote_direct ? r->addr + (a - lo) : r->addr + (a - c.off);
-		void *q = u->ucp_put_nbx(s->uep, src, hi - a, raddr, r->rkey, &prm);
-		if (UCS_PTR_IS_ERR(q)) return ucx_fail(s, err, XFER_EPEER, UCS_PTR_STATUS(q), "put");
-		if (q) u->ucp_request_free(q); /* completion is the flush's */
-		a = hi;
-	}
-	return 0;
-}
-
-static int flush_ep(ucx_state *s, const char *what, xfer_err *err)
-{
-	ucp_request_param_t prm = { .op_attr_mask = 0 };
-	void *q = s->u->ucp_ep_flush_nbx(s->uep, &prm);
-	if (UCS_PTR_IS_ERR(q)) return ucx_fail(s, err, XFER_EPEER, UCS_PTR_STATUS(q), what);
-	return q ? wait_for(s, q, s->ctl, what, "receiver", err) : 0;
-}
-
-/* Test hook: one byte of the landing place flipped after the chunk landed. */
+/* Test hook: one byte of the landing place flipped after the chunk landed
+ * (through lane 0, idle between chunks). */
 static int corrupt_chunk(xfer_endpoint *ep, ucx_state *s, size_t k, xfer_err *err)
 {
 	long long at = xfer_hooks.corrupt_at - 1;
 	xfer_span c = s->chunks[k];
 	if (!xfer_hooks.corrupt_at || (uint64_t)at < c.off || (uint64_t)at >= c.off + c.len) return 0;
 	size_t t = xfer_tensor_at(ep, (uint64_t)at);
-	uint64_t in = (uint64_t)at - ep->offsets[t];
+	lane *l = &s->lane[0];
 	static unsigned char flipped;
-	flipped = s->lslot ? s->lslot[(uint64_t)at - c.off] : ((const unsigned char *)ep->m->t[t].ptr)[in];
+	flipped = s->lslot ? s->lslot[(uint64_t)at - c.off] : *tensor_at(ep, t, (uint64_t)at);
 	flipped ^= 0x40;
-	const remote *r = s->remote_direct ? &s->rg[t] : &s->rg[k % 2];
-	uint64_t raddr = s->remote_direct ? r->addr + in : r->addr + ((uint64_t)at - c.off);
+	ucp_rkey_h key;
+	uint64_t raddr = remote_at(s, l, k, t, (uint64_t)at, &key);
 	ucp_request_param_t prm = { .op_attr_mask = 0 };
-	void *q = s->u->ucp_put_nbx(s->uep, &flipped, 1, raddr, r->rkey, &prm);
-	if (UCS_PTR_IS_ERR(q)) return ucx_fail(s, err, XFER_EPEER, UCS_PTR_STATUS(q), "put");
+	void *q = s->u->ucp_put_nbx(l->uep, &flipped, 1, raddr, key, &prm);
+	if (UCS_PTR_IS_ERR(q)) return ucx_fail(s, err, XFER_EPEER, UCS_PTR_STATUS(q), "put to the receiver");
 	if (q) s->u->ucp_request_free(q);
-	return flush_ep(s, "flush", err);
+	return flush_lane(s, l, "flush to the receiver", err);
 }
 
 /* CUDA tensors: chunk k copied into the pinned staging slot. */
@@ -805,23 +1014,17 @@ static int ucx_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 	int to = ep->cfg.timeout_ms;
 	uint64_t credits = 0;
 	s->fallback = 0;
-	if (ucx_start(ep, s, err) != 0) return -1;
+	if (ucx_start(s, err) != 0) return -1;
 	if (!s->connected && sender_connect(ep, s, err) != 0) return -1;
 	if (pool_size(s, err) != 0) goto err;
 	s->version = v;
 	if (xfer_sock_send_vhead(s->ctl, ep, v, err) != 0) goto err;
 	for (size_t k = 0; k < s->nchunks; k++) {
+		/* slot k % nslots is free once the receiver placed chunk k - nslots */
+		if (!s->remote_direct && k >= (size_t)s->nslots && wait_credit(s, k - (size_t)s->nslots, &credits, err) != 0)
+			goto err;
 		if (s->lslot && stage_chunk(ep, s, k, err) != 0) goto err;
-		pool_start(s, k); /* hash while the chunk is put */
-		xfer_err perr;
-		int bad = 0;
-		if (!s->remote_direct && k >= 2) bad = wait_credit(s, k - 2, &credits, err);
-		if (!bad) bad = put_chunk(ep, s, k, err) || flush_ep(s, "flush", err) || corrupt_chunk(ep, s, k, err);
-		if (pool_wait(s, &perr) != 0 && !bad) {
-			*err = perr;
-			bad = 1;
-		}
-		if (bad) goto err;
+		if (pool_run(s, k, err) != 0 || corrupt_chunk(ep, s, k, err) != 0) goto err;
 		uready r = { .nstripes = (uint32_t)s->nstripes, .version = v, .chunk = k };
 		memcpy(r.magic, "SKR1", 4);
 		struct iovec iv[2] = { { &r, sizeof r }, { s->sums, (size_t)s->nstripes * sizeof s->sums[0] } };
@@ -853,13 +1056,13 @@ err:
 			break;
 		}
 	}
-	close_session(s);
+	close_session(s, 1);
 	return -1;
 }
 
 /* ---- receiver ---- */
 
-/* Maps the landing memory: two slots of half a bucket, or the tensors. */
+/* Maps the landing memory: the ring of slots (one region), or the tensors. */
 static int map_landing(xfer_endpoint *ep, ucx_state *s, xfer_err *err)
 {
 	const xfer_ucp_api *u = s->u;
@@ -876,37 +1079,37 @@ static int map_landing(xfer_endpoint *ep, ucx_state *s, xfer_err *err)
 		}
 		return 0;
 	}
-	uint64_t want = xfer_chunk_piece(s->bucket_bytes);
-	if (s->slot[0] && s->slot_bytes == want) return 0;
+	uint64_t want = (uint64_t)s->nslots * s->slot_bytes;
+	if (s->slots && s->slots_len == want) return 0;
 	unmap_all(s);
 	const xfer_cuda_api *cu = s->any_cuda ? xfer_cuda(NULL, 0) : NULL;
-	for (int i = 0; i < 2; i++) {
-		ucp_mem_map_params_t mp = { .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
-					    .length = want };
-		if (cu) {
-			/* pinned, for the copies to the device */
-			if (xfer_cuda_check(cu, cu->MallocHost((void **)&s->slot[i], want), "cudaMallocHost", err) != 0) return -1;
-			s->slot_pinned = 1;
-			mp.address = s->slot[i];
-		} else {
-			/* UCX allocates: shared memory (sysv, posix) a sender on
-			 * this host attaches and writes with memcpy; mapped
-			 * memory of ours could only take emulated puts there
-			 * (UCX 1.13 puts need a transport with short and bcopy
-			 * puts, which cma lacks) */
-			mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-			mp.flags = UCP_MEM_MAP_ALLOCATE;
-		}
-		ucs_status_t st = u->ucp_mem_map(s->ctx, &mp, &s->slot_mh[i]);
-		if (st != UCS_OK) return ucx_fail(s, err, XFER_EIO, st, "mapping a staging slot");
-		if (!cu) {
-			ucp_mem_attr_t ma = { .field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH };
-			if ((st = u->ucp_mem_query(s->slot_mh[i], &ma)) != UCS_OK) return ucx_fail(s, err, XFER_EIO, st, "slot");
-			if (ma.length < want) return xfer_fail(err, XFER_EIO, "UCX gave a staging slot of %zu bytes", ma.length);
-			s->slot[i] = ma.address;
-		}
+	ucp_mem_map_params_t mp = { .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+				    .length = want };
+	if (cu) {
+		/* pinned, for the copies to the device */
+		if (xfer_cuda_check(cu, cu->MallocHost((void **)&s->slots, want), "cudaMallocHost", err) != 0) return -1;
+		s->slot_pinned = 1;
+		mp.address = s->slots;
+	} else {
+		/* UCX allocates: shared memory (sysv, posix) a sender on this
+		 * host attaches and writes with memcpy; mapped memory of ours
+		 * could only take emulated puts there (UCX 1.13 puts need a
+		 * transport with short and bcopy puts, which cma lacks) */
+		mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+		mp.flags = UCP_MEM_MAP_ALLOCATE;
 	}
-	s->slot_bytes = want;
+	ucs_status_t st = u->ucp_mem_map(s->ctx, &mp, &s->slot_mh);
+	if (st != UCS_OK) {
+		s->slot_mh = NULL;
+		return ucx_fail(s, err, XFER_EIO, st, "mapping the staging slots");
+	}
+	if (!cu) {
+		ucp_mem_attr_t ma = { .field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH };
+		if ((st = u->ucp_mem_query(s->slot_mh, &ma)) != UCS_OK) return ucx_fail(s, err, XFER_EIO, st, "slots");
+		if (ma.length < want) return xfer_fail(err, XFER_EIO, "UCX gave staging slots of %zu bytes", ma.length);
+		s->slots = ma.address;
+	}
+	s->slots_len = want;
 	return 0;
 }
 
@@ -953,44 +1156,52 @@ static int receiver_accept(xfer_endpoint *ep, ucx_state *s, int wait_ms, xfer_er
 	if (xfer_sock_recv(s->ctl, desc, h.manifest_len, "manifest", "sender", to, err) != 0) goto err;
 	s->nstripes = (int)h.nstripes;
 	s->bucket_bytes = h.bucket_bytes;
+	uint64_t wire;
+	slot_plan(h.bucket_bytes, &wire, &s->slot_bytes, &s->nslots);
 	xfer_err st = { 0 };
 	int mode = MODE_UCX;
 	free(s->chunks);
-	if (xfer_chunk_plan(ep->m, ep->offsets, h.bucket_bytes, desc, h.manifest_len, &s->chunks, &s->nchunks, &st) ==
-	    0)
+	if (xfer_chunk_plan(ep->m, ep->offsets, wire, desc, h.manifest_len, &s->chunks, &s->nchunks, &st) == 0)
 		st.code = XFER_OK;
 	if (st.code != XFER_OK) xfer_err_prefix(&st, "sender's manifest vs receiver's");
 	else if (ep->p2p_auto && (h.flags & F_AUTO)) mode = decide(s, &h, why, sizeof why);
-	if (st.code == XFER_OK && mode == MODE_UCX && map_landing(ep, s, &st) != 0)
+	if (st.code == XFER_OK && mode == MODE_UCX &&
+	    (map_landing(ep, s, &st) != 0 || lanes_make(ep, s, s->nstripes, &st) != 0))
 		xfer_err_prefix(&st, "p2p-ucx receiver");
 	if (xfer_sock_send_status(s->ctl, &st, to, err) != 0) goto err;
 	if (st.code != XFER_OK) {
 		*err = st;
 		goto err;
 	}
-	/* the reply: mode and why, worker address, landing regions and keys */
-	nkeys = s->direct ? ep->m->n : 2;
+	/* the reply: mode and why, the lanes' worker addresses, the landing
+	 * regions and their keys */
+	nkeys = s->direct ? ep->m->n : 1;
 	ureply r = { .mode = (uint32_t)mode, .direct = (uint32_t)s->direct, .nregions = (uint32_t)nkeys,
-		     .addr_len = (uint32_t)s->addr_len, .why_len = (uint32_t)strlen(why), .slot_bytes = s->slot_bytes,
+		     .nlanes = (uint32_t)s->nstripes, .why_len = (uint32_t)strlen(why), .nslots = (uint32_t)s->nslots,
+		     .slot_bytes = s->slot_bytes,
 		     .same_host = h.boot_id[0] && !strncmp(h.boot_id, s->boot_here, sizeof h.boot_id) };
-	memcpy(r.magic, "SKU1", 4);
+	memcpy(r.magic, "SKU2", 4);
+	struct iovec v[2] = { { &r, sizeof r }, { why, r.why_len } };
 	if (mode == MODE_TCP) {
-		struct iovec v[2] = { { &r, sizeof r }, { why, r.why_len } };
 		xfer_sock_sendv(s->ctl, v, 2, "reply", "sender", to, NULL);
 		s->fallback = 1;
 		snprintf(s->fallback_why, sizeof s->fallback_why, "%s", why);
 		xfer_fail(err, XFER_EUNAVAIL, "%s", why);
 		goto err;
 	}
-	struct iovec v[3] = { { &r, sizeof r }, { why, r.why_len }, { s->addr, s->addr_len } };
-	if (xfer_sock_sendv(s->ctl, v, 3, "reply", "sender", to, err) != 0) goto err;
+	if (xfer_sock_sendv(s->ctl, v, 2, "reply", "sender", to, err) != 0) goto err;
+	for (int i = 0; i < s->nstripes; i++) {
+		uint32_t len = (uint32_t)s->lane[i].addr_len;
+		struct iovec av[2] = { { &len, sizeof len }, { s->lane[i].addr, len } };
+		if (xfer_sock_sendv(s->ctl, av, 2, "worker address", "sender", to, err) != 0) goto err;
+	}
 	tkeys = calloc(nkeys, sizeof *tkeys);
 	tklen = calloc(nkeys, sizeof *tklen);
 	if (!tkeys || !tklen) { xfer_fail(err, XFER_ENOMEM, "out of memory"); goto err; }
 	for (size_t i = 0; i < nkeys; i++) {
-		ucp_mem_h mh = s->direct ? s->tensor_mh[i] : s->slot_mh[i];
-		uregion g = { .addr = (uint64_t)(uintptr_t)(s->direct ? ep->m->t[i].ptr : s->slot[i]),
-			      .len = s->direct ? ep->m->t[i].nbytes : s->slot_bytes };
+		ucp_mem_h mh = s->direct ? s->tensor_mh[i] : s->slot_mh;
+		uregion g = { .addr = (uint64_t)(uintptr_t)(s->direct ? ep->m->t[i].ptr : s->slots),
+			      .len = s->direct ? ep->m->t[i].nbytes : s->slots_len };
 		if (mh) {
 			ucs_status_t ks = u->ucp_rkey_pack(s->ctx, mh, &tkeys[i], &tklen[i]);
 			if (ks != UCS_OK) { ucx_fail(s, err, XFER_EIO, ks, "packing a key"); goto err; }
@@ -1001,12 +1212,12 @@ static int receiver_accept(xfer_endpoint *ep, ucx_state *s, int wait_ms, xfer_er
 		struct iovec gv[2] = { { &g, sizeof g }, { tkeys[i], tklen[i] } };
 		if (xfer_sock_sendv(s->ctl, gv, 2, "regions", "sender", to, err) != 0) goto err;
 	}
-	snprintf(ep->note, sizeof ep->note, "%s%sUCX %s offers %s", why, *why ? "; " : "", u->ucp_get_version_string(),
-		 s->tls);
+	snprintf(ep->note, sizeof ep->note, "%s%sUCX %s offers %s; %d lanes of ours, a UCX worker each", why,
+		 *why ? "; " : "", u->ucp_get_version_string(), s->tls, s->nstripes);
 	s->connected = 1;
 	goto out;
 err:
-	close_session(s);
+	close_session(s, 1);
 out:
 	for (size_t i = 0; tkeys && i < nkeys; i++)
 		if (tkeys[i]) u->ucp_rkey_buffer_release(tkeys[i]);
@@ -1024,7 +1235,7 @@ static int ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	double t0 = xfer_now();
 	int journaled = ep->stats.version && !s->direct && ep->cfg.keep_previous; /* as place_chunk chooses */
 	s->fallback = 0;
-	if (ucx_start(ep, s, err) != 0) return -1;
+	if (ucx_start(s, err) != 0) return -1;
 	if (!s->connected && receiver_accept(ep, s, wait_ms, err) != 0) return -1;
 	uint64_t hv = 0;
 	int got = xfer_sock_recv_vhead(s->ctl, ep, wait_ms, t0, &hv, err);
@@ -1040,9 +1251,10 @@ static int ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	    xfer_stripe_journals(ep, s->j, MAX_STRIPES, s->direct || !ep->cfg.keep_previous ? 0 : s->nstripes,
 				 s->bucket_bytes, s->any_cuda, err) != 0)
 		goto err;
+	pool_active(s, 1); /* the lanes move UCX while the chunks land */
 	for (size_t k = 0; k < s->nchunks && !failed; k++) {
 		uready r;
-		if (wait_for(s, NULL, s->ctl, "chunk", "sender", err) != 0 ||
+		if (wait_for(s, NULL, NULL, s->ctl, "chunk", "sender", err) != 0 ||
 		    xfer_sock_recv(s->ctl, &r, sizeof r, "ready", "sender", to, err) != 0) {
 			failed = 1;
 			break;
@@ -1054,12 +1266,8 @@ static int ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 			failed = 1;
 			break;
 		}
-		if (xfer_sock_recv(s->ctl, s->sums, (size_t)s->nstripes * sizeof s->sums[0], "ready", "sender", to, err) != 0) {
-			failed = 1;
-			break;
-		}
-		pool_start(s, k);
-		if (pool_wait(s, err) != 0) {
+		if (xfer_sock_recv(s->ctl, s->sums, (size_t)s->nstripes * sizeof s->sums[0], "ready", "sender", to, err) != 0 ||
+		    pool_run(s, k, err) != 0) {
 			failed = 1;
 			break;
 		}
@@ -1069,6 +1277,7 @@ static int ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 		}
 		if (xfer_hooks.stop_after_bucket && k + 1 == (size_t)xfer_hooks.stop_after_bucket) raise(SIGSTOP);
 	}
+	pool_active(s, 0);
 	xfer_stripe_journals_stats(ep, s->j, MAX_STRIPES);
 	if (failed) {
 		xfer_stripe_journals_undo(ep, s->j, MAX_STRIPES, err);
@@ -1077,12 +1286,13 @@ static int ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	}
 	if (xfer_sock_send_status(s->ctl, NULL, to, err) != 0) goto err;
 	ep->stats.bytes_moved = m->bytes;
-	ep->stats.staging_peak = s->direct ? 0 : 2 * s->slot_bytes;
+	ep->stats.staging_peak = s->direct ? 0 : s->slots_len;
 	ep->undo_ready = journaled && s->j[0];
 	*version = hv;
 	return 0;
 err:
-	close_session(s);
+	pool_active(s, 0);
+	close_session(s, 1);
 	return -1;
 }
 

@@ -68,7 +68,7 @@ static const xfer_manifest *receiver(void)
 static size_t hello(const uint8_t *data, size_t size, uint32_t *nstreams, uint64_t *bucket_bytes)
 {
 	xfer_err err;
-	if (size >= 8 && !memcmp(data, "SKUCX1\0", 8)) {
+	if (size >= 8 && !memcmp(data, XFER_UCX_MAGIC "\0", 8)) {
 		xfer_ucx_hello u;
 		if (size < XFER_UCX_HELLO_BYTES || xfer_ucx_hello_parse(data, XFER_UCX_HELLO_BYTES, &u, &err) != 0)
 			return 0;

@@ -6,9 +6,12 @@
 #   2. ucx_gpu_test GPU_BYTES under each UCX_TLS of TLS_LIST (default:
 #      UCX's own choice, sm, tcp): device memory to device memory through
 #      pinned host buffers, a corrupt version undone on the device;
-#   3. skein-xfer-bench --mode p2p-ucx --bytes BENCH_BYTES under the same
-#      list (p2p-tcp of the same bytes and a plain socket in the same run),
-#      and once with --keep-previous 0.
+#   3. skein-xfer-bench --mode p2p-ucx --bytes BENCH_BYTES for each run of
+#      BENCH_RUNS (default: TLS_LIST, then sm:nokeep), p2p-tcp of the same
+#      bytes and a plain socket in the same run.  A run is a UCX_TLS value
+#      ("default": UCX's choice) with options: ":nokeep" (--keep-previous 0),
+#      ":sN" (--streams N, both paths).  BENCH_BIN: another build of the
+#      bench (one with timers, say).
 # libucp.so.0: the loader's, else the first found under /usr /opt and
 # Python's site-packages (SKEIN_UCP_LIB wins).  Logs go to $OUT or
 # /tmp/skein-ucx; the results are printed last.
@@ -18,6 +21,7 @@ LOG=${OUT:-/tmp/skein-ucx}
 mkdir -p "$LOG"
 GPU_BYTES=${GPU_BYTES:-2147483648}
 BENCH_BYTES=${BENCH_BYTES:-2G}
+BENCH_BIN=${BENCH_BIN:-$D/bin/skein-xfer-bench}
 if [ -z "${SKEIN_UCP_LIB:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libucp.so.0 '; then
 	f=$(find /usr /opt $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) \
 		-name libucp.so.0 2>/dev/null | head -n 1)
@@ -48,14 +52,22 @@ for tls in ${TLS_LIST:-default sm tcp}; do
 	grep -vE '^\[' "$LOG/gpu-$tls.log"
 	count "$LOG/gpu-$tls.log"
 done
-for run in ${TLS_LIST:-default sm tcp} sm:nokeep; do
+for run in ${BENCH_RUNS:-${TLS_LIST:-default sm tcp} sm:nokeep}; do
 	tls=${run%%:*}
-	extra=(); [ "$run" != "$tls" ] && extra=(--keep-previous 0)
+	extra=()
+	for opt in $(echo "${run#"$tls"}" | tr ':' ' '); do
+		case $opt in
+		nokeep) extra+=(--keep-previous 0) ;;
+		s[0-9]*) extra+=(--streams "${opt#s}") ;;
+		esac
+	done
 	echo "== bench UCX_TLS=$tls ${extra[*]}"
-	if [ "$tls" = default ]; then j=$(unset UCX_TLS; timeout 150 "$D/bin/skein-xfer-bench" --mode p2p-ucx --bytes "$BENCH_BYTES" --changed 0.01 "${extra[@]}" --format json 2>"$LOG/bench-$run.err" | grep "^{")
-	else j=$(UCX_TLS=$tls timeout 150 "$D/bin/skein-xfer-bench" --mode p2p-ucx --bytes "$BENCH_BYTES" --changed 0.01 "${extra[@]}" --format json 2>"$LOG/bench-$run.err" | grep "^{"); fi
+	log="$LOG/bench-${run//:/-}.err"
+	if [ "$tls" = default ]; then j=$(unset UCX_TLS; timeout 150 "$BENCH_BIN" --mode p2p-ucx --bytes "$BENCH_BYTES" --changed 0.01 "${extra[@]}" --format json 2>"$log" | grep "^{")
+	else j=$(UCX_TLS=$tls timeout 150 "$BENCH_BIN" --mode p2p-ucx --bytes "$BENCH_BYTES" --changed 0.01 "${extra[@]}" --format json 2>"$log" | grep "^{"); fi
 	echo "RESULT bench tls=$tls ${extra[*]} $j" | tee -a "$LOG/bench.log"
-	[ -n "$j" ] || { fail=$((fail + 1)); tail -n 5 "$LOG/bench-$run.err"; }
+	[ -s "$log" ] && { echo "stderr:"; head -n 5 "$log"; }
+	[ -n "$j" ] || fail=$((fail + 1))
 done
 echo "== results"
 grep -h '^RESULT' "$LOG"/gpu-*.log "$LOG/bench.log"
