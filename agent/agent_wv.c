@@ -206,6 +206,21 @@ static bool endpoint_ok(agent *a, const char *node, const char *ep)
 
 /* ---------------------------------------------------------------- tables */
 
+/* Room for one more of n elements in *arr (capacity *cap, at most max):
+ * the new element's address, or NULL. */
+static void *grow_one(void **arr, size_t *cap, size_t n, size_t elem, size_t max)
+{
+	if (n >= max) return NULL;
+	if (n == *cap) {
+		size_t nc = *cap ? *cap * 2 : 8;
+		void *p = realloc(*arr, nc * elem);
+		if (!p) return NULL;
+		*arr = p;
+		*cap = nc;
+	}
+	return (char *)*arr + n * elem;
+}
+
 static wv_eng *eng_find(agent_wv *W, const char *member)
 {
 	for (size_t i = 0; i < W->neng; i++)
@@ -217,15 +232,8 @@ static wv_eng *eng_get(agent_wv *W, const char *member)
 {
 	wv_eng *e = eng_find(W, member);
 	if (e) return e;
-	if (W->neng >= ENGINES_MAX) return NULL;
-	if (W->neng == W->engcap) {
-		size_t cap = W->engcap ? W->engcap * 2 : 16;
-		wv_eng *p = realloc(W->eng, cap * sizeof *p);
-		if (!p) return NULL;
-		W->eng = p;
-		W->engcap = cap;
-	}
-	e = &W->eng[W->neng++];
+	if (!(e = grow_one((void **)&W->eng, &W->engcap, W->neng, sizeof *e, ENGINES_MAX))) return NULL;
+	W->neng++;
 	memset(e, 0, sizeof *e);
 	snprintf(e->member, sizeof e->member, "%s", member);
 	return e;
@@ -245,15 +253,9 @@ static wv_open *open_find(agent_wv *W, const char *job)
 
 static wv_open *open_new(agent_wv *W)
 {
-	if (W->nopen >= OPEN_MAX) return NULL;
-	if (W->nopen == W->opencap) {
-		size_t cap = W->opencap ? W->opencap * 2 : 8;
-		wv_open *p = realloc(W->open, cap * sizeof *p);
-		if (!p) return NULL;
-		W->open = p;
-		W->opencap = cap;
-	}
-	wv_open *u = &W->open[W->nopen++];
+	wv_open *u = grow_one((void **)&W->open, &W->opencap, W->nopen, sizeof *u, OPEN_MAX);
+	if (!u) return NULL;
+	W->nopen++;
 	memset(u, 0, sizeof *u);
 	return u;
 }
