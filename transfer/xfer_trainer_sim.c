@@ -10,7 +10,9 @@
  * environment and every version is a coordinated update: one line per
  * verdict, "trainer: v7 committed: update_weights_time=..." or "trainer: v7
  * aborted: <the head's reason>", and an aborted version is no reason to
- * stop (exit 1 only on other errors). */
+ * stop (exit 1 only on other errors).  --first-version V starts at V (the
+ * model is a function of the version, so a restarted trainer that resumes
+ * after the job's newest version publishes what it would have). */
 #include "transfer/xfer_int.h"
 #include "transfer/xfer_sim_cli.h"
 
@@ -32,8 +34,8 @@ int main(int argc, char **argv)
 	if (xfer_open(&ep, &c, s.m, &e) != 0) goto err;
 	if (*xfer_endpoint_note(ep)) printf("trainer: %s\n", xfer_endpoint_note(ep));
 	xfer_hooks.corrupt_version = o.corrupt_version;
-	for (int v = 1; v <= o.steps; v++) {
-		if (v > 1 && o.interval_ms > 0) {
+	for (int v = o.first_version; v <= o.steps; v++) {
+		if (v > o.first_version && o.interval_ms > 0) {
 			struct timespec ts = { o.interval_ms / 1000, (long)(o.interval_ms % 1000) * 1000000L };
 			nanosleep(&ts, NULL);
 		}
