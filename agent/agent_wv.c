@@ -662,9 +662,14 @@ static void cmd_done(agent *a, const agent_client *c, const Skein__Weights__Done
 	}
 	for (size_t i = 0; i < d->n_failed && !u->final_proposed; i++) {
 		wv_engine *p = part_of(u, d->failed[i]->member);
+		/* "the receiver reported: ..." is the receiver's own verdict on
+		 * the bytes (a checksum mismatch): a failure, as its `failed v`
+		 * would be, which this done may overtake; anything else (it could
+		 * not be reached, it went away) is a lost participant */
+		bool fault = strstr(d->failed[i]->reason, "the receiver reported") != NULL;
 		char why[REASON_MAX];
-		snprintf(why, sizeof why, "the sender could not reach it: %s", d->failed[i]->reason);
-		if (p) lose(a, u, p, why, false);
+		snprintf(why, sizeof why, "%s%s", fault ? "" : "the sender could not reach it: ", d->failed[i]->reason);
+		if (p) lose(a, u, p, why, fault);
 	}
 	try_finish(a, u);
 }
