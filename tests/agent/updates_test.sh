@@ -24,36 +24,18 @@
 # switches (--corrupt-version, --crash-during) live in the p2p-tcp and disk
 # paths: pp's members run with SKEIN_UCP_LIB=none, so p2p picks p2p-tcp.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/wv_lib.sh"
 
-PY=/usr/bin/python3
-WVJ="$PY $ROOT/tests/agent/wv_json.py"
-CRAFT="$PY $ROOT/tests/agent/wv_craft.py"
 MEMBER="SKEIN_BIN=$BIN exec $ROOT/tests/agent/wv_member.sh"
 SIM="--bytes 256K --tensors 8"
 TMO=4 # --update-weight-timeout, seconds
 
 V="--profile fast --head-eligible --bootstrap-expect 3 --gpus 0"
 for i in 1 2 3; do start_agent $i $V --join "127.0.0.1:$(gport 1)"; done
-for i in 4 5 6; do start_agent $i --profile fast --gpus 4 --join "127.0.0.1:$(gport 1)"; done
+for i in 4 5 6; do start_agent $i --profile fast --gpus 5 --join "127.0.0.1:$(gport 1)"; done
 
 head_of() { ctl "$1" head 2>/dev/null | awk '$1 == "head:" { print $2 }'; }
 has_head() { local h; h=$(head_of "$1"); [ -n "$h" ] && [ "$h" != "(none)" ]; }
-# transfers of a job as JSON, and a question about them (tests/agent/wv_json.py)
-tj() { ctl 4 transfers "$1" --last 200 --format json 2>/dev/null; }
-q() { local j=$1; shift; tj "$j" | $WVJ "$@"; }
-latest() { q "$1" latest; }
-past() { local l; l=$(latest "$1"); [ -n "$l" ] && [ "$l" -ge "$2" ]; }
-state_is() { [ "$(q "$1" get "$2" state)" = "$3" ]; }
-# every engine of job $1 (at least $2) running at the latest committed version
-at_latest() {
-	local l p l2
-	l=$(latest "$1") && p=$(ctl 4 placement --format json 2>/dev/null) && l2=$(latest "$1") || return 1
-	[ "$l" = "$l2" ] && [ "$l" -gt 0 ] && printf '%s' "$p" | $WVJ at "$1" "$l" "$2" >/dev/null
-}
-member_field() { # MEMBER node|pid
-	ctl 4 placement --format json 2>/dev/null | tr '{' '\n' | grep "\"member\":\"$1\"" |
-		sed -E "s/.*\"$2\":\"?([^\",]*).*/\\1/"
-}
 logs() { ctl 4 logs "$1" 2>/dev/null; }
 
 wait_until 20 has_head 4 || { fail "no head"; finish; }
@@ -73,9 +55,9 @@ ctl 4 job submit --name ab "${JOB[@]}" --rollout-num-gpus 2 --update-weight-tran
 # gt's trainer runs each request file the test drops in $T_DIR/gt (it is the
 # member, so its children pass the gate), its output next to it
 RUNNER='cd '"$T_DIR"'/gt && while :; do for f in *.req; do [ -e "$f" ] || continue; bash "$f" > "${f%.req}.tmp" 2>&1; mv "${f%.req}.tmp" "${f%.req}.out"; rm -f "$f"; done; sleep 0.05; done'
-ctl 4 job submit --name gt --actor-num-nodes 1 --actor-num-gpus-per-node 1 --rollout-num-gpus 0 \
-	--update-weight-transfer-mode disk-delta --update-weight-disk-dir "$T_DIR/gt" --update-weight-timeout ${TMO}s \
-	--trainer-cmd "$RUNNER" >/dev/null || fail "submit gt"
+ctl 4 job submit --name gt "${JOB[@]}" --rollout-num-gpus 1 --update-weight-transfer-mode p2p \
+	--trainer-cmd "$RUNNER" --rollout-cmd "SKEIN_UCP_LIB=none $MEMBER engine -- $SIM --steps 1000000000" \
+	>/dev/null || fail "submit gt"
 
 # the engines' placement states, every 100 ms, to see `syncing` go by
 ( while :; do
@@ -109,14 +91,14 @@ done
 # the restarted engine 1: syncing, then running at the latest version,
 # caught up (its first version was one it took no part in)
 for j in dd pp; do
-	wait_until 20 at_latest $j 3
+	al=no; wait_until 20 at_latest $j 3 && al=yes
 	s=$(grep "^$j/engine-1 " "$T_DIR/states" | awk '{ print $2 }' | uniq | tr '\n' ' ')
 	first=$(logs $j/engine-1 | sed -n '/restart 1 /,$p' | sed -nE 's/^engine: v([0-9]+) verified bit for bit.*/\1/p' | head -1)
 	how=$([ $j = dd ] && echo "the disk chain" || echo "a peer engine")
-	if echo "$s" | grep -q "syncing running" && at_latest $j 3 && [ -n "$first" ] &&
+	if echo "$s" | grep -q "syncing running" && [ $al = yes ] && [ -n "$first" ] &&
 		[ -z "$(q $j engine "$first" $j/engine-1)" ]; then
 		pass "$j: restarted engine 1 was syncing, caught up to v$first from $how, runs at the latest version"
-	else fail "$j: restarted engine 1 catching up" "states '$s', first version '$first' ($(q $j engine "${first:-0}" $j/engine-1))"; fi
+	else fail "$j: restarted engine 1 catching up" "states '$s', at the latest: $al, first version '$first' ($(q $j engine "${first:-0}" $j/engine-1))"; fi
 done
 
 # ---- transfers JSON and placement
@@ -138,10 +120,6 @@ check "ab: the next versions commit" wait_until 20 state_is ab 5 committed
 ctl 4 job stop ab >/dev/null 2>&1
 
 # ---- the trainer SIGKILLed mid-update (pp): engine 2 paused holds the update open
-open_with() { # JOB ENGINE: the open version in which ENGINE is pending
-	local v; v=$(q "$1" open) && return 1
-	v=${v%% *}; [ -n "$v" ] && [ "$(q "$1" engine "$v" "$2")" = pending ] && echo "$v"
-}
 E2=$(member_field pp/engine-2 pid); TP=$(member_field pp/trainer-0 pid)
 kill -STOP "$E2"
 if wait_until 5 open_with pp pp/engine-2 >/dev/null; then
@@ -174,7 +152,6 @@ check "dd: every engine at the latest version after the failover" wait_until 15 
 # ---- the gate: only the member's own process speaks for it
 N=$(member_field dd/trainer-0 node); NI=${N#n}
 B="job=dd member=dd/trainer-0 version=999999 mode=disk-delta"
-has() { printf '%s' "$1" | grep -q -- "$2"; }
 out=$($CRAFT "unix:$T_DIR/$N/control.sock" begin begin $B)
 check "a process that is not the member, on its node's socket: refused ($out)" \
 	has "$out" "code=1 error=wv begin refused: process [0-9]* is not dd/trainer-0"
@@ -199,21 +176,35 @@ expect() { # NAME PATTERN ARGS...
 	if echo "$out" | grep -q -- "$pat"; then pass "gt: $name: $out"; else fail "gt: $name" "'$out', wanted '$pat'"; fi
 }
 expect "begin naming another job's member" "code=1 error=wv begin refused: " begin begin $B
-expect "begin in the wrong mode" "code=1 error=mode p2p: job gt moves weights with disk-delta" begin begin $G version=1 mode=p2p
-expect "a 5-byte digest" "code=1 error=manifest digest: 16 bytes expected" begin begin $G version=1 mode=disk-delta digest=hex:0102030405
-expect "a 200-byte setup" "code=1 error=setup: at most 128 bytes" begin begin $G version=1 mode=disk-delta setup=hex:$(printf '00%.0s' $(seq 200))
-expect "version 0" "code=1 error=version 0 of gt: versions must grow" begin begin $G version=0 mode=disk-delta
+expect "begin in the wrong mode" "code=1 error=mode disk-delta: job gt moves weights with p2p" begin begin $G version=1 mode=disk-delta
+expect "a 5-byte digest" "code=1 error=manifest digest: 16 bytes expected" begin begin $G version=1 mode=p2p digest=hex:0102030405
+expect "a 200-byte setup" "code=1 error=setup: at most 128 bytes" begin begin $G version=1 mode=p2p setup=hex:$(printf '00%.0s' $(seq 200))
+expect "version 0" "code=1 error=version 0 of gt: versions must grow" begin begin $G version=0 mode=p2p
 expect "a trainer's wait" "code=1 error=gt/trainer-0 is not an engine of a running job gt" wait status $G
 expect "done of no update" "code=1 error=no update v77 of gt" done done $G version=77 ok=true
 expect "a truncated message" "code=1 error=wv done: malformed request" done raw hex=0a0567
 expect "a job name of 5000 bytes" "code=1 error=wv begin: malformed request" begin begin job=$(printf 'x%.0s' $(seq 5000)) member=gt/trainer-0
 expect "an unknown verb" "code=1 error=wv bogus: malformed request" bogus begin $G
 expect "two verbs" "code=2 error=usage: wv begin" begin begin $G args=2
-# a begin that is never done: the watchdog ends it, naming the sender
-expect "a begin with no participants" "code=0 error= payload=" begin begin $G version=5 mode=disk-delta
+# the sender's done naming a receiver that reported a checksum mismatch:
+# aborted, as that receiver's own report would have done (a done that
+# overtook it committed the version with the receiver dropped)
+engine_waits() { wv_ctl placement --format json 2>/dev/null | tr '{' '\n' | grep '"member":"gt/engine-0"' | grep -q '"weight_version":0'; }
+wait_until 15 engine_waits || fail "gt/engine-0 never asked its agent"
+expect "a begin with gt/engine-0 taking part" "code=0 error= payload=" begin begin $G version=1 mode=p2p
+expect "done: gt/engine-0 reported a checksum mismatch" "code=0 error= payload=" done done $G version=1 ok=true \
+	"'failed=gt/engine-0:p2p-tcp send v1: the receiver reported: version 1 tensor t0: checksum mismatch on arrival'"
+v1_aborted() { state_is gt 1 aborted && [ "$(q gt engine 1 gt/engine-0)" = failed ] &&
+	q gt get 1 reason | grep -q "gt/engine-0 on .*checksum mismatch"; }
+if v1_aborted; then pass "gt: v1 aborted naming gt/engine-0 and the checksum ($(q gt get 1 reason))"
+else fail "gt: v1 with a receiver's checksum mismatch in done" "$(q gt get 1 state) ($(q gt get 1 reason))"; fi
+# a begin that is never done (its engine paused): the watchdog ends it, naming the sender
+GE=$(member_field gt/engine-0 pid); kill -STOP "$GE"
+expect "a begin never done" "code=0 error= payload=" begin begin $G version=5 mode=p2p
 wd() { state_is gt 5 aborted && q gt get 5 reason | grep -q "watchdog: .*gt/trainer-0 (sender)"; }
 if wait_until $((TMO + 4)) wd; then pass "gt: v5 never done: aborted by the watchdog, naming the sender ($(q gt get 5 reason))"
 else fail "gt: v5 never done" "state $(q gt get 5 state), reason '$(q gt get 5 reason)'"; fi
+kill -CONT "$GE"
 ok=1; for i in 1 2 3 4 5 6; do [ -n "${PIDS[$i]:-}" ] && ! kill -0 "${PIDS[$i]}" 2>/dev/null && ok=0; done
 check "every agent is still up, and answers" bash -c "[ $ok = 1 ] && '$SKEINCTL' --rpc 127.0.0.1:$(rport 4) members >/dev/null"
 check "dd: still committing after all that" wait_until 10 past dd $(( $(latest dd) + 1 ))
