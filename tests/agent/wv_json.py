@@ -12,6 +12,7 @@ transfers:
   participants V       the members of V's record that were not dropped
   monotonic            newest first; versions fall and start times do not rise
   open                 the versions still preparing or moving (exit 1 if any)
+  aborted              the aborted versions
   final-upto V         every record up to version V is committed or aborted
   shape                every record has the keys of issue #13 item 4
 placement:
@@ -115,6 +116,8 @@ def main(argv):
         op = [r["version"] for r in recs if r["state"] not in FINAL]
         print(" ".join(map(str, op)))
         return 1 if op else 0
+    elif cmd == "aborted":
+        print(" ".join(str(r["version"]) for r in recs if r["state"] == "aborted"))
     elif cmd == "final-upto":
         op = [r["version"] for r in recs if r["version"] <= int(args[0]) and r["state"] not in FINAL]
         if op:
