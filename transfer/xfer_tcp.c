@@ -178,7 +178,7 @@ static void shutdown_all(tcp_state *s)
 
 /* Between versions nothing may arrive on the control stream: readable
  * means the sender closed it (or broke the protocol): its session is over. */
-static int sender_gone(tcp_state *s)
+static int sender_gone(const tcp_state *s)
 {
 	struct pollfd q = { .fd = s->ctl, .events = POLLIN };
 	unsigned char b;
@@ -761,10 +761,14 @@ err:
 	return -1;
 }
 
+/* A session whose sender is still there.  The p2p chooser asks this before
+ * it lets us receive: a session the sender ended (an engine that served a
+ * catch-up closes it) must not make us accept the next connection ourselves,
+ * which may be a p2p-ucx sender's: the chooser peeks at it first. */
 static int tcp_connected(const xfer_endpoint *ep)
 {
 	const tcp_state *s = ep->impl;
-	return s && s->connected;
+	return s && s->connected && !sender_gone(s);
 }
 
 static int tcp_rollback(xfer_endpoint *ep, xfer_err *err)

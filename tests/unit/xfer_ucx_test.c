@@ -115,3 +115,54 @@ T_TEST(xfer_ucx_p2p_chooses_tcp_without_rdma_or_shared_memory)
 {
 	p2p_chooses("tcp", "p2p-tcp", "p2p-tcp: no RDMA transport in UCX here");
 }
+
+/* A "p2p" receiver whose session with a p2p-tcp sender ended (an engine
+ * that served a catch-up closes it) takes the next sender as the chooser
+ * does, whatever path it speaks: the p2p-tcp sub-endpoint used to accept
+ * the next connection itself and refuse a p2p-ucx hello ("the first
+ * connection is not a skein p2p sender's control stream"). */
+T_TEST(xfer_ucx_p2p_next_sender_after_a_tcp_one_ended)
+{
+	setenv("UCX_TLS", "sm,tcp", 1);
+	uint64_t seed = t_seed();
+	sk_rng r;
+	sk_rng_seed(&r, seed);
+	tmodel tr, en;
+	tm_make(&tr, &r, 20000, 1);
+	tm_make(&en, &r, 20000, 0);
+	p2p_path = "p2p";
+	xfer_endpoint *rcv = open_ep(XFER_RECEIVER, en.m, 0, 1, 2, 8192, 5000);
+	int port = xfer_endpoint_port(rcv);
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		xfer_err e;
+		uint64_t v;
+		int rc = 0;
+		for (int i = 1; i <= 2 && !rc; i++) {
+			if (xfer_receive(rcv, 10000, &v, &e) != 0) {
+				printf("  receiver, v%d: %s\n", i, e.msg);
+				rc = 1;
+			} else if (v != (uint64_t)i || !tm_equal(&en, &tr)) {
+				rc = 2;
+			}
+			if (i == 1) tm_step(&tr, &r, 0.1);
+		}
+		fflush(stdout);
+		_exit(rc);
+	}
+	xfer_close(&rcv);
+	p2p_path = "p2p-tcp";
+	xfer_endpoint *snd = open_ep(XFER_SENDER, tr.m, port, 1, 2, 8192, 5000);
+	T_XOK(xfer_send(snd, 1, err_));
+	xfer_close(&snd);
+	tm_step(&tr, &r, 0.1);
+	p2p_path = "p2p";
+	snd = open_ep(XFER_SENDER, tr.m, port, 1, 2, 8192, 5000);
+	T_XOK(xfer_send(snd, 2, err_));
+	T_STREQ(xfer_endpoint_path(snd), "p2p-ucx");
+	T_EQ(t_wait_child(pid, 20000), 0);
+	xfer_close(&snd);
+	tm_free(&tr);
+	tm_free(&en);
+}
