@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Coordinated weight updates (docs/updates.md) on real agents (fast profile):
-# 3 voters without GPUs and 3 agents with --gpus 4 run four jobs at once,
+# 3 voters without GPUs and 3 agents with --gpus 5 run five jobs at once,
 # each member a libskein stand-in (tests/agent/wv_member.sh):
 #   dd  disk-delta, trainer + 3 engines      pp  p2p, trainer + 3 engines
-#   ab  disk-delta, --update-on-engine-loss abort, trainer + 2 engines
+#   ab  disk-delta, --update-on-engine-loss abort, trainer + 1 engine
+#   pu  p2p as it runs by default (UCX here), trainer + 2 engines
 #   gt  a trainer that runs the requests this test hands it (the gate)
 # The trainers publish a stream of small versions.  Checked, each with a
 # bounded wait: versions commit and are monotonic in `transfers --format
@@ -22,7 +23,8 @@
 #
 # p2p picks UCX shared memory between processes of one host, and the test
 # switches (--corrupt-version, --crash-during) live in the p2p-tcp and disk
-# paths: pp's members run with SKEIN_UCP_LIB=none, so p2p picks p2p-tcp.
+# paths: pp's members run with SKEIN_UCP_LIB=none, so p2p picks p2p-tcp; pu
+# runs p2p as it is, and its engine is killed from here.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/wv_lib.sh"
 
@@ -48,10 +50,13 @@ ctl 4 job submit --name dd "${JOB[@]}" --rollout-num-gpus 3 --update-weight-tran
 	--update-weight-disk-dir "$T_DIR/dd" --trainer-cmd "$TR" --rollout-cmd "$EN" >/dev/null || fail "submit dd"
 ctl 4 job submit --name pp "${JOB[@]}" --rollout-num-gpus 3 --update-weight-transfer-mode p2p \
 	--trainer-cmd "SKEIN_UCP_LIB=none $TR" --rollout-cmd "SKEIN_UCP_LIB=none $EN" >/dev/null || fail "submit pp"
-ctl 4 job submit --name ab "${JOB[@]}" --rollout-num-gpus 2 --update-weight-transfer-mode disk-delta \
+ctl 4 job submit --name ab "${JOB[@]}" --rollout-num-gpus 1 --update-weight-transfer-mode disk-delta \
 	--update-weight-disk-dir "$T_DIR/ab" --update-on-engine-loss abort \
 	--trainer-cmd "$MEMBER trainer $SIM --steps 6 --interval-ms 200" \
-	--rollout-cmd "$MEMBER engine --crash 1:3 -- $SIM --steps 1000000000" >/dev/null || fail "submit ab"
+	--rollout-cmd "$MEMBER engine --crash 0:3 -- $SIM --steps 1000000000" >/dev/null || fail "submit ab"
+ctl 4 job submit --name pu "${JOB[@]}" --rollout-num-gpus 2 --update-weight-transfer-mode p2p \
+	--trainer-cmd "$MEMBER trainer $SIM --steps 1000000 --interval-ms 200" \
+	--rollout-cmd "$MEMBER engine -- $SIM --steps 1000000000" >/dev/null || fail "submit pu"
 # gt's trainer runs each request file the test drops in $T_DIR/gt (it is the
 # member, so its children pass the gate), its output next to it
 RUNNER='cd '"$T_DIR"'/gt && while :; do for f in *.req; do [ -e "$f" ] || continue; bash "$f" > "${f%.req}.tmp" 2>&1; mv "${f%.req}.tmp" "${f%.req}.out"; rm -f "$f"; done; sleep 0.05; done'
@@ -101,6 +106,19 @@ for j in dd pp; do
 	else fail "$j: restarted engine 1 catching up" "states '$s', at the latest: $al, first version '$first' ($(q $j engine "${first:-0}" $j/engine-1))"; fi
 done
 
+# ---- pu: p2p as it runs by default (UCX shared memory between processes of
+# one host); a restarted engine catches up from a peer over p2p-tcp, then
+# takes the trainer's next versions over UCX (that next version used to fail:
+# "the first connection is not a skein p2p sender's control stream")
+if wait_until 20 at_latest pu 2; then
+	K=$(latest pu); kill -9 "$(member_field pu/engine-1 pid)"
+	back() { past pu $((K + 4)) && at_latest pu 2 && [ "$(q pu engine "$(latest pu)" pu/engine-1)" = verified ]; }
+	check "pu: engine 1 killed after v$K: back, caught up, takes part in later versions" wait_until 20 back
+	ab=$(q pu aborted)
+	check "pu: no version aborted ($ab)" [ -z "$ab" ]
+else fail "pu: engines at the latest version"; ctl 4 transfers pu; fi
+ctl 4 job stop pu >/dev/null 2>&1
+
 # ---- transfers JSON and placement
 why=$(tj dd | $WVJ shape)
 check "transfers JSON has issue #13's shape, perf/* included, on every record ($why)" [ -z "$why" ]
@@ -113,8 +131,8 @@ for j in dd pp; do
 done
 
 # ---- ab: --update-on-engine-loss abort
-if wait_until 20 state_is ab 3 aborted && echo "$(q ab get 3 reason)" | grep -q "ab/engine-1"; then
-	pass "ab: engine 1 lost mid-update with --update-on-engine-loss abort: v3 aborted ($(q ab get 3 reason))"
+if wait_until 20 state_is ab 3 aborted && echo "$(q ab get 3 reason)" | grep -q "ab/engine-0"; then
+	pass "ab: its engine lost mid-update with --update-on-engine-loss abort: v3 aborted ($(q ab get 3 reason))"
 else fail "ab: v3 aborted by the engine's loss" "state $(q ab get 3 state), reason '$(q ab get 3 reason)'"; fi
 check "ab: the next versions commit" wait_until 20 state_is ab 5 committed
 ctl 4 job stop ab >/dev/null 2>&1
