@@ -676,6 +676,12 @@ static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	uint64_t hv = 0;
 	int got = xfer_sock_recv_vhead(s->ctl, ep, wait_ms, t0, &hv, err);
 	if (got > 0) return -1; /* no version yet: the session stays */
+	if (got < 0 && s->lfd_shared && sender_gone(s)) {
+		/* the sender ended its session while we waited for its next
+		 * version: the p2p chooser takes the next sender */
+		close_session(s);
+		return xfer_fail(err, XFER_ENOVERSION, "the sender ended its session");
+	}
 	if (got < 0) goto err;
 	if (ep->target && hv < ep->target) {
 		/* what is left of an update that was aborted before we took it
