@@ -6,10 +6,12 @@
  * head's BeginReply (participants, watchdog); move the bytes while a
  * heartbeat thread asks `outcome` every 500 ms and stops the data path at
  * once when the head aborted the update; then done (our figures, the peers
- * we could not serve) -> the head's Outcome at commit or abort.  Any answer
- * lost (the connection broke, the head changed, an error saying retry) is
- * replaced by polling `outcome` every 50 ms up to the watchdog: the record
- * in the replicated state is the truth, not our connection.
+ * we could not serve) -> the head's Outcome at commit or abort.  A lost
+ * answer (the connection broke, the head changed, an error saying retry)
+ * is asked again every 50 ms up to the watchdog (done too: it is
+ * idempotent, and a new head needs it to finish the update it adopted);
+ * a done refused for good is followed by polling `outcome`: the record in
+ * the replicated state is the truth, not our connection.
  *
  * Data paths: disk-delta writes the version as it does alone (an aborted
  * version is removed and the next one is full).  p2p, p2p-tcp, p2p-ucx and
@@ -501,7 +503,10 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 	}
 	double deadline = xfer_now() + to / 1e3 + XFER_COORD_CALL_MS / 1e3;
 	xfer_err e = { 0 };
-	rc = xfer_coord_call(c->agent, "done", req, len, to + XFER_COORD_CALL_MS, xfer_now(), parse_outcome, &o, &e);
+	/* done is said again when its answer is lost or the head changes: a
+	 * new head that adopted the update learns of it only so (polling
+	 * outcome would keep the update alive without ever finishing it) */
+	rc = xfer_coord_call(c->agent, "done", req, len, to + XFER_COORD_CALL_MS, deadline, parse_outcome, &o, &e);
 	if (rc != 0 || o.version != v || !final_state(&o))
 		rc = xfer_coord_outcome(c->agent, job, me, v, deadline, &o, err);
 	if (rc != 0) {
