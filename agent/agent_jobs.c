@@ -165,6 +165,11 @@ static const Skein__Jobs__Report *report_of(agent *a, const char *node)
 	return NULL;
 }
 
+bool aj_node_reported(agent *a, const char *node)
+{
+	return report_of(a, node) != NULL;
+}
+
 /* The state of member `id` as its node last reported it (NULL if none). */
 const Skein__Jobs__MemberStatus *aj_status_of(agent *a, const char *node, const char *id)
 {

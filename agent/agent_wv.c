@@ -830,6 +830,8 @@ static void check_open(agent *a, double now)
 			wv_eng *e = eng_find(W, p->member);
 			const Skein__Jobs__MemberStatus *st = aj_status_of(a, p->node, p->member);
 			if (!node_alive(a, p->node)) lose(a, u, p, "its node failed", false);
+			else if (!st && !aj_node_reported(a, p->node))
+				continue; /* a new head, not yet told of the node's members: the watchdog bounds this */
 			else if (!st || strcmp(st->state, "running")) {
 				char why[160];
 				snprintf(why, sizeof why, "its process exited (%s)", st ? st->state : "gone");
@@ -879,14 +881,38 @@ static void check_waits(agent *a, double now)
 	}
 }
 
-/* Not the head (any more): whoever waits here is answered by the next head
- * (the forwarding agents send their requests there); forget everything. */
+/* Not the head (any more): forget everything.  Whoever waits here is told
+ * to ask again, and so reaches the next head: a forward waits on the agent
+ * it went to until that one answers, and this one may be elected again,
+ * when nobody would answer it before the forward's timeout (5 s, more than
+ * a watchdog). */
 static void forget_all(agent *a)
 {
 	agent_wv *W = a->wv;
-	for (size_t i = 0; i < W->nopen; i++) wv_update_free(&W->open[i].rec);
+	static const char AGAIN[] = "the head changed: retry";
+	for (size_t i = 0; i < W->neng; i++)
+		if (W->eng[i].waiting) agent_ctl_send(a, &W->eng[i].client, 1, AGAIN, NULL);
+	for (size_t i = 0; i < W->nopen; i++) {
+		wv_open *u = &W->open[i];
+		if (u->begin_waiting) agent_ctl_send(a, &u->begin_client, 1, AGAIN, NULL);
+		if (u->done_waiting) agent_ctl_send(a, &u->done_client, 1, AGAIN, NULL);
+		wv_update_free(&u->rec);
+	}
 	W->nopen = 0;
 	W->neng = 0;
+}
+
+/* A head that became ready (adopting what the last one left open), or
+ * whose state changed, acts on it: from the timer, or from the first
+ * request of its term when that comes first (a sender's done said again
+ * must find the update it finishes adopted). */
+static void take_state(agent *a)
+{
+	agent_wv *W = a->wv;
+	if (W->was_ready && !W->changed) return;
+	W->was_ready = true;
+	W->changed = false;
+	on_changed(a);
 }
 
 static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
@@ -901,11 +927,7 @@ static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 		W->changed = false;
 	} else {
 		double now = sk_mono_s();
-		if (!W->was_ready || W->changed) {
-			W->was_ready = true;
-			W->changed = false;
-			on_changed(a);
-		}
+		take_state(a);
 		check_open(a, now);
 		check_waits(a, now);
 	}
@@ -1104,6 +1126,7 @@ bool agent_wv_dispatch(agent *a, const Skein__Control__Request *q, const agent_c
 		agent_ctl_send(a, c, 1, "the head is changing: retry", NULL);
 		return true;
 	}
+	take_state(a);
 	head_verb(a, q, c, verb);
 	return true;
 }
