@@ -43,7 +43,7 @@ logs() { ctl 4 logs "$1" 2>/dev/null; }
 wait_until 20 has_head 4 || { fail "no head"; finish; }
 JOB=(--actor-num-nodes 1 --actor-num-gpus-per-node 1 --rollout-num-gpus-per-engine 1 --update-weight-timeout ${TMO}s
 	--restart-backoff 200ms:1s --max-restarts 100 --stop-grace 1s)
-TR="$MEMBER trainer $SIM --steps 1000000 --interval-ms 200 --corrupt-version 8"
+TR="$MEMBER trainer --wait-engines 3 $SIM --steps 1000000 --interval-ms 200 --corrupt-version 8"
 EN="$MEMBER engine --crash 1:4 --restart-delay 1 -- $SIM --steps 1000000000"
 mkdir -p "$T_DIR/dd" "$T_DIR/ab" "$T_DIR/gt"
 ctl 4 job submit --name dd "${JOB[@]}" --rollout-num-gpus 3 --update-weight-transfer-mode disk-delta \
@@ -52,10 +52,10 @@ ctl 4 job submit --name pp "${JOB[@]}" --rollout-num-gpus 3 --update-weight-tran
 	--trainer-cmd "SKEIN_UCP_LIB=none $TR" --rollout-cmd "SKEIN_UCP_LIB=none $EN" >/dev/null || fail "submit pp"
 ctl 4 job submit --name ab "${JOB[@]}" --rollout-num-gpus 1 --update-weight-transfer-mode disk-delta \
 	--update-weight-disk-dir "$T_DIR/ab" --update-on-engine-loss abort \
-	--trainer-cmd "$MEMBER trainer $SIM --steps 6 --interval-ms 200" \
+	--trainer-cmd "$MEMBER trainer --wait-engines 1 $SIM --steps 6 --interval-ms 200" \
 	--rollout-cmd "$MEMBER engine --crash 0:3 -- $SIM --steps 1000000000" >/dev/null || fail "submit ab"
 ctl 4 job submit --name pu "${JOB[@]}" --rollout-num-gpus 2 --update-weight-transfer-mode p2p \
-	--trainer-cmd "$MEMBER trainer $SIM --steps 1000000 --interval-ms 200" \
+	--trainer-cmd "$MEMBER trainer --wait-engines 2 $SIM --steps 1000000 --interval-ms 200" \
 	--rollout-cmd "$MEMBER engine -- $SIM --steps 1000000000" >/dev/null || fail "submit pu"
 # gt's trainer runs each request file the test drops in $T_DIR/gt (it is the
 # member, so its children pass the gate), its output next to it
@@ -151,7 +151,7 @@ check "pp: the restarted trainer resumes after v$K and versions commit" wait_unt
 check "pp: every engine at the latest version after the trainer's restart" wait_until 15 at_latest pp 3
 
 # ---- the head SIGKILLed while an update is open (dd): engine 2 paused holds it
-E2=$(member_field dd/engine-2 pid)
+E2=$(member_field dd/engine-2 pid); DT=$(member_field dd/trainer-0 pid)
 kill -STOP "$E2"
 if wait_until 5 open_with dd dd/engine-2 >/dev/null; then
 	K=$(open_with dd dd/engine-2); H=$(head_of 4); kill_agent "${H#n}" 9; t0=$(now_ms)
@@ -162,6 +162,10 @@ if wait_until 5 open_with dd dd/engine-2 >/dev/null; then
 	if wait_until $((TMO + 6)) final_upto; then
 		pass "dd: head $H killed with v$K open: every update final $(( $(now_ms) - t0 )) ms later (v$K $(q dd get "$K" state))"
 	else fail "dd: updates open after the head's death" "$(q dd open)"; fi
+	# every member lived through it: the new head finishes the update (the
+	# trainer's done, said again, reaches it), and the trainer is not restarted
+	check "dd: v$K committed by the new head ($(q dd get "$K" reason))" state_is dd "$K" committed
+	check "dd: the trainer lived through the failover" kill -0 "$DT"
 	check "dd: versions go on after the failover" wait_until 15 past dd $((K + 2))
 	check "pp: ... on pp too" wait_until 15 past pp $(( $(q pp latest) + 1 ))
 else fail "dd: no update held open by the paused engine"; kill -CONT "$E2"; fi

@@ -3,10 +3,13 @@
 # libskein stand-ins (skein-trainer-sim, skein-engine-sim) with what the
 # test asks of a restart.  Used as a job's --trainer-cmd / --rollout-cmd:
 #
-#   wv_member.sh trainer SIM_ARGS...
+#   wv_member.sh trainer [--wait-engines N] SIM_ARGS...
 #       a restarted trainer (SKEIN_RESTART_COUNT > 0) resumes after the job's
 #       newest version, asked of its agent (skeinctl transfers on SKEIN_RPC),
-#       as a real trainer resumes from its checkpoint: versions only grow
+#       as a real trainer resumes from its checkpoint: versions only grow;
+#       --wait-engines N: on its first start it waits (at most 30 s) until N
+#       engines of its job asked the head for work, so that they all take
+#       part from the first version however slow the machine
 #   wv_member.sh engine [--crash I:V] [--restart-delay S] -- SIM_ARGS...
 #       --crash I:V: engine I exits in the middle of receiving version V, on
 #       its first start only; --restart-delay S: a restarted engine waits S
@@ -23,6 +26,16 @@ restarted=0
 
 if [ "$role" = trainer ]; then
 	first=1
+	if [ "${1:-}" = --wait-engines ]; then
+		want=$2; shift 2
+		for _ in $(seq 300); do
+			[ $restarted = 1 ] && break
+			n=$("$BIN/skeinctl" --timeout 2000 placement "$SKEIN_JOB" --format json 2>/dev/null |
+				grep -o '"weight_version"' | wc -l)
+			[ "$n" -ge "$want" ] && break
+			sleep 0.1
+		done
+	fi
 	if [ $restarted = 1 ]; then
 		# bounded: the head may be changing; 1 when nothing is known
 		for _ in $(seq 100); do
