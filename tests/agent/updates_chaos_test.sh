@@ -4,9 +4,9 @@
 # stand-ins, dd (disk-delta) and pp (p2p over TCP), trainer + 3 engines each,
 # trainers publishing a version every 50 ms.  For CHAOS_S seconds (default
 # 20) a seeded random sequence SIGKILLs engines and trainers of either job
-# and the head (at most 3 times, restarted 2 s later).  Then the streams are
-# paused (SIGSTOP of the trainers: an update they held open ends by the
-# watchdog) and, within bounds:
+# and the head (at most 3 times, restarted 2 s later).  Then, once every
+# engine runs again, the streams are paused (SIGSTOP of the trainers: an
+# update they held open ends by the watchdog) and, within bounds:
 #   - no update is open, and versions are monotonic in `transfers`;
 #   - every running engine holds the latest committed version bit for bit:
 #     placement's weight_version equals it, and the last version its log
@@ -78,8 +78,12 @@ for i in "${!DOWN[@]}"; do start "$i"; done
 echo "# $actions chaos actions ($heads head kills)"
 
 # pause the streams (a version every 50 ms leaves no moment in which to
-# compare placement with transfers); whatever they held open ends within
-# the watchdog
+# compare placement with transfers) once every engine runs again: a p2p
+# engine catches up only from a peer that holds the version, or from the
+# trainer's next one, so engines that all lost it wait for the stream.
+# Whatever the trainers held open ends within the watchdog.
+all_running() { wv_ctl placement --format json 2>/dev/null | $WVJ running dd 3 && wv_ctl placement --format json 2>/dev/null | $WVJ running pp 3; }
+if wait_until 60 all_running; then pass "every engine runs again after the chaos"; else fail "engines running after the chaos (seed $SEED)"; ctl 4 placement; fi
 trainers_up() { local j p; TP=(); for j in dd pp; do p=$(member_field $j/trainer-0 pid); [ -n "$p" ] && [ "$p" -gt 0 ] || return 1; TP+=("$p"); done; }
 wait_until 30 trainers_up || fail "the trainers did not run again"
 kill -STOP "${TP[@]}"

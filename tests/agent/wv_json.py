@@ -17,6 +17,7 @@ transfers:
   shape                every record has the keys of issue #13 item 4
 placement:
   at JOB L [N]         every engine of JOB (at least N) runs with weight_version L
+  running JOB [N]      every engine of JOB (at least N) is running (not syncing)
   state JOB MEMBER     MEMBER's state and weight_version ("state version")
 """
 import json
@@ -78,6 +79,10 @@ def main(argv):
         print("unreadable JSON: %s" % e)
         return 2
     cmd, args = argv[1], argv[2:]
+    if cmd == "running":
+        eng = [m for m in doc["members"] if m["job"] == args[0] and m["role"] == "rollout"]
+        ok = len(eng) >= (int(args[1]) if len(args) > 1 else 1) and all(m["state"] == "running" for m in eng)
+        return 0 if ok else 1
     if cmd == "at" or cmd == "state":
         eng = [m for m in doc["members"] if m["job"] == args[0] and m["role"] == "rollout"]
         if cmd == "state":
