@@ -164,6 +164,11 @@ static const job_report *report_of(agent *a, const char *node)
 	return NULL;
 }
 
+bool aj_node_reported(agent *a, const char *node)
+{
+	return report_of(a, node) != NULL;
+}
+
 /* The state of member `id` as its node last reported it (NULL if none). */
 const job_member_status *aj_status_of(agent *a, const char *node, const char *id)
 {

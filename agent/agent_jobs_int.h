@@ -79,6 +79,9 @@ typedef struct {
 
 /* The state of member `id` as `node` last reported it (NULL if none). */
 const job_member_status *aj_status_of(agent *a, const char *node, const char *id);
+/* Whether `node` reported to this head at all (a new head hears from every
+ * node within a round of orders). */
+bool aj_node_reported(agent *a, const char *node);
 void aj_inflight_add(agent *a, const char *job, uint64_t index);
 void aj_member_id(char *out, size_t cap, const char *job, bool trainer, uint32_t k);
 /* The order of trainer rank / engine k of job j (its node's address from

@@ -44,9 +44,6 @@ static const double WAIT_HOLD_S = 1.0;      /* a wait with nothing to do is answ
 static const double ENGINE_FORGET_S = 10.0; /* an engine not heard from for this long is forgotten */
 static const double CATCHUP_STALL_S = 30.0; /* a peer catch-up without news is given up */
 static const double CATCHUP_RETRY_S = 1.0;
-/* A new head hears every node's report within an order round (1 s): until
- * then a member it has no word of is not taken for gone. */
-static const double REPORT_GRACE_S = 2.0;
 enum {
 	MEMBER_MAX = JOB_NAME_MAX + 32,
 	ENDPOINT_MAX = 64,
@@ -94,7 +91,6 @@ struct agent_wv {
 	ev_timer tick;
 	bool changed;                  /* the head applied a weight entry */
 	bool was_ready;
-	double ready_since;            /* when this agent became the head (sk_mono_s) */
 	wv_eng *eng;
 	size_t neng, engcap;
 	wv_open *open;
@@ -680,9 +676,14 @@ static void cmd_done(agent *a, const agent_client *c, const Skein__Weights__Done
 	}
 	for (size_t i = 0; i < d->n_failed && !u->final_proposed; i++) {
 		wv_engine *p = part_of(u, d->failed[i]->member);
+		/* "the receiver reported: ..." is the receiver's own verdict on
+		 * the bytes (a checksum mismatch): a failure, as its `failed v`
+		 * would be, which this done may overtake; anything else (it could
+		 * not be reached, it went away) is a lost participant */
+		bool fault = strstr(d->failed[i]->reason, "the receiver reported") != NULL;
 		char why[REASON_MAX];
-		snprintf(why, sizeof why, "the sender could not reach it: %s", d->failed[i]->reason);
-		if (p) lose(a, u, p, why, false);
+		snprintf(why, sizeof why, "%s%s", fault ? "" : "the sender could not reach it: ", d->failed[i]->reason);
+		if (p) lose(a, u, p, why, fault);
 	}
 	try_finish(a, u);
 }
@@ -857,7 +858,8 @@ static void check_open(agent *a, double now)
 			wv_eng *e = eng_find(W, p->member);
 			const job_member_status *st = aj_status_of(a, p->node, p->member);
 			if (!node_alive(a, p->node)) lose(a, u, p, "its node failed", false);
-			else if (!st && now - W->ready_since < REPORT_GRACE_S) continue; /* no report yet */
+			else if (!st && !aj_node_reported(a, p->node))
+				continue; /* a new head, not yet told of the node's members: the watchdog bounds this */
 			else if (!st || strcmp(st->state, "running")) {
 				char why[160];
 				snprintf(why, sizeof why, "its process exited (%s)", st ? st->state : "gone");
@@ -907,19 +909,32 @@ static void check_waits(agent *a, double now)
 	}
 }
 
-/* Not the head (any more): whoever waits here is answered by the next head
- * (the forwarding agents send their requests there); forget everything. */
+/* Not the head (any more): forget everything.  Whoever waits here is told
+ * to ask again, and so reaches the next head: a forward waits on the agent
+ * it went to until that one answers, and this one may be elected again,
+ * when nobody would answer it before the forward's timeout (5 s, more than
+ * a watchdog). */
 static void forget_all(agent *a)
 {
 	agent_wv *W = a->wv;
+	static const char AGAIN[] = "the head changed: retry";
+	for (size_t i = 0; i < W->neng; i++)
+		if (W->eng[i].waiting) agent_ctl_send(a, &W->eng[i].client, 1, AGAIN, NULL);
 	for (size_t i = 0; i < W->nopen; i++) {
-		wv_update_free(&W->open[i].rec);
-		free(W->open[i].setup);
+		wv_open *u = &W->open[i];
+		if (u->begin_waiting) agent_ctl_send(a, &u->begin_client, 1, AGAIN, NULL);
+		if (u->done_waiting) agent_ctl_send(a, &u->done_client, 1, AGAIN, NULL);
+		wv_update_free(&u->rec);
+		free(u->setup);
 	}
 	W->nopen = 0;
 	W->neng = 0;
 }
 
+/* A head that became ready (adopting what the last one left open), or
+ * whose state changed, acts on it: from the timer, or from the first
+ * request of its term when that comes first (a sender's done said again
+ * must find the update it finishes adopted). */
 static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	agent *a = t->data;
@@ -1038,7 +1053,6 @@ static void catch_up(agent *a)
 {
 	agent_wv *W = a->wv;
 	if (W->was_ready && !W->changed) return;
-	if (!W->was_ready) W->ready_since = sk_mono_s();
 	W->was_ready = true;
 	W->changed = false;
 	on_changed(a);
@@ -1147,6 +1161,7 @@ bool agent_wv_dispatch(agent *a, const Skein__Control__Request *q, const agent_c
 		agent_ctl_send(a, c, 1, "the head is changing: retry", NULL);
 		return true;
 	}
+	catch_up(a);
 	head_verb(a, q, c, verb);
 	return true;
 }

@@ -6,10 +6,12 @@
  * head's BeginReply (participants, watchdog); move the bytes while a
  * heartbeat thread asks `outcome` every 500 ms and stops the data path at
  * once when the head aborted the update; then done (our figures, the peers
- * we could not serve) -> the head's Outcome at commit or abort.  Any answer
- * lost (the connection broke, the head changed, an error saying retry) is
- * replaced by polling `outcome` every 50 ms up to the watchdog: the record
- * in the replicated state is the truth, not our connection.
+ * we could not serve) -> the head's Outcome at commit or abort.  A lost
+ * answer (the connection broke, the head changed, an error saying retry)
+ * is asked again every 50 ms up to the watchdog (done too: it is
+ * idempotent, and a new head needs it to finish the update it adopted);
+ * a done refused for good is followed by polling `outcome`: the record in
+ * the replicated state is the truth, not our connection.
  *
  * Data paths: disk-delta writes the version as it does alone (an aborted
  * version is removed and the next one is full).  p2p, p2p-tcp and p2p-ucx

@@ -151,6 +151,10 @@ static int p2p_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 		xfer_endpoint *sub = s->sub[s->active];
 		char why[256];
 		int rc = run_sub(ep, sub, left, 0, version, err);
+		if (rc != 0 && err->code == XFER_ENOVERSION && !sub->ops->connected(sub) && left != 0) {
+			s->active = -1; /* its sender ended the session: the next one may speak either path */
+			continue;
+		}
 		if (rc != 0 && s->active == SUB_UCX && xfer_ucx_fell_back(sub, why, sizeof why)) {
 			snprintf(ep->note, sizeof ep->note, "%s", why); /* the sender comes back with p2p-tcp */
 			s->active = -1;

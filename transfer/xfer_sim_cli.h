@@ -15,7 +15,8 @@ typedef struct {
 	uint64_t bytes, bucket;
 	size_t tensors;
 	double changed;
-	int steps, port, streams, timeout_ms, full_every, zstd, wait_ms, crash_after, keep_previous, interval_ms;
+	int steps, port, streams, timeout_ms, full_every, zstd, wait_ms, crash_after, keep_previous, interval_ms,
+	    first_version;
 	uint64_t corrupt_version, crash_during;
 	int cuda;   /* --device cuda: the weights live on CUDA device 0 (colocated needs it) */
 	int in_job; /* SKEIN_JOB set: the endpoint comes from the environment, coordinated */
@@ -47,6 +48,7 @@ static void sim_usage(FILE *f, const char *prog, const char *role)
 		"  --wait-ms T        engine: how long to wait for each version (default 60000)\n"
 		"  --crash-after V    trainer: exit(3) in the middle of publishing version V (tests)\n"
 		"  --interval-ms T    trainer: pause between versions, like a training step (default 0)\n"
+		"  --first-version V  trainer: publish versions V..S (default 1; in a job, above its newest)\n"
 		"  --corrupt-version V  trainer: one wrong byte goes out in version V, after its checksum (tests)\n"
 		"  --crash-during V   engine: exit(3) once the first bucket of version V landed (tests)\n"
 		"  --stall-file F     engine, in a job: when F names the version just verified, say so\n"
@@ -64,7 +66,7 @@ static int sim_parse(int argc, char **argv, sim_opts *o, const char *role)
 		{ "zstd", 1, 0, 'z' }, { "receiver-id", 1, 0, 'r' }, { "wait-ms", 1, 0, 'w' },
 		{ "crash-after", 1, 0, 'x' }, { "keep-previous", 1, 0, 'K' }, { "interval-ms", 1, 0, 'i' },
 		{ "corrupt-version", 1, 0, 'C' }, { "crash-during", 1, 0, 'D' }, { "stall-file", 1, 0, 'F' },
-		{ "device", 1, 0, 'V' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "device", 1, 0, 'V' }, { "first-version", 1, 0, 'G' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	memset(o, 0, sizeof *o);
 	o->path = "disk-delta";
@@ -78,6 +80,7 @@ static int sim_parse(int argc, char **argv, sim_opts *o, const char *role)
 	o->full_every = 10;
 	o->wait_ms = 60000;
 	o->keep_previous = 1;
+	o->first_version = 0; /* 0: 1, or in a job above its newest version */
 	int c;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
@@ -113,11 +116,13 @@ static int sim_parse(int argc, char **argv, sim_opts *o, const char *role)
 			else if (strcmp(optarg, "host") != 0) goto bad;
 			break;
 		case 'F': o->stall_file = optarg; break;
+		case 'G': o->first_version = atoi(optarg); break;
 		case 'h': sim_usage(stdout, argv[0], role); exit(0);
 		default: goto bad;
 		}
 	}
-	if (!o->bytes || o->steps < 1 || o->changed < 0 || o->changed > 1 || o->interval_ms < 0) goto bad;
+	if (!o->bytes || o->steps < 1 || o->changed < 0 || o->changed > 1 || o->interval_ms < 0 || o->first_version < 0)
+		goto bad;
 	const char *job = getenv("SKEIN_JOB");
 	const char *co = getenv("SKEIN_COORDINATE");
 	o->in_job = job && *job && !(co && !strcmp(co, "0")); /* =0: the command line, as outside a job */

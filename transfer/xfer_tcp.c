@@ -178,7 +178,7 @@ static void shutdown_all(tcp_state *s)
 
 /* Between versions nothing may arrive on the control stream: readable
  * means the sender closed it (or broke the protocol): its session is over. */
-static int sender_gone(tcp_state *s)
+static int sender_gone(const tcp_state *s)
 {
 	struct pollfd q = { .fd = s->ctl, .events = POLLIN };
 	unsigned char b;
@@ -676,6 +676,12 @@ static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	uint64_t hv = 0;
 	int got = xfer_sock_recv_vhead(s->ctl, ep, wait_ms, t0, &hv, err);
 	if (got > 0) return -1; /* no version yet: the session stays */
+	if (got < 0 && s->lfd_shared && sender_gone(s)) {
+		/* the sender ended its session while we waited for its next
+		 * version: the p2p chooser takes the next sender */
+		close_session(s);
+		return xfer_fail(err, XFER_ENOVERSION, "the sender ended its session");
+	}
 	if (got < 0) goto err;
 	if (ep->target && hv < ep->target) {
 		/* what is left of an update that was aborted before we took it
@@ -761,10 +767,14 @@ err:
 	return -1;
 }
 
+/* A session whose sender is still there.  The p2p chooser asks this before
+ * it lets us receive: a session the sender ended (an engine that served a
+ * catch-up closes it) must not make us accept the next connection ourselves,
+ * which may be a p2p-ucx sender's: the chooser peeks at it first. */
 static int tcp_connected(const xfer_endpoint *ep)
 {
 	const tcp_state *s = ep->impl;
-	return s && s->connected;
+	return s && s->connected && !sender_gone(s);
 }
 
 static int tcp_rollback(xfer_endpoint *ep, xfer_err *err)

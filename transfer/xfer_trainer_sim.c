@@ -11,7 +11,9 @@
  * environment and every version is a coordinated update: one line per
  * verdict, "trainer: v7 committed: update_weights_time=..." or "trainer: v7
  * aborted: <the head's reason>", and an aborted version is no reason to
- * stop (exit 1 only on other errors). */
+ * stop (exit 1 only on other errors).  --first-version V starts at V (the
+ * model is a function of the version, so a restarted trainer that resumes
+ * after the job's newest version publishes what it would have). */
 #include "transfer/xfer_int.h"
 #include "transfer/xfer_sim_cli.h"
 
@@ -35,13 +37,14 @@ int main(int argc, char **argv)
 	if (*xfer_endpoint_note(ep)) printf("trainer: %s\n", xfer_endpoint_note(ep));
 	xfer_hooks.corrupt_version = o.corrupt_version;
 	/* a restarted trainer goes on above the job's newest version (the model
-	 * is a function of the version, so it picks up where the job is) */
+	 * is a function of the version, so it picks up where the job is);
+	 * --first-version says where outright */
 	uint64_t newest = 0;
-	if (o.in_job && xfer_job_newest(ep, &newest, &e) != 0) goto err;
+	if (o.in_job && o.first_version <= 0 && xfer_job_newest(ep, &newest, &e) != 0) goto err;
 	if (newest) printf("trainer: the job's newest version is v%llu: going on from v%llu\n",
 			   (unsigned long long)newest, (unsigned long long)newest + 1);
-	int first = (int)newest + 1;
-	for (int v = first; v < first + o.steps; v++) {
+	int first = o.first_version > 0 ? o.first_version : (int)newest + 1;
+	for (int v = first; v <= o.steps; v++) {
 		if (v > first && o.interval_ms > 0) {
 			struct timespec ts = { o.interval_ms / 1000, (long)(o.interval_ms % 1000) * 1000000L };
 			nanosleep(&ts, NULL);

@@ -6,6 +6,7 @@
 #include "tests/unit/xfer_p2p_cases.h"
 
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Every test runs in its own process (t_main forks), so UCX_TLS set here
@@ -69,44 +70,57 @@ T_TEST(xfer_ucx_probe_lists_transports)
 	T_CHECK(strstr(why, "UCX") && strstr(why, "could not start") && strstr(why, "(UCX: "));
 }
 
+/* A trainer's model, an engine's, and a "p2p" receiver for the engine's. */
+static xfer_endpoint *p2p_receiver(sk_rng *r, tmodel *tr, tmodel *en)
+{
+	sk_rng_seed(r, t_seed());
+	tm_make(tr, r, 20000, 1);
+	tm_make(en, r, 20000, 0);
+	p2p_path = "p2p";
+	return open_ep(XFER_RECEIVER, en->m, 0, 1, 2, 8192, 5000);
+}
+
+/* Forks the receiver: versions 1 and 2 on rcv, each equal to tr's (which
+ * steps once between them, as the sender's does), and when want_path is
+ * given, on that path with want_note in its note.  Returns the child. */
+static pid_t receive_two(xfer_endpoint *rcv, tmodel *en, tmodel *tr, sk_rng *r, const char *want_path,
+			 const char *want_note)
+{
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid != 0) return pid;
+	xfer_err e;
+	uint64_t v;
+	int rc = 0;
+	for (int i = 1; i <= 2 && !rc; i++) {
+		if (xfer_receive(rcv, 10000, &v, &e) != 0) {
+			printf("  receiver, v%d: %s\n", i, e.msg);
+			rc = 1;
+		} else if (v != (uint64_t)i || !tm_equal(en, tr) ||
+			   (want_path && (strcmp(xfer_endpoint_path(rcv), want_path) != 0 ||
+					  !strstr(xfer_endpoint_note(rcv), want_note)))) {
+			printf("  receiver: v%llu on %s (%s)\n", (unsigned long long)v, xfer_endpoint_path(rcv),
+			       xfer_endpoint_note(rcv));
+			rc = 2;
+		}
+		if (i == 1) tm_step(tr, r, 0.1); /* as the sender does */
+	}
+	fflush(stdout);
+	_exit(rc);
+}
+
 /* "p2p" on both ends of one host: UCX shared memory when UCX offers it,
  * p2p-tcp when UCX_TLS leaves only TCP; both ends say which and why. */
 static void p2p_chooses(const char *tls, const char *want_path, const char *want_note)
 {
 	setenv("UCX_TLS", tls, 1);
-	p2p_path = "p2p";
-	uint64_t seed = t_seed();
 	sk_rng r;
-	sk_rng_seed(&r, seed);
 	tmodel tr, en;
-	tm_make(&tr, &r, 20000, 1);
-	tm_make(&en, &r, 20000, 0);
-	xfer_endpoint *rcv = open_ep(XFER_RECEIVER, en.m, 0, 1, 2, 8192, 5000);
+	xfer_endpoint *rcv = p2p_receiver(&r, &tr, &en);
 	T_STREQ(xfer_endpoint_path(rcv), "p2p");
 	T_CHECK(strstr(xfer_endpoint_note(rcv), "chosen with each peer"));
 	int port = xfer_endpoint_port(rcv);
-	fflush(stdout);
-	pid_t pid = fork();
-	if (pid == 0) {
-		xfer_err e;
-		uint64_t v;
-		int rc = 0;
-		for (int i = 1; i <= 2 && !rc; i++) {
-			if (xfer_receive(rcv, 10000, &v, &e) != 0) {
-				printf("  receiver: %s\n", e.msg);
-				rc = 1;
-			} else if (v != (uint64_t)i || !tm_equal(&en, &tr) ||
-				   strcmp(xfer_endpoint_path(rcv), want_path) != 0 ||
-				   !strstr(xfer_endpoint_note(rcv), want_note)) {
-				printf("  receiver: v%llu on %s (%s)\n", (unsigned long long)v, xfer_endpoint_path(rcv),
-				       xfer_endpoint_note(rcv));
-				rc = 2;
-			}
-			if (i == 1) tm_step(&tr, &r, 0.1); /* as the sender does */
-		}
-		fflush(stdout);
-		_exit(rc);
-	}
+	pid_t pid = receive_two(rcv, &en, &tr, &r, want_path, want_note);
 	xfer_close(&rcv);
 	xfer_endpoint *snd = open_ep(XFER_SENDER, tr.m, port, 1, 2, 8192, 5000);
 	T_XOK(xfer_send(snd, 1, err_));
@@ -129,4 +143,38 @@ T_TEST(xfer_ucx_p2p_chooses_shared_memory_on_one_host)
 T_TEST(xfer_ucx_p2p_chooses_tcp_without_rdma_or_shared_memory)
 {
 	p2p_chooses("tcp", "p2p-tcp", "p2p-tcp: no RDMA transport in UCX here");
+}
+
+/* A "p2p" receiver whose session with a p2p-tcp sender ended (an engine
+ * that served a catch-up closes it) takes the next sender as the chooser
+ * does, whatever path it speaks: the p2p-tcp sub-endpoint used to accept
+ * the next connection itself and refuse a p2p-ucx hello ("the first
+ * connection is not a skein p2p sender's control stream"), or, when the
+ * session ended while it waited on it, fail ("the sender closed the
+ * connection"). */
+T_TEST(xfer_ucx_p2p_next_sender_after_a_tcp_one_ended)
+{
+	setenv("UCX_TLS", "sm,tcp", 1);
+	sk_rng r;
+	tmodel tr, en;
+	xfer_endpoint *rcv = p2p_receiver(&r, &tr, &en);
+	int port = xfer_endpoint_port(rcv);
+	pid_t pid = receive_two(rcv, &en, &tr, &r, NULL, NULL);
+	xfer_close(&rcv);
+	p2p_path = "p2p-tcp";
+	xfer_endpoint *snd = open_ep(XFER_SENDER, tr.m, port, 1, 2, 8192, 5000);
+	T_XOK(xfer_send(snd, 1, err_));
+	/* the receiver is most likely waiting on this session for v2 when it
+	 * ends (it also passes when it looks only after the end) */
+	nanosleep(&(struct timespec){ 0, 200 * 1000000L }, NULL);
+	xfer_close(&snd);
+	tm_step(&tr, &r, 0.1);
+	p2p_path = "p2p";
+	snd = open_ep(XFER_SENDER, tr.m, port, 1, 2, 8192, 5000);
+	T_XOK(xfer_send(snd, 2, err_));
+	T_STREQ(xfer_endpoint_path(snd), "p2p-ucx");
+	T_EQ(t_wait_child(pid, 20000), 0);
+	xfer_close(&snd);
+	tm_free(&tr);
+	tm_free(&en);
 }
