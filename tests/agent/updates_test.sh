@@ -67,7 +67,7 @@ ctl 4 job submit --name gt "${JOB[@]}" --rollout-num-gpus 1 --update-weight-tran
 # the engines' placement states, every 100 ms, to see `syncing` go by
 ( while :; do
 	ctl 4 placement --format json 2>/dev/null | tr '{' '\n' | grep '"role":"rollout"' |
-		sed -nE 's/.*"member":"([^"]*)".*"state":"([a-z]*)".*"weight_version":([0-9]+).*/\1 \2 \3/p'
+		sed -nE 's/.*"member":"([^"]*)".*"state":"([a-z]*)".*"weight_version":([0-9]+|null).*/\1 \2 \3/p'
 	sleep 0.1
 done >> "$T_DIR/states" ) &
 PIDS[poll]=$!
@@ -200,7 +200,7 @@ expect() { # NAME PATTERN ARGS...
 expect "begin naming another job's member" "code=1 error=wv begin refused: " begin begin $B
 expect "begin in the wrong mode" "code=1 error=mode disk-delta: job gt moves weights with p2p" begin begin $G version=1 mode=disk-delta
 expect "a 5-byte digest" "code=1 error=manifest digest: 16 bytes expected" begin begin $G version=1 mode=p2p digest=hex:0102030405
-expect "a 200-byte setup" "code=1 error=setup: at most 128 bytes" begin begin $G version=1 mode=p2p setup=hex:$(printf '00%.0s' $(seq 200))
+expect "a setup over 512 KiB" "code=1 error=setup: at most 524288 bytes" begin begin $G version=1 mode=p2p setup=zeros:524289
 expect "version 0" "code=1 error=version 0 of gt: versions must grow" begin begin $G version=0 mode=p2p
 expect "a trainer's wait" "code=1 error=gt/trainer-0 is not an engine of a running job gt" wait status $G
 expect "done of no update" "code=1 error=no update v77 of gt" done done $G version=77 ok=true

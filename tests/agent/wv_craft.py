@@ -6,7 +6,7 @@ prints its answer, for the gate and bad-input checks of the update tests.
 
 ADDR is unix:PATH or HOST:PORT.  KIND names the payload message of
 proto/weights.proto (begin, done, query, status) whose fields are set from
-field=value (numbers, true/false, strings; hex:.. for bytes; done's
+field=value (numbers, true/false, strings; hex:.. or zeros:N for bytes; done's
 failed=MEMBER:REASON, a PeerFailure, may be given again); KIND raw sends
 the bytes of hex=.. as the payload as they are.  Extra request fields:
 forwarded=1, sender=NAME, args=N (the number of args: 1 is VERB alone).
@@ -57,6 +57,8 @@ def parse_value(kind, text):
     if kind == "d":
         return float(text)
     if kind == "b":
+        if text.startswith("zeros:"):  # N zero bytes (too many for a command line as hex)
+            return bytes(int(text[6:]))
         return bytes.fromhex(text[4:]) if text.startswith("hex:") else text.encode()
     return text
 
