@@ -16,11 +16,15 @@
  * lock on its own byte of the file, which the kernel drops when the process
  * exits; a waiting rank that finds a peer's byte unlocked fails the call with
  * ncclRemoteError and keeps the error as the communicator's asynchronous
- * error, as NCCL does.  Only the calls libskein makes are here; one
- * communicator per process at a time. */
+ * error, as NCCL does.  Bytes move with the loaded CUDA runtime's cudaMemcpy
+ * (cudaMemcpyDefault), so the same stand-in serves fake_cudart's host memory
+ * and a real GPU's memory (two processes on one GPU, which NCCL refuses).
+ * Only the calls libskein makes are here; one communicator per process at a
+ * time. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -185,6 +189,18 @@ static int posted(const fk_comm *c, int root)
 	return atomic_load(&c->h->posted) > c->pieces;
 }
 
+/* cudaMemcpy of the runtime libskein loaded (RTLD_GLOBAL), else memcpy. */
+static void copy(void *dst, const void *src, size_t n)
+{
+	static int (*cp)(void *, const void *, size_t, int);
+	static int tried;
+	if (!tried) {
+		*(void **)&cp = dlsym(RTLD_DEFAULT, "cudaMemcpy");
+		tried = 1;
+	}
+	if (!cp || cp(dst, src, n, 4 /* cudaMemcpyDefault */) != 0) memcpy(dst, src, n);
+}
+
 int ncclBroadcast(const void *send, void *recv, size_t count, int dtype, int root, fk_comm *c, void *stream)
 {
 	(void)stream;
@@ -195,8 +211,8 @@ int ncclBroadcast(const void *send, void *recv, size_t count, int dtype, int roo
 		int rc;
 		if (c->rank == root) {
 			if ((rc = wait_for(c, root, all_acked, root)) != OK) return rc;
-			memcpy(c->win, (const char *)send + off, k);
-			if (recv != send) memcpy((char *)recv + off, (const char *)send + off, k);
+			copy(c->win, (const char *)send + off, k);
+			if (recv != send) copy((char *)recv + off, (const char *)send + off, k);
 			atomic_store(&c->h->len, k);
 			atomic_store(&c->h->posted, c->pieces + 1);
 		} else {
@@ -205,7 +221,7 @@ int ncclBroadcast(const void *send, void *recv, size_t count, int dtype, int roo
 				c->async = INVALID_ARGUMENT; /* the ranks disagree on the count */
 				return INVALID_ARGUMENT;
 			}
-			memcpy((char *)recv + off, c->win, k);
+			copy((char *)recv + off, c->win, k);
 			atomic_store(&c->h->acked[c->rank], c->pieces + 1);
 		}
 		c->pieces++;

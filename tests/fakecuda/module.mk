@@ -17,4 +17,4 @@ export SKEIN_FAKE_NCCL := $(abspath $(FAKE_NCCL))
 
 $(FAKE_NCCL): tests/fakecuda/fake_nccl.c
 	@mkdir -p $(@D)
-	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -fPIC -shared -o $@ $< -lrt
+	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -fPIC -shared -o $@ $< -lrt -ldl

@@ -7,11 +7,16 @@
  * failure the receiver's tensors must hold the previous version bit for bit.
  *
  * Contents are a function of (seed, tensor, version): each version changes
- * about 1 byte in 64 of the last, so the journal holds a small part. */
+ * about 1 byte in 64 of the last, so the journal holds a small part.
+ * Tensors are allocated and read through the loaded CUDA runtime, so with
+ * SKEIN_NCCL_TEST_REAL_CUDA=1 (the GPU host: the real runtime and driver,
+ * fake NCCL, both processes on one GPU) the device journal and the GPU
+ * kernels run the same scenario. */
 #include "tests/unit/xfer_testlib.h"
 #include "transfer/xfer_int.h"
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,22 +34,37 @@ typedef struct {
 static void fake_env(void)
 {
 	const char *cu = getenv("SKEIN_FAKE_CUDART"), *nc = getenv("SKEIN_FAKE_NCCL");
-	if (!cu || !nc) T_FAIL("SKEIN_FAKE_CUDART and SKEIN_FAKE_NCCL must name the stand-ins (make test sets them)");
-	setenv("SKEIN_CUDART_LIB", cu, 1);
-	setenv("SKEIN_CUDA_LIB", cu, 1);
+	const char *real = getenv("SKEIN_NCCL_TEST_REAL_CUDA");
+	int fake_cu = !(real && !strcmp(real, "1"));
+	if ((fake_cu && !cu) || !nc)
+		T_FAIL("SKEIN_FAKE_CUDART and SKEIN_FAKE_NCCL must name the stand-ins (make test sets them)");
+	if (fake_cu) {
+		setenv("SKEIN_CUDART_LIB", cu, 1);
+		setenv("SKEIN_CUDA_LIB", cu, 1);
+	}
 	setenv("SKEIN_NCCL_LIB", nc, 1);
 }
 
-/* The stand-in's "device memory" is host memory: plain buffers do. */
+static const xfer_cuda_api *cuda(void)
+{
+	char why[256];
+	const xfer_cuda_api *cu = xfer_cuda(why, sizeof why);
+	if (!cu) T_FAIL("CUDA runtime: %s", why);
+	return cu;
+}
+
 static void nm_make(nmodel *nm)
 {
+	const xfer_cuda_api *cu = cuda();
 	nm->m = xfer_manifest_new();
 	for (int i = 0; i < NT; i++) {
 		char name[32];
 		snprintf(name, sizeof name, "w%d.%s", i, xfer_dtype_name(g_dt[i]));
 		nm->n[i] = (uint64_t)g_count[i] * xfer_dtype_size(g_dt[i]);
-		nm->p[i] = calloc(1, nm->n[i]);
-		T_CHECK(nm->p[i]);
+		void *p = NULL;
+		T_EQ(cu->Malloc(&p, nm->n[i]), 0);
+		T_EQ(cu->Memset(p, 0, nm->n[i]), 0);
+		nm->p[i] = p;
 		int64_t shape[1] = { g_count[i] };
 		T_XOK(xfer_manifest_add(nm->m, name, g_dt[i], 1, shape, nm->p[i], XFER_MEM_CUDA, err_));
 	}
@@ -53,7 +73,7 @@ static void nm_make(nmodel *nm)
 static void nm_free(nmodel *nm)
 {
 	xfer_manifest_free(&nm->m);
-	for (int i = 0; i < NT; i++) free(nm->p[i]);
+	for (int i = 0; i < NT; i++) cuda()->Free(nm->p[i]);
 }
 
 /* Version v's bytes of tensor i into out. */
@@ -69,20 +89,27 @@ static void content(uint64_t seed, int i, uint64_t v, unsigned char *out, uint64
 
 static void set_version(const nmodel *nm, uint64_t seed, uint64_t v)
 {
-	for (int i = 0; i < NT; i++) content(seed, i, v, nm->p[i], nm->n[i]);
+	for (int i = 0; i < NT; i++) {
+		unsigned char *h = malloc(nm->n[i]);
+		content(seed, i, v, h, nm->n[i]);
+		T_EQ(cuda()->Memcpy(nm->p[i], h, nm->n[i], XFER_CUDA_H2D), 0);
+		free(h);
+	}
 }
 
 static void expect_version(const nmodel *nm, uint64_t seed, uint64_t v, const char *when)
 {
 	for (int i = 0; i < NT; i++) {
-		unsigned char *want = malloc(nm->n[i]);
+		unsigned char *want = malloc(nm->n[i]), *have = malloc(nm->n[i]);
 		content(seed, i, v, want, nm->n[i]);
+		T_EQ(cuda()->Memcpy(have, nm->p[i], nm->n[i], XFER_CUDA_D2H), 0);
 		for (uint64_t j = 0; j < nm->n[i]; j++)
-			if (nm->p[i][j] != want[j])
+			if (have[j] != want[j])
 				T_FAIL("%s: tensor %d byte %llu is 0x%02x, version %llu has 0x%02x (seed %llu)", when, i,
-				       (unsigned long long)j, nm->p[i][j], (unsigned long long)v, want[j],
+				       (unsigned long long)j, have[j], (unsigned long long)v, want[j],
 				       (unsigned long long)seed);
 		free(want);
+		free(have);
 	}
 }
 
@@ -161,6 +188,9 @@ static void scenario(const char *path)
 	T_EQ(v, 2);
 	expect_version(&nm, seed, 2, "version 2");
 	xfer_stats st = xfer_endpoint_stats(ep);
+	printf("  %s v2: %llu bytes, journal %llu bytes (device peak %llu), journal %.4f s, hash %.4f s, note: %s\n", path,
+	       (unsigned long long)xfer_manifest_bytes(nm.m), (unsigned long long)st.journal_bytes,
+	       (unsigned long long)st.device_journal_peak, st.journal_seconds, st.hash_seconds, xfer_endpoint_note(ep));
 	T_CHECK(st.journal_bytes > 0);
 	T_CHECK(st.journal_bytes < xfer_manifest_bytes(nm.m)); /* a part changed, a part journaled */
 	/* 3: one byte wrong in the last bucket: detected, 2 back */
@@ -183,6 +213,12 @@ static void scenario(const char *path)
 	T_EQ(WEXITSTATUS(status), 3);
 	xfer_close(&ep);
 	nm_free(&nm);
+	/* the stand-in's "device memory" of the root, which died holding it */
+	for (unsigned k = 0; k < 64; k++) {
+		char name[64];
+		snprintf(name, sizeof name, "/skein-fakecu-%d-%u", (int)pid, k);
+		shm_unlink(name);
+	}
 }
 
 T_TEST(nccl_broadcast_undo) { scenario("broadcast"); }
