@@ -24,8 +24,8 @@
  * cfg.keep_previous (the default) a receiver journals the bytes it
  * overwrites and puts them back on failure, so its previous version stays
  * intact: host memory on disk-delta and p2p-tcp, CUDA memory on p2p-tcp
- * and colocated (there in device memory, up to cfg.device_journal_bytes,
- * beyond it pinned host memory; not yet on NCCL); xfer_endpoint_stats says
+ * colocated and NCCL (there in device memory, up to cfg.device_journal_bytes,
+ * beyond it pinned host memory); xfer_endpoint_stats says
  * how much memory and time that took.  colocated checks tree checksums
  * computed by libskein's GPU kernels (docs/tree-checksum.md).
  *
@@ -293,9 +293,9 @@ xfer_update_stats xfer_endpoint_update(const xfer_endpoint *ep);
 int xfer_job_newest(xfer_endpoint *ep, uint64_t *newest, xfer_err *err);
 /* Receiver: puts back the version it held before its last receive, from
  * that receive's undo journal (disk-delta, p2p-tcp, p2p-ucx, colocated with
- * the GPU kernels, keep_previous on).  -1 XFER_EUNAVAIL where there is none
- * (the first version received, keep_previous off, NCCL, rolled back
- * already). */
+ * the GPU kernels, broadcast and broadcast_packed, keep_previous on).  -1
+ * XFER_EUNAVAIL where there is none (the first version received,
+ * keep_previous off, rolled back already). */
 int xfer_rollback(xfer_endpoint *ep, xfer_err *err);
 /* From any thread: makes a blocked send/receive return XFER_EABORTED. */
 void xfer_abort(xfer_endpoint *ep);
