@@ -22,6 +22,8 @@
 #     lines): <= 500 ms
 # 2-4 run at 16 MiB on disk-delta and p2p-tcp (where the test switches are).  Members' lines are stamped with the wall
 # clock by a wrapper; the agents' log lines carry it too.
+# UPDATES_BENCH_DUMP=DIR keeps each overhead job's trainer and engine-0 lines
+# and its `transfers --format json` there.
 # Usage: PORT_BASE=N tests/agent/updates_bench.sh   (about 4 minutes here
 # without the scale part, 1 GiB included)
 . "$(dirname "$0")/lib.sh"
@@ -100,6 +102,12 @@ overhead() {
 	times=$(pub_times "$name" "$n")
 	k=$(echo "$times" | grep -c .)
 	coord=$(echo "$times" | median)
+	if [ -n "${UPDATES_BENCH_DUMP:-}" ]; then # the trainer's lines and the records, to look into
+		mkdir -p "$UPDATES_BENCH_DUMP"
+		mlog "$name" trainer-0 >"$UPDATES_BENCH_DUMP/$name.trainer"
+		mlog "$name" engine-0 >"$UPDATES_BENCH_DUMP/$name.engine-0"
+		ctl "$C" transfers "$name" --last 20 --format json >"$UPDATES_BENCH_DUMP/$name.json" 2>&1
+	fi
 	stop_job "$name"
 	base=$("$BIN/skein-xfer-bench" --mode fanout --path "$mode" --bytes "$bytes" --tensors "$TENSORS" \
 		--receivers "$n" --versions $((VERSIONS + 1)) --format json | sed -n 's/.*"seconds": \([0-9.]*\),.*/\1/p')
