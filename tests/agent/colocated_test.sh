@@ -7,6 +7,9 @@
 # the device, a version corrupted after its checksum aborted with the engine
 # back on the previous one (bit for bit), the records in `skeinctl
 # transfers`, and the timings (perf/update_weights_time vs the data path's).
+# Then, without a GPU, a broadcast (NCCL) job the same way through the
+# stand-in NCCL: the unique id and ranks through the agents, commits, and
+# an abort undone by the engine's journal.
 #
 # Without a GPU (make test) the CUDA runtime is tests/fakecuda's stand-in
 # (SKEIN_FAKE_CUDART): "device memory" in shared memory, the checks on the
@@ -93,16 +96,52 @@ tlog | sed -n 's/^trainer: v\([0-9]*\) committed: update_weights_time=\([0-9.]*\
 	tee "$T_DIR/results"
 sort -t= -k7 -n "$T_DIR/results" | awk -F'overhead_ms=' '{ o[NR] = $2 } END { if (NR) printf "RESULT mode=colocated-coordinated median_overhead_ms=%s of %d versions\n", o[int((NR + 1) / 2)], NR }'
 ctl 1 transfers colo 2>/dev/null | sed 's/^/  /'
+
+stop_colo() {
+	ctl 1 job stop "$1" >/dev/null 2>&1
+	stopped() { ! ctl 1 placement "$1" 2>/dev/null | grep -q running; }
+	wait_until 30 stopped "$1"
+	ctl 1 job delete "$1" >/dev/null 2>&1
+}
+
+# Without a GPU: the coordinated NCCL path end to end through the stand-in
+# NCCL (tests/fakecuda/fake_nccl.c, two ranks over shared memory): the
+# trainer's unique id and the ranks travel through the agent and the head,
+# versions commit bit for bit, a corrupted one is aborted and the engine's
+# device undo journal puts the one before back.
+FNCCL=${SKEIN_FAKE_NCCL:-$ROOT/build/release/tests/libfake_nccl.so}
+if [ "${SKEIN_COLO_REAL:-0}" != 1 ] && [ -e "$FNCCL" ]; then
+	stop_colo colo
+	sed "s|^$CUDA_ENV\$|$CUDA_ENV SKEIN_NCCL_LIB=$FNCCL|" "$T_DIR/member.sh" >"$T_DIR/member_nccl.sh"
+	chmod 755 "$T_DIR/member_nccl.sh"
+	rm -f "$T_DIR/go"
+	ctl 1 job submit --name fnc --actor-num-nodes 1 --actor-num-gpus-per-node 1 --rollout-num-gpus 1 \
+		--rollout-num-gpus-per-engine 1 --num-gpus-per-node 1 --colocate --update-weight-transfer-mode broadcast \
+		--update-weight-timeout 30s --trainer-cmd "$T_DIR/member_nccl.sh" --rollout-cmd "$T_DIR/member_nccl.sh" \
+		>/dev/null || fail "submit the stand-in NCCL job"
+	known_f() { ctl 1 placement fnc --format json 2>/dev/null | grep -q '"weight_version":[0-9]'; }
+	check "NCCL (stand-in): the engine is known to the head" wait_until 30 known_f
+	touch "$T_DIR/go"
+	flog() { ctl 1 logs "fnc/$1" 2>/dev/null; }
+	fdone() { flog trainer-0 | grep -q 'trainer exited' && flog engine-0 | grep -q 'engine exited'; }
+	wait_until 120 fdone
+	flog trainer-0 | grep -E '^trainer: v' | sed 's/^/  nccl| /'
+	check "NCCL (stand-in): the trainer published every version" grep -q 'trainer exited 0' <(flog trainer-0)
+	check "NCCL (stand-in): the engine ended on v$STEPS, every version bit for bit" grep -q 'engine exited 0' <(flog engine-0)
+	check "NCCL (stand-in): v$STEPS committed with the engine in it" \
+		grep -q "trainer: v$STEPS committed: .*participants=1 dropped=0" <(flog trainer-0)
+	check "NCCL (stand-in): v$CORRUPT aborted naming the checksum" grep -q "trainer: v$CORRUPT aborted: .*checksum" <(flog trainer-0)
+	check "NCCL (stand-in): the engine back on v$((CORRUPT - 1)) by its undo journal, bit for bit" \
+		grep -q "engine: v$CORRUPT aborted (.*): back on v$((CORRUPT - 1)), verified bit for bit" <(flog engine-0)
+	stop_colo fnc
+fi
 [ "${SKEIN_COLO_NCCL:-0}" = 1 ] || finish
 
 # NCCL (broadcast) on one GPU, as far as it goes: the trainer (rank 0) and
 # the engine (rank 1) both on GPU 0.  NCCL refuses two ranks on one device;
 # what is checked is that the update ends (committed or aborted, with a
 # reason) within the watchdog and nothing hangs.  The reasons are printed.
-ctl 1 job stop colo >/dev/null 2>&1
-stopped() { ! ctl 1 placement colo 2>/dev/null | grep -q running; }
-wait_until 30 stopped
-ctl 1 job delete colo >/dev/null 2>&1
+stop_colo colo
 sed -i "s/--corrupt-version $CORRUPT //; s/--steps $STEPS/--steps 2/" "$T_DIR/member.sh"
 rm -f "$T_DIR/go"
 ctl 1 job submit --name ncc --actor-num-nodes 1 --actor-num-gpus-per-node 1 --rollout-num-gpus 1 \
