@@ -1,8 +1,10 @@
 /* agent/agent: skeind's internals, shared by its files.
  *
- *   agent_main.c   start-up, data directory, signals, the membership pump,
- *                  and the delivery of deferred events (below)
+ *   agent_main.c   start-up, data directory, signals, joining, the gossip
+ *                  metadata, and the delivery of deferred events (below)
+ *   agent_pump.c   the membership pump, leaving, the keyring file
  *   agent_net.c    the gossip sockets: UDP, and TCP streams on the same port
+ *   agent_net_util.c  addresses and unsealing, for agent_net.c and agent_tcp.c
  *   agent_ctl.c    the control endpoints (TCP and Unix socket): who may ask what,
  *                  the dispatch to each command family, the node's own commands,
  *                  and forwards that must follow a new head (served here once
@@ -25,29 +27,38 @@
  *   agent_peer.c   messages to other agents by name (one connection each),
  *                  forwarded requests and their answers
  *   agent_jobs.c   jobs: placement and orders (head), supervision (every agent)
- *   agent_jobs_cmd.c  skeinctl's job, placement and logs commands
+ *   agent_jobs_cmd.c  the jobs family's dispatch: orders, reports, and
+ *                  skeinctl's job, placement, logs and status commands
  *   agent_drain.c  skeinctl drain / undrain, and the head's moves off drained nodes
+ *   agent_jobs_base.c  what the jobs family shares (reports, ports, orders)
  *   agent_sup.c    the member processes of this node
- *   agent_metrics.c, agent_http.c  GET /metrics (--metrics)
+ *   agent_metrics.c, agent_http.c  GET /metrics (--metrics); it only reads
+ *   agent_stats.c  what head, jobs and weight updates count for the metrics
  *   agent_wv.c     coordinated weight updates: the head's coordinator and
  *                  `skeinctl transfers`; agent_wv_gate.c checks a member's requests
  *
  * One libev loop runs everything.  The membership logic (membership/mbr.h)
  * gets time from sk_mono_ms (common/sk_time.h) and packets from the sockets; after every
  * call into it, agent_pump() sends what it produced and logs its events, and
- * re-arms the timer at its next deadline.
+ * re-arms the timer at its next deadline (the sockets raise pump_due instead).
  *
  * Calls go one way, down this list (a file calls those below it, never one
  * above):
  *
  *   agent_main.c                      opens and closes everything; delivers events
  *   agent_ctl.c                       dispatch (and forwards taken over)
- *   agent_head_cmd.c, agent_jobs_cmd.c, agent_drain.c   command families
- *   agent_wv.c, agent_wv_gate.c       weight updates (reads jobs' reports)
+ *   agent_metrics.c                   the page: reads, never called by what it reads
+ *   agent_pump.c                      membership pump, leave, keyring file
+ *   agent_net.c, then agent_tcp.c     gossip sockets
+ *   agent_head_cmd.c, agent_jobs_cmd.c   command families
  *   agent_jobs.c                      placement, orders, supervision
+ *   agent_drain.c                     drain / undrain, the head's moves
+ *   agent_wv.c, agent_wv_gate.c       weight updates (reads jobs' reports)
+ *   agent_jobs_base.c                 the jobs family's shared helpers
  *   agent_head.c                      election and replicated state
  *   agent_peer.c                      messages to other agents, forwards
- *   agent_reply.c, agent_wire.c, agent_state.c, agent_sup.c, ...
+ *   agent_stats.c, agent_net_util.c, agent_reply.c, agent_wire.c,
+ *   agent_state.c, agent_sup.c, ...   leaves
  *
  * A lower layer tells a higher one of an event by raising one of the
  * zero-delay timers below (agent_defer); agent_main.c delivers it on the
@@ -57,12 +68,10 @@
  *                    -> the gossip metadata (agent_update_meta)
  *   state_changed    committed job entries were applied (agent_head.c) -> jobs
  *   wv_changed       committed weight-update entries (agent_head.c) -> agent_wv.c
- * and ends the loop with agent_exit.  Not yet one-way: agent_ctl.c and
- * agent_net.c call agent_main.c (agent_pump, leave, keyring); agent_net.c
- * and agent_tcp.c share helpers both ways; agent_head.c and agent_jobs.c
- * count into agent_metrics.c, which reads them back; and within the jobs
- * family agent_jobs.c, agent_jobs_cmd.c and agent_drain.c call each other
- * through agent_jobs_int.h. */
+ *   pump_due         packets were handed to membership (agent_net.c,
+ *                    agent_tcp.c) -> agent_pump (agent_pump.c)
+ * and ends the loop with agent_exit.  The calls between these files have no
+ * circle (the link's symbols, checked by tests/agent/layers_test.sh). */
 #ifndef AGENT_H
 #define AGENT_H
 
@@ -87,6 +96,7 @@ typedef struct agent_head agent_head;
 typedef struct agent_peers agent_peers;
 typedef struct agent_jobs agent_jobs;
 typedef struct agent_metrics agent_metrics;
+typedef struct agent_stats agent_stats;
 typedef struct agent_wv agent_wv;
 
 /* Who asked a control request, so that the answer can be sent later (a
@@ -158,6 +168,7 @@ typedef struct agent {
 	agent_tcp *tcp;
 
 	ev_timer mbr_timer;
+	ev_timer pump_due;         /* deferred: packets were handed to membership (agent_pump.c) */
 	ev_timer join_timer;
 	double join_backoff;
 	bool joined;
@@ -186,6 +197,7 @@ typedef struct agent {
 	agent_peers *peers;        /* connections to other agents, forwards in flight */
 	agent_jobs *jobs;
 	agent_metrics *metrics;    /* --metrics (agent_metrics.c) */
+	agent_stats *stats;        /* what head, jobs and wv count for it (agent_stats.h); NULL: not counted */
 	agent_wv *wv;              /* coordinated weight updates (agent_wv.c) */
 	/* Deferred events (see the top of this file), raised with agent_defer
 	 * and delivered by agent_main.c on the next loop iteration. */
@@ -222,16 +234,18 @@ static inline void agent_exit(agent *a, int code)
 	ev_break(a->loop, EVBREAK_ALL);
 }
 
-/* agent_main.c */
+/* agent_pump.c: the membership pump, leaving, the keyring file */
+void agent_pump_init(agent *a);           /* the pump's watchers, before the sockets open */
 void agent_pump(agent *a);
 int agent_save_keyring(agent *a, char *err, size_t errlen);
-int agent_update_meta(agent *a);
 void agent_start_leave(agent *a);
 
 /* agent_net.c */
 int agent_net_open(agent *a, char *err, size_t errlen);
 void agent_net_close(agent *a);
 void agent_net_send(agent *a, const mbr_out *o);
+
+/* agent_net_util.c: shared by agent_net.c and agent_tcp.c */
 void agent_net_to_sockaddr(const mbr_addr *a, struct sockaddr_storage *ss, socklen_t *sl);
 void agent_net_from_sockaddr(const struct sockaddr_storage *ss, mbr_addr *a);
 /* Opens (or passes through, without a keyring) a sealed payload; NULL when
@@ -347,10 +361,12 @@ int agent_jobs_open(agent *a, char *err, size_t errlen);
 void agent_jobs_close(agent *a);
 void agent_jobs_state_changed(agent *a);        /* committed job entries were applied */
 void agent_jobs_members_changed(agent *a);      /* membership changed */
+/* agent_jobs_cmd.c: the jobs family's control commands */
 bool agent_jobs_dispatch(agent *a, const struct Skein__Control__Request *q, const agent_client *c, agent_reply *r);
+/* agent_jobs_base.c */
 struct sup;
 struct sup *agent_jobs_sup(agent *a);               /* this node's member supervisor */
-/* Whether `node` is drained, as the head's last order to this agent said. */
+/* agent_drain.c: whether `node` is drained, as the head's last order to this agent said. */
 bool agent_jobs_drained(agent *a, const char *node);
 
 /* agent_gpu.c: GPUs visible through NVML or the CUDA runtime, 0 without

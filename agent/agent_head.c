@@ -45,7 +45,7 @@
 
 #include "agent/agent_rpc.h"
 #include "agent/agent_head_int.h"
-#include "agent/agent_metrics.h"
+#include "agent/agent_stats.h"
 #include "agent/agent_state.h"
 #include "common/sk_time.h"
 #include "common/sk_log.h"
@@ -235,7 +235,7 @@ static void apply_all(agent *a)
 			}
 		}
 		h->applied = ap.index;
-		agent_metrics_applied(a, ap.index);
+		agent_stats_applied(a->stats, ap.index);
 		h->applied_term = ap.term;
 		for (size_t i = 0; i < h->npend;) {
 			pending *p = &h->pend[i];
@@ -283,12 +283,12 @@ void agent_head_pump(agent *a)
 		switch (ev.type) {
 		case RAFT_EV_LEADER:
 			SK_INFO("head", "this agent is the head (term %llu)", (unsigned long long)ev.term);
-			agent_metrics_head_seen(a, a->opts.name, ev.term);
+			agent_stats_head_seen(a->stats, a->opts.name, ev.term);
 			break;
 		case RAFT_EV_FOLLOWER:
 			SK_INFO("head", "following head %s (term %llu)", ev.leader[0] ? ev.leader : "(unknown)",
 				(unsigned long long)ev.term);
-			agent_metrics_head_seen(a, ev.leader, ev.term);
+			agent_stats_head_seen(a->stats, ev.leader, ev.term);
 			break;
 		case RAFT_EV_STEPDOWN:
 			if (ev.planned)
@@ -523,7 +523,7 @@ int agent_head_propose(agent *a, const agent_client *c, agent_reply *r, uint8_t 
 		return -1;
 	}
 	free(data);
-	agent_metrics_proposed(a, index);
+	agent_stats_proposed(a->stats, index);
 	if (index_out) *index_out = index;
 	if (c) {
 		pending *p = &h->pend[h->npend++];

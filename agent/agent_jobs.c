@@ -39,7 +39,7 @@
 
 #include "agent/agent_jobs_int.h"
 #include "agent/agent_cgroup.h"
-#include "agent/agent_metrics.h"
+#include "agent/agent_stats.h"
 #include "agent/agent_sup.h"
 #include "common/sk_time.h"
 #include "common/sk_log.h"
@@ -56,18 +56,6 @@ static const double TICK_S = 0.1;  /* the safety net and the order rounds (tick_
 enum { NODE_LOSS_GRACE_MS = 500 };
 
 
-/* A reconcile round and orders in `after` seconds (sooner if one is due sooner). */
-void aj_kick_in(agent *a, double after)
-{
-	agent_jobs *J = a->jobs;
-	if (!J || J->closing) return;
-	if (ev_is_active(&J->kick)) {
-		if (ev_timer_remaining(a->loop, &J->kick) <= after) return;
-		ev_timer_stop(a->loop, &J->kick);
-	}
-	ev_timer_set(&J->kick, after, 0.0);
-	ev_timer_start(a->loop, &J->kick);
-}
 
 static void kick(agent *a)
 {
@@ -77,11 +65,6 @@ static void kick(agent *a)
 /* ---------------------------------------------------------------- layouts */
 
 /* ---------------------------------------------------------------- the cluster as placement sees it */
-
-static void ip_str(const mbr_addr *ad, char *out, size_t cap)
-{
-	if (!inet_ntop(ad->len == 4 ? AF_INET : AF_INET6, ad->ip, out, (socklen_t)cap)) snprintf(out, cap, "?");
-}
 
 /* Every member with GPUs: alive (or suspected: a suspicion does not move
  * anything) or not. */
@@ -123,13 +106,12 @@ done:
 }
 
 
-static const job_report *report_of(agent *a, const char *node);
 
 /* True when `node` last reported a live process of job `job` (a stopped
  * job's members in their stop grace). */
 static bool job_lingers_on(agent *a, const char *job, const char *node)
 {
-	const job_report *r = report_of(a, node);
+	const job_report *r = aj_report_of(a, node);
 	for (size_t i = 0; r && i < r->n; i++)
 		if (r->members[i].pid > 0 && !strcmp(r->members[i].job, job)) return true;
 	return false;
@@ -156,27 +138,8 @@ static void mark_busy(agent *a, const job_state *js, const job_rec *skip, place_
 
 /* ---------------------------------------------------------------- head: reports */
 
-static const job_report *report_of(agent *a, const char *node)
-{
-	agent_jobs *J = a->jobs;
-	for (size_t i = 0; i < J->nreports; i++)
-		if (!strcmp(J->reports[i].node, node)) return &J->reports[i];
-	return NULL;
-}
 
-bool aj_node_reported(agent *a, const char *node)
-{
-	return report_of(a, node) != NULL;
-}
 
-/* The state of member `id` as its node last reported it (NULL if none). */
-const job_member_status *aj_status_of(agent *a, const char *node, const char *id)
-{
-	const job_report *r = report_of(a, node);
-	for (size_t i = 0; r && i < r->n; i++)
-		if (!strcmp(r->members[i].id, id)) return &r->members[i];
-	return NULL;
-}
 
 /* Reports of nodes that are gone (failed, left, forgotten) are dropped. */
 static void prune_reports(agent *a)
@@ -215,125 +178,12 @@ static bool inflight_any(agent *a)
 	return J->ninfl > 0;
 }
 
-void aj_inflight_add(agent *a, const char *job, uint64_t index)
-{
-	agent_jobs *J = a->jobs;
-	if (agent_head_applied(a) >= index) return; /* committed already (one voter) */
-	inflight *p = realloc(J->infl, (J->ninfl + 1) * sizeof *p);
-	if (!p) return;
-	J->infl = p;
-	snprintf(p[J->ninfl].job, sizeof p[J->ninfl].job, "%s", job);
-	p[J->ninfl].index = index;
-	p[J->ninfl].since = sk_mono_s();
-	J->ninfl++;
-}
 
-void aj_propose_update(agent *a, const job_rec *old, const char *state, const char *reason,
-			   const job_layout *L, const char *why)
-{
-	uint8_t *data;
-	size_t len;
-	/* with one voter the entry commits inside the propose and `old` is freed */
-	char name[JOB_NAME_MAX + 1];
-	snprintf(name, sizeof name, "%s", old->spec.name);
-	if (job_codec_update(old, state, reason, L, &data, &len) < 0) return;
-	agent_reply r = { 0 };
-	sk_buf_init(&r.body);
-	uint64_t index;
-	if (agent_head_propose(a, NULL, &r, JOB_ENTRY_UPDATE, data, len, NULL, &index) == 0) {
-		aj_inflight_add(a, name, index);
-		SK_INFO("jobs", "job %s: %s", name, why);
-	} else {
-		SK_WARN("jobs", "job %s: update not proposed: %s", name, r.error);
-	}
-	sk_buf_free(&r.body);
-}
 
-/* A port free on this node now (for MASTER_PORT), 0 when none.  Drawn from
- * 20000-32767, below Linux's ephemeral range (32768+), where an outgoing
- * connection of any process could take it before rank 0 binds it; bound on
- * the wildcard address, as rank 0 will (the advertised one may be a NAT's). */
-static uint32_t free_port(agent *a)
-{
-	enum { LO = 20000, HI = 32768, TRIES = 32 };
-	int fam = a->adv.len == 4 ? AF_INET : AF_INET6;
-	for (int k = 0; k <= TRIES; k++) {
-		int fd = socket(fam, SOCK_STREAM, 0);
-		if (fd < 0) return 0;
-		uint16_t want = k < TRIES ? (uint16_t)(LO + sk_rng_below(&a->rng, HI - LO)) : 0; /* last: any */
-		struct sockaddr_storage ss = { 0 };
-		socklen_t sl;
-		if (fam == AF_INET) {
-			((struct sockaddr_in *)&ss)->sin_family = AF_INET;
-			((struct sockaddr_in *)&ss)->sin_port = htons(want);
-			sl = sizeof(struct sockaddr_in);
-		} else {
-			((struct sockaddr_in6 *)&ss)->sin6_family = AF_INET6;
-			((struct sockaddr_in6 *)&ss)->sin6_port = htons(want);
-			sl = sizeof(struct sockaddr_in6);
-		}
-		uint32_t port = 0;
-		if (bind(fd, (struct sockaddr *)&ss, sl) == 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
-			port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
-							     : ((struct sockaddr_in6 *)&ss)->sin6_port);
-		close(fd);
-		if (port) return port;
-	}
-	return 0;
-}
 
-/* A port to offer as MASTER_PORT on `node`: this agent's own, or the one the
- * node last reported, unless an active job already took it (two jobs placed
- * before the node's next report); 0 = wait for the next report. */
-static uint32_t node_free_port(agent *a, const char *node, uint32_t old)
-{
-	uint32_t port;
-	if (!strcmp(node, a->opts.name)) {
-		port = free_port(a);
-	} else {
-		const job_report *r = report_of(a, node);
-		port = r && r->free_port < 65536 ? r->free_port : 0;
-	}
-	const job_state *js = agent_head_jobs(a);
-	for (size_t i = 0; port && js && i < job_state_count(js); i++) {
-		const job_rec *j = job_state_at(js, i);
-		if (j->layout.master_port == port && job_rec_placed(j) && !strcmp(j->layout.node[0], node) &&
-		    (!strcmp(j->state, "running") || !strcmp(j->state, "pending")))
-			port = 0;
-	}
-	return port == old ? 0 : port;
-}
 
-/* The address `node` advertises in gossip, as text ("" when unknown): where
- * its members can be reached (MASTER_ADDR, SKEIN_NODE_ADDR). */
-static void node_addr(agent *a, const char *node, char *out, size_t cap)
-{
-	mbr_member_info mi;
-	out[0] = 0;
-	if (!node[0]) return;
-	if (!strcmp(node, a->opts.name)) ip_str(&a->adv, out, cap);
-	else if (mbr_lookup(a->mbr, node, &mi) == 0) ip_str(&mi.addr, out, cap);
-}
 
-void aj_master_of(agent *a, job_layout *L, const place_node *nodes, size_t n)
-{
-	char addr[64] = "";
-	if (job_node_index(nodes, n, L->node[0]) >= 0) node_addr(a, L->node[0], addr, sizeof addr);
-	if (strcmp(addr, L->master_addr)) {
-		snprintf(L->master_addr, sizeof L->master_addr, "%s", addr);
-		L->master_port = 0;
-	}
-}
 
-/* A new trainer generation gets a new MASTER_PORT when rank 0's node offers
- * one: ranks of the old generation still around (a cut-off node) cannot
- * join the new world.  Keeps the old one otherwise. */
-void aj_fresh_port(agent *a, job_layout *L)
-{
-	if (!L->node[0][0] || !L->master_port) return;
-	uint32_t p = node_free_port(a, L->node[0], L->master_port);
-	if (p) L->master_port = p;
-}
 
 /* Every restart of the trainer group, whatever caused it (a rank died, a
  * rank runs in a new process of its generation, a trainer unit moved off a
@@ -355,10 +205,6 @@ static bool trainer_restart(agent *a, const job_spec *s, job_layout *L, const ch
 	return true;
 }
 
-void aj_member_id(char *out, size_t cap, const char *job, bool trainer, uint32_t k)
-{
-	snprintf(out, cap, "%s/%s-%u", job, trainer ? "trainer" : "engine", k);
-}
 
 /* Units on failed nodes move; pending ones are retried. */
 static void reconcile_layout(agent *a, const job_rec *j, const job_spec *s, place_node *nodes, size_t n)
@@ -421,14 +267,14 @@ static void reconcile_layout(agent *a, const job_rec *j, const job_spec *s, plac
 		}
 	}
 	aj_master_of(a, &L, nodes, n);
-	if (!L.master_port && L.node[0][0]) L.master_port = node_free_port(a, L.node[0], 0);
+	if (!L.master_port && L.node[0][0]) L.master_port = aj_node_free_port(a, L.node[0], 0);
 	aj_propose_update(a, j, "running", res.reason, &L, why);
 	goto out;
 port:
 	/* the trainer waits for MASTER_PORT until rank 0's node has reported one */
 	if (job_rec_placed(j) && !L.master_port && L.node[0][0]) {
 		aj_master_of(a, &L, nodes, n);
-		L.master_port = node_free_port(a, L.node[0], 0);
+		L.master_port = aj_node_free_port(a, L.node[0], 0);
 		if (L.master_port) aj_propose_update(a, j, j->state, j->reason, &L, "MASTER_PORT chosen");
 	}
 out:
@@ -546,125 +392,10 @@ static void reconcile(agent *a)
 /* ---------------------------------------------------------------- head: orders */
 
 
-static void env_add(order_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void env_add(order_buf *b, const char *fmt, ...)
-{
-	if (b->o.nenv >= sizeof b->env / sizeof b->env[0] || b->used >= sizeof b->arena) return;
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(b->arena + b->used, sizeof b->arena - b->used, fmt, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n >= sizeof b->arena - b->used) {
-		/* never a cut value (a wrong folder that exists): the variable is left out */
-		SK_ERROR("jobs", "%s: environment too long, a variable left out", b->o.id);
-		b->arena[b->used] = 0;
-		return;
-	}
-	b->env[b->o.nenv++] = b->arena + b->used;
-	b->used += (size_t)n + 1;
-}
 
-static uint32_t backoff_ms(const job_spec *s, uint64_t restarts)
-{
-	if (!restarts || !s->backoff_min_ms) return 0;
-	uint64_t d = s->backoff_min_ms;
-	for (uint64_t k = 1; k < restarts && d < s->backoff_max_ms; k++) d *= 2;
-	return (uint32_t)(d > s->backoff_max_ms ? s->backoff_max_ms : d);
-}
 
-void aj_gpu_list(char *out, size_t cap, const uint32_t *g, uint32_t n)
-{
-	size_t off = 0;
-	out[0] = 0;
-	for (uint32_t i = 0; i < n && off < cap; i++)
-		off += (size_t)snprintf(out + off, cap - off, "%s%u", i ? "," : "", g[i]);
-}
 
-/* The orders of one member (trainer rank or engine k) of job j; false when
- * it does not run now (not placed, or its trainer is incomplete). */
-bool aj_build_order(agent *a, const job_rec *j, const job_spec *s, const job_layout *L, bool trainer, uint32_t k,
-		    order_buf *b, char *node, size_t nodecap)
-{
-	uint32_t A = job_spec_trainer_ranks(s), E = job_spec_engines(s), tp = s->rollout_num_gpus_per_engine, ng;
-	memset(&b->o, 0, sizeof b->o);
-	b->used = 0;
-	if (trainer) {
-		if (!job_layout_trainer_placed(L, A)) return false;
-		snprintf(node, nodecap, "%s", L->node[k]);
-		b->o.gpus[0] = L->gpu[k];
-		ng = 1;
-	} else {
-		uint32_t first = place_engine_slot(s, k);
-		if (first > L->n || L->n - first < tp || !L->node[first][0]) return false;
-		snprintf(node, nodecap, "%s", L->node[first]);
-		for (ng = 0; ng < tp; ng++) b->o.gpus[ng] = L->gpu[first + ng];
-	}
-	aj_member_id(b->o.id, sizeof b->o.id, s->name, trainer, k);
-	snprintf(b->o.job, sizeof b->o.job, "%s", j->spec.name);
-	b->o.trainer = trainer;
-	b->o.rank = trainer ? (int32_t)k : -1;
-	b->o.engine = trainer ? -1 : (int32_t)k;
-	b->o.ngpus = ng;
-	b->o.cmd = trainer ? j->spec.trainer_cmd : j->spec.rollout_cmd; /* the committed record outlives the order; `s` may not */
-	b->o.env = b->env;
-	b->o.gen = trainer ? L->trainer_gen : L->engine_gen[k];
-	b->o.restart_base = trainer ? (uint32_t)(L->trainer_gen - 1) : L->engine_restarts[k];
-	b->o.local_restart = !trainer;
-	b->o.max_restarts = s->max_restarts;
-	b->o.backoff_min_ms = s->backoff_min_ms;
-	b->o.backoff_max_ms = s->backoff_max_ms;
-	b->o.start_delay_ms = trainer ? backoff_ms(s, L->trainer_failures) : 0;
-	/* only the trainer's world needs the port; engines must not wait on it
-	 * (a trainer unit pending would hold every engine) */
-	b->o.hold = trainer && L->master_port == 0;
-	b->o.stop_grace_ms = s->stop_grace_ms;
-	char gl[JOB_GPUS_PER_NODE_MAX * 4];
-	aj_gpu_list(gl, sizeof gl, b->o.gpus, ng);
-	/* a trainer unit (actor-num-gpus-per-node ranks) sits on one node */
-	uint32_t local_rank = trainer ? k % s->actor_num_gpus_per_node : 0;
-	env_add(b, "RANK=%u", k);
-	env_add(b, "WORLD_SIZE=%u", trainer ? A : E);
-	env_add(b, "LOCAL_RANK=%u", local_rank);
-	if (L->master_port) { /* an engine may start before the trainer's port is known */
-		env_add(b, "MASTER_ADDR=%s", L->master_addr);
-		env_add(b, "MASTER_PORT=%u", L->master_port);
-	}
-	env_add(b, "CUDA_VISIBLE_DEVICES=%s", gl);
-	env_add(b, "SKEIN_JOB=%s", s->name);
-	env_add(b, "SKEIN_ROLE=%s", trainer ? "trainer" : "rollout");
-	env_add(b, "SKEIN_ENGINE_ID=%d", trainer ? -1 : (int)k);
-	env_add(b, "SKEIN_BASE_GPU_ID=%u", b->o.gpus[0]);
-	env_add(b, "SKEIN_TP_SIZE=%u", trainer ? 1 : tp);
-	env_add(b, "SKEIN_MEMBER=%s", b->o.id);
-	env_add(b, "SKEIN_GENERATION=%llu", (unsigned long long)b->o.gen);
-	env_add(b, "SKEIN_NUM_ENGINES=%u", E);
-	env_add(b, "SKEIN_TRAINER_RANKS=%u", A);
-	env_add(b, "SKEIN_TRANSFER_MODE=%s", s->transfer_mode);
-	env_add(b, "SKEIN_BUFFER_SIZE=%llu", (unsigned long long)s->buffer_size);
-	if (s->disk_dir[0]) env_add(b, "SKEIN_DISK_DIR=%s", s->disk_dir);
-	/* coordinated weight updates (#13): the job's policy, and where this
-	 * node's engines listen for p2p (its gossip address, as MASTER_ADDR) */
-	env_add(b, "SKEIN_UPDATE_TIMEOUT_MS=%u", s->update_timeout_ms);
-	env_add(b, "SKEIN_ON_ENGINE_LOSS=%s", s->on_engine_loss);
-	char addr[64];
-	node_addr(a, node, addr, sizeof addr);
-	if (addr[0]) env_add(b, "SKEIN_NODE_ADDR=%s", addr);
-	/* torchrun's variables, so a script written for torchrun runs unchanged:
-	 * the trainer's node units are its groups; each engine is a group of one */
-	uint32_t per = trainer ? s->actor_num_gpus_per_node : 1;
-	env_add(b, "LOCAL_WORLD_SIZE=%u", per);
-	env_add(b, "GROUP_RANK=%u", k / per);
-	env_add(b, "GROUP_WORLD_SIZE=%u", (trainer ? A : E) / per);
-	env_add(b, "ROLE_NAME=%s", trainer ? "trainer" : "rollout");
-	env_add(b, "ROLE_RANK=%u", k);
-	env_add(b, "ROLE_WORLD_SIZE=%u", trainer ? A : E);
-	env_add(b, "TORCHELASTIC_RESTART_COUNT=%u", b->o.restart_base); /* trainer: restarts of the group */
-	env_add(b, "TORCHELASTIC_MAX_RESTARTS=%d", s->max_restarts);
-	env_add(b, "TORCHELASTIC_RUN_ID=%s", s->name);
-	return true;
-}
 
-static void assign_local(agent *a, const job_assignment *as);
 
 static int order_cmp(const void *x, const void *y)
 {
@@ -728,7 +459,7 @@ static void send_orders(agent *a)
 		job_assignment as = { .n = k, .members = list, .ndrained = ndr, .drained = drained };
 		snprintf(as.head, sizeof as.head, "%s", a->opts.name);
 		if (i == 0) {
-			assign_local(a, &as);
+			aj_assign_local(a, &as);
 			continue;
 		}
 		uint8_t *buf;
@@ -754,7 +485,6 @@ out:
 
 /* ---------------------------------------------------------------- agent: orders and reports */
 
-static void handle_report(agent *a, const char *node, const uint8_t *data, size_t len);
 
 static void send_report(agent *a)
 {
@@ -785,10 +515,10 @@ static void send_report(agent *a)
 	}
 	rep.n = n;
 	snprintf(rep.node, sizeof rep.node, "%s", a->opts.name);
-	rep.free_port = free_port(a);
+	rep.free_port = aj_free_port(a);
 	if (job_codec_report_encode(&rep, &buf, &len) < 0) goto out;
 	if (!strcmp(head, a->opts.name)) {
-		handle_report(a, a->opts.name, buf, len);
+		aj_handle_report(a, a->opts.name, buf, len);
 	} else {
 		Skein__Control__Request q = SKEIN__CONTROL__REQUEST__INIT;
 		q.cmd = "report";
@@ -802,7 +532,7 @@ out:
 	job_report_free(&rep);
 }
 
-static void assign_local(agent *a, const job_assignment *as)
+void aj_assign_local(agent *a, const job_assignment *as)
 {
 	agent_jobs *J = a->jobs;
 	if (J->closing) return;
@@ -858,11 +588,11 @@ static void sup_event(void *ud, const sup_status *st)
 	}
 	SK_INFO("jobs", "member %s %s (pid %d, restarts %u%s%s)", st->id, sup_state_str(st->state), (int)st->pid,
 		st->restarts, st->reason[0] ? ": " : "", st->reason);
-	if (current) agent_metrics_member_event(a, st);
+	if (current) agent_stats_member_event(a->stats, st);
 	send_report(a);
 }
 
-static void handle_report(agent *a, const char *node, const uint8_t *data, size_t len)
+void aj_handle_report(agent *a, const char *node, const uint8_t *data, size_t len)
 {
 	agent_jobs *J = a->jobs;
 	job_report nr;
@@ -911,71 +641,7 @@ static void handle_report(agent *a, const char *node, const uint8_t *data, size_
 	if (act) kick(a);
 }
 
-bool agent_jobs_dispatch(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
-{
-	const char *cmd = q->cmd;
-	if (!strcmp(cmd, "assign")) {
-		/* one-way; followed only from the head this agent knows, at exactly
-		 * its term (agent_head_order_ok): the head sends its orders again
-		 * every round */
-		r->deferred = true;
-		if (a->jobs->closing) return true;
-		char why[300];
-		if (!agent_head_order_ok(a, c->sender, q->term, why, sizeof why)) {
-			a->cnt.ctl_refused_order++;
-			SK_DEBUG("jobs", "%s", why);
-			return true;
-		}
-		job_assignment as;
-		char err[160];
-		if (job_codec_assignment_decode(&as, q->payload.data, q->payload.len, err, sizeof err) < 0) {
-			a->cnt.ctl_rejected++;
-			SK_DEBUG("jobs", "order from %s refused: %s", c->sender, err);
-			return true;
-		}
-		assign_local(a, &as);
-		job_assignment_free(&as);
-		return true;
-	}
-	if (!strcmp(cmd, "report")) {
-		r->deferred = true;
-		if (agent_head_is_head(a)) handle_report(a, NULL, q->payload.data, q->payload.len);
-		return true;
-	}
-	if (!strcmp(cmd, "logs")) {
-		if (a->jobs->closing) agent_reply_fail(r, 1, "the agent is stopping");
-		else aj_cmd_logs(a, q, c, r);
-		return true;
-	}
-	if (!strcmp(cmd, "status")) {
-		char head[MBR_NAME_MAX + 1];
-		uint64_t term;
-		agent_head_known(a, head, sizeof head, &term, NULL, 0);
-		if (agent_head_is_head(a) && agent_head_ready(a)) aj_cmd_status(a, q, r, true);
-		else if (head[0] && !agent_head_is_head(a)) agent_head_forward(a, q, c, r);
-		else aj_cmd_status(a, q, r, false); /* no head: what this agent knows */
-		return true;
-	}
-	if (strcmp(cmd, "job") && strcmp(cmd, "placement") && strcmp(cmd, "drain") && strcmp(cmd, "undrain"))
-		return false;
-	if (!agent_head_is_head(a)) {
-		agent_head_forward(a, q, c, r);
-		return true;
-	}
-	if (!agent_head_ready(a)) {
-		agent_reply_fail(r, 1, "the head is catching up with the log of its new term: retry");
-		return true;
-	}
-	if (!strcmp(cmd, "job")) aj_cmd_job(a, q, c, r);
-	else if (!strcmp(cmd, "placement")) aj_cmd_placement(a, q, r);
-	else aj_cmd_drain(a, q, c, r);
-	return true;
-}
 
-struct sup *agent_jobs_sup(agent *a)
-{
-	return a->jobs ? a->jobs->sup : NULL;
-}
 
 /* ---------------------------------------------------------------- lifecycle */
 

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/sk_log.h"
 #include "common/sk_text.h"
 
 enum { LOG_READ_MAX = 256 << 10 };
@@ -453,4 +454,67 @@ void aj_cmd_status(agent *a, const Skein__Control__Request *q, agent_reply *r, b
 	if (json) sk_buf_printf(o, "%s}\n", js ? "]" : "");
 	else if (js && job_state_count(js))
 		sk_buf_printf(o, "(weight version and last update: with the transfer coordinator, issue #13)\n");
+}
+
+/* The jobs family's control commands: orders and reports between agents,
+ * and skeinctl's (job, placement, drain, undrain, logs, status). */
+bool agent_jobs_dispatch(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+{
+	const char *cmd = q->cmd;
+	if (!strcmp(cmd, "assign")) {
+		/* one-way; followed only from the head this agent knows, at exactly
+		 * its term (agent_head_order_ok): the head sends its orders again
+		 * every round */
+		r->deferred = true;
+		if (a->jobs->closing) return true;
+		char why[300];
+		if (!agent_head_order_ok(a, c->sender, q->term, why, sizeof why)) {
+			a->cnt.ctl_refused_order++;
+			SK_DEBUG("jobs", "%s", why);
+			return true;
+		}
+		job_assignment as;
+		char err[160];
+		if (job_codec_assignment_decode(&as, q->payload.data, q->payload.len, err, sizeof err) < 0) {
+			a->cnt.ctl_rejected++;
+			SK_DEBUG("jobs", "order from %s refused: %s", c->sender, err);
+			return true;
+		}
+		aj_assign_local(a, &as);
+		job_assignment_free(&as);
+		return true;
+	}
+	if (!strcmp(cmd, "report")) {
+		r->deferred = true;
+		if (agent_head_is_head(a)) aj_handle_report(a, NULL, q->payload.data, q->payload.len);
+		return true;
+	}
+	if (!strcmp(cmd, "logs")) {
+		if (a->jobs->closing) agent_reply_fail(r, 1, "the agent is stopping");
+		else aj_cmd_logs(a, q, c, r);
+		return true;
+	}
+	if (!strcmp(cmd, "status")) {
+		char head[MBR_NAME_MAX + 1];
+		uint64_t term;
+		agent_head_known(a, head, sizeof head, &term, NULL, 0);
+		if (agent_head_is_head(a) && agent_head_ready(a)) aj_cmd_status(a, q, r, true);
+		else if (head[0] && !agent_head_is_head(a)) agent_head_forward(a, q, c, r);
+		else aj_cmd_status(a, q, r, false); /* no head: what this agent knows */
+		return true;
+	}
+	if (strcmp(cmd, "job") && strcmp(cmd, "placement") && strcmp(cmd, "drain") && strcmp(cmd, "undrain"))
+		return false;
+	if (!agent_head_is_head(a)) {
+		agent_head_forward(a, q, c, r);
+		return true;
+	}
+	if (!agent_head_ready(a)) {
+		agent_reply_fail(r, 1, "the head is catching up with the log of its new term: retry");
+		return true;
+	}
+	if (!strcmp(cmd, "job")) aj_cmd_job(a, q, c, r);
+	else if (!strcmp(cmd, "placement")) aj_cmd_placement(a, q, r);
+	else aj_cmd_drain(a, q, c, r);
+	return true;
 }

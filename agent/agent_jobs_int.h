@@ -1,6 +1,7 @@
-/* agent/agent_jobs_int: what agent_jobs.c (the head's reconcile and orders,
- * the agent's side), agent_jobs_cmd.c (skeinctl's job, placement and logs
- * commands) and agent_drain.c share.  Not for other files.  A job's layout is
+/* agent/agent_jobs_int: what the jobs family shares.  Not for other files
+ * (but agent_wv.c reads the reports).  Calls go one way, down this list:
+ * agent_jobs_cmd.c (the dispatch and the commands) -> agent_jobs.c
+ * (placement, orders, supervision) -> agent_drain.c -> agent_jobs_base.c.  A job's layout is
  * jobs/job_model.h's job_layout; jobs/job_codec.h reads and writes records. */
 #ifndef AGENT_JOBS_INT_H
 #define AGENT_JOBS_INT_H
@@ -77,8 +78,10 @@ typedef struct {
 	const char *env[JOB_ORDER_ENV_MAX];
 } order_buf;
 
+/* ---- agent_jobs_base.c: shared by the whole family (and agent_wv.c) ---- */
 /* The state of member `id` as `node` last reported it (NULL if none). */
 const job_member_status *aj_status_of(agent *a, const char *node, const char *id);
+const job_report *aj_report_of(agent *a, const char *node);   /* NULL if none */
 /* Whether `node` reported to this head at all (a new head hears from every
  * node within a round of orders). */
 bool aj_node_reported(agent *a, const char *node);
@@ -89,26 +92,35 @@ void aj_member_id(char *out, size_t cap, const char *job, bool trainer, uint32_t
 bool aj_build_order(agent *a, const job_rec *j, const job_spec *s, const job_layout *L, bool trainer, uint32_t k,
 		    order_buf *b, char *node, size_t nodecap);
 void aj_gpu_list(char *out, size_t cap, const uint32_t *g, uint32_t n);
-
-/* agent_jobs.c helpers the drain uses */
+/* A reconcile round and orders in `after` seconds (sooner if one is due sooner). */
 void aj_kick_in(agent *a, double after);
 void aj_propose_update(agent *a, const job_rec *old, const char *state, const char *reason, const job_layout *L,
 		       const char *why);
 void aj_master_of(agent *a, job_layout *L, const place_node *nodes, size_t n);
 void aj_fresh_port(agent *a, job_layout *L);
+uint32_t aj_free_port(agent *a);   /* a port free on this node now, 0 when none */
+/* A port to offer as MASTER_PORT on `node` (`old` while still offered). */
+uint32_t aj_node_free_port(agent *a, const char *node, uint32_t old);
 
-/* agent_drain.c: skeinctl drain / undrain, and the head's moves off drained nodes */
+/* ---- agent_drain.c: below agent_jobs.c, which alone calls its head-side steps ---- */
 void aj_drain_tick(agent *a);                 /* head: before a reconcile round */
 void aj_drain_mark(agent *a, place_node *nodes, size_t n); /* drained nodes offer no GPUs */
 /* Moves one step of job j off drained nodes (the whole trainer group, or one
  * engine once every engine runs); true when it proposed a change. */
 bool aj_drain_step(agent *a, const job_rec *j, const job_spec *s, place_node *nodes, size_t n);
-void aj_cmd_drain(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r);
 /* Agent side: the drained set as the head's last order said. */
 void aj_drained_set(agent *a, const char *const *names, size_t n);
 void aj_drained_free(agent *a);
+/* skeinctl drain / undrain (called by agent_jobs_cmd.c's dispatch) */
+void aj_cmd_drain(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r);
 
-/* agent_jobs_cmd.c: head-side commands (the caller checked the head is ready) */
+/* ---- agent_jobs.c: placement, orders, supervision ---- */
+/* An order from the head (checked by the caller) applied on this agent. */
+void aj_assign_local(agent *a, const job_assignment *as);
+/* The head takes in `node`'s report (NULL: the node the payload names). */
+void aj_handle_report(agent *a, const char *node, const uint8_t *data, size_t len);
+
+/* ---- agent_jobs_cmd.c: the commands (the caller checked the head is ready) ---- */
 void aj_cmd_job(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r);
 void aj_cmd_placement(agent *a, const Skein__Control__Request *q, agent_reply *r);
 /* skeinctl status; without jobs where no head is known */

@@ -1,6 +1,7 @@
 /* agent/agent_main: skeind.  Start-up (settings, data directory, keyring,
- * sockets), the membership pump, joining, signals, graceful leave, and the
- * delivery of the deferred events the layers below raise (agent.h). */
+ * sockets), joining, signals, the gossip metadata, and the delivery of the
+ * deferred events the layers below raise (agent.h).  The pump, leaving and
+ * saving the keyring are in agent_pump.c, below the control endpoints. */
 #include "agent/agent.h"
 #include "agent/agent_wv.h"
 
@@ -25,8 +26,6 @@
 #include "common/sk_log.h"
 #include "proto/gossip.pb-c.h"
 
-/* How long a leaving agent keeps gossiping its departure at most. */
-static const double LEAVE_MAX_S = 3.0;
 /* Join retries back off from 1 s to this (a seed may start later). */
 static const double JOIN_BACKOFF_MAX_S = 10.0;
 
@@ -74,19 +73,6 @@ static int next_generation(agent *a, char *err, size_t errlen)
 	char buf[32];
 	int n = snprintf(buf, sizeof buf, "%llu\n", (unsigned long long)a->generation);
 	return sk_file_write_atomic(a->opts.data_dir, "generation", buf, (size_t)n, 0600, true, err, errlen);
-}
-
-int agent_save_keyring(agent *a, char *err, size_t errlen)
-{
-	if (!a->opts.data_dir[0]) return 0;
-	char buf[KEYRING_MAX * 64] = "";
-	size_t off = 0;
-	for (int i = 0; i < a->kr.n; i++) {
-		char b64[64];
-		agent_key_encode(&a->kr.keys[i], b64, sizeof b64);
-		off += (size_t)snprintf(buf + off, sizeof buf - off, "%s\n", b64);
-	}
-	return sk_file_write_atomic(a->opts.data_dir, "keyring", buf, off, 0600, true, err, errlen);
 }
 
 static int load_keys(agent *a, char *err, size_t errlen)
@@ -148,7 +134,7 @@ static int load_keys(agent *a, char *err, size_t errlen)
 
 /* ---- metadata ---- */
 
-int agent_update_meta(agent *a)
+static int agent_update_meta(agent *a)
 {
 	Skein__Gossip__NodeMeta m = SKEIN__GOSSIP__NODE_META__INIT;
 	Skein__Gossip__Tag tags[OPTS_LIST_MAX], *tp[OPTS_LIST_MAX];
@@ -196,16 +182,6 @@ int agent_update_meta(agent *a)
 	return rc;
 }
 
-/* ---- the pump ---- */
-
-static void mbr_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
-{
-	agent *a = t->data;
-	(void)loop; (void)revents;
-	mbr_tick(a->mbr, sk_mono_ms());
-	agent_pump(a);
-}
-
 /* Deferred delivery of membership changes (agent_pump queues it): changes
  * that come while the head or the jobs handle this one queue the next. */
 static void members_changed_cb(struct ev_loop *loop, ev_timer *t, int revents)
@@ -235,34 +211,6 @@ static void state_changed_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	(void)loop; (void)revents;
 	agent_jobs_state_changed(t->data);
-}
-
-void agent_pump(agent *a)
-{
-	mbr_out o;
-	while (mbr_pop_out(a->mbr, &o)) {
-		agent_net_send(a, &o);
-		free(o.data);
-	}
-	mbr_event ev;
-	bool changed = false;
-	while (mbr_pop_event(a->mbr, &ev)) {
-		changed = true;
-		char addr[64];
-		mbr_addr_format(&ev.addr, addr, sizeof addr);
-		if (ev.type == MBR_EV_CONFLICT)
-			SK_WARN("gossip", "name conflict: %s", ev.reason);
-		else
-			SK_INFO("gossip", "member %s %s at %s (generation %llu, incarnation %u)", ev.name,
-				mbr_event_str(ev.type), addr, (unsigned long long)ev.generation, ev.incarnation);
-		if (ev.type == MBR_EV_JOIN || ev.type == MBR_EV_ALIVE) a->joined = true;
-	}
-	if (changed) agent_defer(a, &a->members_changed);
-	uint64_t now = sk_mono_ms(), d = mbr_next_deadline(a->mbr);
-	double after = d > now ? (double)(d - now) / 1000.0 : 0.0;
-	ev_timer_stop(a->loop, &a->mbr_timer);
-	ev_timer_set(&a->mbr_timer, after, 0.0);
-	ev_timer_start(a->loop, &a->mbr_timer);
 }
 
 /* ---- joining ---- */
@@ -402,34 +350,6 @@ static void join_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 }
 
 /* ---- leaving and signals ---- */
-
-static void leave_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
-{
-	agent *a = t->data;
-	(void)revents;
-	if ((mbr_leave_done(a->mbr) && !agent_head_handing_over(a)) || sk_mono_s() - a->leave_started >= LEAVE_MAX_S) {
-		SK_INFO("agent", "left the cluster");
-		ev_break(loop, EVBREAK_ALL);
-		return;
-	}
-	ev_timer_set(t, 0.05, 0);
-	ev_timer_start(loop, t);
-}
-
-void agent_start_leave(agent *a)
-{
-	if (a->leaving) return;
-	a->leaving = true;
-	a->leave_started = sk_mono_s();
-	SK_INFO("agent", "leaving the cluster");
-	ev_timer_stop(a->loop, &a->join_timer);
-	agent_head_leave(a); /* first: the handover's messages go out while gossip says goodbye */
-	mbr_leave(a->mbr, sk_mono_ms());
-	agent_pump(a);
-	ev_timer_init(&a->leave_timer, leave_timer_cb, 0.05, 0);
-	a->leave_timer.data = a;
-	ev_timer_start(a->loop, &a->leave_timer);
-}
 
 static void sig_cb(struct ev_loop *loop, ev_signal *w, int revents)
 {
@@ -604,8 +524,7 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 	a->started_ms = sk_mono_ms();
 
 	a->loop = ev_default_loop(EVFLAG_AUTO);
-	ev_init(&a->mbr_timer, mbr_timer_cb);
-	a->mbr_timer.data = a;
+	agent_pump_init(a);
 	ev_init(&a->members_changed, members_changed_cb);
 	ev_init(&a->head_changed, head_changed_cb);
 	ev_init(&a->state_changed, state_changed_cb);

@@ -10,15 +10,15 @@
  * agent's series, not more).  The process_* family is the one every
  * Prometheus client library exports.  docs/metrics.md lists every name.
  *
- * What this file keeps itself (the rest is read at scrape time):
+ * What the layers count as they go (agent_stats.h, read here, never called
+ * from there):
  *   - the head's commit latency, propose -> applied on the head, in a
- *     histogram (agent_metrics_proposed/_applied, called by agent_head.c);
- *   - head changes this voter saw (agent_metrics_head_seen);
- *   - member restarts made by this agent (agent_metrics_member_event).
- *   - weight updates this head finished (agent_metrics_transfer, called by
- *     agent_wv.c when a final record applies): per mode, histograms of
- *     Miles's perf/update_weights_* figures, byte counters, outcomes; aborts
- *     by a short fixed cause. */
+ *     histogram (agent_head.c);
+ *   - head changes this voter saw (agent_head.c);
+ *   - member restarts made by this agent (agent_jobs.c);
+ *   - weight updates this head finished (agent_wv.c, when a final record
+ *     applies): per mode, histograms of Miles's perf/update_weights_*
+ *     figures, byte counters, outcomes; aborts by a short fixed cause. */
 #include "agent/agent_metrics.h"
 
 #include <dirent.h>
@@ -32,145 +32,18 @@
 #include <unistd.h>
 
 #include "agent/agent_http.h"
+#include "agent/agent_stats.h"
 #include "common/sk_time.h"
 #include "common/sk_log.h"
 #include "jobs/job_state.h"
 #include "proto/wire_frame.h"
 #include "raft/raft.h"
 
-/* Commit latency buckets, seconds: a commit on one fabric takes a
- * round-trip and an fsync (about 1-5 ms), 2.5 s is a head in trouble. */
-static const double COMMIT_BUCKETS[] = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5 };
-enum { NBUCKETS = sizeof COMMIT_BUCKETS / sizeof COMMIT_BUCKETS[0], PROPOSED_MAX = 256 };
-/* A weight update: milliseconds colocated, seconds for 100 GB across nodes. */
-static const double UPDATE_BUCKETS[] = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120 };
-static const double DENSITY_BUCKETS[] = { 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1 };
-enum { UBUCKETS = sizeof UPDATE_BUCKETS / sizeof UPDATE_BUCKETS[0], DBUCKETS = 7 };
-/* --update-weight-transfer-mode's values, and the causes of an abort */
-static const char *const MODES[] = { "broadcast", "broadcast_packed", "p2p", "disk-delta", "colocated" };
-static const char *const CAUSES[] = { "checksum", "timeout", "sender", "member_lost", "head", "other" };
-enum { NMODES = 5, NCAUSES = 6 };
-
-typedef struct {
-	uint64_t b[UBUCKETS > DBUCKETS ? UBUCKETS : DBUCKETS], count;
-	double sum;
-} histo;
-
-typedef struct {
-	histo update, impl, density;
-	uint64_t bytes, wire_bytes, committed, aborted;
-} mode_stats;
-
-typedef struct {
-	uint64_t index;
-	uint64_t t_ns;
-} proposed;
-
 struct agent_metrics {
 	agent_http *http;
-	/* proposals in index order, a ring */
-	proposed prop[PROPOSED_MAX];
-	size_t ptail, pn;
-	uint64_t buckets[NBUCKETS], count;
-	double sum;
-	char head[MBR_NAME_MAX + 1];
-	uint64_t head_term;
-	uint64_t head_changes;
-	uint64_t member_restarts, member_failures;
 	double render_s;          /* the last page's build time */
-	mode_stats modes[NMODES];
-	uint64_t aborts[NCAUSES];
 	double start_wall;
 };
-
-
-/* ---------------------------------------------------------------- hooks */
-
-void agent_metrics_proposed(agent *a, uint64_t index)
-{
-	agent_metrics *m = a->metrics;
-	if (!m) return;
-	if (m->pn && m->prop[(m->ptail + m->pn - 1) % PROPOSED_MAX].index >= index) m->pn = 0; /* a new term */
-	if (m->pn == PROPOSED_MAX) { m->ptail = (m->ptail + 1) % PROPOSED_MAX; m->pn--; }
-	m->prop[(m->ptail + m->pn) % PROPOSED_MAX] = (proposed){ index, (sk_mono_us() * 1000u) };
-	m->pn++;
-}
-
-void agent_metrics_applied(agent *a, uint64_t index)
-{
-	agent_metrics *m = a->metrics;
-	if (!m) return;
-	while (m->pn && m->prop[m->ptail].index <= index) {
-		proposed p = m->prop[m->ptail];
-		m->ptail = (m->ptail + 1) % PROPOSED_MAX;
-		m->pn--;
-		if (p.index != index) continue; /* lost to a new head, or never applied here */
-		double s = (double)((sk_mono_us() * 1000u) - p.t_ns) / 1e9;
-		for (int i = 0; i < NBUCKETS; i++)
-			if (s <= COMMIT_BUCKETS[i]) m->buckets[i]++;
-		m->count++;
-		m->sum += s;
-	}
-}
-
-void agent_metrics_head_seen(agent *a, const char *leader, uint64_t term)
-{
-	agent_metrics *m = a->metrics;
-	if (!m || !leader || !leader[0]) return;
-	if (term == m->head_term && !strcmp(leader, m->head)) return;
-	if (m->head[0]) m->head_changes++; /* the first head seen is not a change */
-	snprintf(m->head, sizeof m->head, "%s", leader);
-	m->head_term = term;
-}
-
-void agent_metrics_member_event(agent *a, const sup_status *st)
-{
-	agent_metrics *m = a->metrics;
-	if (!m) return;
-	if (st->state == SUP_RESTARTING) m->member_restarts++;
-	else if (st->state == SUP_FAILED) m->member_failures++;
-}
-
-static void histo_add(histo *h, const double *bounds, int n, double v)
-{
-	for (int i = 0; i < n; i++)
-		if (v <= bounds[i]) h->b[i]++;
-	h->count++;
-	h->sum += v;
-}
-
-/* The fixed word for an abort's reason (agent_wv.c writes them). */
-static int cause_of(const char *reason)
-{
-	if (strstr(reason, "checksum")) return 0;
-	if (strstr(reason, "watchdog")) return 1;
-	if (strstr(reason, "(sender)")) return 2;
-	if (strstr(reason, "exited") || strstr(reason, "node failed") || strstr(reason, "restarted")) return 3;
-	if (strstr(reason, "head")) return 4;
-	return 5;
-}
-
-void agent_metrics_transfer(agent *a, const char *mode, const char *state, const char *reason, double update_s,
-			    double impl_s, double density, uint64_t bytes, uint64_t wire_bytes)
-{
-	agent_metrics *m = a->metrics;
-	int k = 0;
-	if (!m) return;
-	while (k < NMODES && strcmp(MODES[k], mode)) k++;
-	if (k == NMODES) return;
-	mode_stats *ms = &m->modes[k];
-	if (!strcmp(state, "committed")) {
-		ms->committed++;
-		histo_add(&ms->update, UPDATE_BUCKETS, UBUCKETS, update_s);
-		histo_add(&ms->impl, UPDATE_BUCKETS, UBUCKETS, impl_s);
-		if (!strcmp(mode, "disk-delta")) histo_add(&ms->density, DENSITY_BUCKETS, DBUCKETS, density);
-		ms->bytes += bytes;
-		ms->wire_bytes += wire_bytes;
-	} else {
-		ms->aborted++;
-		m->aborts[cause_of(reason ? reason : "")]++;
-	}
-}
 
 /* ---------------------------------------------------------------- exposition */
 
@@ -283,7 +156,7 @@ static uint64_t file_size(const char *dir, const char *name)
 
 static void head(agent *a, sk_buf *b)
 {
-	agent_metrics *m = a->metrics;
+	const agent_stats *m = a->stats;
 	char name[MBR_NAME_MAX + 1];
 	uint64_t term;
 	agent_head_known(a, name, sizeof name, &term, NULL, 0);
@@ -299,9 +172,9 @@ static void head(agent *a, sk_buf *b)
 	    m->head_changes);
 	family(b, "skein_head_commit_latency_seconds", "histogram",
 	       "On the head: from proposing an entry to applying it (a majority stored it).");
-	for (int i = 0; i < NBUCKETS; i++) {
+	for (int i = 0; i < AGENT_STATS_NBUCKETS; i++) {
 		char l[48];
-		snprintf(l, sizeof l, "le=\"%g\"", COMMIT_BUCKETS[i]);
+		snprintf(l, sizeof l, "le=\"%g\"", agent_stats_commit_s[i]);
 		u64(b, "skein_head_commit_latency_seconds_bucket", l, m->buckets[i]);
 	}
 	u64(b, "skein_head_commit_latency_seconds_bucket", "le=\"+Inf\"", m->count);
@@ -334,7 +207,7 @@ static void head(agent *a, sk_buf *b)
 
 static void jobs(agent *a, sk_buf *b)
 {
-	agent_metrics *m = a->metrics;
+	const agent_stats *m = a->stats;
 	sup *sp = agent_jobs_sup(a);
 	sup_status *st = NULL;
 	size_t n = sp ? sup_list(sp, NULL, 0) : 0;
@@ -369,7 +242,7 @@ static void jobs(agent *a, sk_buf *b)
 	    job_state_refused(js));
 }
 
-static void histo_put(sk_buf *b, const char *name, const char *mode, const histo *h, const double *bounds, int n)
+static void histo_put(sk_buf *b, const char *name, const char *mode, const agent_stats_histo *h, const double *bounds, int n)
 {
 	char l[96], nm[96];
 	snprintf(nm, sizeof nm, "%s_bucket", name);
@@ -390,47 +263,47 @@ static void histo_put(sk_buf *b, const char *name, const char *mode, const histo
  * them to the perf/update_weights_* names of Miles). */
 static void transfers(agent *a, sk_buf *b)
 {
-	agent_metrics *m = a->metrics;
+	const agent_stats *m = a->stats;
 	if (!agent_head_raft(a)) return; /* updates are finished on voters */
 	static const struct {
 		const char *name, *help;
 		size_t off;
 	} H[] = {
 		{ "skein_transfer_update_seconds", "Weight updates committed: begin to commit on the head "
-						   "(perf/update_weights_time).", offsetof(mode_stats, update) },
+						   "(perf/update_weights_time).", offsetof(agent_stats_mode, update) },
 		{ "skein_transfer_implementation_seconds", "Weight updates committed: the sender's data path "
 							   "(perf/update_weights_implementation_time).",
-		  offsetof(mode_stats, impl) },
+		  offsetof(agent_stats_mode, impl) },
 		{ "skein_transfer_density", "disk-delta updates committed: stored / total bytes "
-					    "(perf/update_weights_density).", offsetof(mode_stats, density) },
+					    "(perf/update_weights_density).", offsetof(agent_stats_mode, density) },
 	};
 	for (size_t h = 0; h < 3; h++) {
 		family(b, H[h].name, "histogram", H[h].help);
-		for (int k = 0; k < NMODES; k++) {
-			const histo *hp = (const histo *)((const char *)&m->modes[k] + H[h].off);
-			if (h == 2) histo_put(b, H[h].name, MODES[k], hp, DENSITY_BUCKETS, DBUCKETS);
-			else histo_put(b, H[h].name, MODES[k], hp, UPDATE_BUCKETS, UBUCKETS);
+		for (int k = 0; k < AGENT_STATS_NMODES; k++) {
+			const agent_stats_histo *hp = (const agent_stats_histo *)((const char *)&m->modes[k] + H[h].off);
+			if (h == 2) histo_put(b, H[h].name, agent_stats_modes[k], hp, agent_stats_density, AGENT_STATS_DBUCKETS);
+			else histo_put(b, H[h].name, agent_stats_modes[k], hp, agent_stats_update_s, AGENT_STATS_UBUCKETS);
 		}
 	}
 	static const struct {
 		const char *name, *help;
 		size_t off;
 	} C[] = {
-		{ "skein_transfer_bytes_total", "Weight bytes of committed updates.", offsetof(mode_stats, bytes) },
+		{ "skein_transfer_bytes_total", "Weight bytes of committed updates.", offsetof(agent_stats_mode, bytes) },
 		{ "skein_transfer_wire_bytes_total", "Bytes the data path moved for committed updates "
-						     "(perf/update_weights_wire_bytes).", offsetof(mode_stats, wire_bytes) },
-		{ "skein_transfer_committed_total", "Weight updates committed.", offsetof(mode_stats, committed) },
-		{ "skein_transfer_aborted_total", "Weight updates aborted.", offsetof(mode_stats, aborted) },
+						     "(perf/update_weights_wire_bytes).", offsetof(agent_stats_mode, wire_bytes) },
+		{ "skein_transfer_committed_total", "Weight updates committed.", offsetof(agent_stats_mode, committed) },
+		{ "skein_transfer_aborted_total", "Weight updates aborted.", offsetof(agent_stats_mode, aborted) },
 	};
 	for (size_t c = 0; c < 4; c++) {
-		lv v[NMODES];
-		for (int k = 0; k < NMODES; k++)
-			v[k] = (lv){ MODES[k], *(const uint64_t *)((const char *)&m->modes[k] + C[c].off) };
-		labelled(b, C[c].name, "counter", C[c].help, "mode", v, NMODES);
+		lv v[AGENT_STATS_NMODES];
+		for (int k = 0; k < AGENT_STATS_NMODES; k++)
+			v[k] = (lv){ agent_stats_modes[k], *(const uint64_t *)((const char *)&m->modes[k] + C[c].off) };
+		labelled(b, C[c].name, "counter", C[c].help, "mode", v, AGENT_STATS_NMODES);
 	}
-	lv ab[NCAUSES];
-	for (int k = 0; k < NCAUSES; k++) ab[k] = (lv){ CAUSES[k], m->aborts[k] };
-	labelled(b, "skein_transfer_aborts_total", "counter", "Weight updates aborted, by cause.", "cause", ab, NCAUSES);
+	lv ab[AGENT_STATS_NCAUSES];
+	for (int k = 0; k < AGENT_STATS_NCAUSES; k++) ab[k] = (lv){ agent_stats_causes[k], m->aborts[k] };
+	labelled(b, "skein_transfer_aborts_total", "counter", "Weight updates aborted, by cause.", "cause", ab, AGENT_STATS_NCAUSES);
 }
 
 static void process(agent *a, sk_buf *b)
@@ -505,6 +378,8 @@ int agent_metrics_open(agent *a, char *err, size_t errlen)
 	if (!m) { snprintf(err, errlen, "out of memory"); return -1; }
 	m->start_wall = (double)sk_wall_ms() / 1000.0 - (double)(sk_mono_ms() - a->started_ms) / 1000.0;
 	a->metrics = m;
+	a->stats = agent_stats_new();
+	if (!a->stats) { snprintf(err, errlen, "out of memory"); return -1; }
 	if (!a->opts.metrics[0]) return 0; /* off: only the hooks' bookkeeping, for skeinctl */
 	m->http = agent_http_new(a->loop, a->opts.metrics, serve, a, err, errlen);
 	if (!m->http) return -1;
@@ -517,6 +392,7 @@ void agent_metrics_close(agent *a)
 	agent_metrics *m = a->metrics;
 	if (!m) return;
 	agent_http_free(&m->http);
+	agent_stats_free(&a->stats);
 	free(m);
 	a->metrics = NULL;
 }

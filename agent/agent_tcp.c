@@ -298,7 +298,7 @@ static void in_read(agent_conn *c)
 		if (c->len == c->want) {
 			in_deliver(c);
 			conn_close(c);
-			agent_pump(a);
+			agent_defer(a, &a->pump_due);
 			return;
 		}
 	}

@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "agent/agent_jobs_int.h"
-#include "agent/agent_metrics.h"
+#include "agent/agent_stats.h"
 #include "agent/agent_wv_show.h"
 #include "common/sk_log.h"
 #include "common/sk_time.h"
@@ -818,8 +818,8 @@ static void on_changed(agent *a)
 		}
 		if (rec && strcmp(rec->state, "preparing")) {
 			char job[JOB_NAME_MAX + 1];
-			agent_metrics_transfer(a, rec->mode, rec->state, rec->reason, rec->update_seconds,
-					       rec->implementation_seconds, rec->density, rec->bytes, rec->wire_bytes);
+			agent_stats_transfer(a->stats, rec->mode, rec->state, rec->reason, rec->update_seconds,
+					     rec->implementation_seconds, rec->density, rec->bytes, rec->wire_bytes);
 			if (u->done_waiting) answer_outcome(a, &u->done_client, NULL, rec);
 			if (u->begin_waiting) fail_client(a, &u->begin_client, "update v%llu %s: %s",
 							  (unsigned long long)rec->version, rec->state, rec->reason);

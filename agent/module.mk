@@ -1,7 +1,7 @@
 # agent/: skeind and skeinctl.
 AGENT_LIB_SRC := agent/agent_state.c agent/agent_wv_show.c agent/agent_crypto.c agent/agent_rpc.c agent/agent_auth.c agent/agent_wire.c agent/agent_opts.c agent/agent_sup.c agent/agent_files.c agent/agent_cgroup.c
-SKEIND_SRC := agent/agent_main.c agent/agent_net.c agent/agent_tcp.c agent/agent_ctl.c agent/agent_reply.c agent/agent_gpu.c agent/agent_head.c agent/agent_head_cmd.c agent/agent_peer.c agent/agent_jobs.c agent/agent_jobs_cmd.c \
-	agent/agent_metrics.c agent/agent_http.c agent/agent_drain.c agent/agent_wv.c agent/agent_wv_gate.c
+SKEIND_SRC := agent/agent_main.c agent/agent_pump.c agent/agent_net.c agent/agent_tcp.c agent/agent_net_util.c agent/agent_ctl.c agent/agent_reply.c agent/agent_gpu.c agent/agent_head.c agent/agent_head_cmd.c agent/agent_peer.c agent/agent_jobs.c agent/agent_jobs_base.c agent/agent_jobs_cmd.c \
+	agent/agent_metrics.c agent/agent_stats.c agent/agent_http.c agent/agent_drain.c agent/agent_wv.c agent/agent_wv_gate.c
 SKEINCTL_SRC := agent/ctl_main.c
 LIB_AGENT := $(O)/libskagent.a
 $(LIB_AGENT): $(AGENT_LIB_SRC:%.c=$(O)/%.o)
@@ -25,6 +25,6 @@ TEST_SCRIPTS += tests/agent/cluster_test.sh tests/agent/security_test.sh tests/a
 	tests/agent/jobs_partition_test.sh tests/agent/jobs_chaos_test.sh tests/agent/restart_test.sh \
 	tests/agent/hygiene_test.sh tests/agent/flood_test.sh tests/agent/metrics_test.sh tests/agent/drain_test.sh \
 	tests/agent/clock_test.sh tests/agent/colocated_test.sh tests/agent/updates_test.sh \
-	tests/agent/updates_partition_test.sh tests/agent/updates_chaos_test.sh
+	tests/agent/updates_partition_test.sh tests/agent/updates_chaos_test.sh tests/agent/layers_test.sh
 BENCH_SCRIPTS += tests/agent/bench.sh tests/agent/auth_bench.sh tests/agent/head_bench.sh tests/agent/etcd_bench.sh tests/agent/idle_bench.sh tests/agent/jobs_bench.sh tests/agent/jobs_scale_bench.sh \
 	tests/agent/metrics_bench.sh tests/agent/updates_bench.sh

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# agent/'s files call one another one way (agent.h's file map, issue #12
+# item 3): from the link's symbols (nm on skeind's objects), a file's edges
+# go to the files defining the functions it uses; the graph must have no
+# circle, nothing may call agent_main.c, and agent_metrics.c (which reads
+# the layers) is called only from agent_main.c and agent_ctl.c.  The check
+# is first run on a made-up circle, so that it is known to catch one.
+. "$(dirname "$0")/lib.sh"
+command -v nm >/dev/null && command -v tsort >/dev/null || skip_all "needs nm and tsort (binutils, coreutils)"
+OBJ=$(cd "$BIN/.." 2>/dev/null && pwd)/agent
+[ -e "$OBJ/agent_main.o" ] || OBJ=$ROOT/build/release/agent
+[ -e "$OBJ/agent_main.o" ] || skip_all "no agent objects in $OBJ (run make first)"
+
+# edges "FROM TO" (file names without .o) of the objects given
+edges() {
+	local o def use
+	def=$T_DIR/def; use=$T_DIR/use
+	for o in "$@"; do nm --defined-only "$o" | awk -v f="$(basename "$o" .o)" '$2 ~ /^[TDRB]$/ { print $3, f }'; done | sort >"$def"
+	for o in "$@"; do nm -u "$o" | awk -v f="$(basename "$o" .o)" '{ print $2, f }'; done | sort >"$use"
+	join "$use" "$def" | awk '$2 != $3 { print $2, $3 }' | sort -u
+}
+has_circle() { ! tsort >/dev/null 2>&1 <<<"$1"; }
+no_circle() { tsort >/dev/null 2>&1 <<<"$1"; }
+
+check "the check sees a made-up circle" has_circle "$(printf 'a b\nb c\nc a\n')"
+check "and none in a line" no_circle "$(printf 'a b\nb c\n')"
+
+E=$(edges "$OBJ"/*.o)
+[ -n "$E" ] || fail "no edges read from $OBJ"
+circle=$(tsort 2>&1 >/dev/null <<<"$E")
+check "no circle among agent/'s files${circle:+ ($circle)}" test -z "$circle"
+up=$(awk '$2 == "agent_main"' <<<"$E" | tr '\n' ';')
+check "nothing calls agent_main.c${up:+ ($up)}" test -z "$up"
+met=$(awk '$2 == "agent_metrics" && $1 != "agent_main" && $1 != "agent_ctl"' <<<"$E" | tr '\n' ';')
+check "only main and ctl call agent_metrics.c${met:+ ($met)}" test -z "$met"
+finish
