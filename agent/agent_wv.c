@@ -674,7 +674,8 @@ static void cmd_done(agent *a, const agent_client *c, const Skein__Weights__Done
 		snprintf(why, sizeof why, "%s (sender) on %s: %s", u->rec.sender, u->rec.sender_node, d->reason);
 		return finish(a, u, "aborted", why);
 	}
-	for (size_t i = 0; i < d->n_failed && !u->final_proposed; i++) {
+	/* at most one entry per participant counts: a longer list is not read */
+	for (size_t i = 0; i < d->n_failed && i < u->rec.nengines && !u->final_proposed; i++) {
 		wv_engine *p = part_of(u, d->failed[i]->member);
 		/* "the receiver reported: ..." is the receiver's own verdict on
 		 * the bytes (a checksum mismatch): a failure, as its `failed v`
