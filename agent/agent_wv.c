@@ -84,7 +84,6 @@ typedef struct {
 	size_t setup_len;
 	int timeout_ms;
 	bool drop;                     /* --update-on-engine-loss drop */
-	bool adopted;
 } wv_open;
 
 struct agent_wv {
@@ -677,11 +676,11 @@ static void cmd_done(agent *a, const agent_client *c, const Skein__Weights__Done
 	/* at most one entry per participant counts: a longer list is not read */
 	for (size_t i = 0; i < d->n_failed && i < u->rec.nengines && !u->final_proposed; i++) {
 		wv_engine *p = part_of(u, d->failed[i]->member);
-		/* "the receiver reported: ..." is the receiver's own verdict on
-		 * the bytes (a checksum mismatch): a failure, as its `failed v`
-		 * would be, which this done may overtake; anything else (it could
-		 * not be reached, it went away) is a lost participant */
-		bool fault = strstr(d->failed[i]->reason, "the receiver reported") != NULL;
+		/* the receiver's own verdict on the bytes (a checksum mismatch) is a
+		 * failure, as its `failed v` would be, which this done may overtake;
+		 * anything else (it could not be reached, it went away) is a lost
+		 * participant */
+		bool fault = d->failed[i]->verdict;
 		char why[REASON_MAX];
 		snprintf(why, sizeof why, "%s%s", fault ? "" : "the sender could not reach it: ", d->failed[i]->reason);
 		if (p) lose(a, u, p, why, fault);
@@ -797,7 +796,7 @@ static void adopt(agent *a)
 		const job_rec *j = js ? job_state_get(js, rec->job) : NULL;
 		u->timeout_ms = j && job_rec_spec(j, &s, err, sizeof err) == 0 ? (int)s.update_timeout_ms : 30000;
 		u->drop = j && job_rec_spec(j, &s, err, sizeof err) == 0 ? strcmp(s.on_engine_loss, "abort") != 0 : true;
-		u->begun = u->adopted = true;
+		u->begun = true;
 		u->t_begin = u->t_progress = u->t_answer = sk_mono_s();
 		SK_INFO("wv", "%s v%llu: open when the head changed: adopted", rec->job, (unsigned long long)rec->version);
 	}

@@ -459,8 +459,6 @@ int job_codec_report_encode(const job_report *r, uint8_t **out, size_t *len)
 		ms[i].restarts = m->restarts;
 		ms[i].last_exit = m->last_exit;
 		ms[i].reason = (char *)m->reason;
-		ms[i].weight_version = m->weight_version;
-		ms[i].syncing = m->syncing;
 		ptrs[i] = &ms[i];
 	}
 	pr.node = (char *)r->node;
@@ -502,8 +500,6 @@ int job_codec_report_decode(job_report *r, const uint8_t *data, size_t len, char
 		m->pid = p->pid;
 		m->restarts = p->restarts;
 		m->last_exit = p->last_exit;
-		m->weight_version = p->weight_version;
-		m->syncing = p->syncing;
 		r->n++;
 	}
 	rc = 0;

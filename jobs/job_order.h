@@ -72,8 +72,6 @@ typedef struct {
 	uint32_t restarts;            /* SKEIN_RESTART_COUNT of the running process */
 	int32_t last_exit;            /* wait status decoded: exit code, or -signal */
 	char reason[JOB_REASON_MAX + 1];
-	uint64_t weight_version;      /* #13: the weight version it serves (0: none known) */
-	bool syncing;                 /* #13: an update is being applied to it */
 } job_member_status;
 
 /* An agent's report: its members, and a port found free on its node. */

@@ -1,6 +1,6 @@
 /* transfer/xfer_coord.c: the coordinated sender (xfer_publish) and what the
  * engine loop shares with it: calls that ask again after a lost answer, the
- * outcome poll, the heartbeat thread.  The protocol: docs/updates.md.
+ * heartbeat thread.  The protocol: docs/updates.md.
  *
  * publish(v): begin (the manifest's digest; NCCL: the unique id) -> the
  * head's BeginReply (participants, watchdog); move the bytes while a
@@ -8,10 +8,10 @@
  * once when the head aborted the update; then done (our figures, the peers
  * we could not serve) -> the head's Outcome at commit or abort.  A lost
  * answer (the connection broke, the head changed, an error saying retry)
- * is asked again every 50 ms up to the watchdog (done too: it is
- * idempotent, and a new head needs it to finish the update it adopted);
- * a done refused for good is followed by polling `outcome`: the record in
- * the replicated state is the truth, not our connection.
+ * is asked again every 50 ms up to the watchdog, done too: it is
+ * idempotent on the head, and a new head needs it to finish the update it
+ * adopted (the record in the replicated state is the truth, not our
+ * connection).
  *
  * Data paths: disk-delta writes the version as it does alone (an aborted
  * version is removed and the next one is full).  p2p, p2p-tcp and p2p-ucx
@@ -129,34 +129,6 @@ int xfer_job_newest(xfer_endpoint *ep, uint64_t *newest, xfer_err *err)
 static int final_state(const xfer_wv_outcome *o)
 {
 	return !strcmp(o->state, "committed") || !strcmp(o->state, "aborted");
-}
-
-int xfer_coord_outcome(xfer_agent *a, const char *job, const char *member, uint64_t v, double deadline,
-		       xfer_wv_outcome *o, xfer_err *err)
-{
-	size_t len;
-	uint8_t *q = xfer_wv_query_pack(job, v, member, &len);
-	if (!q) return xfer_fail(err, XFER_ENOMEM, "out of memory");
-	char last[32] = "no answer";
-	for (;;) {
-		xfer_err e = { 0 };
-		if (xfer_coord_call(a, "outcome", q, len, XFER_COORD_CALL_MS, deadline, parse_outcome, o, &e) == 0) {
-			if (o->version == v && final_state(o)) {
-				free(q);
-				return 0;
-			}
-			snprintf(last, sizeof last, "%s", *o->state ? o->state : "unknown");
-		} else if (e.code == XFER_EFORMAT || e.code == XFER_EINVAL) {
-			*err = e; /* a broken or refusing answer will not mend by asking again */
-			free(q);
-			return -1;
-		}
-		if (xfer_now() + XFER_COORD_POLL_MS / 1e3 >= deadline) break;
-		xfer_coord_sleep_ms(XFER_COORD_POLL_MS);
-	}
-	free(q);
-	return xfer_fail(err, XFER_ETIMEOUT, "version %llu: no verdict from the head in time (last: %s)",
-			 (unsigned long long)v, last);
 }
 
 int xfer_coord_aborted(xfer_agent *a, const uint8_t *q, size_t qlen, uint64_t v, char *reason, size_t n)
@@ -498,6 +470,7 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 	uint64_t wire = 0;
 	double density = 0;
 	const char **fm = NULL, **fr = NULL;
+	int *fv = NULL;
 	size_t nf = 0;
 	if (ep->ops == &xfer_disk_ops) {
 		if (xfer_path_send(ep, v, &derr) != 0) ok = 0; /* a delta on the last version written */
@@ -515,10 +488,13 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 		send_peers(ep, v);
 		fm = calloc(c->npeers + 1, sizeof *fm);
 		fr = calloc(c->npeers + 1, sizeof *fr);
+		fv = calloc(c->npeers + 1, sizeof *fv);
 		for (size_t i = 0; i < c->npeers; i++) {
 			wire += c->peers[i].wire;
-			if (c->peers[i].failed && fm && fr) {
+			if (c->peers[i].failed && fm && fr && fv) {
+				xfer_code code = c->peers[i].err.code;
 				fm[nf] = c->peers[i].member;
+				fv[nf] = code == XFER_ECHECKSUM || code == XFER_EMISMATCH;
 				fr[nf++] = c->peers[i].err.msg;
 			}
 		}
@@ -536,9 +512,11 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 	 * would wait for a verdict that needs this word) */
 	xfer_wv_done d = { .job = job, .member = me, .version = v, .ok = ok, .reason = ok ? "" : derr.msg,
 			   .implementation_seconds = impl, .density = density, .wire_bytes = wire,
-			   .failed_member = fm, .failed_reason = fr, .nfailed = nf };
+			   .failed_member = fm, .failed_reason = fr, .failed_verdict = fv,
+			   .nfailed = nf };
 	req = xfer_wv_done_pack(&d, &len);
 	free(fm);
+	free(fv);
 	free(fr);
 	if (!req) {
 		xfer_fail(err, XFER_ENOMEM, "out of memory");

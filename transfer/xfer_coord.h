@@ -91,6 +91,7 @@ typedef struct {
 	double implementation_seconds, density;
 	uint64_t wire_bytes;
 	const char *const *failed_member, *const *failed_reason;
+	const int *failed_verdict;  /* the receiver judged the bytes (ECHECKSUM, EMISMATCH) */
 	size_t nfailed;
 } xfer_wv_done;
 
@@ -164,9 +165,6 @@ void xfer_coord_abort(xfer_endpoint *ep);
 typedef int (*xfer_wv_parse_fn)(const uint8_t *p, size_t n, void *out, xfer_err *err);
 int xfer_coord_call(xfer_agent *a, const char *verb, const uint8_t *req, size_t len, int call_ms, double deadline,
 		    xfer_wv_parse_fn parse, void *out, xfer_err *err);
-/* Polls `outcome` for (job, version) until a final state or deadline. */
-int xfer_coord_outcome(xfer_agent *a, const char *job, const char *member, uint64_t v, double deadline,
-		       xfer_wv_outcome *o, xfer_err *err);
 /* One `outcome` query (q: xfer_wv_query_pack's): 1 when the head says v was
  * aborted (its reason copied), 0 when not or when there was no answer. */
 int xfer_coord_aborted(xfer_agent *a, const uint8_t *q, size_t qlen, uint64_t v, char *reason, size_t n);

@@ -60,6 +60,7 @@ uint8_t *xfer_wv_done_pack(const xfer_wv_done *d, size_t *len)
 			skein__weights__peer_failure__init(&f[i]);
 			f[i].member = s_(d->failed_member[i]);
 			f[i].reason = s_(d->failed_reason[i]);
+			f[i].verdict = d->failed_verdict && d->failed_verdict[i];
 			fp[i] = &f[i];
 		}
 		m.n_failed = d->nfailed;

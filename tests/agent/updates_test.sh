@@ -223,7 +223,7 @@ for v in 1 2 3 4; do
 done
 check "gt: a begin taking gt/engine-0 (v$V1)" [ $V1 != 0 ]
 expect "done: gt/engine-0 reported a checksum mismatch" "code=0 error= payload=" done done $G version=$V1 ok=true \
-	"'failed=gt/engine-0:p2p-tcp send v$V1: the receiver reported: version $V1 tensor t0: checksum mismatch on arrival'"
+	"'failed=!gt/engine-0:p2p-tcp send v$V1: the receiver reported: version $V1 tensor t0: checksum mismatch on arrival'"
 v1_aborted() { state_is gt $V1 aborted && [ "$(q gt engine $V1 gt/engine-0)" = failed ] &&
 	q gt get $V1 reason | grep -q "gt/engine-0 on .*checksum mismatch"; }
 if v1_aborted; then pass "gt: v$V1 aborted naming gt/engine-0 and the checksum ($(q gt get $V1 reason))"

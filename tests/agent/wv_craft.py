@@ -7,7 +7,7 @@ prints its answer, for the gate and bad-input checks of the update tests.
 ADDR is unix:PATH or HOST:PORT.  KIND names the payload message of
 proto/weights.proto (begin, done, query, status) whose fields are set from
 field=value (numbers, true/false, strings; hex:.. or zeros:N for bytes; done's
-failed=MEMBER:REASON, a PeerFailure, may be given again); KIND raw sends
+failed=[!]MEMBER:REASON, a PeerFailure (! = the receiver's verdict), may be given again); KIND raw sends
 the bytes of hex=.. as the payload as they are.  Extra request fields:
 forwarded=1, sender=NAME, args=N (the number of args: 1 is VERB alone).
 Prints one line, "code=N error=TEXT payload=LEN" (exit 0), or "no answer:
@@ -117,7 +117,9 @@ def main(argv):
             extra[k] = v
         elif kind == "done" and k == "failed":
             member, _, reason = v.partition(":")
-            payload += field(9, "b", field(1, "s", member) + field(2, "s", reason))
+            verdict = member.startswith("!")  # the receiver's own verdict on the bytes
+            body = field(1, "s", member.lstrip("!")) + field(2, "s", reason)
+            payload += field(9, "b", body + (field(3, "u", 1) if verdict else b""))
         elif kind == "raw" and k == "hex":
             payload = bytes.fromhex(v)
         elif kind in SCHEMA and k in SCHEMA[kind]:

@@ -220,7 +220,7 @@ static void control(void)
 	free(enc);
 
 	job_member_status ms = { .id = "r1/trainer-0", .job = "r1", .gen = 1, .pid = 4242, .state = "failed",
-				 .last_exit = -9, .reason = "killed", .weight_version = 7, .syncing = true };
+				 .last_exit = -9, .reason = "killed" };
 	job_report rep = { .node = "n2", .free_port = 29500, .n = 1, .members = &ms };
 	if (job_codec_report_encode(&rep, &enc, &n) != 0) die("report encode");
 	request("report", "report", NULL, 0, 3, enc, n);

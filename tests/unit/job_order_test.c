@@ -1,10 +1,8 @@
 /* tests/unit/job_order_test: jobs/job_codec's orders and reports
  * (jobs/job_order.h <-> proto/jobs.proto Assignment and Report).
  *
- * Checks that an assignment and a report read back field for field (the
- * weight version and syncing flag of #13 too), that an empty one does, that
- * a report an older agent packed (no fields 9 and 10) reads as 0 and false,
- * that every bound of job_order.h refuses a message one past it and takes
+ * Checks that an assignment and a report read back field for field, that an
+ * empty one does, that every bound of job_order.h refuses a message one past it and takes
  * one at it, and that random bytes and cut or flipped encodings end in -1
  * or a message within the bounds, never a crash (seeded: TEST_SEED). */
 #include "tests/t.h"
@@ -142,8 +140,8 @@ T_TEST(report_round_trip)
 {
 	job_member_status ms[2] = {
 		{ .id = "rl/trainer-0", .job = "rl", .gen = 3, .pid = 4242, .state = "failed", .restarts = 2,
-		  .last_exit = -9, .reason = "killed by signal 9", .weight_version = UINT64_MAX, .syncing = true },
-		{ .id = "rl/engine-1", .job = "rl", .gen = 1, .pid = 0, .state = "restarting", .weight_version = 12 },
+		  .last_exit = -9, .reason = "killed by signal 9" },
+		{ .id = "rl/engine-1", .job = "rl", .gen = 1, .pid = 0, .state = "restarting" },
 	};
 	job_report r = { .node = "n4", .free_port = 29500, .n = 2, .members = ms }, back;
 	char err[160] = "";
@@ -163,31 +161,11 @@ T_TEST(report_round_trip)
 		T_EQ(back.members[i].restarts, ms[i].restarts);
 		T_EQ(back.members[i].last_exit, ms[i].last_exit);
 		T_STREQ(back.members[i].reason, ms[i].reason);
-		T_CHECK(back.members[i].weight_version == ms[i].weight_version);
-		T_EQ(back.members[i].syncing, ms[i].syncing);
 	}
 	job_report_free(&back);
 	job_report_free(&back);
 	free(buf);
 
-	/* a report from an agent that predates weight_version and syncing */
-	Skein__Jobs__MemberStatus old = SKEIN__JOBS__MEMBER_STATUS__INIT, *op = &old;
-	old.id = "rl/engine-0";
-	old.state = "running";
-	old.pid = 77;
-	Skein__Jobs__Report pr = SKEIN__JOBS__REPORT__INIT;
-	pr.node = "n5";
-	pr.members = &op;
-	pr.n_members = 1;
-	len = skein__jobs__report__get_packed_size(&pr);
-	buf = malloc(len);
-	skein__jobs__report__pack(&pr, buf);
-	T_EQ(job_codec_report_decode(&back, buf, len, err, sizeof err), 0);
-	T_EQ(back.members[0].pid, 77);
-	T_EQ(back.members[0].weight_version, 0);
-	T_EQ(back.members[0].syncing, false);
-	job_report_free(&back);
-	free(buf);
 }
 
 static char *text(size_t n, char c)
@@ -343,7 +321,7 @@ T_TEST_TIMEOUT(garbage_never_crashes, 120)
 	uint8_t *good;
 	size_t glen;
 	T_EQ(job_codec_assignment_encode(&as, &good, &glen), 0);
-	job_member_status ms = { .id = "rl/trainer-0", .job = "rl", .state = "running", .pid = 9, .weight_version = 3 };
+	job_member_status ms = { .id = "rl/trainer-0", .job = "rl", .state = "running", .pid = 9 };
 	job_report rep = { .node = "n1", .n = 1, .members = &ms };
 	uint8_t *grep_;
 	size_t rlen;
