@@ -302,7 +302,7 @@ static void transfers(agent *a, sk_buf *b)
 		labelled(b, C[c].name, "counter", C[c].help, "mode", v, AGENT_STATS_NMODES);
 	}
 	lv ab[AGENT_STATS_NCAUSES];
-	for (int k = 0; k < AGENT_STATS_NCAUSES; k++) ab[k] = (lv){ agent_stats_causes[k], m->aborts[k] };
+	for (int k = 0; k < AGENT_STATS_NCAUSES; k++) ab[k] = (lv){ wv_causes[k], m->aborts[k] };
 	labelled(b, "skein_transfer_aborts_total", "counter", "Weight updates aborted, by cause.", "cause", ab, AGENT_STATS_NCAUSES);
 }
 

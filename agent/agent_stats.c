@@ -18,8 +18,6 @@ const double agent_stats_update_s[AGENT_STATS_UBUCKETS] = { 0.005, 0.01, 0.025, 
 const double agent_stats_density[AGENT_STATS_DBUCKETS] = { 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1 };
 const char *const agent_stats_modes[AGENT_STATS_NMODES] = { "broadcast", "broadcast_packed", "p2p", "disk-delta",
 							    "colocated" };
-const char *const agent_stats_causes[AGENT_STATS_NCAUSES] = { "checksum", "timeout", "sender", "member_lost", "head",
-							      "other" };
 
 agent_stats *agent_stats_new(void)
 {
@@ -81,18 +79,7 @@ static void histo_add(agent_stats_histo *h, const double *bounds, int n, double 
 	h->sum += v;
 }
 
-/* The fixed word for an abort's reason (agent_wv.c writes them). */
-static int cause_of(const char *reason)
-{
-	if (strstr(reason, "checksum")) return 0;
-	if (strstr(reason, "watchdog")) return 1;
-	if (strstr(reason, "(sender)")) return 2;
-	if (strstr(reason, "exited") || strstr(reason, "node failed") || strstr(reason, "restarted")) return 3;
-	if (strstr(reason, "head")) return 4;
-	return 5;
-}
-
-void agent_stats_transfer(agent_stats *m, const char *mode, const char *state, const char *reason, double update_s,
+void agent_stats_transfer(agent_stats *m, const char *mode, const char *state, const char *cause, double update_s,
 			  double impl_s, double density, uint64_t bytes, uint64_t wire_bytes)
 {
 	int k = 0;
@@ -109,6 +96,8 @@ void agent_stats_transfer(agent_stats *m, const char *mode, const char *state, c
 		ms->wire_bytes += wire_bytes;
 	} else {
 		ms->aborted++;
-		m->aborts[cause_of(reason ? reason : "")]++;
+		int c = 0;
+		while (c < WV_NCAUSES && strcmp(wv_causes[c], cause ? cause : "")) c++;
+		if (c < WV_NCAUSES) m->aborts[c]++;
 	}
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "agent/agent_sup.h"
+#include "jobs/wv_state.h"
 #include "membership/mbr.h"
 
 enum {
@@ -17,7 +18,7 @@ enum {
 	AGENT_STATS_UBUCKETS = 14,     /* agent_stats_update_s */
 	AGENT_STATS_DBUCKETS = 7,      /* agent_stats_density */
 	AGENT_STATS_NMODES = 5,        /* agent_stats_modes */
-	AGENT_STATS_NCAUSES = 6,       /* agent_stats_causes */
+	AGENT_STATS_NCAUSES = WV_NCAUSES, /* jobs/wv_state.h's wv_causes */
 	AGENT_STATS_PROPOSED_MAX = 256,/* proposals awaiting their commit, at most */
 };
 /* Histogram bounds: commit latency (s), a weight update's times (s), a
@@ -25,9 +26,8 @@ enum {
 extern const double agent_stats_commit_s[AGENT_STATS_NBUCKETS];
 extern const double agent_stats_update_s[AGENT_STATS_UBUCKETS];
 extern const double agent_stats_density[AGENT_STATS_DBUCKETS];
-/* --update-weight-transfer-mode's values, and the causes of an abort */
+/* --update-weight-transfer-mode's values (an abort's causes: wv_causes) */
 extern const char *const agent_stats_modes[AGENT_STATS_NMODES];
-extern const char *const agent_stats_causes[AGENT_STATS_NCAUSES];
 
 typedef struct {
 	uint64_t b[AGENT_STATS_UBUCKETS > AGENT_STATS_DBUCKETS ? AGENT_STATS_UBUCKETS : AGENT_STATS_DBUCKETS], count;
@@ -64,8 +64,9 @@ void agent_stats_proposed(agent_stats *s, uint64_t index);   /* the head propose
 void agent_stats_applied(agent_stats *s, uint64_t index);    /* ... and this one was applied */
 void agent_stats_head_seen(agent_stats *s, const char *leader, uint64_t term);
 void agent_stats_member_event(agent_stats *s, const sup_status *st);
-/* A weight update this head finished (agent_wv.c): committed or aborted. */
-void agent_stats_transfer(agent_stats *s, const char *mode, const char *state, const char *reason, double update_s,
+/* A weight update this head finished (agent_wv.c): committed or aborted
+ * (then cause is one of wv_causes). */
+void agent_stats_transfer(agent_stats *s, const char *mode, const char *state, const char *cause, double update_s,
 			  double impl_s, double density, uint64_t bytes, uint64_t wire_bytes);
 
 #endif

@@ -294,13 +294,14 @@ static void propose(agent *a, const wv_update *u, const char *what)
 }
 
 /* Proposes the final record of u (once). */
-static void finish(agent *a, wv_open *u, const char *state, const char *reason)
+static void finish(agent *a, wv_open *u, const char *state, const char *cause, const char *reason)
 {
 	if (u->final_proposed) return;
 	double now = sk_mono_s();
 	wv_update f;
 	if (wv_update_copy(&f, &u->rec) < 0) return;
 	snprintf(f.state, sizeof f.state, "%s", state);
+	snprintf(f.cause, sizeof f.cause, "%s", cause ? cause : "");
 	free(f.reason);
 	f.reason = strdup(reason ? reason : "");
 	f.finished_ms = sk_wall_ms();
@@ -325,7 +326,7 @@ static void try_finish(agent *a, wv_open *u)
 	if (!u->begun || u->final_proposed || !u->done) return;
 	for (size_t i = 0; i < u->rec.nengines; i++)
 		if (!strcmp(u->rec.engines[i].state, "pending")) return;
-	finish(a, u, "committed", NULL);
+	finish(a, u, "committed", NULL, NULL);
 }
 
 /* A participant is gone or failed: dropped (drop mode, not a data fault),
@@ -340,7 +341,7 @@ static void lose(agent *a, wv_open *u, wv_engine *p, const char *why, bool fault
 	if (fault || !u->drop) {
 		char reason[REASON_MAX];
 		snprintf(reason, sizeof reason, "%s on %s: %s", p->member, p->node, why);
-		finish(a, u, "aborted", reason);
+		finish(a, u, "aborted", fault ? "engine" : "member_lost", reason);
 	} else {
 		SK_INFO("wv", "%s v%llu: %s dropped: %s", u->rec.job, (unsigned long long)u->rec.version, p->member, why);
 		try_finish(a, u);
@@ -604,7 +605,7 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 			char why[REASON_MAX];
 			snprintf(why, sizeof why, "%s: sender restarted or gave up (it began v%llu)", u->rec.sender,
 				 (unsigned long long)b->version);
-			finish(a, u, "aborted", why);
+			finish(a, u, "aborted", "superseded", why);
 		}
 		return fail_client(a, c, "update v%llu of %s is still open: retry", (unsigned long long)u->rec.version,
 				   b->job);
@@ -671,7 +672,7 @@ static void cmd_done(agent *a, const agent_client *c, const Skein__Weights__Done
 	if (!d->ok) {
 		char why[REASON_MAX];
 		snprintf(why, sizeof why, "%s (sender) on %s: %s", u->rec.sender, u->rec.sender_node, d->reason);
-		return finish(a, u, "aborted", why);
+		return finish(a, u, "aborted", "sender", why);
 	}
 	/* at most one entry per participant counts: a longer list is not read */
 	for (size_t i = 0; i < d->n_failed && i < u->rec.nengines && !u->final_proposed; i++) {
@@ -818,7 +819,7 @@ static void on_changed(agent *a)
 		}
 		if (rec && strcmp(rec->state, "preparing")) {
 			char job[JOB_NAME_MAX + 1];
-			agent_stats_transfer(a->stats, rec->mode, rec->state, rec->reason, rec->update_seconds,
+			agent_stats_transfer(a->stats, rec->mode, rec->state, rec->cause, rec->update_seconds,
 					     rec->implementation_seconds, rec->density, rec->bytes, rec->wire_bytes);
 			if (u->done_waiting) answer_outcome(a, &u->done_client, NULL, rec);
 			if (u->begin_waiting) fail_client(a, &u->begin_client, "update v%llu %s: %s",
@@ -875,7 +876,7 @@ static void check_open(agent *a, double now)
 			char why[REASON_MAX];
 			snprintf(why, sizeof why, "%s (sender) on %s: %s", u->rec.sender, u->rec.sender_node,
 				 node_alive(a, u->rec.sender_node) ? "its process exited" : "its node failed");
-			finish(a, u, "aborted", why);
+			finish(a, u, "aborted", "sender", why);
 			continue;
 		}
 		if (u->timeout_ms > 0 && now - u->t_progress > u->timeout_ms / 1000.0) {
@@ -886,7 +887,7 @@ static void check_open(agent *a, double now)
 				if (!strcmp(u->rec.engines[k].state, "pending"))
 					off += (size_t)snprintf(who + off, sizeof who - off, " %s", u->rec.engines[k].member);
 			snprintf(why, sizeof why, "watchdog: no progress for %.1f s; waiting for%s", u->timeout_ms / 1000.0, who);
-			finish(a, u, "aborted", why);
+			finish(a, u, "aborted", "timeout", why);
 		}
 	}
 }

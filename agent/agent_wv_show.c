@@ -65,6 +65,7 @@ static void json_update(sk_buf *o, const wv_update *u)
 	kv_str(o, "mode", u->mode);
 	kv_str(o, "state", u->state);
 	kv_str(o, "reason", u->reason);
+	kv_str(o, "cause", u->cause);
 	kv_u64(o, "bytes", u->bytes);
 	kv_u64(o, "wire_bytes", u->wire_bytes);
 	kv_u64(o, "participants", u->nengines);

@@ -57,6 +57,7 @@ static int pb_rec_fill(pb_rec *r, const wv_update *u)
 	p->sender_node = (char *)u->sender_node;
 	p->state = (char *)u->state;
 	p->reason = str_or_empty(u->reason);
+	p->cause = (char *)u->cause;
 	p->started_ms = u->started_ms;
 	p->finished_ms = u->finished_ms;
 	p->wire_bytes = u->wire_bytes;
@@ -120,7 +121,8 @@ static int from_pb(wv_update *u, const Skein__Weights__Update *p, char *err, siz
 	    copy_str(u->mode, sizeof u->mode, p->mode, "mode", err, errlen) < 0 ||
 	    copy_str(u->sender, sizeof u->sender, p->sender, "sender", err, errlen) < 0 ||
 	    copy_str(u->sender_node, sizeof u->sender_node, p->sender_node, "sender_node", err, errlen) < 0 ||
-	    copy_str(u->state, sizeof u->state, p->state, "state", err, errlen) < 0)
+	    copy_str(u->state, sizeof u->state, p->state, "state", err, errlen) < 0 ||
+	    copy_str(u->cause, sizeof u->cause, p->cause, "cause", err, errlen) < 0)
 		return -1;
 	if (p->digest.len != 0 && p->digest.len != WV_DIGEST_LEN) {
 		snprintf(err, errlen, "digest: %zu bytes, not 0 or %d", p->digest.len, WV_DIGEST_LEN);

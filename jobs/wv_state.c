@@ -35,6 +35,7 @@ struct wv_state {
 };
 
 static const char *const UPDATE_STATES[] = { "preparing", "committed", "aborted" };
+const char *const wv_causes[WV_NCAUSES] = { "engine", "member_lost", "sender", "timeout", "superseded" };
 static const char *const ENGINE_STATES[] = { "pending", "verified", "failed", "dropped" };
 
 static bool one_of(const char *s, const char *const *list, size_t n)
@@ -136,6 +137,9 @@ int wv_update_check(const wv_update *u, char *err, size_t errlen)
 	if (!memchr(u->state, 0, sizeof u->state) || !one_of(u->state, UPDATE_STATES, 3))
 		return snprintf(err, errlen, "bad state"), -1;
 	if (!reason_ok(u->reason)) return snprintf(err, errlen, "reason longer than %d bytes", WV_REASON_MAX), -1;
+	if (!memchr(u->cause, 0, sizeof u->cause) ||
+	    (strcmp(u->state, "aborted") ? u->cause[0] != 0 : !one_of(u->cause, wv_causes, WV_NCAUSES)))
+		return snprintf(err, errlen, "bad cause: one of wv_causes when aborted, else none"), -1;
 	if (!seconds_ok(u->density) || !seconds_ok(u->update_seconds) || !seconds_ok(u->implementation_seconds) ||
 	    !seconds_ok(u->prepare_seconds) || !seconds_ok(u->commit_seconds))
 		return snprintf(err, errlen, "a timing or the density is negative or not finite"), -1;

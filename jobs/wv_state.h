@@ -30,6 +30,16 @@
 #include "jobs/job_state.h"
 #include "jobs/job_spec.h"
 
+/* Why an update was aborted, one fixed word (the reason says the rest):
+ *   engine       a participant failed to receive or verify it (a checksum)
+ *   member_lost  a participant was lost and the job aborts then
+ *               (--update-on-engine-loss abort)
+ *   sender       the sender failed, died or lost its node
+ *   timeout      the watchdog: no progress for --update-weight-timeout
+ *   superseded   the sender began a newer version (it gave this one up) */
+enum { WV_NCAUSES = 5, WV_CAUSE_MAX = 15 };
+extern const char *const wv_causes[WV_NCAUSES];
+
 enum {
 	WV_ENTRY_PUT = 40,         /* a packed Update: begins or replaces the record of (job, version) */
 	WV_KEEP_PER_JOB = 64,      /* records kept per job: `skeinctl transfers --last` reaches this far */
@@ -66,6 +76,7 @@ typedef struct {
 	char sender[WV_MEMBER_MAX + 1];
 	char sender_node[JOB_NODE_MAX + 1];
 	char state[WV_STATE_NAME_MAX + 1];   /* preparing committed aborted */
+	char cause[WV_CAUSE_MAX + 1];        /* aborted: one of wv_causes; else "" */
 	char *reason;
 	wv_engine *engines;
 	size_t nengines;

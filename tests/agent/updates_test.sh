@@ -83,7 +83,8 @@ for j in dd pp; do
 		pass "$j: engine 1 exited mid-receive of v4: v4 committed, engine 1 dropped, the others verified"
 	else fail "$j: v4 with engine 1 lost" "state $(q $j get 4 state), engine-1 $out, others '$others'"; fi
 	r=$(q $j get 8 reason)
-	if state_is $j 8 aborted && echo "$r" | grep -q "$j/engine-[0-9]" && echo "$r" | grep -q checksum; then
+	if state_is $j 8 aborted && echo "$r" | grep -q "$j/engine-[0-9]" && echo "$r" | grep -q checksum &&
+		[ "$(q $j get 8 cause)" = engine ]; then
 		pass "$j: corrupted v8 aborted naming the member and the checksum ($r)"
 	else fail "$j: corrupted v8" "state $(q $j get 8 state), reason '$r'"; fi
 	ok=1; parts=$(tj $j | $WVJ participants 8)
@@ -231,7 +232,8 @@ else fail "gt: v$V1 with a receiver's checksum mismatch in done" "$(q gt get $V1
 # a begin that is never done (its engine paused): the watchdog ends it, naming the sender
 GE=$(member_field gt/engine-0 pid); kill -STOP "$GE"
 expect "a begin never done" "code=0 error= payload=" begin begin $G version=9 mode=p2p
-wd() { state_is gt 9 aborted && q gt get 9 reason | grep -q "watchdog: .*gt/trainer-0 (sender)"; }
+wd() { state_is gt 9 aborted && q gt get 9 reason | grep -q "watchdog: .*gt/trainer-0 (sender)" &&
+	[ "$(q gt get 9 cause)" = timeout ]; }
 if wait_until $((TMO + 4)) wd; then pass "gt: v9 never done: aborted by the watchdog, naming the sender ($(q gt get 9 reason))"
 else fail "gt: v9 never done" "state $(q gt get 9 state), reason '$(q gt get 9 reason)'"; fi
 kill -CONT "$GE"

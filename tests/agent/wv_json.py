@@ -24,7 +24,7 @@ import json
 import sys
 
 FINAL = ("committed", "aborted")
-RECORD_KEYS = ["job", "version", "mode", "state", "reason", "bytes", "wire_bytes", "participants", "dropped",
+RECORD_KEYS = ["job", "version", "mode", "state", "reason", "cause", "bytes", "wire_bytes", "participants", "dropped",
                "started_ms", "seconds", "engines", "perf"]
 SECONDS_KEYS = ["update_weights", "implementation", "prepare", "commit"]
 ENGINE_KEYS = ["member", "node", "state", "seconds", "verified"]
@@ -69,6 +69,9 @@ def shape(doc):
                 return "v%s: perf %s against seconds %s" % (v, p, r["seconds"])
         if r["state"] == "aborted" and not r["reason"]:
             return "v%s aborted without a reason" % v
+        causes = ("engine", "member_lost", "sender", "timeout", "superseded")
+        if (r["state"] == "aborted") != (r["cause"] in causes) or (r["state"] != "aborted" and r["cause"]):
+            return "v%s %s with cause %r" % (v, r["state"], r["cause"])
     return None
 
 

@@ -469,6 +469,7 @@ static void wv(void)
 	wv_one(s, "update-preparing-3", &u);
 	wv_rec(&u, e, "j", 3, "aborted", "failed");
 	u.reason = "j/engine-0: checksum of tensor 3 differs";
+	snprintf(u.cause, sizeof u.cause, "engine");
 	wv_one(s, "update-aborted", &u);
 	uint8_t *b;
 	size_t n;

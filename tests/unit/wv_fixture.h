@@ -23,6 +23,7 @@ static inline void wv_fixture(wv_update *u, wv_engine *e, size_t nengines, const
 	snprintf(u->sender, sizeof u->sender, "%s/trainer-0", job);
 	snprintf(u->sender_node, sizeof u->sender_node, "n1");
 	snprintf(u->state, sizeof u->state, "%s", state);
+	snprintf(u->cause, sizeof u->cause, "%s", strcmp(state, "aborted") ? "" : "timeout"); /* an abort names its cause */
 	for (size_t i = 0; i < nengines; i++) {
 		memset(&e[i], 0, sizeof e[i]);
 		snprintf(e[i].member, sizeof e[i].member, "%s/engine-%zu", job, i);

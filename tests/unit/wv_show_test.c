@@ -19,7 +19,7 @@ static const char CHECK_PY[] =
 	"assert list(d) == ['transfers'], d.keys()\n"
 	"t = d['transfers']\n"
 	"assert len(t) == 3, len(t)\n"
-	"keys = ['job','version','mode','state','reason','bytes','wire_bytes','participants','dropped',\n"
+	"keys = ['job','version','mode','state','reason','cause','bytes','wire_bytes','participants','dropped',\n"
 	"        'started_ms','seconds','engines','perf']\n"
 	"for x in t:\n"
 	"    assert list(x) == keys, list(x)\n"

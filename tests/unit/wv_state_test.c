@@ -327,6 +327,9 @@ T_TEST(table_rules)
 	u.version = 2; /* base 0 with version 2: a new record while 1 is open */
 	refused(s, &u);
 	rec(&u, "j1", 1, "committed");
+	snprintf(u.cause, sizeof u.cause, "%s", "timeout");
+	refused(s, &u); /* a commit has no cause */
+	u.cause[0] = 0;
 	T_EQ(put(s, &u), 0);
 	T_EQ(wv_state_committed(s, "j1"), 1);
 	T_CHECK(wv_state_open(s, "j1") == NULL);
@@ -340,6 +343,11 @@ T_TEST(table_rules)
 	T_EQ(put_new(s, "j1", 5, "preparing"), 0);
 	rec(&u, "j1", 5, "aborted");
 	u.reason = (char *)"j1/engine-0: checksum mismatch";
+	snprintf(u.cause, sizeof u.cause, "%s", "");
+	refused(s, &u); /* an abort names its cause */
+	snprintf(u.cause, sizeof u.cause, "%s", "checksum");
+	refused(s, &u); /* ... one of wv_causes */
+	snprintf(u.cause, sizeof u.cause, "%s", "engine");
 	T_EQ(put(s, &u), 0);
 	T_EQ(wv_state_committed(s, "j1"), 1);
 	T_EQ(wv_state_max_version(s, "j1"), 5);
@@ -353,7 +361,7 @@ T_TEST(table_rules)
 	/* another job is independent */
 	T_EQ(put_new(s, "j0", 1, "preparing"), 0);
 	T_EQ(wv_state_max_version(s, "j0"), 1);
-	T_EQ(wv_state_refused(s), 11);
+	T_EQ(wv_state_refused(s), 14);
 	wv_state_free(&s);
 	T_CHECK(s == NULL);
 	wv_state_free(&s);
@@ -549,6 +557,7 @@ T_TEST(bad_snapshot_changes_nothing)
 	raw_fails(t, ok, 2, &low, 1, "a record above the job's highest version");
 	raw_fails(t, ok, 2, &comm_hi, 1, "committed below a committed record");
 	snprintf(a3.state, sizeof a3.state, "aborted");
+	snprintf(a3.cause, sizeof a3.cause, "timeout");
 	raw_fails(t, ok, 2, &comm_ab, 1, "committed naming an aborted record");
 	raw_fails(t, NULL, 0, &empty, 1, "a job holding nothing");
 	raw_fails(t, NULL, 0, &badname, 1, "a bad job name");
