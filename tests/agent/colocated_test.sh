@@ -58,12 +58,17 @@ chmod 755 "$T_DIR/member.sh"
 start_agent 1 --profile fast --gpus 1 --head-eligible --bootstrap-expect 1
 has_head() { ctl 1 head 2>/dev/null | grep -q '^head: n1'; }
 wait_until 20 has_head || fail "no head"
-ctl 1 job submit --name colo --actor-num-nodes 1 --actor-num-gpus-per-node 1 --rollout-num-gpus 1 \
-	--rollout-num-gpus-per-engine 1 --num-gpus-per-node 1 --colocate --update-weight-transfer-mode colocated \
-	--update-weight-timeout 60s --trainer-cmd "$T_DIR/member.sh" --rollout-cmd "$T_DIR/member.sh" >/dev/null ||
-	fail "submit"
-known() { ctl 1 placement colo --format json 2>/dev/null | grep -q '"weight_version":[0-9]'; }
-check "the engine is known to the head before the first version" wait_until 30 known
+# submit_job NAME MODE MEMBER TIMEOUT: a --colocate job of one trainer rank and
+# one engine on GPU 0, its members MEMBER; true once the head knows the engine
+submit_job() {
+	ctl 1 job submit --name "$1" --actor-num-nodes 1 --actor-num-gpus-per-node 1 --rollout-num-gpus 1 \
+		--rollout-num-gpus-per-engine 1 --num-gpus-per-node 1 --colocate --update-weight-transfer-mode "$2" \
+		--update-weight-timeout "$4" --trainer-cmd "$3" --rollout-cmd "$3" >/dev/null || { fail "submit $1"; return 1; }
+	known() { ctl 1 placement "$1" --format json 2>/dev/null | grep -q '"weight_version":[0-9]'; }
+	wait_until 60 known "$1"
+}
+
+check "the engine is known to the head before the first version" submit_job colo colocated "$T_DIR/member.sh" 60s
 touch "$T_DIR/go"
 t0=$(now_ms)
 
@@ -115,12 +120,7 @@ if [ "${SKEIN_COLO_REAL:-0}" != 1 ] && [ -e "$FNCCL" ]; then
 	sed "s|^$CUDA_ENV\$|$CUDA_ENV SKEIN_NCCL_LIB=$FNCCL|" "$T_DIR/member.sh" >"$T_DIR/member_nccl.sh"
 	chmod 755 "$T_DIR/member_nccl.sh"
 	rm -f "$T_DIR/go"
-	ctl 1 job submit --name fnc --actor-num-nodes 1 --actor-num-gpus-per-node 1 --rollout-num-gpus 1 \
-		--rollout-num-gpus-per-engine 1 --num-gpus-per-node 1 --colocate --update-weight-transfer-mode broadcast \
-		--update-weight-timeout 30s --trainer-cmd "$T_DIR/member_nccl.sh" --rollout-cmd "$T_DIR/member_nccl.sh" \
-		>/dev/null || fail "submit the stand-in NCCL job"
-	known_f() { ctl 1 placement fnc --format json 2>/dev/null | grep -q '"weight_version":[0-9]'; }
-	check "NCCL (stand-in): the engine is known to the head" wait_until 30 known_f
+	check "NCCL (stand-in): the engine is known to the head" submit_job fnc broadcast "$T_DIR/member_nccl.sh" 30s
 	touch "$T_DIR/go"
 	flog() { ctl 1 logs "fnc/$1" 2>/dev/null; }
 	fdone() { flog trainer-0 | grep -q 'trainer exited' && flog engine-0 | grep -q 'engine exited'; }
@@ -144,12 +144,7 @@ fi
 stop_colo colo
 sed -i "s/--corrupt-version $CORRUPT //; s/--steps $STEPS/--steps 2/" "$T_DIR/member.sh"
 rm -f "$T_DIR/go"
-ctl 1 job submit --name ncc --actor-num-nodes 1 --actor-num-gpus-per-node 1 --rollout-num-gpus 1 \
-	--rollout-num-gpus-per-engine 1 --num-gpus-per-node 1 --colocate --update-weight-transfer-mode broadcast \
-	--update-weight-timeout 20s --trainer-cmd "$T_DIR/member.sh" --rollout-cmd "$T_DIR/member.sh" >/dev/null ||
-	fail "submit the NCCL job"
-known_n() { ctl 1 placement ncc --format json 2>/dev/null | grep -q '"weight_version":[0-9]'; }
-check "NCCL on one GPU: the engine is known to the head" wait_until 60 known_n
+check "NCCL on one GPU: the engine is known to the head" submit_job ncc broadcast "$T_DIR/member.sh" 20s
 touch "$T_DIR/go"
 t0=$(now_ms)
 ntlog() { ctl 1 logs ncc/trainer-0 2>/dev/null; }
