@@ -33,11 +33,19 @@
  * every tensor's sum of this version, its pid) that travels in Begin.setup
  * through its agent and the head to each engine's `receive` instruction;
  * the engine opens the handles, checks every place against the allocation's
- * size, copies and verifies as above, and closes them again (no mapping of
- * a trainer's memory outlives the version).  The sender's socket at end of
- * file becomes its pidfd readable: a sender that died between buckets is
- * seen the same way.  The sender holds its weights still until the head's
- * verdict, which comes only after every engine copied. */
+ * size, copies and verifies as above.  Opening a handle costs about 10 ms
+ * a GiB on the H200 (cudaIpcOpenMemHandle maps the allocation), as much as
+ * the copy itself, so the engine keeps them open across versions: a handle
+ * it holds already (the same bytes from the same sender pid) is reused, one
+ * the handoff no longer names is closed, and all of them close when the
+ * sender's pid changes (a restarted trainer), when its pidfd says it died,
+ * on any failed receive, and at teardown.  What stays open is at most the
+ * last handoff's allocations.  The trainer's tensors do not move between
+ * versions (the sender exports its handles once), so a mapping kept open
+ * maps the memory the next version's handoff names.  The sender's socket
+ * at end of file becomes its pidfd readable: a sender that died between
+ * buckets is seen the same way.  The sender holds its weights still until
+ * the head's verdict, which comes only after every engine copied. */
 #include "transfer/xfer_coord.h"
 #include "transfer/xfer_gpu.h"
 #include "transfer/xfer_sock.h"
@@ -92,6 +100,11 @@ typedef struct {
 	unsigned char *hstage;
 	void **bases;           /* receiver: opened allocations */
 	uint32_t nbases;
+	/* coordinated receiver: the handles open in bases[] (same order), the
+	 * usable bytes at each, and the sender they came from */
+	xfer_cuda_ipc_handle *ohx;
+	uint64_t *osize;
+	int32_t opid;
 	ipc_place *place;
 	xfer_sum *sums, *got;
 	xfer_gpu *gpu;          /* NULL: no GPU kernels here (ep->note says why) */
@@ -117,8 +130,13 @@ static void close_handles(ipc_state *s)
 	for (uint32_t i = 0; i < s->nbases; i++)
 		if (s->bases[i]) s->cu->IpcCloseMemHandle(s->bases[i]);
 	free(s->bases);
+	free(s->ohx);
+	free(s->osize);
 	s->bases = NULL;
+	s->ohx = NULL;
+	s->osize = NULL;
 	s->nbases = 0;
+	s->opid = 0;
 }
 
 static void close_session(ipc_state *s)
@@ -613,8 +631,34 @@ int xfer_ipc_handoff(xfer_endpoint *ep, uint64_t v, unsigned char **out, size_t 
 	return 0;
 }
 
-/* The handoff checked whole against our manifest; its handles opened (each
- * place inside its allocation) and the sums taken.  -1 leaves nothing open. */
+/* One handle of the handoff mapped: the one open already (the same bytes
+ * from the same sender: moved from old[] into the new tables at i), or
+ * opened now, with the bytes usable from its base. */
+static int map_handle(ipc_state *s, const xfer_cuda_ipc_handle *hx, void **nb, xfer_cuda_ipc_handle *nhx,
+		      uint64_t *nsize, uint32_t i, xfer_err *err)
+{
+	for (uint32_t k = 0; k < s->nbases; k++) {
+		if (!s->bases[k] || memcmp(&s->ohx[k], hx, sizeof *hx) != 0) continue;
+		nb[i] = s->bases[k], nhx[i] = s->ohx[k], nsize[i] = s->osize[k];
+		s->bases[k] = NULL; /* moved: not closed below */
+		return 0;
+	}
+	unsigned long long base = 0;
+	size_t n = 0;
+	xfer_cuda_ipc_handle one;
+	memcpy(&one, hx, sizeof one);
+	if (xfer_cuda_check(s->cu, s->cu->IpcOpenMemHandle(&nb[i], one, IPC_LAZY_PEER), "cudaIpcOpenMemHandle", err) != 0)
+		return -1;
+	nhx[i] = one;
+	if (s->cu->MemGetAddressRange(&base, &n, (unsigned long long)(uintptr_t)nb[i]) != 0)
+		return xfer_fail(err, XFER_EIO, "cuMemGetAddressRange of the sender's allocation %u failed", i);
+	nsize[i] = (uint64_t)n - ((uint64_t)(uintptr_t)nb[i] - base);
+	return 0;
+}
+
+/* The handoff checked whole against our manifest; its handles mapped (kept
+ * from the last version where they are the same, each place inside its
+ * allocation) and the sums taken.  -1 leaves nothing open. */
 static int handoff_open(xfer_endpoint *ep, ipc_state *s, ipc_handoff_head *h, xfer_err *err)
 {
 	const xfer_manifest *m = ep->m;
@@ -639,44 +683,43 @@ static int handoff_open(xfer_endpoint *ep, ipc_state *s, ipc_handoff_head *h, xf
 	memcpy(s->place, p, m->n * sizeof *s->place);
 	p += m->n * sizeof *s->place;
 	memcpy(s->sums, p, m->n * sizeof *s->sums);
-	uint64_t *size = calloc(h->nallocs + 1, sizeof *size);
-	s->bases = calloc(h->nallocs + 1, sizeof *s->bases);
-	if (!size || !s->bases) {
-		free(size);
-		return xfer_fail(err, XFER_ENOMEM, "out of memory");
-	}
+	/* another sender (a restarted trainer), or ours died since: nothing
+	 * of what is open is its memory */
+	if (s->pidfd >= 0 && (h->pid != s->opid || peer_gone(s, 0))) close_session(s);
 	/* the sender's process, to see it die between buckets (its pid is in
 	 * the handoff: a lying sender only misleads its own engines) */
-	s->pidfd = h->pid > 0 ? (int)syscall(SYS_pidfd_open, (pid_t)h->pid, 0) : -1;
-	if (s->pidfd < 0 && errno == ESRCH) {
-		free(size);
-		close_session(s);
-		return xfer_fail(err, XFER_EPEER, "version %llu: the sender (pid %d) is gone", (unsigned long long)h->version,
-				 h->pid);
-	}
-	for (uint32_t i = 0; i < h->nallocs; i++) {
-		unsigned long long base = 0;
-		size_t n = 0;
-		xfer_cuda_ipc_handle one;
-		memcpy(&one, &hx[i], sizeof one);
-		if (xfer_cuda_check(s->cu, s->cu->IpcOpenMemHandle(&s->bases[i], one, IPC_LAZY_PEER), "cudaIpcOpenMemHandle",
-				    err) != 0)
-			break;
-		s->nbases = i + 1;
-		if (s->cu->MemGetAddressRange(&base, &n, (unsigned long long)(uintptr_t)s->bases[i]) != 0) {
-			xfer_fail(err, XFER_EIO, "cuMemGetAddressRange of the sender's allocation %u failed", i);
-			break;
+	if (s->pidfd < 0) {
+		s->pidfd = h->pid > 0 ? (int)syscall(SYS_pidfd_open, (pid_t)h->pid, 0) : -1;
+		if (s->pidfd < 0 && errno == ESRCH) {
+			close_session(s);
+			return xfer_fail(err, XFER_EPEER, "version %llu: the sender (pid %d) is gone",
+					 (unsigned long long)h->version, h->pid);
 		}
-		size[i] = (uint64_t)n - ((uint64_t)(uintptr_t)s->bases[i] - base);
+		if (s->pidfd < 0) close_handles(s); /* nothing tells us it changed: open them again */
 	}
+	void **nb = calloc(h->nallocs + 1, sizeof *nb);
+	xfer_cuda_ipc_handle *nhx = calloc(h->nallocs + 1, sizeof *nhx);
+	uint64_t *nsize = calloc(h->nallocs + 1, sizeof *nsize);
+	if (!nb || !nhx || !nsize) {
+		free(nb), free(nhx), free(nsize);
+		close_session(s);
+		return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	}
+	uint32_t mapped = 0;
+	while (mapped < h->nallocs && map_handle(s, &hx[mapped], nb, nhx, nsize, mapped, err) == 0) mapped++;
+	if (mapped < h->nallocs && nb[mapped]) mapped++; /* opened, its size unknown: closed with the rest */
+	/* those the handoff no longer names (moved ones are NULL there) */
+	close_handles(s);
+	s->bases = nb, s->ohx = nhx, s->osize = nsize;
+	s->nbases = mapped;
+	s->opid = h->pid;
 	for (size_t i = 0; err->code == XFER_OK && i < m->n; i++) {
 		const ipc_place *q = &s->place[i];
-		if (m->t[i].nbytes && (q->alloc >= h->nallocs || q->offset > size[q->alloc] ||
-				       m->t[i].nbytes > size[q->alloc] - q->offset))
+		if (m->t[i].nbytes && (q->alloc >= h->nallocs || q->offset > nsize[q->alloc] ||
+				       m->t[i].nbytes > nsize[q->alloc] - q->offset))
 			xfer_fail(err, XFER_EFORMAT, "colocated handoff: tensor %s lies outside the sender's allocation",
 				  m->t[i].name);
 	}
-	free(size);
 	if (err->code != XFER_OK) {
 		close_session(s);
 		return -1;
@@ -684,7 +727,8 @@ static int handoff_open(xfer_endpoint *ep, ipc_state *s, ipc_handoff_head *h, xf
 	return 0;
 }
 
-/* Coordinated receive: copy and verify from the handoff, then close it. */
+/* Coordinated receive: copy and verify from the handoff; its handles stay
+ * open for the next version unless this one failed. */
 static int handoff_receive(xfer_endpoint *ep, ipc_state *s, uint64_t *version, xfer_err *err)
 {
 	ipc_handoff_head h;
@@ -693,8 +737,8 @@ static int handoff_receive(xfer_endpoint *ep, ipc_state *s, uint64_t *version, x
 	int journaled = ep->stats.version > 0; /* receive_gpu's choice */
 	xfer_err st = { 0 };
 	double dsec = s->gpu ? receive_gpu(ep, s, h.version, &st) : receive_cpu(ep, s, h.version, &st);
-	close_session(s);
 	if (st.code != XFER_OK) {
+		close_session(s);
 		*err = st;
 		return -1;
 	}

@@ -35,20 +35,30 @@ else
 fi
 SIMBIN=${SKEIN_SIM_BIN:-$BIN}
 
+ALL=$((STEPS + ${COLO_RESTART_STEPS:-2}))  # a second trainer process (a restart) publishes STEPS+1..ALL
 # the job's members: the trainer publishes once the engine is known to the
-# head (the go file), the engine verifies every committed version
+# head (the go file), then another trainer process goes on (a restart: a
+# new pid, new allocations); the engine verifies every committed version.
+# SKEIN_FAKE_CUDA_LOG: the stand-in runtime logs every IPC handle opened
+# and closed there.
 cat >"$T_DIR/member.sh" <<EOF
 #!/bin/sh
 $CUDA_ENV
-COMMON="--device cuda --bytes $BYTES --tensors $TENSORS --steps $STEPS"
+export SKEIN_FAKE_CUDA_LOG=$T_DIR/ipc.log
+ALL=$ALL
+COMMON="--device cuda --bytes $BYTES --tensors $TENSORS"
 case "\$SKEIN_ROLE" in
 trainer)
 	i=0; while [ ! -e "$T_DIR/go" ] && [ \$i -lt 600 ]; do sleep 0.05; i=\$((i + 1)); done
-	"$SIMBIN/skein-trainer-sim" \$COMMON --corrupt-version $CORRUPT --interval-ms $INTERVAL
+	"$SIMBIN/skein-trainer-sim" \$COMMON --steps $STEPS --corrupt-version $CORRUPT --interval-ms $INTERVAL
 	echo "trainer exited \$?"
+	if [ \$ALL -gt $STEPS ]; then
+		"$SIMBIN/skein-trainer-sim" \$COMMON --steps \$ALL --interval-ms $INTERVAL
+		echo "trainer restarted exited \$?"
+	fi
 	exec sleep 1000000 ;;
 rollout)
-	"$SIMBIN/skein-engine-sim" \$COMMON --wait-ms 600000
+	"$SIMBIN/skein-engine-sim" \$COMMON --steps \$ALL --wait-ms 600000
 	echo "engine exited \$?"
 	exec sleep 1000000 ;;
 esac
@@ -74,15 +84,18 @@ t0=$(now_ms)
 
 elog() { ctl 1 logs colo/engine-0 2>/dev/null; }
 tlog() { ctl 1 logs colo/trainer-0 2>/dev/null; }
-done_all() { tlog | grep -q 'trainer exited' && elog | grep -q 'engine exited'; }
+TDONE='trainer exited'
+[ $ALL -gt $STEPS ] && TDONE='trainer restarted exited'
+done_all() { tlog | grep -q "$TDONE" && elog | grep -q 'engine exited'; }
 wait_until 240 done_all
-echo "  (the $STEPS versions took $(( $(now_ms) - t0 )) ms)"
+echo "  (the $ALL versions took $(( $(now_ms) - t0 )) ms)"
 tlog | grep -E '^trainer: v' | sed 's/^/  /'
 elog | grep -E '^engine: v' | sed 's/^/  /'
 
 check "the trainer published every version" grep -q 'trainer exited 0' <(tlog)
-check "the engine ended on v$STEPS, every version bit for bit" grep -q 'engine exited 0' <(elog)
-for v in $(seq 1 $STEPS); do
+[ $ALL -gt $STEPS ] && check "the restarted trainer published v$((STEPS + 1))..v$ALL" grep -q "$TDONE 0" <(tlog)
+check "the engine ended on v$ALL, every version bit for bit" grep -q 'engine exited 0' <(elog)
+for v in $(seq 1 $ALL); do
 	[ $v = $CORRUPT ] && continue
 	check "v$v committed, the engine in it" grep -q "trainer: v$v committed: .*participants=1 dropped=0" <(tlog)
 	check "v$v verified on the engine's device" grep -q "engine: v$v verified bit for bit" <(elog)
@@ -92,12 +105,33 @@ check "v$CORRUPT (a byte changed after its checksum) aborted naming the checksum
 check "the engine back on v$((CORRUPT - 1)) after the abort, bit for bit" \
 	grep -q "engine: v$CORRUPT aborted (.*): back on v$((CORRUPT - 1)), verified bit for bit" <(elog)
 js=$(ctl 1 transfers colo --format json 2>/dev/null)
-check "skeinctl transfers: mode colocated, $((STEPS - 1)) committed, 1 aborted" \
-	test "$(grep -o '"state":"committed"' <<<"$js" | wc -l)/$(grep -o '"state":"aborted"' <<<"$js" | wc -l)" = "$((STEPS - 1))/1"
+check "skeinctl transfers: mode colocated, $((ALL - 1)) committed, 1 aborted" \
+	test "$(grep -o '"state":"committed"' <<<"$js" | wc -l)/$(grep -o '"state":"aborted"' <<<"$js" | wc -l)" = "$((ALL - 1))/1"
 
-# the timings of the committed versions after the first (the first maps and warms up)
+# The engine keeps the trainer's handles open across versions: the first
+# trainer's allocation opened at v1 and again after v$CORRUPT (a failed
+# receive closes them), not at every version; the restarted trainer's
+# once, after the first one's was closed.
+if [ "${SKEIN_COLO_REAL:-0}" != 1 ] && [ $ALL -gt $STEPS ]; then
+	sed 's/^/  ipc| /' "$T_DIR/ipc.log"
+	mapfile -t allocs < <(awk '$1 == "ipc-open" && !seen[$2]++ { print $2 }' "$T_DIR/ipc.log")
+	opens() { grep -c "^ipc-open $1 " "$T_DIR/ipc.log"; }
+	check "two trainer processes' allocations were mapped" test "${#allocs[@]}" = 2
+	check "the first trainer's allocation opened twice in $STEPS versions (v1, after the failed v$CORRUPT)" \
+		test "$(opens "${allocs[0]:-none}")" = 2
+	check "the restarted trainer's allocation opened once in $((ALL - STEPS)) versions" \
+		test "$(opens "${allocs[1]:-none}")" = 1
+	first_closed_before_second() {
+		awk -v a="${allocs[0]:-none}" -v b="${allocs[1]:-none}" '
+			$1 == "ipc-close" && $2 == a { closed = 1 }
+			$1 == "ipc-open" && $2 == b { exit !closed }' "$T_DIR/ipc.log"
+	}
+	check "the first trainer's mapping closed before the restarted one's opened" first_closed_before_second
+fi
+
+# the timings of the committed versions after the first of each trainer (it maps and warms up)
 tlog | sed -n 's/^trainer: v\([0-9]*\) committed: update_weights_time=\([0-9.]*\) implementation_time=\([0-9.]*\).*/\1 \2 \3/p' |
-	awk -v b="$BYTES" '$1 > 1 { printf "RESULT mode=colocated-coordinated bytes=%s version=%s update_weights_time=%s implementation_time=%s overhead_ms=%.1f\n", b, $1, $2, $3, ($2 - $3) * 1000 }' |
+	awk -v b="$BYTES" -v r=$((STEPS + 1)) '$1 > 1 && $1 != r { printf "RESULT mode=colocated-coordinated bytes=%s version=%s update_weights_time=%s implementation_time=%s overhead_ms=%.1f\n", b, $1, $2, $3, ($2 - $3) * 1000 }' |
 	tee "$T_DIR/results"
 sort -t= -k7 -n "$T_DIR/results" | awk -F'overhead_ms=' '{ o[NR] = $2 } END { if (NR) printf "RESULT mode=colocated-coordinated median_overhead_ms=%s of %d versions\n", o[int((NR + 1) / 2)], NR }'
 ctl 1 transfers colo 2>/dev/null | sed 's/^/  /'
@@ -117,7 +151,7 @@ stop_colo() {
 FNCCL=${SKEIN_FAKE_NCCL:-$ROOT/build/release/tests/libfake_nccl.so}
 if [ "${SKEIN_COLO_REAL:-0}" != 1 ] && [ -e "$FNCCL" ]; then
 	stop_colo colo
-	sed "s|^$CUDA_ENV\$|$CUDA_ENV SKEIN_NCCL_LIB=$FNCCL|" "$T_DIR/member.sh" >"$T_DIR/member_nccl.sh"
+	sed "s|^$CUDA_ENV\$|$CUDA_ENV SKEIN_NCCL_LIB=$FNCCL|; s|^ALL=.*|ALL=$STEPS|" "$T_DIR/member.sh" >"$T_DIR/member_nccl.sh"
 	chmod 755 "$T_DIR/member_nccl.sh"
 	rm -f "$T_DIR/go"
 	check "NCCL (stand-in): the engine is known to the head" submit_job fnc broadcast "$T_DIR/member_nccl.sh" 30s
@@ -142,7 +176,7 @@ fi
 # what is checked is that the update ends (committed or aborted, with a
 # reason) within the watchdog and nothing hangs.  The reasons are printed.
 stop_colo colo
-sed -i "s/--corrupt-version $CORRUPT //; s/--steps $STEPS/--steps 2/" "$T_DIR/member.sh"
+sed -i "s/--corrupt-version $CORRUPT //; s/--steps $STEPS/--steps 2/; s/^ALL=.*/ALL=2/" "$T_DIR/member.sh"
 rm -f "$T_DIR/go"
 check "NCCL on one GPU: the engine is known to the head" submit_job ncc broadcast "$T_DIR/member.sh" 20s
 touch "$T_DIR/go"

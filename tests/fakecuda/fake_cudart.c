@@ -9,7 +9,9 @@
  * another process maps the same bytes, as cudaIpcOpenMemHandle does.  The
  * kernels' driver calls are absent (libskein then checks on the CPU).  Only
  * what libskein calls is here; every copy is a memcpy.  Not thread-safe
- * beyond one mutex over the table of mappings. */
+ * beyond one mutex over the table of mappings.  SKEIN_FAKE_CUDA_LOG=FILE:
+ * every IPC handle opened or closed appends a line "ipc-open NAME PID" or
+ * "ipc-close NAME PID" there (tests count the opens across versions). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -132,14 +134,36 @@ int cudaIpcGetMemHandle(fk_handle *h, void *p)
 	return ok ? 0 : ERR;
 }
 
+static void ipc_log(const char *what, const char *name)
+{
+	const char *path = getenv("SKEIN_FAKE_CUDA_LOG");
+	if (!path || !*path) return;
+	FILE *f = fopen(path, "a");
+	if (!f) return;
+	fprintf(f, "%s %s %d\n", what, name, (int)getpid());
+	fclose(f);
+}
+
 int cudaIpcOpenMemHandle(void **p, fk_handle h, unsigned flags)
 {
 	(void)flags;
 	if (memchr(h.b, 0, sizeof h.b) == NULL || strncmp(h.b, "/skein-fakecu-", 14) != 0) return ERR;
-	return map_file(h.b, 0, 0, p);
+	int rc = map_file(h.b, 0, 0, p);
+	if (rc == 0) ipc_log("ipc-open", h.b);
+	return rc;
 }
 
-int cudaIpcCloseMemHandle(void *p) { return unmap(p, 0); }
+int cudaIpcCloseMemHandle(void *p)
+{
+	char name[64] = "";
+	pthread_mutex_lock(&g_mu);
+	fk_map *m = find(p);
+	if (m) snprintf(name, sizeof name, "%s", m->name);
+	pthread_mutex_unlock(&g_mu);
+	int rc = unmap(p, 0);
+	if (rc == 0) ipc_log("ipc-close", name);
+	return rc;
+}
 
 /* the driver's two calls */
 int cuInit(unsigned f) { (void)f; return 0; }
