@@ -276,8 +276,16 @@ static void transfers(agent *a, sk_buf *b)
 		  offsetof(agent_stats_mode, impl) },
 		{ "skein_transfer_density", "disk-delta updates committed: stored / total bytes "
 					    "(perf/update_weights_density).", offsetof(agent_stats_mode, density) },
+		{ "skein_transfer_engine_data_seconds", "Weight updates committed: the slowest participant's "
+							"moving of the bytes.", offsetof(agent_stats_mode, eng_data) },
+		{ "skein_transfer_engine_hash_seconds", "Weight updates committed: the slowest participant's "
+							"checksums.", offsetof(agent_stats_mode, eng_hash) },
+		{ "skein_transfer_engine_journal_seconds", "Weight updates committed: the slowest participant's "
+							   "undo journal.", offsetof(agent_stats_mode, eng_journal) },
+		{ "skein_transfer_sender_hash_seconds", "Weight updates committed: the sender's checksums.",
+		  offsetof(agent_stats_mode, sender_hash) },
 	};
-	for (size_t h = 0; h < 3; h++) {
+	for (size_t h = 0; h < sizeof H / sizeof H[0]; h++) {
 		family(b, H[h].name, "histogram", H[h].help);
 		for (int k = 0; k < AGENT_STATS_NMODES; k++) {
 			const agent_stats_histo *hp = (const agent_stats_histo *)((const char *)&m->modes[k] + H[h].off);

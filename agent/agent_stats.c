@@ -79,25 +79,30 @@ static void histo_add(agent_stats_histo *h, const double *bounds, int n, double 
 	h->sum += v;
 }
 
-void agent_stats_transfer(agent_stats *m, const char *mode, const char *state, const char *cause, double update_s,
-			  double impl_s, double density, uint64_t bytes, uint64_t wire_bytes)
+void agent_stats_transfer(agent_stats *m, const wv_update *rec, double update_s)
 {
 	int k = 0;
 	if (!m) return;
-	while (k < AGENT_STATS_NMODES && strcmp(agent_stats_modes[k], mode)) k++;
+	while (k < AGENT_STATS_NMODES && strcmp(agent_stats_modes[k], rec->mode)) k++;
 	if (k == AGENT_STATS_NMODES) return;
 	agent_stats_mode *ms = &m->modes[k];
-	if (!strcmp(state, "committed")) {
+	if (!strcmp(rec->state, "committed")) {
 		ms->committed++;
 		histo_add(&ms->update, agent_stats_update_s, AGENT_STATS_UBUCKETS, update_s);
-		histo_add(&ms->impl, agent_stats_update_s, AGENT_STATS_UBUCKETS, impl_s);
-		if (!strcmp(mode, "disk-delta")) histo_add(&ms->density, agent_stats_density, AGENT_STATS_DBUCKETS, density);
-		ms->bytes += bytes;
-		ms->wire_bytes += wire_bytes;
+		histo_add(&ms->impl, agent_stats_update_s, AGENT_STATS_UBUCKETS, rec->implementation_seconds);
+		if (!strcmp(rec->mode, "disk-delta"))
+			histo_add(&ms->density, agent_stats_density, AGENT_STATS_DBUCKETS, rec->density);
+		wv_timings slow = wv_update_slowest(rec);
+		histo_add(&ms->eng_data, agent_stats_update_s, AGENT_STATS_UBUCKETS, slow.data);
+		histo_add(&ms->eng_hash, agent_stats_update_s, AGENT_STATS_UBUCKETS, slow.hash);
+		histo_add(&ms->eng_journal, agent_stats_update_s, AGENT_STATS_UBUCKETS, slow.journal);
+		histo_add(&ms->sender_hash, agent_stats_update_s, AGENT_STATS_UBUCKETS, rec->sender_t.hash);
+		ms->bytes += rec->bytes;
+		ms->wire_bytes += rec->wire_bytes;
 	} else {
 		ms->aborted++;
 		int c = 0;
-		while (c < WV_NCAUSES && strcmp(wv_causes[c], cause ? cause : "")) c++;
+		while (c < WV_NCAUSES && strcmp(wv_causes[c], rec->cause)) c++;
 		if (c < WV_NCAUSES) m->aborts[c]++;
 	}
 }

@@ -36,6 +36,9 @@ typedef struct {
 
 typedef struct {
 	agent_stats_histo update, impl, density;
+	/* committed updates' data path split: the slowest participant's moving,
+	 * hashing and journaling, the sender's hashing */
+	agent_stats_histo eng_data, eng_hash, eng_journal, sender_hash;
 	uint64_t bytes, wire_bytes, committed, aborted;
 } agent_stats_mode;
 
@@ -64,9 +67,9 @@ void agent_stats_proposed(agent_stats *s, uint64_t index);   /* the head propose
 void agent_stats_applied(agent_stats *s, uint64_t index);    /* ... and this one was applied */
 void agent_stats_head_seen(agent_stats *s, const char *leader, uint64_t term);
 void agent_stats_member_event(agent_stats *s, const sup_status *st);
-/* A weight update this head finished (agent_wv.c): committed or aborted
- * (then cause is one of wv_causes). */
-void agent_stats_transfer(agent_stats *s, const char *mode, const char *state, const char *cause, double update_s,
-			  double impl_s, double density, uint64_t bytes, uint64_t wire_bytes);
+/* A weight update this head finished (agent_wv.c): its final record,
+ * committed or aborted (then its cause is one of wv_causes), and its
+ * update_seconds as measured to the final record's commit. */
+void agent_stats_transfer(agent_stats *s, const wv_update *rec, double update_s);
 
 #endif

@@ -24,6 +24,7 @@
 #include "agent/agent_wv.h"
 
 #include <arpa/inet.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,11 +80,14 @@ typedef struct {
 	bool done_ok;
 	char done_reason[REASON_MAX];
 	double impl_s, density;
+	wv_timings sender_t;
 	uint64_t wire_bytes;
-	uint8_t *setup;                /* malloc'd; held here only: a new head adopts an update without it */
+	uint8_t *setup;                /* malloc'd; held here only: a new head adopts an update without it
+					  (colocated: the sender's done brings it again) */
 	size_t setup_len;
 	int timeout_ms;
 	bool drop;                     /* --update-on-engine-loss drop */
+	bool adopted;                  /* from a previous head's record: its clocks start at the takeover */
 } wv_open;
 
 struct agent_wv {
@@ -97,6 +101,21 @@ struct agent_wv {
 };
 
 /* ---------------------------------------------------------------- small helpers */
+
+/* A duration a member reported: kept when it is one (finite, not negative,
+ * under ~30 years), else 0, so that a record the head proposes passes
+ * wv_update_check whatever a member said. */
+static double secs(double v)
+{
+	return isfinite(v) && v >= 0 && v < 1e9 ? v : 0;
+}
+
+static wv_timings timings_of(const Skein__Weights__Timings *t)
+{
+	if (!t) return (wv_timings){ 0 };
+	return (wv_timings){ secs(t->data_seconds), secs(t->hash_seconds), secs(t->journal_seconds),
+			     secs(t->undo_seconds) };
+}
 
 static const wv_state *state_of(agent *a)
 {
@@ -293,6 +312,33 @@ static void propose(agent *a, const wv_update *u, const char *what)
 	sk_buf_free(&r.body);
 }
 
+/* Seconds from u's begin to now: the head's monotonic clock when it saw the
+ * begin, else (adopted) the record's wall-clock start, the only clock two
+ * heads share. */
+static double since_begin(const wv_open *u, double now)
+{
+	if (!u->adopted) return now - u->t_begin;
+	double s = (double)((int64_t)sk_wall_ms() - (int64_t)u->rec.started_ms) / 1e3;
+	return s > 0 ? s : 0;
+}
+
+/* The final record of u applied: how long it took to commit is known only
+ * now, so one amendment (jobs/wv_state.h) carries update_seconds and
+ * commit_seconds to this moment.  Returns the update's seconds measured. */
+static double measure_commit(agent *a, wv_open *u, const wv_update *rec)
+{
+	double now = sk_mono_s(), update_s = since_begin(u, now);
+	if (rec->measured || !u->final_proposed) return rec->update_seconds;
+	wv_update f;
+	if (wv_update_copy(&f, rec) < 0) return update_s;
+	f.measured = true;
+	f.update_seconds = update_s;
+	f.commit_seconds = u->t_last_word > 0 ? now - u->t_last_word : 0;
+	propose(a, &f, "timings");
+	wv_update_free(&f);
+	return update_s;
+}
+
 /* Proposes the final record of u (once). */
 static void finish(agent *a, wv_open *u, const char *state, const char *cause, const char *reason)
 {
@@ -308,8 +354,9 @@ static void finish(agent *a, wv_open *u, const char *state, const char *cause, c
 	f.wire_bytes = u->wire_bytes;
 	f.density = u->density;
 	f.implementation_seconds = u->impl_s;
-	f.update_seconds = now - u->t_begin;
-	f.prepare_seconds = u->t_answer > 0 ? u->t_answer - u->t_begin : 0;
+	f.sender_t = u->sender_t;
+	/* to the proposal; the amendment (measure_commit) runs them to the commit */
+	f.update_seconds = since_begin(u, now);
 	f.commit_seconds = u->t_last_word > 0 ? now - u->t_last_word : 0;
 	if (f.reason) propose(a, &f, state);
 	u->final_proposed = true;
@@ -399,6 +446,9 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 	}
 	wv_engine *p = u ? part_of(u, e->member) : NULL;
 	if (u && u->begun && !u->final_proposed && p && !strcmp(p->state, "pending") && e->failed != u->rec.version) {
+		/* colocated: the handoff is the receive; an adopted update waits
+		 * for the sender's done to bring it (the watchdog bounds that) */
+		if (!strcmp(u->rec.mode, "colocated") && !u->setup_len) return false;
 		in->kind = "receive";
 		in->version = u->rec.version;
 		in->base_version = u->rec.base_version;
@@ -502,7 +552,10 @@ static void begin_reply(agent *a, wv_open *u)
 	br.peers = pp;
 	br.n_peers = n;
 	u->begin_waiting = false;
-	if (u->t_answer == 0) u->t_answer = sk_mono_s();
+	if (u->t_answer == 0) {
+		u->t_answer = sk_mono_s();
+		u->rec.prepare_seconds = u->t_answer - u->t_begin; /* the begin record committed, the sender told */
+	}
 	answer(a, &u->begin_client, 0, NULL, &br.base);
 	free(pv);
 	free(pp);
@@ -662,13 +715,23 @@ static void cmd_done(agent *a, const agent_client *c, const Skein__Weights__Done
 	u->done_client = *c;
 	u->done_waiting = true;
 	u->t_progress = u->t_last_word = sk_mono_s();
+	if (!u->setup_len && d->setup.len && d->setup.len <= SETUP_MAX && !strcmp(u->rec.mode, "colocated") &&
+	    (u->setup = malloc(d->setup.len))) {
+		/* an adopted colocated update: its engines wait for this */
+		memcpy(u->setup, d->setup.data, d->setup.len);
+		u->setup_len = d->setup.len;
+		SK_INFO("wv", "%s v%llu: the sender's handoff came with its done", u->rec.job,
+			(unsigned long long)u->rec.version);
+		wake(a, u->rec.job);
+	}
 	if (u->done) return; /* said again (its answer was lost): wait for the verdict */
 	u->done = true;
 	u->done_ok = d->ok;
 	snprintf(u->done_reason, sizeof u->done_reason, "%s", d->reason);
-	u->impl_s = d->implementation_seconds;
+	u->impl_s = secs(d->implementation_seconds);
 	u->wire_bytes = d->wire_bytes;
-	u->density = d->density;
+	u->density = isfinite(d->density) && d->density >= 0 && d->density <= 1e6 ? d->density : 0;
+	u->sender_t = timings_of(d->timings);
 	if (!d->ok) {
 		char why[REASON_MAX];
 		snprintf(why, sizeof why, "%s (sender) on %s: %s", u->rec.sender, u->rec.sender_node, d->reason);
@@ -744,7 +807,7 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 	e->failed = st->failed;
 	snprintf(e->reason, sizeof e->reason, "%s", st->reason);
 	snprintf(e->endpoint, sizeof e->endpoint, "%s", st->endpoint);
-	e->seconds = st->seconds;
+	e->seconds = secs(st->seconds);
 	e->last_seen = sk_mono_s();
 	if (e->catchup_version && (e->held >= e->catchup_version || e->failed == e->catchup_version)) {
 		if (e->failed == e->catchup_version) e->retry_at = sk_mono_s() + CATCHUP_RETRY_S;
@@ -760,12 +823,14 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 		if (st->staged == u->rec.version) {
 			u->t_progress = sk_mono_s();
 			snprintf(p->state, sizeof p->state, "verified");
-			p->seconds = st->seconds;
+			p->seconds = secs(st->seconds);
+			p->t = timings_of(st->timings);
 			u->t_last_word = sk_mono_s();
 			try_finish(a, u);
 		} else if (st->failed == u->rec.version) {
 			u->t_progress = sk_mono_s();
-			p->seconds = st->seconds;
+			p->seconds = secs(st->seconds);
+			p->t = timings_of(st->timings);
 			lose(a, u, p, st->reason[0] ? st->reason : "failed", true);
 		}
 	}
@@ -798,6 +863,7 @@ static void adopt(agent *a)
 		u->timeout_ms = j && job_rec_spec(j, &s, err, sizeof err) == 0 ? (int)s.update_timeout_ms : 30000;
 		u->drop = j && job_rec_spec(j, &s, err, sizeof err) == 0 ? strcmp(s.on_engine_loss, "abort") != 0 : true;
 		u->begun = true;
+		u->adopted = true;
 		u->t_begin = u->t_progress = u->t_answer = sk_mono_s();
 		SK_INFO("wv", "%s v%llu: open when the head changed: adopted", rec->job, (unsigned long long)rec->version);
 	}
@@ -819,8 +885,7 @@ static void on_changed(agent *a)
 		}
 		if (rec && strcmp(rec->state, "preparing")) {
 			char job[JOB_NAME_MAX + 1];
-			agent_stats_transfer(a->stats, rec->mode, rec->state, rec->cause, rec->update_seconds,
-					     rec->implementation_seconds, rec->density, rec->bytes, rec->wire_bytes);
+			agent_stats_transfer(a->stats, rec, measure_commit(a, u, rec));
 			if (u->done_waiting) answer_outcome(a, &u->done_client, NULL, rec);
 			if (u->begin_waiting) fail_client(a, &u->begin_client, "update v%llu %s: %s",
 							  (unsigned long long)rec->version, rec->state, rec->reason);

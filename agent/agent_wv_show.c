@@ -40,6 +40,17 @@ static void kv_u64(sk_buf *o, const char *k, unsigned long long v)
 	sk_buf_printf(o, "%llu", v);
 }
 
+/* {"data_seconds":..,"hash_seconds":..,"journal_seconds":..,"undo_seconds":..} */
+static void json_timings(sk_buf *o, const wv_timings *t)
+{
+	sk_buf_add(o, "{", 1);
+	kv_num(o, "data_seconds", t->data);
+	kv_num(o, "hash_seconds", t->hash);
+	kv_num(o, "journal_seconds", t->journal);
+	kv_num(o, "undo_seconds", t->undo);
+	sk_buf_add(o, "}", 1);
+}
+
 static size_t count_state(const wv_update *u, const char *state)
 {
 	size_t k = 0;
@@ -87,7 +98,48 @@ static void json_update(sk_buf *o, const wv_update *u)
 	kv_num(o, "perf/update_weights_implementation_time", u->implementation_seconds);
 	kv_u64(o, "perf/update_weights_wire_bytes", u->wire_bytes);
 	kv_num(o, "perf/update_weights_density", u->density);
-	sk_buf_printf(o, "}}");
+	/* the data path's split (issue #15): the sender's, each engine's by member */
+	key(o, "sender");
+	json_timings(o, &u->sender_t);
+	sk_buf_printf(o, ",\"engines\":{");
+	for (size_t i = 0; i < u->nengines; i++) {
+		if (i) sk_buf_add(o, ",", 1);
+		sk_buf_json_str(o, u->engines[i].member);
+		sk_buf_add(o, ":", 1);
+		json_timings(o, &u->engines[i].t);
+	}
+	sk_buf_printf(o, "}}}");
+}
+
+static bool timings_zero(const wv_timings *t)
+{
+	return !(t->data > 0 || t->hash > 0 || t->journal > 0 || t->undo > 0);
+}
+
+static void text_secs(sk_buf *o, const char *name, double v, bool always)
+{
+	if (!always && !(v > 0)) return;
+	if (isfinite(v)) sk_buf_printf(o, " %s %.4f", name, v);
+	else sk_buf_printf(o, " %s -", name);
+}
+
+/* The data path's split under its update, when there is one (records
+ * from before it have none): the sender's, and each figure's largest over
+ * the engines (the slowest is what an operator looks for; the JSON has
+ * them all). */
+static void text_split(sk_buf *o, const wv_update *u)
+{
+	wv_timings slow = wv_update_slowest(u);
+	if (timings_zero(&u->sender_t) && timings_zero(&slow)) return;
+	sk_buf_printf(o, "  split (s): sender");
+	text_secs(o, "data", u->sender_t.data, true);
+	text_secs(o, "hash", u->sender_t.hash, true);
+	sk_buf_printf(o, "; engines, slowest:");
+	text_secs(o, "data", slow.data, true);
+	text_secs(o, "hash", slow.hash, true);
+	text_secs(o, "journal", slow.journal, true);
+	text_secs(o, "undo", slow.undo, false);
+	sk_buf_add(o, "\n", 1);
 }
 
 static const char TEXT_HDR[] = "%-24s %-8s %-12s %-10s %-14s %-9s %-9s %s\n";
@@ -116,6 +168,7 @@ static void text_update(sk_buf *o, const wv_update *u)
 	}
 	if (!said) sk_buf_add(o, "-", 1);
 	sk_buf_add(o, "\n", 1);
+	text_split(o, u);
 }
 
 void wv_show(sk_buf *out, const wv_update *const *list, size_t n, bool json)

@@ -10,10 +10,15 @@
  *    "seconds":{"update_weights","implementation","prepare","commit"},
  *    "engines":[{"member","node","state","seconds","verified"}],
  *    "perf":{"perf/update_weights_time", "perf/update_weights_implementation_time",
- *            "perf/update_weights_wire_bytes", "perf/update_weights_density"}}]}
+ *            "perf/update_weights_wire_bytes", "perf/update_weights_density",
+ *            "sender":SPLIT, "engines":{MEMBER:SPLIT, ...}}}]}
+ * SPLIT = {"data_seconds","hash_seconds","journal_seconds","undo_seconds"}
  * (participants: the engines; dropped: those dropped; verified: state ==
- * verified; perf: Miles's metric names).  Text: a header, then one line per
- * transfer.  Every string is escaped: names and reasons came from members. */
+ * verified; perf: Miles's metric names and the data path's split).  Text:
+ * a header, then one line per transfer, followed by one line of its split
+ * ("  split (s): sender data D hash H; engines, slowest: data D hash H
+ * journal J [undo U]") when it has one.  Every string is escaped: names
+ * and reasons came from members. */
 #ifndef AGENT_WV_SHOW_H
 #define AGENT_WV_SHOW_H
 

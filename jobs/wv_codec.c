@@ -17,19 +17,47 @@
 /* Whether a fixed field holds its NUL (a record built by hand may not). */
 #define FITS(field) (memchr((field), 0, sizeof(field)) != NULL)
 
-/* The messages of one record while it is packed. */
+/* The messages of one record while it is packed: the sender's timings are
+ * times[0], engine i's times[i + 1]. */
 typedef struct {
 	Skein__Weights__Update pb;
 	Skein__Weights__Engine *eng;
 	Skein__Weights__Engine **engp;
+	Skein__Weights__Timings *times;
 } pb_rec;
 
 static void pb_rec_free(pb_rec *r)
 {
 	free(r->eng);
 	free(r->engp);
+	free(r->times);
 	r->eng = NULL;
 	r->engp = NULL;
+	r->times = NULL;
+}
+
+static bool timings_zero(const wv_timings *t)
+{
+	return t->data == 0 && t->hash == 0 && t->journal == 0 && t->undo == 0;
+}
+
+/* t into pb (a zero split is left out: old readers and small records) */
+static Skein__Weights__Timings *timings_to_pb(const wv_timings *t, Skein__Weights__Timings *pb)
+{
+	if (timings_zero(t)) return NULL;
+	skein__weights__timings__init(pb);
+	pb->data_seconds = t->data;
+	pb->hash_seconds = t->hash;
+	pb->journal_seconds = t->journal;
+	pb->undo_seconds = t->undo;
+	return pb;
+}
+
+static void timings_from_pb(wv_timings *t, const Skein__Weights__Timings *pb)
+{
+	*t = (wv_timings){ 0 };
+	if (!pb) return;
+	*t = (wv_timings){ pb->data_seconds, pb->hash_seconds, pb->journal_seconds, pb->undo_seconds };
 }
 
 static char *str_or_empty(const char *s) { return (char *)(s ? s : ""); }
@@ -66,6 +94,9 @@ static int pb_rec_fill(pb_rec *r, const wv_update *u)
 	p->implementation_seconds = u->implementation_seconds;
 	p->prepare_seconds = u->prepare_seconds;
 	p->commit_seconds = u->commit_seconds;
+	p->measured = u->measured;
+	if (!(r->times = calloc(u->nengines + 1, sizeof *r->times))) goto fail;
+	p->sender_timings = timings_to_pb(&u->sender_t, &r->times[0]);
 	if (!u->nengines) return 0;
 	r->eng = calloc(u->nengines, sizeof *r->eng);
 	r->engp = calloc(u->nengines, sizeof *r->engp);
@@ -79,6 +110,7 @@ static int pb_rec_fill(pb_rec *r, const wv_update *u)
 		r->eng[i].state = (char *)e->state;
 		r->eng[i].reason = str_or_empty(e->reason);
 		r->eng[i].seconds = e->seconds;
+		r->eng[i].timings = timings_to_pb(&e->t, &r->times[i + 1]);
 		r->engp[i] = &r->eng[i];
 	}
 	p->n_engines = u->nengines;
@@ -146,6 +178,8 @@ static int from_pb(wv_update *u, const Skein__Weights__Update *p, char *err, siz
 	u->implementation_seconds = p->implementation_seconds;
 	u->prepare_seconds = p->prepare_seconds;
 	u->commit_seconds = p->commit_seconds;
+	u->measured = p->measured;
+	timings_from_pb(&u->sender_t, p->sender_timings);
 	u->reason = strdup(p->reason ? p->reason : "");
 	if (!u->reason) goto oom;
 	if (!p->n_engines) return 0;
@@ -162,6 +196,7 @@ static int from_pb(wv_update *u, const Skein__Weights__Update *p, char *err, siz
 		    copy_str(e->state, sizeof e->state, pe->state, what, err, errlen) < 0)
 			return -1;
 		e->seconds = pe->seconds;
+		timings_from_pb(&e->t, pe->timings);
 		if (!(e->reason = strdup(pe->reason ? pe->reason : ""))) goto oom;
 	}
 	return 0;

@@ -80,6 +80,19 @@ fail:
 
 bool wv_update_open(const wv_update *u) { return !strcmp(u->state, "preparing"); }
 
+wv_timings wv_update_slowest(const wv_update *u)
+{
+	wv_timings m = { 0 };
+	for (size_t i = 0; i < u->nengines; i++) {
+		const wv_timings *t = &u->engines[i].t;
+		if (t->data > m.data) m.data = t->data;
+		if (t->hash > m.hash) m.hash = t->hash;
+		if (t->journal > m.journal) m.journal = t->journal;
+		if (t->undo > m.undo) m.undo = t->undo;
+	}
+	return m;
+}
+
 const wv_engine *wv_update_engine(const wv_update *u, const char *member)
 {
 	for (size_t i = 0; i < u->nengines; i++)
@@ -88,6 +101,11 @@ const wv_engine *wv_update_engine(const wv_update *u, const char *member)
 }
 
 static bool seconds_ok(double v) { return isfinite(v) && v >= 0; }
+
+static bool timings_ok(const wv_timings *t)
+{
+	return seconds_ok(t->data) && seconds_ok(t->hash) && seconds_ok(t->journal) && seconds_ok(t->undo);
+}
 
 static bool reason_ok(const char *r) { return !r || strlen(r) <= WV_REASON_MAX; }
 
@@ -141,8 +159,9 @@ int wv_update_check(const wv_update *u, char *err, size_t errlen)
 	    (strcmp(u->state, "aborted") ? u->cause[0] != 0 : !one_of(u->cause, wv_causes, WV_NCAUSES)))
 		return snprintf(err, errlen, "bad cause: one of wv_causes when aborted, else none"), -1;
 	if (!seconds_ok(u->density) || !seconds_ok(u->update_seconds) || !seconds_ok(u->implementation_seconds) ||
-	    !seconds_ok(u->prepare_seconds) || !seconds_ok(u->commit_seconds))
+	    !seconds_ok(u->prepare_seconds) || !seconds_ok(u->commit_seconds) || !timings_ok(&u->sender_t))
 		return snprintf(err, errlen, "a timing or the density is negative or not finite"), -1;
+	if (u->measured && wv_update_open(u)) return snprintf(err, errlen, "measured, but not final"), -1;
 	if (u->nengines > WV_ENGINES_MAX || (u->nengines && !u->engines))
 		return snprintf(err, errlen, "%zu engines, at most %d", u->nengines, WV_ENGINES_MAX), -1;
 	bool committed = !strcmp(u->state, "committed");
@@ -151,7 +170,7 @@ int wv_update_check(const wv_update *u, char *err, size_t errlen)
 		if (!sk_name_ok(e->member, WV_MEMBER_MAX) || !memchr(e->member, 0, sizeof e->member) ||
 		    !sk_name_ok(e->node, JOB_NODE_MAX) || !memchr(e->node, 0, sizeof e->node) ||
 		    !memchr(e->state, 0, sizeof e->state) || !one_of(e->state, ENGINE_STATES, 4) ||
-		    !reason_ok(e->reason) || !seconds_ok(e->seconds))
+		    !reason_ok(e->reason) || !seconds_ok(e->seconds) || !timings_ok(&e->t))
 			return snprintf(err, errlen, "engine %zu: bad member, node, state, reason or seconds", i), -1;
 		/* the safety rule itself: a version commits only when every
 		 * participant holds it, or was dropped and will catch up */
@@ -310,11 +329,25 @@ static bool may_replace(const wv_update *old, const wv_update *u)
 	return wv_update_open(old) && old->base_version == u->base_version && !strcmp(old->sender, u->sender);
 }
 
+/* The final record's one amendment: the same ending, measured. */
+static bool amends(const wv_update *old, const wv_update *u)
+{
+	return !wv_update_open(old) && !old->measured && u->measured && !strcmp(old->state, u->state);
+}
+
 /* Takes u (moved into the table, or freed): 0 applied, -1 refused. */
 static int put(wv_state *s, wv_update *u)
 {
 	wv_job *j = job_get(s, u->job);
 	long r = j ? find_rec(j, u->version) : -1;
+	if (r >= 0 && amends(&j->recs[r], u)) {
+		/* only the figures that end at the final record's commit */
+		j->recs[r].update_seconds = u->update_seconds;
+		j->recs[r].commit_seconds = u->commit_seconds;
+		j->recs[r].measured = true;
+		wv_update_free(u);
+		return 0;
+	}
 	if (r >= 0) {
 		if (!may_replace(&j->recs[r], u)) goto refuse;
 		wv_update_free(&j->recs[r]);

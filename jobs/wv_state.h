@@ -15,7 +15,10 @@
  *     WV_JOBS_MAX is refused;
  *   - an existing record must be open; the new one keeps its job, version,
  *     base and sender, and is preparing (engines updated), committed or
- *     aborted: those two are final.
+ *     aborted: those two are final, but for one amendment: a record with
+ *     `measured` set may replace a final one without it, and only its
+ *     update_seconds and commit_seconds are taken (the head learns how long
+ *     the final record took to commit only once it applies).
  * Per job the newest WV_KEEP_PER_JOB records stay (an open one always);
  * the job's highest version begun and latest committed version outlive the
  * records dropped.  Pure: no I/O, no clock, no protobuf in this header. */
@@ -52,6 +55,12 @@ enum {
 	WV_DIGEST_LEN = 16,        /* xxh3-128 of the manifest */
 };
 
+/* Where one side's data path spent a version's time (proto Timings; all 0
+ * in records from before it). */
+typedef struct {
+	double data, hash, journal, undo;
+} wv_timings;
+
 /* One participant.  reason is malloc'd, never NULL in a decoded or copied
  * record. */
 typedef struct {
@@ -60,6 +69,7 @@ typedef struct {
 	char state[WV_STATE_NAME_MAX + 1];   /* pending verified failed dropped */
 	char *reason;
 	double seconds;
+	wv_timings t;                        /* its receive's split */
 } wv_engine;
 
 /* One update.  reason and engines are malloc'd; after decode or copy reason
@@ -82,6 +92,8 @@ typedef struct {
 	size_t nengines;
 	uint64_t started_ms, finished_ms, wire_bytes;
 	double density, update_seconds, implementation_seconds, prepare_seconds, commit_seconds;
+	wv_timings sender_t;                 /* the sender's split */
+	bool measured;                       /* the final record's amendment (below) */
 } wv_update;
 
 /* A packed skein.weights.Update (*out malloc'd): 0, -1 when memory runs out
@@ -98,6 +110,8 @@ void wv_update_free(wv_update *u);   /* safe twice */
 /* The engine of u named member, or NULL. */
 const wv_engine *wv_update_engine(const wv_update *u, const char *member);
 bool wv_update_open(const wv_update *u);   /* state "preparing" */
+/* Each figure's largest over u's engines (the slowest participant's split). */
+wv_timings wv_update_slowest(const wv_update *u);
 
 typedef struct wv_state wv_state;
 

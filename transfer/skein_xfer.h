@@ -266,6 +266,13 @@ int xfer_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *er
  * implementation_seconds perf/update_weights_implementation_time (the
  * data path's part), wire_bytes perf/update_weights_wire_bytes, density
  * perf/update_weights_density (disk-delta: stored / total bytes). */
+/* Where a data path spent a version's time (from xfer_stats): moving the
+ * bytes (journaling included), hashing, journaling, putting the previous
+ * version back (a receiver that failed the version itself). */
+typedef struct {
+	double data_seconds, hash_seconds, journal_seconds, undo_seconds;
+} xfer_timings;
+
 typedef struct {
 	uint64_t version;
 	char state[16];          /* committed or aborted ("" before any) */
@@ -274,6 +281,8 @@ typedef struct {
 	uint64_t wire_bytes;
 	double density;
 	uint32_t participants, dropped; /* engines in the update, of them dropped */
+	xfer_timings timings;    /* this side's split: the sender's (publish), the engine's own receive */
+	xfer_timings engines;    /* sender: each figure's largest over the participants' verdicts (the record's) */
 } xfer_update_stats;
 
 /* Sender: publishes version v as one transaction of the job (begin, move

@@ -398,6 +398,20 @@ int xfer_coord_nccl(const xfer_endpoint *ep)
 	return ep->ops == &xfer_bcast_ops || ep->ops == &xfer_bcast_packed_ops;
 }
 
+xfer_timings xfer_coord_timings(const xfer_stats *st)
+{
+	return (xfer_timings){ st->data_seconds, st->hash_seconds, st->journal_seconds, st->undo_seconds };
+}
+
+/* Each figure of *to the larger of its own and from's. */
+static void timings_max(xfer_timings *to, xfer_timings from)
+{
+	if (from.data_seconds > to->data_seconds) to->data_seconds = from.data_seconds;
+	if (from.hash_seconds > to->hash_seconds) to->hash_seconds = from.hash_seconds;
+	if (from.journal_seconds > to->journal_seconds) to->journal_seconds = from.journal_seconds;
+	if (from.undo_seconds > to->undo_seconds) to->undo_seconds = from.undo_seconds;
+}
+
 /* ---- publish ---- */
 
 int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfer_err *err)
@@ -438,8 +452,10 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 		b.setup_len = XFER_NCCL_ID_BYTES;
 	}
 	req = xfer_wv_begin_pack(&b, &len);
-	free(handoff);
-	if (!req) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	if (!req) {
+		free(handoff);
+		return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	}
 	rc = xfer_coord_call(c->agent, "begin", req, len, XFER_COORD_CALL_MS, t0 + to / 1e3, parse_begin, &r, err);
 	free(req);
 	req = NULL;
@@ -457,6 +473,7 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 			free(req);
 		}
 		xfer_err_prefix(err, "version %llu: begin", (unsigned long long)v);
+		free(handoff);
 		return -1;
 	}
 	if (r.timeout_ms > 0) to = r.timeout_ms;
@@ -469,6 +486,7 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 	int ok = 1;
 	uint64_t wire = 0;
 	double density = 0;
+	xfer_timings split = { 0 };
 	const char **fm = NULL, **fr = NULL;
 	int *fv = NULL;
 	size_t nf = 0;
@@ -476,12 +494,14 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 		if (xfer_path_send(ep, v, &derr) != 0) ok = 0; /* a delta on the last version written */
 		wire = ep->stats.bytes_moved;
 		density = ep->m->bytes ? (double)wire / (double)ep->m->bytes : 0;
+		split = xfer_coord_timings(&ep->stats);
 	} else if (xfer_coord_nccl(ep)) {
 		if (nccl_ready(ep, &r, fresh, &derr) != 0 || xfer_path_send(c->nccl, v, &derr) != 0) ok = 0;
-		if (c->nccl) xfer_rearm(c->nccl);
+		if (c->nccl) xfer_rearm(c->nccl), split = xfer_coord_timings(&c->nccl->stats);
 		wire = ok ? ep->m->bytes : 0;
 	} else if (ep->ops == &xfer_ipc_ops) {
 		wire = ep->m->bytes * r.npeers; /* each engine copies it all, device to device */
+		split.hash_seconds = ep->stats.hash_seconds; /* the handoff's sums; the engines move the bytes */
 	} else if (sync_peers(c, &r, &derr) != 0) {
 		ok = 0;
 	} else {
@@ -491,6 +511,7 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 		fv = calloc(c->npeers + 1, sizeof *fv);
 		for (size_t i = 0; i < c->npeers; i++) {
 			wire += c->peers[i].wire;
+			if (c->peers[i].sub && !c->peers[i].failed) timings_max(&split, xfer_coord_timings(&c->peers[i].sub->stats));
 			if (c->peers[i].failed && fm && fr && fv) {
 				xfer_code code = c->peers[i].err.code;
 				fm[nf] = c->peers[i].member;
@@ -513,11 +534,12 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 	xfer_wv_done d = { .job = job, .member = me, .version = v, .ok = ok, .reason = ok ? "" : derr.msg,
 			   .implementation_seconds = impl, .density = density, .wire_bytes = wire,
 			   .failed_member = fm, .failed_reason = fr, .failed_verdict = fv,
-			   .nfailed = nf };
+			   .nfailed = nf, .timings = split, .setup = handoff, .setup_len = handoff ? b.setup_len : 0 };
 	req = xfer_wv_done_pack(&d, &len);
 	free(fm);
 	free(fv);
 	free(fr);
+	free(handoff);
 	if (!req) {
 		xfer_fail(err, XFER_ENOMEM, "out of memory");
 		goto out;
@@ -559,6 +581,8 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 	u->density = density;
 	u->participants = o.has_record ? o.participants : (uint32_t)r.npeers;
 	u->dropped = o.dropped;
+	u->timings = split;
+	u->engines = o.engines;
 	ep->stats.seconds = u->update_seconds;
 	ep->stats.bytes_moved = wire;
 	if (!strcmp(o.state, "committed")) {

@@ -61,6 +61,7 @@ typedef struct {
 	double density, update_seconds, implementation_seconds;
 	double engine_seconds;   /* the slowest verified participant's receive */
 	uint32_t participants, dropped;
+	xfer_timings engines;    /* each figure's largest over the participants (0 when absent) */
 } xfer_wv_outcome;
 
 typedef struct {
@@ -93,12 +94,16 @@ typedef struct {
 	const char *const *failed_member, *const *failed_reason;
 	const int *failed_verdict;  /* the receiver judged the bytes (ECHECKSUM, EMISMATCH) */
 	size_t nfailed;
+	xfer_timings timings;       /* the sender's data path split */
+	const unsigned char *setup; /* colocated: the handoff again, for a head that took over */
+	size_t setup_len;
 } xfer_wv_done;
 
 typedef struct {
 	const char *job, *member, *endpoint, *reason;
 	uint64_t held, staged, failed, generation;
 	double seconds;
+	xfer_timings timings;       /* of its last receive */
 } xfer_wv_status;
 
 /* Packed messages, malloc'd (NULL: out of memory). */
@@ -144,10 +149,13 @@ struct xfer_coord {
 	char reason[512];
 	double seconds;
 	char endpoint[XFER_WV_STR];
+	xfer_timings timings;   /* the last receive's split, told with seconds */
 	xfer_endpoint *side;    /* a catch-up's disk-delta receiver, or a serve's sender, while it runs */
 };
 /* broadcast or broadcast_packed */
 int xfer_coord_nccl(const xfer_endpoint *ep);
+/* The split of a data path's last version, from its stats. */
+xfer_timings xfer_coord_timings(const xfer_stats *st);
 void xfer_coord_sleep_ms(int ms);
 enum {
 	XFER_COORD_HEARTBEAT_MS = 500, /* outcome queries while the data path runs */

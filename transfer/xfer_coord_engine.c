@@ -46,6 +46,7 @@ static void set_update(xfer_endpoint *ep, uint64_t v, const char *state, const c
 	snprintf(u->reason, sizeof u->reason, "%s", reason);
 	u->update_seconds = u->implementation_seconds = seconds;
 	u->wire_bytes = ep->stats.bytes_moved;
+	u->timings = ep->coord->timings;
 }
 
 /* Runs rx's receive of exactly version v in slices until it arrives, fails,
@@ -164,6 +165,8 @@ static void do_receive(xfer_endpoint *ep, const xfer_wv_instr *in)
 	ep->handoff = NULL;
 	ep->handoff_len = 0;
 	c->seconds = xfer_now() - t0;
+	/* the split goes with the verdict (a failed receive's undo included) */
+	c->timings = rx ? xfer_coord_timings(&ep->stats) : (xfer_timings){ 0 };
 	if (rc == 0 && xfer_hooks.stall_file) {
 		FILE *f = fopen(xfer_hooks.stall_file, "re");
 		unsigned long long sv = 0;
@@ -262,6 +265,7 @@ static int do_catchup(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 	}
 	xfer_rearm(ep);
 	c->seconds = xfer_now() - t0;
+	c->timings = xfer_coord_timings(&ep->stats);
 	if (rc != 0) {
 		c->failed = L;
 		snprintf(c->reason, sizeof c->reason, "catch-up to version %llu: %s", (unsigned long long)L, err->msg);
@@ -319,7 +323,8 @@ static int engine_loop(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_w
 	for (;;) {
 		xfer_wv_status s = { .job = ep->cfg.coord.job, .member = ep->cfg.coord.member, .endpoint = c->endpoint,
 				     .reason = c->reason, .held = c->held, .staged = c->staged, .failed = c->failed,
-				     .generation = ep->cfg.coord.generation, .seconds = c->seconds };
+				     .generation = ep->cfg.coord.generation, .seconds = c->seconds,
+				     .timings = c->timings };
 		size_t len;
 		uint8_t *req = xfer_wv_status_pack(&s, &len);
 		if (!req) return xfer_fail(err, XFER_ENOMEM, "out of memory");

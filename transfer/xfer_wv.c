@@ -23,6 +23,19 @@
 
 static char *s_(const char *s) { return (char *)(s ? s : ""); }
 
+/* t into pb, or NULL when it is all zero (left out) */
+static Skein__Weights__Timings *timings_pb(const xfer_timings *t, Skein__Weights__Timings *pb)
+{
+	if (t->data_seconds == 0 && t->hash_seconds == 0 && t->journal_seconds == 0 && t->undo_seconds == 0)
+		return NULL;
+	skein__weights__timings__init(pb);
+	pb->data_seconds = t->data_seconds;
+	pb->hash_seconds = t->hash_seconds;
+	pb->journal_seconds = t->journal_seconds;
+	pb->undo_seconds = t->undo_seconds;
+	return pb;
+}
+
 uint8_t *xfer_wv_begin_pack(const xfer_wv_begin *b, size_t *len)
 {
 	Skein__Weights__Begin m = SKEIN__WEIGHTS__BEGIN__INIT;
@@ -52,6 +65,12 @@ uint8_t *xfer_wv_done_pack(const xfer_wv_done *d, size_t *len)
 	m.implementation_seconds = d->implementation_seconds;
 	m.wire_bytes = d->wire_bytes;
 	m.density = d->density;
+	Skein__Weights__Timings tm;
+	m.timings = timings_pb(&d->timings, &tm);
+	if (d->setup) {
+		m.setup.data = (uint8_t *)d->setup;
+		m.setup.len = d->setup_len;
+	}
 	Skein__Weights__PeerFailure *f = calloc(d->nfailed + 1, sizeof *f);
 	Skein__Weights__PeerFailure **fp = calloc(d->nfailed + 1, sizeof *fp);
 	uint8_t *out = NULL;
@@ -94,6 +113,8 @@ uint8_t *xfer_wv_status_pack(const xfer_wv_status *s, size_t *len)
 	m.reason = s_(s->reason);
 	m.seconds = s->seconds;
 	m.generation = s->generation;
+	Skein__Weights__Timings tm;
+	m.timings = timings_pb(&s->timings, &tm);
 	PACK(engine_status, &m, len);
 }
 
@@ -195,6 +216,16 @@ int xfer_wv_outcome_parse(const uint8_t *p, size_t n, xfer_wv_outcome *out, xfer
 			if (e->state && !strcmp(e->state, "verified") && e->seconds > out->engine_seconds &&
 			    e->seconds < 1e9)
 				out->engine_seconds = e->seconds;
+			const Skein__Weights__Timings *t = e->timings;
+			if (!t) continue;
+			/* shown, not relied on: only what is a sane duration counts */
+#define TAKE_MAX(f)                                                                      \
+	if (t->f > out->engines.f && t->f < 1e9) out->engines.f = t->f
+			TAKE_MAX(data_seconds);
+			TAKE_MAX(hash_seconds);
+			TAKE_MAX(journal_seconds);
+			TAKE_MAX(undo_seconds);
+#undef TAKE_MAX
 		}
 		if (!*out->reason) copy_reason(out->reason, sizeof out->reason, u->reason);
 	}

@@ -107,6 +107,8 @@ check "the engine back on v$((CORRUPT - 1)) after the abort, bit for bit" \
 js=$(ctl 1 transfers colo --format json 2>/dev/null)
 check "skeinctl transfers: mode colocated, $((ALL - 1)) committed, 1 aborted" \
 	test "$(grep -o '"state":"committed"' <<<"$js" | wc -l)/$(grep -o '"state":"aborted"' <<<"$js" | wc -l)" = "$((ALL - 1))/1"
+why=$(/usr/bin/python3 "$ROOT/tests/agent/wv_json.py" split <<<"$js")
+check "skeinctl transfers: the sender's hashing and the engine's copy in each committed record's split ($why)" [ -z "$why" ]
 
 # The engine keeps the trainer's handles open across versions: the first
 # trainer's allocation opened at v1 and again after v$CORRUPT (a failed

@@ -125,6 +125,8 @@ why=$(tj dd | $WVJ shape)
 check "transfers JSON has issue #13's shape, perf/* included, on every record ($why)" [ -z "$why" ]
 why=$(tj pp | $WVJ shape)
 check "... and on p2p's ($why)" [ -z "$why" ]
+why=$(tj dd | $WVJ split; tj pp | $WVJ split)
+check "transfers JSON: the data path's split of the sender and every engine, prepare + commit within the update ($why)" [ -z "$why" ]
 for j in dd pp; do
 	why=$(tj $j | $WVJ monotonic)
 	check "$j: versions newest first, started in order ($why)" [ -z "$why" ]

@@ -15,6 +15,10 @@ transfers:
   aborted              the aborted versions
   final-upto V         every record up to version V is committed or aborted
   shape                every record has the keys of issue #13 item 4
+  split                every committed record has the data path's split (perf's
+                       sender and engines): each verified engine moved bytes in
+                       data_seconds > 0, the sender too (hashing, for colocated),
+                       and prepare + commit fit in update_weights
 placement:
   at JOB L [N]         every engine of JOB (at least N) runs with weight_version L
   running JOB [N]      every engine of JOB (at least N) is running (not syncing)
@@ -29,7 +33,8 @@ RECORD_KEYS = ["job", "version", "mode", "state", "reason", "cause", "bytes", "w
 SECONDS_KEYS = ["update_weights", "implementation", "prepare", "commit"]
 ENGINE_KEYS = ["member", "node", "state", "seconds", "verified"]
 PERF_KEYS = ["perf/update_weights_time", "perf/update_weights_implementation_time",
-             "perf/update_weights_wire_bytes", "perf/update_weights_density"]
+             "perf/update_weights_wire_bytes", "perf/update_weights_density", "sender", "engines"]
+SPLIT_KEYS = ["data_seconds", "hash_seconds", "journal_seconds", "undo_seconds"]
 
 
 def record(doc, v):
@@ -72,6 +77,28 @@ def shape(doc):
         causes = ("engine", "member_lost", "sender", "timeout", "superseded")
         if (r["state"] == "aborted") != (r["cause"] in causes) or (r["state"] != "aborted" and r["cause"]):
             return "v%s %s with cause %r" % (v, r["state"], r["cause"])
+    return None
+
+
+def split(doc):
+    for r in doc["transfers"]:
+        v, p, s = r["version"], r["perf"], r["seconds"]
+        if list(p["sender"]) != SPLIT_KEYS or list(p["engines"]) != [e["member"] for e in r["engines"]]:
+            return "v%d: perf sender %s engines %s" % (v, p["sender"], list(p["engines"]))
+        if r["state"] != "committed":
+            continue
+        snd = p["sender"]["hash_seconds"] if r["mode"] == "colocated" else p["sender"]["data_seconds"]
+        if not snd > 0:
+            return "v%d: the sender's split %s" % (v, p["sender"])
+        for e in r["engines"]:
+            t = p["engines"][e["member"]]
+            if e["state"] == "verified" and not (t["data_seconds"] > 0 and all(t[k] >= 0 for k in SPLIT_KEYS)):
+                return "v%d: %s's split %s" % (v, e["member"], t)
+        # disjoint spans of begin .. the final record committed (10 ms for
+        # an adopted record's wall clock against the monotonic one)
+        if s["prepare"] + s["commit"] > s["update_weights"] + 0.01:
+            return "v%d: prepare %.6f + commit %.6f > update_weights %.6f" % (
+                v, s["prepare"], s["commit"], s["update_weights"])
     return None
 
 
@@ -131,8 +158,8 @@ def main(argv):
         if op:
             print("still open: %s" % op)
             return 1
-    elif cmd == "shape":
-        why = shape(doc)
+    elif cmd == "shape" or cmd == "split":
+        why = shape(doc) if cmd == "shape" else split(doc)
         if why:
             print(why)
             return 1

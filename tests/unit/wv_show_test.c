@@ -4,8 +4,10 @@
  * shown as "moving" with hostile strings and a NaN timing, one without
  * engines) and checks: the JSON is read by Python's json module with
  * exactly the issue's keys, the counts (participants, dropped, verified),
- * Miles's perf names and the escaped strings; the text has its header, one
- * line per transfer, and no control byte but the line ends. */
+ * Miles's perf names, the data path's split (sender, each engine) and the
+ * escaped strings; the text has its header, one line per transfer (and
+ * one of its split where it has one), and no control byte but the line
+ * ends. */
 #include "tests/t.h"
 
 #include <math.h>
@@ -25,7 +27,13 @@ static const char CHECK_PY[] =
 	"    assert list(x) == keys, list(x)\n"
 	"    assert list(x['seconds']) == ['update_weights','implementation','prepare','commit'], x['seconds']\n"
 	"    assert list(x['perf']) == ['perf/update_weights_time','perf/update_weights_implementation_time',\n"
-	"                               'perf/update_weights_wire_bytes','perf/update_weights_density'], x['perf']\n"
+	"                               'perf/update_weights_wire_bytes','perf/update_weights_density',\n"
+	"                               'sender','engines'], x['perf']\n"
+	"    split = ['data_seconds','hash_seconds','journal_seconds','undo_seconds']\n"
+	"    assert list(x['perf']['sender']) == split, x['perf']['sender']\n"
+	"    assert list(x['perf']['engines']) == [e['member'] for e in x['engines']], x['perf']['engines']\n"
+	"    for m, v in x['perf']['engines'].items():\n"
+	"        assert list(v) == split, v\n"
 	"    for e in x['engines']:\n"
 	"        assert list(e) == ['member','node','state','seconds','verified'], list(e)\n"
 	"a, b, c = t\n"
@@ -39,6 +47,12 @@ static const char CHECK_PY[] =
 	"assert a['perf']['perf/update_weights_implementation_time'] == 1.25\n"
 	"assert a['perf']['perf/update_weights_wire_bytes'] == 1 << 33\n"
 	"assert a['perf']['perf/update_weights_density'] == 0.5\n"
+	"assert a['perf']['sender'] == {'data_seconds': 0.5, 'hash_seconds': 0.25, 'journal_seconds': 0, 'undo_seconds': 0}\n"
+	"assert a['perf']['engines']['j1/engine-0'] == {'data_seconds': 0.125, 'hash_seconds': 0.0625,\n"
+	"                                               'journal_seconds': 0.03125, 'undo_seconds': 0}\n"
+	"assert a['perf']['engines']['j1/engine-2']['undo_seconds'] == 0.5\n"
+	"assert b['perf']['sender']['data_seconds'] is None\n"
+	"assert c['perf']['engines'] == {} and c['perf']['sender']['hash_seconds'] == 0\n"
 	"assert b['state'] == 'moving' and b['seconds']['update_weights'] is None\n"
 	"assert b['perf']['perf/update_weights_time'] is None\n"
 	"assert b['reason'] == 'say \"hi\"\\\\\\n\\x1b[31m\\ufffd', repr(b['reason'])\n"
@@ -73,6 +87,9 @@ static void fill(wv_update *a, wv_update *b, wv_update *c)
 		snprintf(ea[i].state, sizeof ea[i].state, "%s", st[i]);
 		ea[i].seconds = 0.25;
 	}
+	a->sender_t = (wv_timings){ 0.5, 0.25, 0, 0 };
+	ea[0].t = (wv_timings){ 0.125, 0.0625, 0.03125, 0 };
+	ea[2].t = (wv_timings){ 0.0625, 0.125, 0, 0.5 };
 	a->engines = ea;
 	a->nengines = 3;
 	/* what a member could put in a reason, and worse than the table lets in */
@@ -80,6 +97,7 @@ static void fill(wv_update *a, wv_update *b, wv_update *c)
 	snprintf(b->state, sizeof b->state, "moving");
 	b->reason = (char *)"say \"hi\"\\\n\x1b[31m\xff";
 	b->update_seconds = NAN;
+	b->sender_t.data = NAN;
 	memset(&eb[0], 0, sizeof eb[0]);
 	snprintf(eb[0].member, sizeof eb[0].member, "j\x01/engine-0");
 	snprintf(eb[0].node, sizeof eb[0].node, "n\x7f");
@@ -91,6 +109,7 @@ static void fill(wv_update *a, wv_update *b, wv_update *c)
 	c->engines = NULL;
 	c->nengines = 0;
 	c->reason = NULL;
+	c->sender_t = (wv_timings){ 0 }; /* a record from before the split: no line of it */
 }
 
 static void write_file(const char *path, const char *s, size_t n)
@@ -146,9 +165,14 @@ T_TEST(text_one_line_each_escaped)
 		if (ch == '\n') lines++;
 		else if (ch < 0x20 || ch == 0x7f) T_FAIL("control byte 0x%02x at %zu:\n%s", ch, i, s);
 	}
-	T_EQ(lines, 4);
+	T_EQ(lines, 6);
 	T_CHECK(!strncmp(s, "JOB ", 4));
-	const char *l1 = strchr(s, '\n') + 1, *l2 = strchr(l1, '\n') + 1, *l3 = strchr(l2, '\n') + 1;
+	const char *l1 = strchr(s, '\n') + 1, *s1 = strchr(l1, '\n') + 1, *l2 = strchr(s1, '\n') + 1;
+	const char *s2 = strchr(l2, '\n') + 1, *l3 = strchr(s2, '\n') + 1;
+	/* the split: the sender's, each figure's largest over the engines */
+	T_CHECK(!strncmp(s1, "  split (s): sender data 0.5000 hash 0.2500; engines, slowest: data 0.1250 hash 0.1250 "
+			 "journal 0.0312 undo 0.5000\n", 105));
+	T_CHECK(!strncmp(s2, "  split (s): sender data - hash 0.2500; ", 40));
 	/* job, version, mode, state, bytes, seconds, verified/participants, reason */
 	T_CHECK(!strncmp(l1, "j1 ", 3));
 	T_CHECK(strstr(l1, " 12 ") && strstr(l1, " p2p-tcp ") && strstr(l1, " committed ") &&

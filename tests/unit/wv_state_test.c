@@ -5,7 +5,9 @@
  * field rule, one bad field at a time; each table rule (a new version is
  * preparing, above every version of its job, with none open; an open
  * record may change, keeping job, version, base and sender; committed and
- * aborted are final), and that every refusal is counted and leaves the
+ * aborted are final but for one measured amendment of their update and
+ * commit seconds), the data path's timings (round trip, bounds, a record
+ * from before them decoding as zeros), and that every refusal is counted and leaves the
  * serialized table byte for byte as it was; retention (64 per job, the
  * versions outliving dropped records), the bound on jobs, forget, the
  * global index; the snapshot round trip, every truncation and each
@@ -104,6 +106,8 @@ T_TEST(codec_round_trip_and_copy)
 	u.implementation_seconds = 1.25;
 	u.prepare_seconds = 0.01;
 	u.commit_seconds = 0.02;
+	u.sender_t = (wv_timings){ 0.5, 0.25, 0, 0 };
+	engs[0].t = (wv_timings){ 0.125, 0.0625, 0.03125, 0.015625 };
 	uint8_t *b;
 	size_t n;
 	char err[200];
@@ -122,6 +126,10 @@ T_TEST(codec_round_trip_and_copy)
 	T_STREQ(d.engines[1].reason, "dropped: node n3 failed");
 	T_STREQ(d.engines[0].reason, ""); /* never NULL after decode */
 	T_CHECK(d.engines[0].seconds == 0.25 && d.density == 0.125 && d.commit_seconds == 0.02);
+	T_CHECK(d.sender_t.data == 0.5 && d.sender_t.hash == 0.25 && d.sender_t.journal == 0 && d.sender_t.undo == 0);
+	T_CHECK(d.engines[0].t.data == 0.125 && d.engines[0].t.hash == 0.0625 && d.engines[0].t.journal == 0.03125 &&
+		d.engines[0].t.undo == 0.015625);
+	T_CHECK(d.engines[1].t.data == 0 && !d.measured);
 	T_EQ(d.started_ms, 1700000000123ull);
 	T_CHECK(same(&u, &d));
 	T_EQ(wv_update_copy(&c, &d), 0);
@@ -141,6 +149,25 @@ T_TEST(codec_round_trip_and_copy)
 	T_CHECK(d.reason && !d.reason[0] && d.nengines == 0);
 	wv_update_free(&d);
 	free(b);
+	/* a record from before the timings (no Timings messages): zeros */
+	{
+		Skein__Weights__Update pu = SKEIN__WEIGHTS__UPDATE__INIT;
+		Skein__Weights__Engine pe = SKEIN__WEIGHTS__ENGINE__INIT, *pep = &pe;
+		pu.job = (char *)"j1", pu.version = 2, pu.base_version = 1, pu.mode = (char *)"p2p";
+		pu.sender = (char *)"j1/trainer-0", pu.sender_node = (char *)"n1", pu.state = (char *)"committed";
+		pe.member = (char *)"j1/engine-0", pe.node = (char *)"n2", pe.state = (char *)"verified";
+		pe.seconds = 0.5;
+		pu.engines = &pep, pu.n_engines = 1;
+		n = skein__weights__update__get_packed_size(&pu);
+		b = malloc(n);
+		skein__weights__update__pack(&pu, b);
+		T_EQ(wv_update_decode(&d, b, n, err, sizeof err), 0);
+		T_CHECK(d.sender_t.data == 0 && d.sender_t.hash == 0 && d.engines[0].t.data == 0 &&
+			d.engines[0].seconds == 0.5 && !d.measured);
+		wv_update_free(&d);
+		free(b);
+	}
+	engs[0].t = (wv_timings){ 0 };
 	/* not an Update at all */
 	uint8_t junk[] = { 0xff, 0xff, 0xff };
 	T_EQ(wv_update_decode(&d, junk, sizeof junk, err, sizeof err), -1);
@@ -187,6 +214,10 @@ static void dup_engine(wv_update *u) { memcpy(engs[1].member, engs[0].member, si
 static void bad_engine_seconds(wv_update *u) { engs[1].seconds = -1; }
 static void nan_seconds(wv_update *u) { u->update_seconds = NAN; }
 static void inf_density(wv_update *u) { u->density = INFINITY; }
+static void nan_sender_hash(wv_update *u) { u->sender_t.hash = NAN; }
+static void neg_engine_undo(wv_update *u) { engs[1].t.undo = -0.5; }
+static void inf_engine_data(wv_update *u) { engs[0].t.data = INFINITY; }
+static void measured_open(wv_update *u) { u->measured = true; }
 
 static char long_reason[WV_REASON_MAX + 2];
 static void bad_reason(wv_update *u)
@@ -239,6 +270,11 @@ T_TEST(field_rules)
 	rejects(bad_engine_seconds, "negative seconds");
 	rejects(nan_seconds, "NaN seconds");
 	rejects(inf_density, "infinite density");
+	rejects(nan_sender_hash, "the sender's hash seconds NaN");
+	rejects(neg_engine_undo, "an engine's undo seconds negative");
+	rejects(inf_engine_data, "an engine's data seconds infinite");
+	rejects(measured_open, "measured while preparing");
+	engs[0].t = engs[1].t = (wv_timings){ 0 };
 	rejects(bad_reason, "reason of 513 bytes");
 	rejects(bad_engine_reason, "engine reason of 513 bytes");
 	rejects(committed_pending, "committed with a pending engine");
@@ -650,5 +686,57 @@ T_TEST(random_walk_matches_the_rules)
 	/* the walk reached past retention on some job, with both kinds of answer */
 	T_CHECK(applied > STEPS / 4 && applied < STEPS * 3 / 4);
 	T_CHECK(m[0].max > WV_KEEP_PER_JOB || m[1].max > WV_KEEP_PER_JOB || m[2].max > WV_KEEP_PER_JOB);
+	wv_state_free(&s);
+}
+
+/* A final record's one amendment: measured, the same state; only its update
+ * and commit seconds are taken; a second one, another state, or one of an
+ * open record is refused. */
+T_TEST(final_record_amended_once)
+{
+	wv_state *s = wv_state_new();
+	wv_update u;
+	T_EQ(put_new(s, "j1", 1, "preparing"), 0);
+	rec(&u, "j1", 1, "committed");
+	u.update_seconds = 0.5;
+	u.commit_seconds = 0.001;
+	T_EQ(put(s, &u), 0);
+	/* another state: refused */
+	rec(&u, "j1", 1, "aborted");
+	u.measured = true;
+	refused(s, &u);
+	/* the amendment: only the two figures come from it */
+	rec(&u, "j1", 1, "committed");
+	u.measured = true;
+	u.update_seconds = 0.75;
+	u.commit_seconds = 0.25;
+	u.wire_bytes = 12345;
+	u.reason = (char *)"not taken";
+	T_EQ(put(s, &u), 0);
+	const wv_update *g = wv_state_get(s, "j1", 1);
+	T_CHECK(g && g->measured && g->update_seconds == 0.75 && g->commit_seconds == 0.25);
+	T_CHECK(g->wire_bytes == 0 && !strcmp(g->reason, ""));
+	/* once */
+	u.commit_seconds = 9;
+	refused(s, &u);
+	/* kept through a snapshot */
+	size_t n;
+	char err[200];
+	uint8_t *b = snap(s, &n);
+	wv_state *t = wv_state_new();
+	T_EQ(wv_state_restore(t, b, n, err, sizeof err), 0);
+	g = wv_state_get(t, "j1", 1);
+	T_CHECK(g && g->measured && g->commit_seconds == 0.25);
+	free(b);
+	wv_state_free(&t);
+	/* an open record takes no amendment (a measured record is final) */
+	T_EQ(put_new(s, "j1", 2, "preparing"), 0);
+	rec(&u, "j1", 2, "preparing");
+	u.measured = true;
+	refused(s, &u);
+	/* nor is a new version opened by one */
+	rec(&u, "j1", 3, "committed");
+	u.measured = true;
+	refused(s, &u);
 	wv_state_free(&s);
 }
