@@ -6,7 +6,14 @@
 # no socket of its own.  Checked: committed versions verified bit for bit on
 # the device, a version corrupted after its checksum aborted with the engine
 # back on the previous one (bit for bit), the records in `skeinctl
-# transfers`, and the timings (perf/update_weights_time vs the data path's).
+# transfers` with the data path's split, and the timings
+# (perf/update_weights_time vs the data path's).  The trainer then runs
+# again as another process (a restart): the engine opens the trainer's
+# CUDA IPC handle once per trainer process (and again after the failed
+# version), not once per version.  Then (stand-in only) a second cluster of
+# three voters kills its head with a colocated update open whose engine has
+# not had its handoff: the new head gets it from the trainer's done and the
+# update commits.
 # Then, without a GPU, a broadcast (NCCL) job the same way through the
 # stand-in NCCL: the unique id and ranks through the agents, commits, and
 # an abort undone by the engine's journal.
@@ -71,10 +78,10 @@ wait_until 20 has_head || fail "no head"
 # submit_job NAME MODE MEMBER TIMEOUT: a --colocate job of one trainer rank and
 # one engine on GPU 0, its members MEMBER; true once the head knows the engine
 submit_job() {
-	ctl 1 job submit --name "$1" --actor-num-nodes 1 --actor-num-gpus-per-node 1 --rollout-num-gpus 1 \
+	ctl ${AT:-1} job submit --name "$1" --actor-num-nodes 1 --actor-num-gpus-per-node 1 --rollout-num-gpus 1 \
 		--rollout-num-gpus-per-engine 1 --num-gpus-per-node 1 --colocate --update-weight-transfer-mode "$2" \
 		--update-weight-timeout "$4" --trainer-cmd "$3" --rollout-cmd "$3" >/dev/null || { fail "submit $1"; return 1; }
-	known() { ctl 1 placement "$1" --format json 2>/dev/null | grep -q '"weight_version":[0-9]'; }
+	known() { ctl ${AT:-1} placement "$1" --format json 2>/dev/null | grep -q '"weight_version":[0-9]'; }
 	wait_until 60 known "$1"
 }
 
@@ -107,7 +114,7 @@ check "the engine back on v$((CORRUPT - 1)) after the abort, bit for bit" \
 js=$(ctl 1 transfers colo --format json 2>/dev/null)
 check "skeinctl transfers: mode colocated, $((ALL - 1)) committed, 1 aborted" \
 	test "$(grep -o '"state":"committed"' <<<"$js" | wc -l)/$(grep -o '"state":"aborted"' <<<"$js" | wc -l)" = "$((ALL - 1))/1"
-why=$(/usr/bin/python3 "$ROOT/tests/agent/wv_json.py" split <<<"$js")
+why=$(/usr/bin/python3 "$ROOT/tests/agent/wv_json.py" split <<<"$js" 2>&1)
 check "skeinctl transfers: the sender's hashing and the engine's copy in each committed record's split ($why)" [ -z "$why" ]
 
 # The engine keeps the trainer's handles open across versions: the first
@@ -137,6 +144,80 @@ tlog | sed -n 's/^trainer: v\([0-9]*\) committed: update_weights_time=\([0-9.]*\
 	tee "$T_DIR/results"
 sort -t= -k7 -n "$T_DIR/results" | awk -F'overhead_ms=' '{ o[NR] = $2 } END { if (NR) printf "RESULT mode=colocated-coordinated median_overhead_ms=%s of %d versions\n", o[int((NR + 1) / 2)], NR }'
 ctl 1 transfers colo 2>/dev/null | sed 's/^/  /'
+
+# The head dies with a colocated update open (docs/updates.md, "the head
+# fails over"): a second cluster, voters n2-n4 without GPUs and n5 with the
+# job's GPU.  v1 commits; the engine is stopped (SIGSTOP) so that v2 opens
+# without it having its handoff; the head is killed.  The new head adopts v2
+# from the record, which holds no handoff: the trainer's done, said again to
+# the new head, brings it, and the engine (continued) receives v2 from it.
+# v2 commits, then v3 and v4; nothing stays open.
+if [ "${SKEIN_COLO_REAL:-0}" != 1 ]; then
+	for i in 2 3 4; do start_agent $i --profile fast --head-eligible --bootstrap-expect 3 --gpus 0 --join "127.0.0.1:$(gport 2)"; done
+	start_agent 5 --profile fast --gpus 1 --join "127.0.0.1:$(gport 2)"
+	head5() { ctl 5 head 2>/dev/null | awk '$1 == "head:" { print $2 }'; }
+	voter_head() { case "$(head5)" in n2|n3|n4) return 0 ;; esac; return 1; }
+	cat >"$T_DIR/member_fo.sh" <<EOF
+#!/bin/sh
+$CUDA_ENV
+COMMON="--device cuda --bytes $BYTES --tensors $TENSORS --steps 4"
+case "\$SKEIN_ROLE" in
+trainer)
+	i=0; while [ ! -e "$T_DIR/go_fo" ] && [ \$i -lt 600 ]; do sleep 0.05; i=\$((i + 1)); done
+	"$SIMBIN/skein-trainer-sim" \$COMMON --interval-ms 2500
+	echo "trainer exited \$?"
+	exec sleep 1000000 ;;
+rollout)
+	"$SIMBIN/skein-engine-sim" \$COMMON --wait-ms 600000 &
+	echo \$! >"$T_DIR/fo_engine.pid"
+	wait \$!
+	echo "engine exited \$?"
+	exec sleep 1000000 ;;
+esac
+EOF
+	chmod 755 "$T_DIR/member_fo.sh"
+	if wait_until 30 voter_head && AT=5 submit_job fo colocated "$T_DIR/member_fo.sh" 30s; then
+		pass "failover: the colocated job runs on n5, the head on $(head5)"
+		touch "$T_DIR/go_fo"
+		fo_state() { ctl 5 transfers fo --format json 2>/dev/null | /usr/bin/python3 "$ROOT/tests/agent/wv_json.py" get "$1" state; }
+		fo_is() { [ "$(fo_state "$1")" = "$2" ]; }
+		fo_open() { case "$(fo_state "$1")" in preparing|moving) return 0 ;; esac; return 1; }
+		check "failover: v1 committed" wait_until 30 fo_is 1 committed
+		epid=$(cat "$T_DIR/fo_engine.pid" 2>/dev/null)
+		[ -n "$epid" ] && kill -STOP "$epid"
+		if wait_until 10 fo_open 2; then
+			old=$(head5)
+			kill_agent "${old#n}" 9
+			pass "failover: v2 open with the engine stopped; head $old killed"
+			new_head() { local h; h=$(head5); [ -n "$h" ] && [ "$h" != "$old" ] && [ "$h" != "(none)" ]; }
+			check "failover: a new head" wait_until 30 new_head
+			nh=$(head5)
+			handoff_again() { grep -q "fo v2: the sender's handoff came with its done" "$T_DIR/$nh.log"; }
+			check "failover: $nh adopted v2 and got its handoff from the trainer's done" wait_until 30 handoff_again
+			grep -E "fo v2" "$T_DIR/$nh.log" | sed 's/^/  fo| /'
+		else
+			fail "failover: v2 did not open" "$(fo_state 2)"
+		fi
+		[ -n "$epid" ] && kill -CONT "$epid"
+		fotl() { ctl 5 logs fo/trainer-0 2>/dev/null; }
+		foel() { ctl 5 logs fo/engine-0 2>/dev/null; }
+		fo_done() { fotl | grep -q 'trainer exited' && foel | grep -q 'engine exited'; }
+		wait_until 60 fo_done
+		fotl | grep -E '^trainer: v' | sed 's/^/  fo| /'
+		check "failover: v2 committed with the engine in it" grep -q "trainer: v2 committed: .*participants=1 dropped=0" <(fotl)
+		check "failover: v3 and v4 committed after it" grep -q "trainer: v4 committed: .*participants=1 dropped=0" <(fotl)
+		check "failover: the engine verified v2..v4 bit for bit" grep -q 'engine exited 0' <(foel)
+		fo_closed() { ctl 5 transfers fo --format json 2>/dev/null | /usr/bin/python3 "$ROOT/tests/agent/wv_json.py" open >/dev/null; }
+		check "failover: no update left open" wait_until 10 fo_closed
+		ctl 5 transfers fo 2>/dev/null | sed 's/^/  fo| /'
+		ctl 5 job stop fo >/dev/null 2>&1
+		fo_stopped() { ! ctl 5 placement fo 2>/dev/null | grep -q running; }
+		wait_until 30 fo_stopped
+	else
+		fail "failover: no voter head, or the job did not start"
+	fi
+	for i in 2 3 4 5; do [ -n "${PIDS[$i]:-}" ] && kill_agent $i 9; done
+fi
 
 stop_colo() {
 	ctl 1 job stop "$1" >/dev/null 2>&1

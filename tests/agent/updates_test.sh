@@ -125,7 +125,7 @@ why=$(tj dd | $WVJ shape)
 check "transfers JSON has issue #13's shape, perf/* included, on every record ($why)" [ -z "$why" ]
 why=$(tj pp | $WVJ shape)
 check "... and on p2p's ($why)" [ -z "$why" ]
-why=$(tj dd | $WVJ split; tj pp | $WVJ split)
+why=$(tj dd | $WVJ split 2>&1; tj pp | $WVJ split 2>&1)
 check "transfers JSON: the data path's split of the sender and every engine, prepare + commit within the update ($why)" [ -z "$why" ]
 for j in dd pp; do
 	why=$(tj $j | $WVJ monotonic)
