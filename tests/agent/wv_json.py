@@ -17,7 +17,8 @@ transfers:
   shape                every record has the keys of issue #13 item 4
   split                every committed record has the data path's split (perf's
                        sender and engines): each verified engine moved bytes in
-                       data_seconds > 0, the sender too (hashing, for colocated),
+                       data_seconds > 0, the sender too when one did (hashing,
+                       for colocated),
                        and prepare + commit fit in update_weights
 placement:
   at JOB L [N]         every engine of JOB (at least N) runs with weight_version L
@@ -87,8 +88,9 @@ def split(doc):
             return "v%d: perf sender %s engines %s" % (v, p["sender"], list(p["engines"]))
         if r["state"] != "committed":
             continue
+        # a version nobody took part in moved nothing on p2p
         snd = p["sender"]["hash_seconds"] if r["mode"] == "colocated" else p["sender"]["data_seconds"]
-        if not snd > 0:
+        if not snd > 0 and any(e["state"] == "verified" for e in r["engines"]):
             return "v%d: the sender's split %s" % (v, p["sender"])
         for e in r["engines"]:
             t = p["engines"][e["member"]]
