@@ -133,11 +133,17 @@ class XferConfig(ctypes.Structure):
                 ("device_journal_bytes", ctypes.c_uint64), ("coord", _Coord)]
 
 
+class XferTimings(ctypes.Structure):
+    _fields_ = [("data_seconds", ctypes.c_double), ("hash_seconds", ctypes.c_double),
+                ("journal_seconds", ctypes.c_double), ("undo_seconds", ctypes.c_double)]
+
+
 class XferUpdateStats(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint64), ("state", ctypes.c_char * 16), ("reason", ctypes.c_char * 512),
                 ("update_seconds", ctypes.c_double), ("implementation_seconds", ctypes.c_double),
                 ("wire_bytes", ctypes.c_uint64), ("density", ctypes.c_double),
-                ("participants", ctypes.c_uint32), ("dropped", ctypes.c_uint32)]
+                ("participants", ctypes.c_uint32), ("dropped", ctypes.c_uint32),
+                ("timings", XferTimings), ("engines", XferTimings)]
 
 
 class XferStats(ctypes.Structure):
