@@ -1052,12 +1052,19 @@ static int check_chunk(xfer_endpoint *ep, tcp_state *s, size_t k, xfer_err *err)
  * the previous version back (or say there was none). */
 static void undo_version(xfer_endpoint *ep, tcp_state *s, xfer_err *err)
 {
+	char before[sizeof err->msg];
+	memcpy(before, err->msg, sizeof before);
 	xfer_stripe_journals_undo(ep, s->j, MAX_STREAMS, err);
-	if (!s->dev_journaled) return;
-	double u0 = xfer_now();
-	xfer_err u;
-	if (xfer_djournal_undo(s->dj, s->stream, &u) != 0) xfer_err_prefix(err, "AND THE DEVICE UNDO FAILED (%s)", u.msg);
-	ep->stats.undo_seconds += xfer_now() - u0;
+	if (s->dev_journaled) {
+		double u0 = xfer_now();
+		xfer_err u;
+		if (xfer_djournal_undo(s->dj, s->stream, &u) != 0)
+			xfer_err_prefix(err, "AND THE DEVICE UNDO FAILED (%s)", u.msg);
+		ep->stats.undo_seconds += xfer_now() - u0;
+	}
+	/* nothing said: every journal replayed (a first version has none) */
+	if (ep->stats.version && s->j[0] && !strcmp(before, err->msg))
+		xfer_err_prefix(err, "(the previous version was put back)");
 }
 
 static void receiver_stats(xfer_endpoint *ep, tcp_state *s)
