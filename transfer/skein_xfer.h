@@ -224,13 +224,15 @@ typedef struct {
 	uint64_t staging_peak;   /* largest staging memory held at once (bytes) */
 	uint64_t journal_bytes;  /* undo journal of the last version (bytes) */
 	double journal_seconds;  /* p2p-tcp receiver: of seconds, journaling (the
-				    slowest stream; CUDA: reading old bytes back) */
+				    slowest stream's host journal, plus the device
+				    pass that copies, journals and hashes) */
 	double undo_seconds;     /* p2p-tcp receiver: putting the previous version
 				    back after the last version failed */
 	uint64_t versions_applied; /* disk-delta receiver: versions applied last time */
 	int full_loaded;         /* disk-delta receiver: caught up from a full version */
-	double hash_seconds;     /* colocated: of seconds, computing tree checksums
-				    (GPU, this side; the sender's comes back too) */
+	double hash_seconds;     /* colocated, p2p-tcp: of seconds, computing tree
+				    checksums (GPU or CPU threads, this side;
+				    colocated: the sender's comes back too) */
 	uint64_t device_journal_peak;    /* CUDA receiver: device memory the undo
 					    journal held (bounded by its budget) */
 	uint64_t device_journal_spilled; /* of journal_bytes, spilled to pinned host memory */

@@ -13,7 +13,15 @@
  * paths, before anything is allocated from it: the manifest text must
  * describe the receiver's own (and is parsed no further than its tensor
  * count), and the hello's bucket size may not cut the weights into more
- * than XFER_P2P_CHUNKS_MAX chunks. */
+ * than XFER_P2P_CHUNKS_MAX chunks.
+ *
+ * Tree cuts (p2p-tcp's wire 3, xfer_chunks_cut with tree set): a chunk that
+ * ends inside a tensor ends on one of that tensor's tree-chunk boundaries
+ * (a multiple of XFER_TREE_CHUNK from its first byte), so every 256 KiB tree
+ * chunk (docs/tree-checksum.md) lies in one p2p chunk and both ends hash it
+ * from one buffer, on CPU threads or GPU blocks, with no state carried from
+ * chunk to chunk.  The piece is then at least two tree chunks (512 KiB), so
+ * every chunk but a bucket's last holds over half a piece. */
 #include "transfer/xfer_int.h"
 
 #include <stdlib.h>
@@ -29,19 +37,34 @@ uint64_t xfer_chunk_piece(uint64_t bucket_bytes)
 	return half ? half : bucket_bytes;
 }
 
-int xfer_chunks(const xfer_manifest *m, const uint64_t *offsets, uint64_t bucket_bytes, xfer_span **out, size_t *n,
-		xfer_err *err)
+/* The tensor whose bytes hold byte e (offsets: n+1 entries; e < the end). */
+static size_t tensor_holding(const xfer_manifest *m, const uint64_t *offsets, uint64_t e)
+{
+	size_t lo = 0, hi = m->n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (offsets[mid + 1] <= e) lo = mid + 1;
+		else hi = mid;
+	}
+	return lo;
+}
+
+int xfer_chunks_cut(const xfer_manifest *m, const uint64_t *offsets, uint64_t bucket_bytes, int tree, xfer_span **out,
+		    size_t *n, xfer_err *err)
 {
 	xfer_bucket *b = NULL;
 	size_t nb = 0, k = 0, cap = 0;
 	uint64_t piece = xfer_chunk_piece(bucket_bytes);
+	if (tree && piece < 2 * (uint64_t)XFER_TREE_CHUNK) piece = 2 * (uint64_t)XFER_TREE_CHUNK;
 	*out = NULL;
 	*n = 0;
 	if (!bucket_bytes) return xfer_fail(err, XFER_EFORMAT, "a bucket of 0 bytes");
 	if (xfer_buckets(m, bucket_bytes, &b, &nb, err) != 0) return -1;
 	/* counted before anything is allocated: a hello's bucket size of a few
-	 * bytes must not make a table larger than the weights */
-	for (size_t i = 0; i < nb && cap <= XFER_P2P_CHUNKS_MAX; i++) cap += (b[i].bytes + piece - 1) / piece + 1;
+	 * bytes must not make a table larger than the weights (a tree cut
+	 * leaves more than piece - XFER_TREE_CHUNK >= piece / 2 in a chunk) */
+	for (size_t i = 0; i < nb && cap <= XFER_P2P_CHUNKS_MAX; i++)
+		cap += tree ? 2 * (b[i].bytes / piece) + 2 : (b[i].bytes + piece - 1) / piece + 1;
 	if (cap > XFER_P2P_CHUNKS_MAX) {
 		free(b);
 		return xfer_fail(err, XFER_EFORMAT, "buckets of %llu bytes cut the weights into over %d chunks",
@@ -53,6 +76,11 @@ int xfer_chunks(const xfer_manifest *m, const uint64_t *offsets, uint64_t bucket
 		uint64_t off = offsets[b[i].first];
 		for (uint64_t done = 0; done < b[i].bytes || (b[i].bytes == 0 && done == 0);) {
 			uint64_t len = b[i].bytes - done < piece ? b[i].bytes - done : piece;
+			if (tree && done + len < b[i].bytes) {
+				/* end on a tree-chunk boundary of the tensor that holds the cut */
+				uint64_t e = off + done + len, t0 = offsets[tensor_holding(m, offsets, e)];
+				len = t0 + (e - t0) / XFER_TREE_CHUNK * XFER_TREE_CHUNK - (off + done);
+			}
 			c[k++] = (xfer_span){ off + done, len };
 			if (len == 0) break;
 			done += len;
@@ -64,14 +92,20 @@ int xfer_chunks(const xfer_manifest *m, const uint64_t *offsets, uint64_t bucket
 	return 0;
 }
 
+int xfer_chunks(const xfer_manifest *m, const uint64_t *offsets, uint64_t bucket_bytes, xfer_span **out, size_t *n,
+		xfer_err *err)
+{
+	return xfer_chunks_cut(m, offsets, bucket_bytes, 0, out, n, err);
+}
+
 int xfer_chunks_make(const xfer_endpoint *ep, uint64_t bucket_bytes, xfer_span **out, size_t *n, xfer_err *err)
 {
 	free(*out);
 	return xfer_chunks(ep->m, ep->offsets, bucket_bytes, out, n, err);
 }
 
-int xfer_chunk_plan(const xfer_manifest *mine, const uint64_t *offsets, uint64_t bucket_bytes, const char *desc,
-		    size_t len, xfer_span **chunks, size_t *nchunks, xfer_err *err)
+int xfer_chunk_plan_cut(const xfer_manifest *mine, const uint64_t *offsets, uint64_t bucket_bytes, int tree,
+			const char *desc, size_t len, xfer_span **chunks, size_t *nchunks, xfer_err *err)
 {
 	*chunks = NULL;
 	*nchunks = 0;
@@ -79,10 +113,16 @@ int xfer_chunk_plan(const xfer_manifest *mine, const uint64_t *offsets, uint64_t
 	 * earlier ones, so a long manifest of tiny lines would cost n^2 */
 	xfer_manifest *theirs = xfer_manifest_parse(desc, len, mine->n, err);
 	int rc = theirs && xfer_manifest_compare(theirs, mine, err) == 0
-			 ? xfer_chunks(mine, offsets, bucket_bytes, chunks, nchunks, err)
+			 ? xfer_chunks_cut(mine, offsets, bucket_bytes, tree, chunks, nchunks, err)
 			 : -1;
 	xfer_manifest_free(&theirs);
 	return rc;
+}
+
+int xfer_chunk_plan(const xfer_manifest *mine, const uint64_t *offsets, uint64_t bucket_bytes, const char *desc,
+		    size_t len, xfer_span **chunks, size_t *nchunks, xfer_err *err)
+{
+	return xfer_chunk_plan_cut(mine, offsets, bucket_bytes, 0, desc, len, chunks, nchunks, err);
 }
 
 int xfer_vhead_parse(const void *buf, size_t n, const xfer_manifest *m, uint64_t have, uint64_t *version,

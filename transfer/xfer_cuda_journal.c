@@ -229,6 +229,23 @@ int xfer_djournal_copy_tree(xfer_djournal *j, void *stream, void *const *dst, co
 	return 0;
 }
 
+/* xfer_djournal_copy_tree leaves every chunk hash in g->h_hash, the
+ * non-empty buffers' one after another: that is out. */
+int xfer_djournal_copy_chunks(xfer_djournal *j, void *stream, void *const *dst, const void *const *src,
+			      const uint64_t *n, size_t count, uint64_t *out, xfer_err *err)
+{
+	if (!count) return 0;
+	xfer_sum *sums = malloc(count * sizeof *sums);
+	if (!sums) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	int rc = xfer_djournal_copy_tree(j, stream, dst, src, n, count, sums, err);
+	free(sums);
+	if (rc != 0) return rc;
+	uint64_t chunks = 0;
+	for (size_t i = 0; i < count; i++) chunks += xfer_tree_nchunks(n[i]);
+	memcpy(out, j->g->h_hash, chunks * sizeof *out);
+	return 0;
+}
+
 int xfer_djournal_undo(xfer_djournal *j, void *stream, xfer_err *err)
 {
 	const xfer_cuda_api *cu = j->g->cu;

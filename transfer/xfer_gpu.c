@@ -228,6 +228,23 @@ int xfer_gpu_tree_sums(xfer_gpu *g, void *stream, const void *const *p, const ui
 	return 0;
 }
 
+/* xfer_gpu_tree_sums leaves every chunk hash in g->h_hash, buffer after
+ * buffer: the sums it also computes are dropped. */
+int xfer_gpu_chunk_hashes(xfer_gpu *g, void *stream, const void *const *p, const uint64_t *n, size_t count,
+			  uint64_t *out, xfer_err *err)
+{
+	if (!count) return 0;
+	xfer_sum *sums = malloc(count * sizeof *sums);
+	if (!sums) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	int rc = xfer_gpu_tree_sums(g, stream, p, n, count, sums, err);
+	free(sums);
+	if (rc != 0) return -1;
+	uint64_t chunks = 0;
+	for (size_t i = 0; i < count; i++) chunks += xfer_tree_nchunks(n[i]);
+	memcpy(out, g->h_hash, chunks * sizeof *out);
+	return 0;
+}
+
 int xfer_gpu_journal_launch(xfer_gpu *g, void *stream, unsigned ntasks, uint64_t npieces, uint64_t from, void *ent,
 			    uint64_t cap, void *stat, int copy, xfer_err *err)
 {

@@ -36,6 +36,10 @@ void xfer_gpu_free(xfer_gpu **g);
 /* Tree checksums of count device buffers; waits for the stream. */
 int xfer_gpu_tree_sums(xfer_gpu *g, void *stream, const void *const *p, const uint64_t *n, size_t count,
 		       xfer_sum *out, xfer_err *err);
+/* The tree chunk hashes (not the sums) of count device buffers, out gets
+ * xfer_tree_nchunks(n[i]) of them per buffer, in order; waits for the stream. */
+int xfer_gpu_chunk_hashes(xfer_gpu *g, void *stream, const void *const *p, const uint64_t *n, size_t count,
+			  uint64_t *out, xfer_err *err);
 /* The chunk hash buffers (g->d_hash, g->h_hash) for at least chunks. */
 int xfer_gpu_hash_room(xfer_gpu *g, uint64_t chunks, xfer_err *err);
 /* The pinned task table (at least bytes), then its upload on the stream. */
@@ -74,6 +78,11 @@ int xfer_djournal_copy(xfer_djournal *j, void *stream, void *const *dst, const v
  * dst[i] differ in alignment mod 8 (use copy, then xfer_gpu_tree_sums). */
 int xfer_djournal_copy_tree(xfer_djournal *j, void *stream, void *const *dst, const void *const *src,
 			    const uint64_t *n, size_t count, xfer_sum *out, xfer_err *err);
+/* xfer_djournal_copy_tree giving the chunk hashes instead of the sums: out
+ * gets xfer_tree_nchunks(n[i]) hashes per buffer, in order (a caller that
+ * verifies chunk by chunk, p2p-tcp); the same return values. */
+int xfer_djournal_copy_chunks(xfer_djournal *j, void *stream, void *const *dst, const void *const *src,
+			      const uint64_t *n, size_t count, uint64_t *out, xfer_err *err);
 /* Puts every journaled word back (newest first); waits for the stream. */
 int xfer_djournal_undo(xfer_djournal *j, void *stream, xfer_err *err);
 void xfer_djournal_reset(xfer_djournal *j);

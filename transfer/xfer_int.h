@@ -170,6 +170,12 @@ uint64_t xfer_chunk_piece(uint64_t bucket_bytes);
  * before anything is allocated. */
 int xfer_chunks(const xfer_manifest *m, const uint64_t *offsets, uint64_t bucket_bytes, xfer_span **out, size_t *n,
 		xfer_err *err);
+/* xfer_chunks, or with tree set (p2p-tcp) cut so that no tree chunk of a
+ * tensor straddles two chunks: a chunk ending inside a tensor ends on a
+ * multiple of XFER_TREE_CHUNK from its start; the piece is then at least
+ * 2 * XFER_TREE_CHUNK (xfer_chunk.c). */
+int xfer_chunks_cut(const xfer_manifest *m, const uint64_t *offsets, uint64_t bucket_bytes, int tree, xfer_span **out,
+		    size_t *n, xfer_err *err);
 /* xfer_chunks over ep's manifest; frees *out first. */
 int xfer_chunks_make(const xfer_endpoint *ep, uint64_t bucket_bytes, xfer_span **out, size_t *n, xfer_err *err);
 /* A receiver's plan from a sender's hello and manifest text: the text must
@@ -177,6 +183,9 @@ int xfer_chunks_make(const xfer_endpoint *ep, uint64_t bucket_bytes, xfer_span *
  * then its chunks for the hello's bucket size (*chunks as xfer_chunks). */
 int xfer_chunk_plan(const xfer_manifest *mine, const uint64_t *offsets, uint64_t bucket_bytes, const char *desc,
 		    size_t len, xfer_span **chunks, size_t *nchunks, xfer_err *err);
+/* The same with xfer_chunks_cut's tree cuts when tree is set. */
+int xfer_chunk_plan_cut(const xfer_manifest *mine, const uint64_t *offsets, uint64_t bucket_bytes, int tree,
+			const char *desc, size_t len, xfer_span **chunks, size_t *nchunks, xfer_err *err);
 /* Stripe i of nstripes of chunk c: [*a, *b), page aligned, maybe empty. */
 void xfer_stripe_of(xfer_span c, int nstripes, int i, uint64_t *a, uint64_t *b);
 /* A version header, on both p2p paths' control stream: "SKV1", tensors,
@@ -271,13 +280,14 @@ typedef struct {
 	uint32_t kind, stream, nstreams, pad;
 	uint64_t session, bucket_bytes, manifest_len;
 } xfer_tcp_hello;
-/* After the data: the xxh3-128 of every tensor, computed while it was sent
- * (so the sender reads its weights once for the network and once for the
- * hash, concurrently, and a device source crosses PCIe once). */
+/* Wire 3: after chunk k's stripes, on the control stream, the tree chunk
+ * hashes (XXH3-64 of 256 KiB) that chunk k holds, then the tree sums of the
+ * tensors that end in it: a header, nhash u64, ntops xfer_sum. */
 typedef struct {
 	char magic[4];
-	uint32_t ntensors;
-} xfer_tcp_vtrail;
+	uint32_t ntops;
+	uint64_t chunk, nhash;
+} xfer_tcp_hrec;
 typedef struct {
 	char magic[4];
 	uint32_t stream;
@@ -286,12 +296,17 @@ typedef struct {
 
 /* Sets the magic and writes the 48 bytes. */
 void xfer_tcp_hello_pack(const xfer_tcp_hello *h, unsigned char out[XFER_TCP_HELLO_BYTES]);
-/* A hello of either kind; a control hello's stream count and sizes are checked. */
+/* A hello of either kind; a control hello's stream count and sizes are
+ * checked.  An older sender's hello (wire 2, "SKXFER2") is refused with
+ * XFER_EFORMAT and a message that names it; xfer_tcp_hello_is_v2 tells it
+ * apart so that the receiver can answer it. */
+int xfer_tcp_hello_is_v2(const void *buf, size_t n);
 int xfer_tcp_hello_parse(const void *buf, size_t n, xfer_tcp_hello *h, xfer_err *err);
-/* (The receiver's plan from a control hello: xfer_chunk_plan.)  A stripe
- * header must be the one want says; a trailer must announce ntensors sums. */
+/* (The receiver's plan from a control hello: xfer_chunk_plan_cut, tree
+ * cuts.)  A stripe header must be the one want says; so must a chunk's
+ * hash record header (chunk, nhash, ntops). */
 int xfer_tcp_shead_parse(const void *buf, size_t n, const xfer_tcp_shead *want, xfer_err *err);
-int xfer_tcp_vtrail_parse(const void *buf, size_t n, size_t ntensors, xfer_err *err);
+int xfer_tcp_hrec_parse(const void *buf, size_t n, const xfer_tcp_hrec *want, xfer_err *err);
 
 /* ---- p2p-ucx wire (xfer_ucx.c): the sender's hello, in host order, and
  * the receiver's pure check of it (built with or without UCX) ---- */

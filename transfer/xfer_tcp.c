@@ -3,38 +3,67 @@
  * Like Mooncake's p2p in Miles, the receiver registers its buffers once and
  * the sender writes into them; over TCP "writes into them" means one control
  * stream plus S data streams, each carrying a contiguous stripe of every
- * bucket with one header and one large sendmsg straight from the sender's
+ * chunk with one header and one large sendmsg straight from the sender's
  * tensors (no per-tensor round trip, no copy on the sender for host memory).
  *
- *   control  sender: hello + manifest text; receiver: status (manifest check)
- *            per version: sender: header; after the data, the xxh3-128 of
- *            every tensor (hashed while the streams send); receiver, at the
+ *   control  sender: hello ("SKXFER3": wire 3) + manifest text; receiver:
+ *            status (manifest check)
+ *            per version: sender: header; per chunk k, once it has hashed
+ *            it: the tree chunk hashes chunk k holds and the tree sums of
+ *            the tensors that end in it (xfer_tcp_hrec); receiver, at the
  *            end: status (OK, or its error message)
- *   data i   per bucket chunk: a stripe header, then the stripe's bytes
+ *   data i   per chunk: a stripe header, then the stripe's bytes
  *
- * Buckets follow the manifest (xfer_buckets) and travel in chunks of half a
- * bucket (a tensor larger than a bucket is cut the same way), so the two
- * staging slots together hold one bucket.  The receiver has two modes:
+ * Checksums are tree checksums (docs/tree-checksum.md: XXH3-64 per 256 KiB
+ * of a tensor, XXH3-128 over those).  Chunks are cut at tree-chunk
+ * boundaries inside tensors (xfer_chunks_cut with tree cuts), rather than
+ * carrying a hash state across chunks: every tree chunk then lies in one
+ * p2p chunk, so either side hashes a chunk from one buffer with many CPU
+ * threads or GPU blocks at once and compares it the moment the chunk is
+ * committed, with no state to hand from chunk to chunk or from thread to
+ * thread (a wire 3 receiver plans the same cuts; older receivers do not
+ * speak wire 3 anyway).  The cost: chunks up to 256 KiB shorter than half
+ * a bucket, and at least 512 KiB (the staging slots grow to that for tiny
+ * buckets).
+ *
+ * Sender: the streams send chunk k while the calling thread hashes chunk
+ * k+1 (host tensors: CPU threads over the tensors; CUDA tensors: the GPU
+ * kernels over the device bytes when they load, xfer_gpu_new, else CPU
+ * threads over the pinned slot the chunk was staged into) and sends its
+ * record.  Receiver: when every stream has landed chunk k, the calling
+ * thread hashes what arrived, reads the sender's record for chunk k and
+ * compares: a corrupt byte fails the version at its chunk, and what was
+ * placed so far is undone.
+ *
+ * Buckets follow the manifest (xfer_buckets) and travel in chunks of about
+ * half a bucket (a tensor larger than a bucket is cut the same way), so the
+ * two staging slots together hold one bucket.  The receiver has two modes:
  *   keep_previous (default): stripes land in one of the two staging slots
  *     (chunk k+1 arrives while chunk k is hashed); each stream copies its
- *     stripe into place, journaling the bytes it overwrites (once the
- *     receiver holds a version), so a failure puts the previous version
- *     back, in host and CUDA memory alike; peak extra memory: one bucket of
- *     staging plus the journals, whose memory is held to half a bucket in
- *     all (xfer_journal.c; beyond it they spill to a temporary file), so
- *     under two buckets.
+ *     stripe of host tensors into place, journaling the bytes it
+ *     overwrites (once the receiver holds a version), so a failure puts the
+ *     previous version back; the journals' memory is held to half a bucket
+ *     in all (xfer_journal.c; beyond it they spill to a temporary file).
  *   direct (keep_previous = 0): stripes are received straight into the
  *     registered buffers with recvmsg over the tensors' iovecs; zero copies,
  *     zero extra memory, but a failure leaves the buffers partly updated.
- * Either way every tensor is hashed as it is committed and compared with the
- * sender's checksum at the end of the version; any mismatch fails it.
  * CUDA memory on either side is staged through pinned host buffers.  A CUDA
- * receiver journals on the host too (xfer_journal_copy_device): each stream
- * reads the old bytes of its stripe back from the device, keeps the words
- * that change and then writes the stripe, so keep_previous costs one
- * device-to-host read of every byte per version plus the journal of what
- * changed; a failure in a later bucket writes the earlier ones back. */
+ * receiver with the GPU kernels copies each landed chunk from its slot to a
+ * device staging buffer and places it into the tensors with the device
+ * journal and the tree hash in one pass (xfer_djournal_copy_chunks: old
+ * words kept on the device up to cfg.device_journal_bytes, then in pinned
+ * host memory), so undo and xfer_rollback run on the device; the first
+ * version (nothing to keep) is placed by the streams and hashed on the GPU
+ * in place.  Without the kernels the streams place CUDA stripes through the
+ * host journal (xfer_journal_copy_device reads the old bytes back) and the
+ * chunk is hashed on CPU threads from the pinned slot.
+ *
+ * Stats: data_seconds the slowest stream's time on its socket, hash_seconds
+ * the calling thread's hashing, journal_seconds the journaling (the slowest
+ * stream's host journal, plus the device pass that copies, journals and
+ * hashes). */
 #include "transfer/xfer_sock.h"
+#include "transfer/xfer_gpu.h"
 
 #include <poll.h>
 #include <pthread.h>
@@ -44,24 +73,33 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include "transfer/xfer_hash.h"
 
 enum {
 	MAX_STREAMS = XFER_TCP_MAX_STREAMS,
-	PIECE = 256 << 10,    /* hash and copy in pieces that stay in cache */
 	KIND_CONTROL = XFER_TCP_CONTROL,
 	KIND_DATA = XFER_TCP_DATA,
+	TREE = XFER_TREE_CHUNK,
 };
 
-static const char HELLO_MAGIC[8] = "SKXFER2"; /* 2: chunks of half a bucket */
+static const char HELLO_MAGIC[8] = "SKXFER3"; /* 3: tree checksums per chunk; 2: one xxh3-128 per tensor */
+static const char HELLO_MAGIC_V2[8] = "SKXFER2";
+static const char OLD_RECEIVER_HINT[] = "no answer to the hello: a receiver of an older libskein "
+					"(p2p-tcp wire 2) drops a wire 3 sender so; upgrade it";
 
 /* The wire structs (xfer_int.h), in host order: both ends are one build. */
 typedef xfer_tcp_hello hello;
-typedef xfer_tcp_vtrail vtrail;
+typedef xfer_tcp_hrec hrec;
 typedef xfer_tcp_shead shead;
 
 _Static_assert(sizeof(hello) == XFER_TCP_HELLO_BYTES, "hello is 48 bytes on the wire");
 _Static_assert(sizeof(shead) == 40, "shead is 40 bytes on the wire");
+_Static_assert(sizeof(hrec) == 24, "a hash record header is 24 bytes on the wire");
+
+/* A tensor's bytes [a, b) of the byte space inside one chunk. */
+typedef struct {
+	size_t t;
+	uint64_t a, b;
+} piece;
 
 typedef struct {
 	int lfd, lfd_shared, ctl, nstreams, connected;
@@ -73,16 +111,34 @@ typedef struct {
 	uint64_t slot_bytes;
 	int slot_pinned, any_cuda, direct;
 	xfer_journal *j[MAX_STREAMS]; /* receiver: one per stream (stripes are disjoint) */
-	xfer_sum *sums;        /* the sender's checksums (trailer) */
-	xfer_sum *got;         /* receiver: checksums of what arrived */
+	/* the session's tree plan (plan_tree) */
+	uint64_t *tfirst;      /* per tensor: its first tree chunk among all (n+1) */
+	uint64_t *hfirst;      /* per chunk: its first tree chunk (nchunks+1) */
+	size_t *tend;          /* per chunk: tensors whose sums went with chunks before it (nchunks+1) */
+	uint64_t *hash;        /* this side's tree chunk hashes (tfirst[n]) */
+	uint64_t *peer;        /* receiver: the sender's */
+	xfer_sum *sums;        /* sender: its tree sums; receiver: the sender's */
+	piece *pc;             /* scratch: the pieces of one chunk */
+	size_t max_pieces;
+	const void **gsrc;     /* scratch: one chunk's pieces for the GPU */
+	void **gdst;
+	uint64_t *gn, *gout, **gto;
+	uint64_t max_hashes;   /* tree chunks in one chunk, at most */
+	/* CUDA tensors with the GPU kernels */
+	xfer_gpu *gpu;
+	void *stream;
+	xfer_djournal *dj;     /* receiver, keep_previous */
+	unsigned char *dstage; /* receiver, keep_previous: a landed chunk on the device */
+	uint64_t dstage_bytes;
 	/* per version */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	uint64_t slot_gen[2];  /* the chunk that may use slot k%2 now */
 	int *done;             /* per chunk: streams finished with it */
-	int failed;
+	int failed, dev_journaled;
 	xfer_err ferr;
 	uint64_t version;
+	double hashing, journaling, stream_s[MAX_STREAMS];
 	xfer_endpoint *ep;
 } tcp_state;
 
@@ -98,26 +154,130 @@ static int tcp_probe(char *why, size_t n)
 	return 0;
 }
 
-/* ---- chunks ---- */
-
-static int make_chunks(xfer_endpoint *ep, tcp_state *s, uint64_t bucket_bytes, xfer_err *err)
-{
-	if (xfer_chunks_make(ep, bucket_bytes, &s->chunks, &s->nchunks, err) != 0) return -1;
-	s->bucket_bytes = bucket_bytes;
-	return 0;
-}
+/* ---- chunks and the tree plan ---- */
 
 static void stripe_of(const tcp_state *s, size_t k, int i, uint64_t *a, uint64_t *b)
 {
 	xfer_stripe_of(s->chunks[k], s->nstreams, i, a, b);
 }
 
+/* The non-empty tensor pieces of chunk k, in order, into s->pc. */
+static size_t pieces_of(const xfer_endpoint *ep, const tcp_state *s, size_t k)
+{
+	uint64_t a = s->chunks[k].off, b = a + s->chunks[k].len;
+	size_t np = 0;
+	for (size_t t = xfer_tensor_at(ep, a); t < ep->m->n && ep->offsets[t] < b; t++) {
+		uint64_t lo = ep->offsets[t] > a ? ep->offsets[t] : a, hi = ep->offsets[t + 1] < b ? ep->offsets[t + 1] : b;
+		if (hi > lo) s->pc[np++] = (piece){ t, lo, hi };
+	}
+	return np;
+}
+
+static void free_plan(tcp_state *s)
+{
+	free(s->tfirst);
+	free(s->hfirst);
+	free(s->tend);
+	free(s->hash);
+	free(s->peer);
+	free(s->pc);
+	free(s->gsrc);
+	free(s->gdst);
+	free(s->gn);
+	free(s->gout);
+	free(s->gto);
+}
+
+/* Where chunk k's tree chunks and tensor sums lie among all, and the
+ * buffers that follow from the chunks (both ends compute the same). */
+static int plan_tree(xfer_endpoint *ep, tcp_state *s, xfer_err *err)
+{
+	const xfer_manifest *m = ep->m;
+	size_t n = m->n, nc = s->nchunks;
+	free_plan(s);
+	s->tfirst = calloc(n + 1, sizeof *s->tfirst);
+	s->hfirst = calloc(nc + 1, sizeof *s->hfirst);
+	s->tend = calloc(nc + 1, sizeof *s->tend);
+	if (!s->tfirst || !s->hfirst || !s->tend) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	for (size_t t = 0; t < n; t++) s->tfirst[t + 1] = s->tfirst[t] + xfer_tree_nchunks(m->t[t].nbytes);
+	uint64_t total = s->tfirst[n];
+	s->max_pieces = 1;
+	s->max_hashes = 1;
+	size_t t = 0;
+	for (size_t k = 0; k < nc; k++) {
+		uint64_t a = s->chunks[k].off, b = a + s->chunks[k].len;
+		size_t h = xfer_tensor_at(ep, a);
+		/* chunks start on a tree boundary of their first tensor */
+		s->hfirst[k] = h < n ? s->tfirst[h] + (a - ep->offsets[h] + TREE - 1) / TREE : total;
+		while (t < n && ep->offsets[t + 1] <= b) t++;
+		s->tend[k + 1] = k + 1 == nc ? n : t;
+		size_t np = 0;
+		for (size_t u = h; u < n && ep->offsets[u] < b; u++) np++;
+		if (np > s->max_pieces) s->max_pieces = np;
+	}
+	s->hfirst[nc] = total;
+	for (size_t k = 0; k < nc; k++)
+		if (s->hfirst[k + 1] - s->hfirst[k] > s->max_hashes) s->max_hashes = s->hfirst[k + 1] - s->hfirst[k];
+	s->hash = calloc(total + 1, sizeof *s->hash);
+	s->peer = calloc(total + 1, sizeof *s->peer);
+	s->pc = calloc(s->max_pieces, sizeof *s->pc);
+	s->gsrc = calloc(s->max_pieces, sizeof *s->gsrc);
+	s->gdst = calloc(s->max_pieces, sizeof *s->gdst);
+	s->gn = calloc(s->max_pieces, sizeof *s->gn);
+	s->gto = calloc(s->max_pieces, sizeof *s->gto);
+	s->gout = calloc(s->max_hashes, sizeof *s->gout);
+	if (!s->hash || !s->peer || !s->pc || !s->gsrc || !s->gdst || !s->gn || !s->gto || !s->gout)
+		return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	return 0;
+}
+
+static int make_chunks(xfer_endpoint *ep, tcp_state *s, uint64_t bucket_bytes, xfer_err *err)
+{
+	free(s->chunks);
+	if (xfer_chunks_cut(ep->m, ep->offsets, bucket_bytes, 1, &s->chunks, &s->nchunks, err) != 0) return -1;
+	s->bucket_bytes = bucket_bytes;
+	return plan_tree(ep, s, err);
+}
+
+/* The GPU's share of a chunk: the pieces gathered in s->gsrc/gn (and
+ * gdst), their hashes in s->gout, scattered to s->gto[i] afterwards. */
+static void gpu_scatter(tcp_state *s, size_t ng)
+{
+	const uint64_t *h = s->gout;
+	for (size_t i = 0; i < ng; i++) {
+		uint64_t c = xfer_tree_nchunks(s->gn[i]);
+		memcpy(s->gto[i], h, c * sizeof *h);
+		h += c;
+	}
+}
+
+/* The tree hashes of a piece's bytes at p (host memory) into s->hash. */
+static void cpu_hash(const xfer_endpoint *ep, tcp_state *s, const piece *p, const void *src)
+{
+	uint64_t *out = s->hash + s->tfirst[p->t] + (p->a - ep->offsets[p->t]) / TREE;
+	xfer_tree_chunk_hashes(src, p->b - p->a, out, xfer_tree_threads(ep->cfg.threads));
+}
+
+static uint64_t *hash_of(const xfer_endpoint *ep, const tcp_state *s, const piece *p)
+{
+	return s->hash + s->tfirst[p->t] + (p->a - ep->offsets[p->t]) / TREE;
+}
+
 /* ---- what a receiver checks, pure (tests/fuzz/fuzz_p2p.c feeds them) ---- */
+
+int xfer_tcp_hello_is_v2(const void *buf, size_t n)
+{
+	return n >= 8 && memcmp(buf, HELLO_MAGIC_V2, 8) == 0;
+}
 
 int xfer_tcp_hello_parse(const void *buf, size_t n, xfer_tcp_hello *h, xfer_err *err)
 {
 	if (n != sizeof *h) return xfer_fail(err, XFER_EFORMAT, "a hello of %zu bytes", n);
 	memcpy(h, buf, sizeof *h);
+	if (xfer_tcp_hello_is_v2(buf, n))
+		return xfer_fail(err, XFER_EFORMAT, "the sender speaks p2p-tcp wire 2 (an older libskein: one "
+				 "xxh3-128 per tensor after the data); this receiver speaks wire 3 (tree checksums "
+				 "checked chunk by chunk): upgrade the sender's libskein");
 	if (memcmp(h->magic, HELLO_MAGIC, 8) != 0 || (h->kind != KIND_CONTROL && h->kind != KIND_DATA))
 		return xfer_fail(err, XFER_EFORMAT, "not a skein p2p sender's hello");
 	if (h->kind == KIND_CONTROL && (h->nstreams < 1 || h->nstreams > MAX_STREAMS ||
@@ -146,13 +306,17 @@ int xfer_tcp_shead_parse(const void *buf, size_t n, const xfer_tcp_shead *want, 
 	return 0;
 }
 
-int xfer_tcp_vtrail_parse(const void *buf, size_t n, size_t ntensors, xfer_err *err)
+int xfer_tcp_hrec_parse(const void *buf, size_t n, const xfer_tcp_hrec *want, xfer_err *err)
 {
-	vtrail t;
-	if (n != sizeof t) return xfer_fail(err, XFER_EFORMAT, "malformed checksum trailer");
-	memcpy(&t, buf, sizeof t);
-	if (memcmp(t.magic, "SKT1", 4) != 0 || t.ntensors != ntensors)
-		return xfer_fail(err, XFER_EFORMAT, "malformed checksum trailer");
+	hrec h;
+	if (n != sizeof h) return xfer_fail(err, XFER_EFORMAT, "a hash record header of %zu bytes", n);
+	memcpy(&h, buf, sizeof h);
+	if (memcmp(h.magic, "SKH1", 4) != 0 || h.chunk != want->chunk || h.nhash != want->nhash ||
+	    h.ntops != want->ntops)
+		return xfer_fail(err, XFER_EFORMAT, "unexpected hash record (chunk %llu: %llu hashes, %u sums; "
+				 "chunk %llu has %llu and %u)", (unsigned long long)h.chunk,
+				 (unsigned long long)h.nhash, h.ntops, (unsigned long long)want->chunk,
+				 (unsigned long long)want->nhash, want->ntops);
 	return 0;
 }
 
@@ -198,25 +362,34 @@ static void fail_version(tcp_state *s, const xfer_err *e)
 	pthread_mutex_unlock(&s->mu);
 }
 
-static int alloc_slots(tcp_state *s, xfer_err *err)
+/* The two staging slots (the longest chunk each; pinned for CUDA) and,
+ * for a CUDA receiver that journals on the device, the device staging. */
+static int alloc_slots(tcp_state *s, int dstage, xfer_err *err)
 {
-	uint64_t want = xfer_chunk_piece(s->bucket_bytes);
+	uint64_t want = 0;
+	for (size_t k = 0; k < s->nchunks; k++)
+		if (s->chunks[k].len > want) want = s->chunks[k].len;
+	const xfer_cuda_api *cu = s->any_cuda ? xfer_cuda(NULL, 0) : NULL;
+	if (dstage && s->dstage_bytes < want + 8) {
+		if (s->dstage) cu->Free(s->dstage);
+		s->dstage = NULL;
+		s->dstage_bytes = 0;
+		if (xfer_cuda_check(cu, cu->Malloc((void **)&s->dstage, want + 8), "cudaMalloc (device staging)", err) != 0)
+			return -1;
+		s->dstage_bytes = want + 8; /* + the shift that aligns it with the tensors (commit_device) */
+	}
 	if (s->slot[0] && s->slot_bytes >= want) return 0;
-	const xfer_cuda_api *cu = s->slot_pinned ? xfer_cuda(NULL, 0) : NULL;
 	for (int i = 0; i < 2; i++) {
 		if (s->slot[i]) {
-			if (cu) cu->FreeHost(s->slot[i]);
+			if (s->slot_pinned) cu->FreeHost(s->slot[i]);
 			else free(s->slot[i]);
 			s->slot[i] = NULL;
 		}
 	}
 	s->slot_pinned = 0;
 	if (s->any_cuda) {
-		char why[256];
-		cu = xfer_cuda(why, sizeof why);
-		if (!cu) return xfer_fail(err, XFER_EUNAVAIL, "CUDA tensors but %s", why);
 		for (int i = 0; i < 2; i++)
-			if (xfer_cuda_check(cu, cu->MallocHost((void **)&s->slot[i], want), "cudaMallocHost", err) != 0)
+			if (xfer_cuda_check(cu, cu->MallocHost((void **)&s->slot[i], want ? want : 1), "cudaMallocHost", err) != 0)
 				return -1;
 		s->slot_pinned = 1;
 	} else {
@@ -227,6 +400,33 @@ static int alloc_slots(tcp_state *s, xfer_err *err)
 	}
 	s->slot_bytes = want;
 	return 0;
+}
+
+/* The GPU kernels on the device of the CUDA tensors (one device), or a
+ * note saying why the CPU hashes them. */
+static void setup_gpu(xfer_endpoint *ep, tcp_state *s)
+{
+	const xfer_manifest *m = ep->m;
+	int dev = -1;
+	for (size_t i = 0; i < m->n; i++) {
+		if (m->t[i].mem != XFER_MEM_CUDA) continue;
+		if (dev >= 0 && m->t[i].device != dev) {
+			snprintf(ep->note, sizeof ep->note, "p2p-tcp: CUDA tensors on several devices: hashed on CPU threads");
+			return;
+		}
+		dev = m->t[i].device;
+	}
+	xfer_err ge = { 0 };
+	if (!(s->gpu = xfer_gpu_new(dev, &ge))) {
+		snprintf(ep->note, sizeof ep->note, "p2p-tcp: %s; CPU threads hash", ge.msg);
+		return;
+	}
+	const xfer_cuda_api *cu = s->gpu->cu;
+	if (cu->StreamCreate(&s->stream) != 0) {
+		snprintf(ep->note, sizeof ep->note, "p2p-tcp: cudaStreamCreate failed; CPU threads hash");
+		xfer_gpu_free(&s->gpu);
+		s->stream = NULL;
+	}
 }
 
 static int tcp_setup(xfer_endpoint *ep, xfer_err *err)
@@ -246,12 +446,14 @@ static int tcp_setup(xfer_endpoint *ep, xfer_err *err)
 		char why[256];
 		if (!xfer_cuda(why, sizeof why))
 			return xfer_fail(err, XFER_EUNAVAIL, "the manifest has CUDA tensors but %s", why);
+		setup_gpu(ep, s);
 	}
 	s->sums = calloc(ep->m->n + 1, sizeof *s->sums);
-	s->got = calloc(ep->m->n + 1, sizeof *s->got);
-	if (!s->sums || !s->got) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	if (!s->sums) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	if (ep->cfg.role == XFER_RECEIVER) {
 		s->direct = !ep->cfg.keep_previous && !s->any_cuda;
+		if (s->gpu && ep->cfg.keep_previous && !(s->dj = xfer_djournal_new(s->gpu, ep->cfg.device_journal_bytes, err)))
+			return -1;
 		if (ep->shared_lfd >= 0) {
 			s->lfd = ep->shared_lfd; /* the p2p chooser's */
 			s->lfd_shared = 1;
@@ -272,16 +474,20 @@ static void tcp_teardown(xfer_endpoint *ep)
 	if (!s) return;
 	close_session(s);
 	if (s->lfd >= 0 && !s->lfd_shared) close(s->lfd);
-	const xfer_cuda_api *cu = s->slot_pinned ? xfer_cuda(NULL, 0) : NULL;
+	const xfer_cuda_api *cu = s->any_cuda ? xfer_cuda(NULL, 0) : NULL;
 	for (int i = 0; i < 2; i++) {
 		if (!s->slot[i]) continue;
-		if (cu) cu->FreeHost(s->slot[i]);
+		if (s->slot_pinned) cu->FreeHost(s->slot[i]);
 		else free(s->slot[i]);
 	}
+	if (s->dstage) cu->Free(s->dstage);
+	xfer_djournal_free(&s->dj);
+	if (s->stream) cu->StreamDestroy(s->stream);
+	xfer_gpu_free(&s->gpu);
 	for (int i = 0; i < MAX_STREAMS; i++) xfer_journal_free(&s->j[i]);
 	free(s->chunks);
+	free_plan(s);
 	free(s->sums);
-	free(s->got);
 	free(s->done);
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv);
@@ -317,7 +523,7 @@ static int sender_connect(xfer_endpoint *ep, tcp_state *s, xfer_err *err)
 	s->ctl = xfer_sock_connect(ep->cfg.p2p.host, ep->cfg.p2p.port, to, err);
 	if (s->ctl < 0) goto err;
 	struct iovec v[2] = { { &h, sizeof h }, { desc, dlen } };
-	if (xfer_sock_sendv(s->ctl, v, 2, "hello", "receiver", to, err) != 0) goto err;
+	if (xfer_sock_sendv(s->ctl, v, 2, "hello", "receiver", to, err) != 0) goto old;
 	for (int i = 0; i < s->nstreams; i++) {
 		hello d = h;
 		d.kind = KIND_DATA;
@@ -325,12 +531,19 @@ static int sender_connect(xfer_endpoint *ep, tcp_state *s, xfer_err *err)
 		d.manifest_len = 0;
 		s->data[i] = xfer_sock_connect(ep->cfg.p2p.host, ep->cfg.p2p.port, to, err);
 		if (s->data[i] < 0) goto err;
-		if (xfer_sock_send(s->data[i], &d, sizeof d, "hello", "receiver", to, err) != 0) goto err;
+		if (xfer_sock_send(s->data[i], &d, sizeof d, "hello", "receiver", to, err) != 0) goto old;
 	}
-	if (xfer_sock_recv_status(s->ctl, "receiver", to, err) != 0) goto err;
+	if (xfer_sock_recv_status(s->ctl, "receiver", to, err) != 0) goto old;
 	free(desc);
 	s->connected = 1;
 	return 0;
+old:
+	/* a receiver that closed without a status may be of an older wire */
+	if (!strstr(err->msg, "reported") && err->code != XFER_ETIMEOUT) {
+		char m[sizeof err->msg];
+		snprintf(m, sizeof m, "%s (%s)", err->msg, OLD_RECEIVER_HINT);
+		memcpy(err->msg, m, sizeof m);
+	}
 err:
 	free(desc);
 	close_session(s);
@@ -383,11 +596,13 @@ static void *send_worker(void *arg)
 			n = 1;
 		}
 		struct iovec hv = { &h, sizeof h };
+		double t0 = xfer_now();
 		if (xfer_sock_sendv(fd, &hv, 1, "stripe header", "receiver", to, &e) != 0 ||
 		    xfer_sock_sendv(fd, iov, n, "stripe", "receiver", to, &e) != 0) {
 			xfer_err_prefix(&e, "stream %d, chunk %zu", w->idx, k);
 			goto fail;
 		}
+		s->stream_s[w->idx] += xfer_now() - t0;
 		free(tmp);
 		tmp = NULL;
 		pthread_mutex_lock(&s->mu);
@@ -435,70 +650,116 @@ static int begin_version(tcp_state *s, uint64_t v, xfer_err *err)
 	s->version = v;
 	s->slot_gen[0] = 0;
 	s->slot_gen[1] = 1;
+	s->hashing = s->journaling = 0;
+	memset(s->stream_s, 0, sizeof s->stream_s);
+	if (s->gpu && s->gpu->cu->SetDevice(s->gpu->device) != 0)
+		return xfer_fail(err, XFER_EIO, "cudaSetDevice(%d) failed", s->gpu->device);
 	return 0;
+}
+
+static double slowest_stream(const tcp_state *s)
+{
+	double m = 0;
+	for (int i = 0; i < s->nstreams; i++)
+		if (s->stream_s[i] > m) m = s->stream_s[i];
+	return m;
+}
+
+/* Copies chunk k's bytes into slot k%2 (a sender with CUDA tensors). */
+static int stage_chunk(xfer_endpoint *ep, tcp_state *s, size_t k, size_t np, xfer_err *err)
+{
+	const xfer_cuda_api *cu = xfer_cuda(NULL, 0);
+	for (size_t i = 0; i < np; i++) {
+		const piece *p = &s->pc[i];
+		const xfer_tensor *x = &ep->m->t[p->t];
+		if (xfer_cuda_copy(cu, s->slot[k % 2] + (p->a - s->chunks[k].off), XFER_MEM_HOST,
+				   (const char *)x->ptr + (p->a - ep->offsets[p->t]), x->mem, p->b - p->a, err) != 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* The sender's tree hashes of chunk k (its np pieces in s->pc), then the
+ * sums of the tensors that end in it: host tensors on CPU threads, CUDA
+ * tensors on the GPU, else on CPU threads from the staged slot. */
+static int sender_hash(xfer_endpoint *ep, tcp_state *s, size_t k, size_t np, xfer_err *err)
+{
+	const xfer_manifest *m = ep->m;
+	double t0 = xfer_now();
+	size_t ng = 0;
+	for (size_t i = 0; i < np; i++) {
+		const piece *p = &s->pc[i];
+		const xfer_tensor *x = &m->t[p->t];
+		const char *src = (const char *)x->ptr + (p->a - ep->offsets[p->t]);
+		if (x->mem == XFER_MEM_CUDA && s->gpu) {
+			s->gsrc[ng] = src;
+			s->gn[ng] = p->b - p->a;
+			s->gto[ng++] = hash_of(ep, s, p);
+		} else {
+			cpu_hash(ep, s, p, x->mem == XFER_MEM_CUDA ? (const char *)s->slot[k % 2] + (p->a - s->chunks[k].off) : src);
+		}
+	}
+	if (ng) {
+		if (xfer_gpu_chunk_hashes(s->gpu, s->stream, s->gsrc, s->gn, ng, s->gout, err) != 0) return -1;
+		gpu_scatter(s, ng);
+	}
+	for (size_t t = s->tend[k]; t < s->tend[k + 1]; t++)
+		s->sums[t] = xfer_tree_top(s->hash + s->tfirst[t], s->tfirst[t + 1] - s->tfirst[t], m->t[t].nbytes);
+	s->hashing += xfer_now() - t0;
+	return 0;
+}
+
+static int send_record(xfer_endpoint *ep, tcp_state *s, size_t k, xfer_err *err)
+{
+	hrec r = { .ntops = (uint32_t)(s->tend[k + 1] - s->tend[k]), .chunk = k,
+		   .nhash = s->hfirst[k + 1] - s->hfirst[k] };
+	memcpy(r.magic, "SKH1", 4);
+	struct iovec v[3] = { { &r, sizeof r },
+			      { s->hash + s->hfirst[k], r.nhash * sizeof *s->hash },
+			      { s->sums + s->tend[k], r.ntops * sizeof *s->sums } };
+	return xfer_sock_sendv(s->ctl, v, 3, "chunk hashes", "receiver", ep->cfg.timeout_ms, err);
 }
 
 static int tcp_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 {
 	tcp_state *s = ep->impl;
-	const xfer_manifest *m = ep->m;
 	int to = ep->cfg.timeout_ms, started = 0;
 	pthread_t th[MAX_STREAMS];
 	worker w[MAX_STREAMS];
-	const xfer_cuda_api *cu = s->any_cuda ? xfer_cuda(NULL, 0) : NULL;
 	if (!s->connected && sender_connect(ep, s, err) != 0) return -1;
-	if (s->any_cuda && alloc_slots(s, err) != 0) goto err;
+	if (s->any_cuda && alloc_slots(s, 0, err) != 0) goto err;
 	if (begin_version(s, v, err) != 0) goto err;
-	if (cu) s->slot_gen[0] = s->slot_gen[1] = UINT64_MAX; /* staged below */
+	if (s->any_cuda) s->slot_gen[0] = s->slot_gen[1] = UINT64_MAX; /* staged below */
 	if (xfer_sock_send_vhead(s->ctl, ep, v, err) != 0) goto err;
 	if (run_workers(s, send_worker, th, w, &started, err) != 0) goto join;
-	if (!cu) {
-		/* Hash host tensors while the streams send them. */
-		for (size_t i = 0; i < m->n && !s->failed; i++) s->sums[i] = xfer_checksum(m->t[i].ptr, m->t[i].nbytes);
-	} else {
-		/* Stage device chunks into the two pinned slots ahead of the streams,
-		 * hashing each piece once it is in host memory. */
-		size_t cur = 0;
-		XXH3_state_t *st = XXH3_createState();
-		if (!st) {
-			xfer_err e;
-			xfer_fail(&e, XFER_ENOMEM, "out of memory");
-			fail_version(s, &e);
-		} else {
-			XXH3_128bits_reset(st);
-		}
-		for (size_t k = 0; st && k < s->nchunks; k++) {
+	/* The streams send chunk k while this thread stages (CUDA) and hashes
+	 * chunk k+1 and sends its record. */
+	for (size_t k = 0; k < s->nchunks && !s->failed; k++) {
+		xfer_err e;
+		size_t np = pieces_of(ep, s, k);
+		if (s->any_cuda) {
 			pthread_mutex_lock(&s->mu);
 			while (k >= 2 && s->done[k - 2] < s->nstreams && !s->failed) pthread_cond_wait(&s->cv, &s->mu);
 			pthread_mutex_unlock(&s->mu);
 			if (s->failed) break;
-			xfer_err e;
-			uint64_t a = s->chunks[k].off, b = a + s->chunks[k].len;
-			for (; cur < m->n; cur++) {
-				uint64_t end = ep->offsets[cur + 1], hi = end < b ? end : b;
-				unsigned char *dst = s->slot[k % 2] + (a - s->chunks[k].off);
-				if (hi > a && xfer_cuda_copy(cu, dst, XFER_MEM_HOST, (char *)m->t[cur].ptr + (a - ep->offsets[cur]),
-							     m->t[cur].mem, hi - a, &e) != 0) {
-					fail_version(s, &e);
-					break;
-				}
-				XXH3_128bits_update(st, dst, hi - a);
-				a = hi;
-				if (end > b) break;
-				XXH128_hash_t d = XXH3_128bits_digest(st);
-				s->sums[cur] = (xfer_sum){ d.low64, d.high64 };
-				XXH3_128bits_reset(st);
+			if (stage_chunk(ep, s, k, np, &e) != 0) {
+				fail_version(s, &e);
+				break;
 			}
 			pthread_mutex_lock(&s->mu);
 			s->slot_gen[k % 2] = k;
 			pthread_cond_broadcast(&s->cv);
 			pthread_mutex_unlock(&s->mu);
 		}
-		for (; st && cur < m->n; cur++) s->sums[cur] = xfer_checksum("", 0); /* empty tensors at the end */
-		if (st) XXH3_freeState(st);
+		if (sender_hash(ep, s, k, np, &e) != 0 || send_record(ep, s, k, &e) != 0) {
+			fail_version(s, &e);
+			break;
+		}
 	}
 join:
 	for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+	ep->stats.hash_seconds = s->hashing;
+	ep->stats.data_seconds = slowest_stream(s);
 	if (s->failed) {
 		/* The receiver may have said why (a checksum, its own watchdog);
 		 * one that stopped answering has nothing to say. */
@@ -511,12 +772,8 @@ join:
 			*err = s->ferr;
 		goto err;
 	}
-	vtrail tr = { .ntensors = (uint32_t)m->n };
-	memcpy(tr.magic, "SKT1", 4);
-	struct iovec tv[2] = { { &tr, sizeof tr }, { s->sums, m->n * sizeof *s->sums } };
-	if (xfer_sock_sendv(s->ctl, tv, 2, "checksums", "receiver", to, err) != 0) goto err;
 	if (xfer_sock_recv_status(s->ctl, "receiver", to, err) != 0) goto err;
-	ep->stats.bytes_moved = m->bytes;
+	ep->stats.bytes_moved = ep->m->bytes;
 	ep->stats.staging_peak = s->any_cuda ? 2 * s->slot_bytes : 0;
 	return 0;
 err:
@@ -525,6 +782,21 @@ err:
 }
 
 /* ---- receiver ---- */
+
+/* An older sender (wire 2) waits for our status after its manifest: read
+ * the manifest (as long as it claims to be) and answer with err. */
+static void answer_old_sender(tcp_state *s, const unsigned char *raw, int to, const xfer_err *err)
+{
+	hello h;
+	memcpy(&h, raw, sizeof h);
+	char buf[4096];
+	for (uint64_t left = h.manifest_len <= XFER_P2P_MANIFEST_MAX ? h.manifest_len : 0; left;) {
+		size_t k = left < sizeof buf ? (size_t)left : sizeof buf;
+		if (xfer_sock_recv(s->ctl, buf, k, "manifest", "sender", to, NULL) != 0) return;
+		left -= k;
+	}
+	xfer_sock_send_status(s->ctl, err, to, NULL);
+}
 
 static int receiver_accept(xfer_endpoint *ep, tcp_state *s, int wait_ms, xfer_err *err)
 {
@@ -541,6 +813,10 @@ static int receiver_accept(xfer_endpoint *ep, tcp_state *s, int wait_ms, xfer_er
 	unsigned char raw[sizeof h];
 	if (xfer_sock_recv(s->ctl, raw, sizeof raw, "hello", "sender", to, err) != 0) goto err;
 	if (xfer_tcp_hello_parse(raw, sizeof raw, &h, err) != 0 || h.kind != KIND_CONTROL) {
+		if (xfer_tcp_hello_is_v2(raw, sizeof raw)) {
+			answer_old_sender(s, raw, to, err);
+			goto err;
+		}
 		xfer_fail(err, XFER_EFORMAT, "the first connection is not a skein p2p sender's control stream");
 		goto err;
 	}
@@ -568,10 +844,12 @@ static int receiver_accept(xfer_endpoint *ep, tcp_state *s, int wait_ms, xfer_er
 	}
 	xfer_err st = { 0 };
 	free(s->chunks);
-	if (xfer_chunk_plan(ep->m, ep->offsets, h.bucket_bytes, desc, h.manifest_len, &s->chunks, &s->nchunks, &st) ==
-	    0) {
+	s->chunks = NULL;
+	if (xfer_chunk_plan_cut(ep->m, ep->offsets, h.bucket_bytes, 1, desc, h.manifest_len, &s->chunks, &s->nchunks,
+				&st) == 0 &&
+	    plan_tree(ep, s, &st) == 0) {
 		s->bucket_bytes = h.bucket_bytes;
-		if (s->direct || alloc_slots(s, &st) == 0) st.code = XFER_OK;
+		if (s->direct || alloc_slots(s, s->dj != NULL, &st) == 0) st.code = XFER_OK;
 	}
 	if (st.code != XFER_OK) xfer_err_prefix(&st, "sender's manifest vs receiver's");
 	if (xfer_sock_send_status(s->ctl, &st, to, err) != 0) goto err;
@@ -589,6 +867,26 @@ err:
 	return -1;
 }
 
+/* Whether this version's CUDA pieces go in at commit, through the device
+ * journal (else the streams place them). */
+static int device_commit(const xfer_endpoint *ep, const tcp_state *s)
+{
+	return s->dj && ep->stats.version && !s->direct;
+}
+
+/* A stream's stripe [a, b) from the slot into the host tensors only (the
+ * CUDA ones go in at commit, device_commit). */
+static int place_host(const xfer_endpoint *ep, const unsigned char *slot, uint64_t off, uint64_t a, uint64_t b,
+		      xfer_journal *j, xfer_err *err)
+{
+	for (size_t t = xfer_tensor_at(ep, a); t < ep->m->n && ep->offsets[t] < b; t++) {
+		uint64_t lo = ep->offsets[t] > a ? ep->offsets[t] : a, hi = ep->offsets[t + 1] < b ? ep->offsets[t + 1] : b;
+		if (hi > lo && ep->m->t[t].mem != XFER_MEM_CUDA && xfer_place_stripe(ep, slot, off, lo, hi, j, err) != 0)
+			return -1;
+	}
+	return 0;
+}
+
 static void *recv_worker(void *arg)
 {
 	worker *w = arg;
@@ -596,6 +894,8 @@ static void *recv_worker(void *arg)
 	xfer_endpoint *ep = s->ep;
 	struct iovec *iov = NULL;
 	int cap = 0, n = 0, to = ep->cfg.timeout_ms, fd = s->data[w->idx];
+	int dev = device_commit(ep, s);
+	xfer_journal *j = ep->stats.version ? s->j[w->idx] : NULL;
 	xfer_err e = { 0 };
 	for (size_t k = 0; k < s->nchunks; k++) {
 		uint64_t a, b;
@@ -608,17 +908,22 @@ static void *recv_worker(void *arg)
 			if (s->failed) goto out;
 		}
 		shead want = { .stream = (uint32_t)w->idx, .version = s->version, .chunk = k, .off = a, .len = b - a };
+		double t0 = xfer_now();
 		if (xfer_sock_recv(fd, &h, sizeof h, "stripe header", "sender", to, &e) != 0 ||
 		    xfer_tcp_shead_parse(&h, sizeof h, &want, &e) != 0)
 			goto fail;
+		unsigned char *slot = s->slot[k % 2];
 		if (s->direct) {
 			if (xfer_tensor_iov(ep, a, b, &iov, &cap, &n, &e) != 0) goto fail;
 			if (xfer_sock_recvv(fd, iov, n, "stripe", "sender", to, &e) != 0) goto fail;
-		} else if (xfer_sock_recv(fd, s->slot[k % 2] + (a - s->chunks[k].off), b - a, "stripe", "sender", to,
-					  &e) != 0 ||
-			   xfer_place_stripe(ep, s->slot[k % 2], s->chunks[k].off, a, b,
-					     ep->stats.version ? s->j[w->idx] : NULL, &e) != 0) {
-			goto fail;
+			s->stream_s[w->idx] += xfer_now() - t0;
+		} else {
+			if (xfer_sock_recv(fd, slot + (a - s->chunks[k].off), b - a, "stripe", "sender", to, &e) != 0)
+				goto fail;
+			s->stream_s[w->idx] += xfer_now() - t0;
+			if ((dev ? place_host(ep, slot, s->chunks[k].off, a, b, j, &e)
+				 : xfer_place_stripe(ep, slot, s->chunks[k].off, a, b, j, &e)) != 0)
+				goto fail;
 		}
 		pthread_mutex_lock(&s->mu);
 		s->done[k]++;
@@ -634,41 +939,155 @@ out:
 	return NULL;
 }
 
-/* Hashes chunk k (the staging slot, or the buffers when direct) once every
- * stream has placed its stripe; a tensor's digest is kept when its last byte
- * is in, and compared with the sender's at the end of the version. */
-static int commit_chunk(xfer_endpoint *ep, tcp_state *s, size_t k, XXH3_state_t *st, size_t *cur,
-			xfer_err *err)
+/* Chunk k's CUDA pieces, gathered in s->gdst/gsrc/gn/gto (ng of them, the
+ * sources in slot k%2 at first..), go from the slot to the device staging
+ * and into the tensors through the device journal, hashed in the same pass
+ * (xfer_djournal_copy_chunks); a piece whose tensor and staging differ in
+ * alignment mod 8 takes the journal copy, then the GPU hash. */
+static int commit_device(xfer_endpoint *ep, tcp_state *s, size_t k, size_t ng, uint64_t first, xfer_err *err)
+{
+	const xfer_cuda_api *cu = s->gpu->cu;
+	uint64_t a = s->chunks[k].off, len = s->chunks[k].len - (first - a);
+	/* the staging starts where its first byte lines up with the first
+	 * tensor's mod 8: tensors laid out alike line up all */
+	unsigned shift = (unsigned)((uintptr_t)s->gdst[0] & 7);
+	unsigned char *base = s->dstage + shift;
+	for (size_t i = 0; i < ng; i++) s->gsrc[i] = base + ((const unsigned char *)s->gsrc[i] - (s->slot[k % 2] + (first - a)));
+	if (xfer_cuda_check(cu, cu->MemcpyAsync(base, s->slot[k % 2] + (first - a), len, XFER_CUDA_H2D, s->stream),
+			    "cudaMemcpyAsync (to the device staging)", err) != 0)
+		return -1;
+	double t0 = xfer_now();
+	int rc = xfer_djournal_copy_chunks(s->dj, s->stream, s->gdst, s->gsrc, s->gn, ng, s->gout, err);
+	s->dev_journaled = 1;
+	if (rc == 1) {
+		rc = xfer_djournal_copy(s->dj, s->stream, s->gdst, s->gsrc, s->gn, ng, err);
+		double t1 = xfer_now();
+		s->journaling += t1 - t0;
+		if (rc == 0) rc = xfer_gpu_chunk_hashes(s->gpu, s->stream, s->gsrc, s->gn, ng, s->gout, err);
+		s->hashing += xfer_now() - t1;
+	} else {
+		s->journaling += xfer_now() - t0; /* copy, journal and hash in one pass */
+	}
+	if (rc != 0) return -1;
+	gpu_scatter(s, ng);
+	return 0;
+}
+
+/* Hashes chunk k once every stream has landed it: host pieces on CPU
+ * threads from the slot (or the tensors when direct); CUDA pieces through
+ * the device journal (commit_device) or, placed by the streams, on the GPU
+ * in place; without the kernels on CPU threads from the pinned slot. */
+static int commit_chunk(xfer_endpoint *ep, tcp_state *s, size_t k, xfer_err *err)
 {
 	const xfer_manifest *m = ep->m;
-	(void)err;
-	uint64_t a = s->chunks[k].off, b = a + s->chunks[k].len;
-	while (*cur < m->n) {
-		size_t t = *cur;
-		const xfer_tensor *x = &m->t[t];
-		uint64_t lo = ep->offsets[t], end = ep->offsets[t + 1], hi = end < b ? end : b;
-		if (hi > a)
-			XXH3_128bits_update(st, s->direct ? (const unsigned char *)x->ptr + (a - lo)
-							  : s->slot[k % 2] + (a - s->chunks[k].off),
-					    hi - a);
-		if (end > b) break; /* the tensor goes on in the next chunk */
-		a = end;
-		XXH128_hash_t h = XXH3_128bits_digest(st);
-		s->got[t] = (xfer_sum){ h.low64, h.high64 };
-		XXH3_128bits_reset(st);
-		(*cur)++;
+	size_t np = pieces_of(ep, s, k), ng = 0;
+	uint64_t off = s->chunks[k].off, first = 0;
+	int dev = device_commit(ep, s);
+	double t0 = xfer_now();
+	for (size_t i = 0; i < np; i++) {
+		const piece *p = &s->pc[i];
+		const xfer_tensor *x = &m->t[p->t];
+		unsigned char *dst = (unsigned char *)x->ptr + (p->a - ep->offsets[p->t]);
+		const unsigned char *landed = s->direct ? dst : s->slot[k % 2] + (p->a - off);
+		if (x->mem != XFER_MEM_CUDA || !s->gpu) {
+			cpu_hash(ep, s, p, landed);
+			continue;
+		}
+		if (!ng) first = p->a;
+		s->gdst[ng] = dst;
+		s->gsrc[ng] = dev ? landed : dst;
+		s->gn[ng] = p->b - p->a;
+		s->gto[ng++] = hash_of(ep, s, p);
+	}
+	s->hashing += xfer_now() - t0;
+	if (ng && dev) return commit_device(ep, s, k, ng, first, err);
+	if (ng) {
+		t0 = xfer_now();
+		int rc = xfer_gpu_chunk_hashes(s->gpu, s->stream, s->gsrc, s->gn, ng, s->gout, err);
+		s->hashing += xfer_now() - t0;
+		if (rc != 0) return -1;
+		gpu_scatter(s, ng);
 	}
 	return 0;
+}
+
+/* The sender's record for chunk k against what landed: the first tree
+ * chunk that differs names its tensor and bytes; then the tensor sums. */
+static int check_chunk(xfer_endpoint *ep, tcp_state *s, size_t k, xfer_err *err)
+{
+	const xfer_manifest *m = ep->m;
+	int to = ep->cfg.timeout_ms;
+	hrec want = { .ntops = (uint32_t)(s->tend[k + 1] - s->tend[k]), .chunk = k,
+		      .nhash = s->hfirst[k + 1] - s->hfirst[k] }, r;
+	if (xfer_sock_recv(s->ctl, &r, sizeof r, "chunk hashes", "sender", to, err) != 0 ||
+	    xfer_tcp_hrec_parse(&r, sizeof r, &want, err) != 0)
+		return -1;
+	struct iovec v[2] = { { s->peer + s->hfirst[k], want.nhash * sizeof *s->peer },
+			      { s->sums + s->tend[k], want.ntops * sizeof *s->sums } };
+	if (xfer_sock_recvv(s->ctl, v, 2, "chunk hashes", "sender", to, err) != 0) return -1;
+	for (uint64_t g = s->hfirst[k]; g < s->hfirst[k + 1]; g++) {
+		if (s->hash[g] == s->peer[g]) continue;
+		size_t lo = 0, hi = m->n; /* the tensor of tree chunk g */
+		while (lo < hi) {
+			size_t mid = (lo + hi) / 2;
+			if (s->tfirst[mid + 1] <= g) lo = mid + 1;
+			else hi = mid;
+		}
+		uint64_t at = (g - s->tfirst[lo]) * TREE, end = at + TREE < m->t[lo].nbytes ? at + TREE : m->t[lo].nbytes;
+		return xfer_fail(err, XFER_ECHECKSUM, "version %llu tensor %s: checksum mismatch in its bytes %llu..%llu "
+				 "(chunk %zu of %zu)", (unsigned long long)s->version, m->t[lo].name,
+				 (unsigned long long)at, (unsigned long long)end, k, s->nchunks);
+	}
+	for (size_t t = s->tend[k]; t < s->tend[k + 1]; t++) {
+		xfer_sum mine = xfer_tree_top(s->hash + s->tfirst[t], s->tfirst[t + 1] - s->tfirst[t], m->t[t].nbytes);
+		if (!xfer_sum_equal(mine, s->sums[t]))
+			return xfer_fail(err, XFER_ECHECKSUM, "version %llu tensor %s: checksum mismatch on arrival "
+					 "(its tree sum, chunk %zu of %zu)", (unsigned long long)s->version, m->t[t].name,
+					 k, s->nchunks);
+	}
+	return 0;
+}
+
+/* After a failed version: the host journals and the device journal put
+ * the previous version back (or say there was none). */
+static void undo_version(xfer_endpoint *ep, tcp_state *s, xfer_err *err)
+{
+	char before[sizeof err->msg];
+	memcpy(before, err->msg, sizeof before);
+	xfer_stripe_journals_undo(ep, s->j, MAX_STREAMS, err);
+	if (s->dev_journaled) {
+		double u0 = xfer_now();
+		xfer_err u;
+		if (xfer_djournal_undo(s->dj, s->stream, &u) != 0)
+			xfer_err_prefix(err, "AND THE DEVICE UNDO FAILED (%s)", u.msg);
+		ep->stats.undo_seconds += xfer_now() - u0;
+	}
+	/* nothing said: every journal replayed (a first version has none) */
+	if (ep->stats.version && s->j[0] && !strcmp(before, err->msg))
+		xfer_err_prefix(err, "(the previous version was put back)");
+}
+
+static void receiver_stats(xfer_endpoint *ep, tcp_state *s)
+{
+	xfer_stripe_journals_stats(ep, s->j, MAX_STREAMS);
+	ep->stats.journal_seconds += s->journaling;
+	ep->stats.hash_seconds = s->hashing;
+	ep->stats.data_seconds = slowest_stream(s);
+	ep->stats.device_journal_peak = ep->stats.device_journal_spilled = 0;
+	if (s->dev_journaled) {
+		xfer_djournal_stats js = xfer_djournal_get_stats(s->dj);
+		ep->stats.journal_bytes += js.bytes;
+		ep->stats.device_journal_peak = js.device_peak;
+		ep->stats.device_journal_spilled = js.spilled;
+	}
 }
 
 static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err)
 {
 	tcp_state *s = ep->impl;
-	const xfer_manifest *m = ep->m;
 	int to = ep->cfg.timeout_ms, started = 0;
 	pthread_t th[MAX_STREAMS];
 	worker w[MAX_STREAMS];
-	XXH3_state_t *st = NULL;
 	double t0 = xfer_now();
 	int journaled = ep->stats.version && !s->direct && ep->cfg.keep_previous; /* recv_worker's choice */
 	if (s->connected && sender_gone(s)) close_session(s); /* not this version's failure: accept the next */
@@ -696,22 +1115,21 @@ static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 		goto err;
 	}
 	if (begin_version(s, hv, err) != 0) goto err;
-	/* a journal per stream of this session (stripes are disjoint) */
+	s->dev_journaled = 0;
+	if (s->dj) xfer_djournal_reset(s->dj);
+	/* a journal per stream of this session (stripes are disjoint); CUDA
+	 * stripes go through them only without the device journal */
 	if (xfer_stripe_journals(ep, s->j, MAX_STREAMS, s->direct || !ep->cfg.keep_previous ? 0 : s->nstreams,
-				 s->bucket_bytes, s->any_cuda, err) != 0)
+				 s->bucket_bytes, s->any_cuda && !s->dj, err) != 0)
 		goto err;
-	st = XXH3_createState();
-	if (!st) { xfer_fail(err, XFER_ENOMEM, "out of memory"); goto err; }
-	XXH3_128bits_reset(st);
 	if (run_workers(s, recv_worker, th, w, &started, err) != 0) goto join;
-	size_t cur = 0;
 	for (size_t k = 0; k < s->nchunks; k++) {
 		pthread_mutex_lock(&s->mu);
 		while (s->done[k] < s->nstreams && !s->failed) pthread_cond_wait(&s->cv, &s->mu);
 		pthread_mutex_unlock(&s->mu);
 		if (s->failed) break;
 		xfer_err e;
-		if (commit_chunk(ep, s, k, st, &cur, &e) != 0) {
+		if (commit_chunk(ep, s, k, &e) != 0) {
 			fail_version(s, &e);
 			break;
 		}
@@ -719,50 +1137,29 @@ static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 		s->slot_gen[k % 2] = k + 2;
 		pthread_cond_broadcast(&s->cv);
 		pthread_mutex_unlock(&s->mu);
+		if (check_chunk(ep, s, k, &e) != 0) {
+			fail_version(s, &e);
+			break;
+		}
 		if (xfer_hooks.stop_after_bucket && k + 1 == (size_t)xfer_hooks.stop_after_bucket) raise(SIGSTOP);
 		if (k == 0 && xfer_hooks.crash_receiving_version && xfer_hooks.crash_receiving_version == hv) _exit(3);
 	}
-	if (!s->failed && cur != m->n) {
-		xfer_err e;
-		xfer_fail(&e, XFER_EFORMAT, "only %zu of %zu tensors arrived", cur, m->n);
-		fail_version(s, &e);
-	}
-	if (!s->failed) {
-		/* The sender's checksums come after the data. */
-		xfer_err e;
-		vtrail tr;
-		if (xfer_sock_recv(s->ctl, &tr, sizeof tr, "checksums", "sender", to, &e) != 0 ||
-		    xfer_tcp_vtrail_parse(&tr, sizeof tr, m->n, &e) != 0 ||
-		    xfer_sock_recv(s->ctl, s->sums, m->n * sizeof *s->sums, "checksums", "sender", to, &e) != 0) {
-			fail_version(s, &e);
-		} else {
-			for (size_t i = 0; i < m->n; i++) {
-				if (xfer_sum_equal(s->got[i], s->sums[i])) continue;
-				xfer_fail(&e, XFER_ECHECKSUM, "version %llu tensor %s: checksum mismatch on arrival",
-					  (unsigned long long)s->version, m->t[i].name);
-				fail_version(s, &e);
-				break;
-			}
-		}
-	}
 join:
 	for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-	xfer_stripe_journals_stats(ep, s->j, MAX_STREAMS);
+	receiver_stats(ep, s);
 	if (s->failed) {
 		*err = s->ferr;
-		xfer_stripe_journals_undo(ep, s->j, MAX_STREAMS, err);
+		undo_version(ep, s, err);
 		xfer_sock_send_status(s->ctl, err, to < 1000 ? to : 1000, NULL);
 		goto err;
 	}
 	if (xfer_sock_send_status(s->ctl, NULL, to, err) != 0) goto err;
-	XXH3_freeState(st);
-	ep->stats.bytes_moved = m->bytes;
-	ep->stats.staging_peak = s->direct ? 0 : 2 * s->slot_bytes;
+	ep->stats.bytes_moved = ep->m->bytes;
+	ep->stats.staging_peak = s->direct ? 0 : 2 * s->slot_bytes + (s->dev_journaled ? s->dstage_bytes : 0);
 	ep->undo_ready = journaled && s->j[0];
 	*version = hv;
 	return 0;
 err:
-	if (st) XXH3_freeState(st);
 	close_session(s);
 	return -1;
 }
@@ -780,7 +1177,17 @@ static int tcp_connected(const xfer_endpoint *ep)
 static int tcp_rollback(xfer_endpoint *ep, xfer_err *err)
 {
 	tcp_state *s = ep->impl;
-	return xfer_stripe_journals_rollback(ep, s->j, MAX_STREAMS, err);
+	int rc = xfer_stripe_journals_rollback(ep, s->j, MAX_STREAMS, err);
+	if (s->dev_journaled) {
+		double u0 = xfer_now();
+		if (xfer_djournal_undo(s->dj, s->stream, err) != 0) {
+			xfer_err_prefix(err, "rollback: the device undo failed, the buffers are damaged");
+			rc = -1;
+		}
+		s->dev_journaled = 0;
+		ep->stats.undo_seconds += xfer_now() - u0;
+	}
+	return rc;
 }
 
 const xfer_path_ops xfer_tcp_ops = {

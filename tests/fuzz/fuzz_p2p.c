@@ -8,31 +8,38 @@
  * checks it; the text is planned (xfer_chunk_plan, shared by both paths)
  * against a fixed receiver manifest, and against the manifest it describes
  * itself (so the bucket size of the hello cuts every shape the fuzzer
- * finds).  A plan must cover the byte space with contiguous chunks, and each
- * stream's stripes must lie inside their chunk and cover it.  The version
- * header, the stripe header and the checksum trailer are checked from the
- * first bytes too. */
+ * finds), with p2p-ucx's cuts and p2p-tcp's tree cuts.  A plan must cover
+ * the byte space with contiguous chunks, and each stream's stripes must lie
+ * inside their chunk and cover it; a tree cut inside a tensor must fall on
+ * one of its tree-chunk boundaries.  The version header, the stripe header
+ * and the chunk hash record header are checked from the first bytes too. */
 #include "tests/fuzz/fuzz.h"
 
 #include <string.h>
 
 #include "transfer/xfer_int.h"
 
-static void plan(const xfer_manifest *m, uint64_t bucket_bytes, uint32_t nstreams, const char *desc, size_t len)
+static void plan(const xfer_manifest *m, uint64_t bucket_bytes, uint32_t nstreams, const char *desc, size_t len,
+		 int tree)
 {
 	xfer_span *c = NULL;
 	size_t nc = 0;
 	xfer_err err;
 	uint64_t *off = xfer_manifest_offsets(m);
 	if (!off) abort();
-	if (xfer_chunk_plan(m, off, bucket_bytes, desc, len, &c, &nc, &err) != 0) {
+	if (xfer_chunk_plan_cut(m, off, bucket_bytes, tree, desc, len, &c, &nc, &err) != 0) {
 		FUZZ_CHECK(!c && !nc);
 		free(off);
 		return;
 	}
 	uint64_t at = 0;
 	for (size_t k = 0; k < nc; k++) {
-		FUZZ_CHECK(c[k].off == at && c[k].len <= bucket_bytes);
+		uint64_t most = tree && bucket_bytes < 4 * (uint64_t)XFER_TREE_CHUNK ? 2 * (uint64_t)XFER_TREE_CHUNK
+										     : bucket_bytes;
+		FUZZ_CHECK(c[k].off == at && c[k].len <= most);
+		uint64_t end = c[k].off + c[k].len;
+		for (size_t t = 0; tree && t < m->n; t++) /* a cut inside a tensor is on its tree boundary */
+			if (off[t] < end && end < off[t + 1]) FUZZ_CHECK((end - off[t]) % XFER_TREE_CHUNK == 0);
 		uint64_t covered = c[k].off;
 		for (uint32_t i = 0; i < nstreams; i++) {
 			uint64_t a, b;
@@ -97,7 +104,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint32_t nstreams;
 	const xfer_manifest *mine = receiver();
 	if (size >= sizeof(xfer_vhead)) xfer_vhead_parse(data, sizeof(xfer_vhead), mine, 1, &v, &err);
-	if (size >= sizeof(xfer_tcp_vtrail)) xfer_tcp_vtrail_parse(data, sizeof(xfer_tcp_vtrail), 3, &err);
+	if (size >= sizeof(xfer_tcp_hrec)) {
+		xfer_tcp_hrec want = { .ntops = 1, .chunk = 2, .nhash = 3 };
+		xfer_tcp_hrec_parse(data, sizeof(xfer_tcp_hrec), &want, &err);
+	}
 	if (size >= sizeof(xfer_tcp_shead)) {
 		xfer_tcp_shead want = { .version = 2, .chunk = 1, .off = 4096, .len = 4096 };
 		xfer_tcp_shead_parse(data, sizeof(xfer_tcp_shead), &want, &err);
@@ -106,11 +116,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!hl) return 0;
 	const char *desc = (const char *)data + hl;
 	size_t len = size - hl;
-	plan(mine, bucket_bytes, nstreams, desc, len);
 	xfer_manifest *theirs = xfer_manifest_parse(desc, len, 1000, &err);
-	if (theirs) {
-		plan(theirs, bucket_bytes, nstreams, desc, len);
-		xfer_manifest_free(&theirs);
+	for (int tree = 0; tree < 2; tree++) {
+		plan(mine, bucket_bytes, nstreams, desc, len, tree);
+		if (theirs) plan(theirs, bucket_bytes, nstreams, desc, len, tree);
 	}
+	xfer_manifest_free(&theirs);
 	return 0;
 }

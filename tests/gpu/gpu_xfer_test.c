@@ -71,6 +71,7 @@ static double now(void)
 }
 
 enum { STAGE = 64 << 20, NALLOC = 4 };
+#define DJ_BUDGET (256ull << 20) /* cfg.device_journal_bytes 0: the default budget */
 
 /* A model in NALLOC device allocations, each holding `per` tensors. */
 typedef struct {
@@ -462,6 +463,15 @@ static int mode_tcp(uint64_t total, int keep)
 	CHECK(exact, "p2p-tcp device to device through pinned host buffers (keep_previous %d): bit-exact", keep);
 	CHECK(keep ? rst.journal_bytes > 0 : rst.journal_bytes == 0, "p2p-tcp device receiver, keep_previous %d: "
 	      "journal %llu bytes for a 1%% update", keep, (unsigned long long)rst.journal_bytes);
+	/* wire 3: with the kernels the receiver journals on the device, within its budget */
+	CHECK(keep ? rst.device_journal_peak > 0 && rst.device_journal_peak <= DJ_BUDGET + 64 : rst.device_journal_peak == 0,
+	      "p2p-tcp device receiver, keep_previous %d: device journal peak %llu bytes (budget %llu)", keep,
+	      (unsigned long long)rst.device_journal_peak, (unsigned long long)DJ_BUDGET);
+	xfer_stats sst = xfer_endpoint_stats(ep);
+	printf("RESULT mode=p2p-tcp-device-split keep_previous=%d sender_data_s=%.3f sender_hash_s=%.3f "
+	       "receiver_data_s=%.3f receiver_hash_s=%.3f receiver_journal_s=%.3f device_journal_peak=%llu "
+	       "sender_note=\"%s\"\n", keep, sst.data_seconds, sst.hash_seconds, rst.data_seconds, rst.hash_seconds,
+	       rst.journal_seconds, (unsigned long long)rst.device_journal_peak, xfer_endpoint_note(ep));
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)pport),
 				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -605,8 +615,10 @@ static int mode_tcp_undo(uint64_t total)
 		}
 		if (rd(c2p[0], &r[v], sizeof r[v]) || rd(c2p[0], theirs, hb)) return 1;
 		if (!r[v].ok) printf("  receiver v%d: %s\n", v, r[v].msg);
-		printf("  v%d: send %.3f s, receive %.3f s, journal %llu bytes %.3f s, undo %.3f s\n", v, send_s[v],
-		       r[v].wall, (unsigned long long)r[v].st.journal_bytes, r[v].st.journal_seconds,
+		printf("  v%d: send %.3f s, receive %.3f s (data %.3f, hash %.3f), journal %llu bytes %.3f s "
+		       "(device peak %llu, spilled %llu), undo %.3f s\n", v, send_s[v], r[v].wall, r[v].st.data_seconds,
+		       r[v].st.hash_seconds, (unsigned long long)r[v].st.journal_bytes, r[v].st.journal_seconds,
+		       (unsigned long long)r[v].st.device_journal_peak, (unsigned long long)r[v].st.device_journal_spilled,
 		       r[v].st.undo_seconds);
 		fflush(stdout);
 		if (v == 4 || v == 5) {
@@ -627,7 +639,12 @@ static int mode_tcp_undo(uint64_t total)
 	      (unsigned long long)bytes);
 	CHECK(r[3].st.journal_bytes >= bytes, "v3 (every byte changed): journal %llu bytes >= %llu",
 	      (unsigned long long)r[3].st.journal_bytes, (unsigned long long)bytes);
-	CHECK(r[4].code == XFER_ECHECKSUM && strstr(se[4].msg, "checksum mismatch"),
+	int within = 1;
+	for (int v = 2; v <= ATTEMPTS; v++) within &= r[v].st.device_journal_peak > 0 && r[v].st.device_journal_peak <= DJ_BUDGET + 64;
+	CHECK(within, "v2..v6: the device journal held (peak %llu bytes, v3 spilled %llu) within its budget %llu",
+	      (unsigned long long)r[3].st.device_journal_peak, (unsigned long long)r[3].st.device_journal_spilled,
+	      (unsigned long long)DJ_BUDGET);
+	CHECK(r[4].code == XFER_ECHECKSUM && strstr(se[4].msg, "checksum mismatch") && strstr(r[4].msg, "chunk"),
 	      "v4: checksum mismatch on both sides (receiver: %s)", xfer_code_name((xfer_code)r[4].code));
 	CHECK(r[5].code == XFER_EPEER && strstr(r[5].msg, "sender"), "v5: the receiver saw the sender vanish (%s)",
 	      xfer_code_name((xfer_code)r[5].code));

@@ -179,6 +179,64 @@ T_TEST(xfer_tcp_hello_and_plan)
 	free(w);
 }
 
+/* Wire 3: a wire 2 hello is named and refused; tree cuts fall on tree
+ * boundaries of the tensor they cut, and a hash record must be the one
+ * the receiver's plan expects. */
+T_TEST(xfer_tcp_wire3_old_hello_tree_cuts_records)
+{
+	xfer_err e;
+	xfer_tcp_hello h = { .kind = XFER_TCP_CONTROL, .nstreams = 2, .bucket_bytes = 1 << 20, .manifest_len = 10 }, g;
+	unsigned char raw[XFER_TCP_HELLO_BYTES];
+	xfer_tcp_hello_pack(&h, raw);
+	T_CHECK(!xfer_tcp_hello_is_v2(raw, sizeof raw));
+	memcpy(raw, "SKXFER2", 8);
+	T_CHECK(xfer_tcp_hello_is_v2(raw, sizeof raw));
+	T_EQ(xfer_tcp_hello_parse(raw, sizeof raw, &g, &e), -1);
+	T_EQ(e.code, XFER_EFORMAT);
+	T_CHECK(strstr(e.msg, "wire 2") && strstr(e.msg, "upgrade the sender"));
+
+	/* tensors of 1 MiB + 4000, 3 bytes, 3 MiB + 1: offsets not on tree
+	 * boundaries of the byte space, so cuts must follow each tensor */
+	int64_t s1[1] = { (1 << 20) + 4000 }, s2[1] = { 3 }, s3[1] = { (3 << 20) + 1 };
+	unsigned char *w = calloc((4 << 20) + 8192, 1);
+	T_CHECK(w);
+	xfer_manifest *m = xfer_manifest_new();
+	T_XOK(xfer_manifest_add(m, "a", XFER_U8, 1, s1, w, XFER_MEM_HOST, err_));
+	T_XOK(xfer_manifest_add(m, "b", XFER_U8, 1, s2, w, XFER_MEM_HOST, err_));
+	T_XOK(xfer_manifest_add(m, "c", XFER_U8, 1, s3, w, XFER_MEM_HOST, err_));
+	uint64_t *off = xfer_manifest_offsets(m);
+	static const uint64_t buckets[] = { 1, 4096, 1 << 20, 3 << 20, 64 << 20 };
+	for (size_t bi = 0; bi < sizeof buckets / sizeof *buckets; bi++) {
+		xfer_span *c;
+		size_t nc;
+		T_XOK(xfer_chunks_cut(m, off, buckets[bi], 1, &c, &nc, err_));
+		uint64_t at = 0;
+		for (size_t k = 0; k < nc; k++) {
+			T_EQ(c[k].off, at);
+			uint64_t end = c[k].off + c[k].len;
+			for (size_t t = 0; t < 3; t++)
+				if (off[t] < end && end < off[t + 1]) T_EQ((end - off[t]) % XFER_TREE_CHUNK, 0);
+			at = end;
+		}
+		T_EQ(at, xfer_manifest_bytes(m));
+		free(c);
+	}
+	free(off);
+	xfer_manifest_free(&m);
+	free(w);
+
+	xfer_tcp_hrec want = { .ntops = 2, .chunk = 5, .nhash = 7 }, r = want;
+	memcpy(r.magic, "SKH1", 4);
+	T_XOK(xfer_tcp_hrec_parse(&r, sizeof r, &want, err_));
+	r.nhash = 1u << 30; /* more than the chunk holds: refused before any is read */
+	T_EQ(xfer_tcp_hrec_parse(&r, sizeof r, &want, &e), -1);
+	T_CHECK(strstr(e.msg, "hash record"));
+	r = want;
+	memcpy(r.magic, "SKT1", 4);
+	T_EQ(xfer_tcp_hrec_parse(&r, sizeof r, &want, &e), -1);
+	T_EQ(xfer_tcp_hrec_parse(&r, sizeof r - 1, &want, &e), -1);
+}
+
 /* p2p-ucx's hello (its transports and boot id) takes the same plan, so the
  * same bounds; its strings come back terminated whatever the sender sent. */
 T_TEST(xfer_ucx_hello_parse_bounds)
