@@ -392,6 +392,9 @@ typedef struct {
 				    just verified, it holds its word for stall_ms (an update
 				    kept open on purpose: demo, tests of a head failover) */
 	int stall_ms;
+	int nccl_hash_first;     /* NCCL root: hash every tensor before the header (the old
+				    order), not each bucket while the one before moves */
+	int nccl_cpu_hash;       /* NCCL: hash on CPU threads even where the GPU kernels load */
 } xfer_test_hooks;
 extern xfer_test_hooks xfer_hooks;
 
