@@ -312,16 +312,11 @@ static int nccl_setup(xfer_endpoint *ep, xfer_err *err)
 	s->digest_v1 = XXH3_64bits(desc, dlen);
 	free(desc);
 	size_t maxcount = 0;
-	XXH3_state_t *ps = XXH3_createState();
-	if (!ps) return xfer_fail(err, XFER_ENOMEM, "out of memory");
-	XXH3_64bits_reset(ps);
-	for (size_t b = 0; b < ep->nbuckets; b++) {
+	for (size_t b = 0; b < ep->nbuckets; b++) { /* the plan: each bucket chained into the digest */
 		uint64_t fc[2] = { ep->buckets[b].first, ep->buckets[b].count };
-		XXH3_64bits_update(ps, fc, sizeof fc);
+		s->plan = XXH3_64bits_withSeed(fc, sizeof fc, s->plan);
 		if (fc[1] > maxcount) maxcount = fc[1];
 	}
-	s->plan = XXH3_64bits_digest(ps);
-	XXH3_freeState(ps);
 	s->sums_cap = SUMS_TAG + maxcount * sizeof(xfer_sum);
 	if (!(s->hsums = malloc(s->sums_cap))) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	s->head_bytes = 16 + m->n * sizeof(xfer_sum);
