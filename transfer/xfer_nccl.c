@@ -678,8 +678,10 @@ static int run_version(xfer_endpoint *ep, uint64_t *version, int journaled, xfer
 		if (bucket_enqueue(ep, s, b, v, journaled, at, err) != 0 ||
 		    (overlap && !last && hash_bucket(ep, s, b + 1, err) != 0))
 			goto bucket_failed;
-		if (xfer_hooks.die_after_bucket && root && b == (size_t)xfer_hooks.die_after_bucket) _exit(3); /* mid-bucket */
+		size_t die = root ? (size_t)xfer_hooks.die_after_bucket : 0; /* tests */
+		if (die && b == die) _exit(3); /* while bucket b moves */
 		if (watch(ep, s, 1, "bucket broadcast", err) != 0) goto bucket_failed;
+		if (die && last && b + 1 == die) _exit(3);
 		moving += xfer_now() - tb - (s->hashing - hb);
 		if (flip >= 0 && last && flip_last(ep, s, flip, err) != 0) goto out;
 		if (!root && bucket_land(ep, s, b, v, journaled, check, at, &moving, err) != 0) goto out;
