@@ -220,19 +220,31 @@ typedef struct {
 	uint64_t version;        /* the last version sent or received */
 	uint64_t bytes_moved;    /* bytes written to disk or sent/received, last version */
 	double seconds;          /* wall time of the last version */
-	double data_seconds;     /* of which moving the bytes alone (no checksums) */
+	double data_seconds;     /* of which moving the bytes alone (no checksums).
+				    NCCL: issuing the broadcasts and waiting for them
+				    after this side's hashing; a receiver's unpack.
+				    NCCL's data, hash and journal seconds are disjoint
+				    parts of seconds (no second counted twice) */
 	uint64_t staging_peak;   /* largest staging memory held at once (bytes) */
 	uint64_t journal_bytes;  /* undo journal of the last version (bytes) */
 	double journal_seconds;  /* p2p-tcp receiver: of seconds, journaling (the
 				    slowest stream's host journal, plus the device
-				    pass that copies, journals and hashes) */
+				    pass that copies, journals and hashes).
+				    NCCL receiver after its first version: copying each
+				    bucket from staging through the journal (GPU: the one
+				    pass that also hashes counts here whole) */
 	double undo_seconds;     /* p2p-tcp receiver: putting the previous version
 				    back after the last version failed */
 	uint64_t versions_applied; /* disk-delta receiver: versions applied last time */
 	int full_loaded;         /* disk-delta receiver: caught up from a full version */
 	double hash_seconds;     /* colocated, p2p-tcp: of seconds, computing tree
 				    checksums (GPU or CPU threads, this side;
-				    colocated: the sender's comes back too) */
+				    colocated: the sender's comes back too).
+				    NCCL root: hashing every bucket, including the
+				    time a broadcast moved meanwhile (bucket b+1 is
+				    hashed while b moves: a move hidden behind it
+				    counts here, not in data); receiver: checking each
+				    bucket as it lands */
 	uint64_t device_journal_peak;    /* CUDA receiver: device memory the undo
 					    journal held (bounded by its budget) */
 	uint64_t device_journal_spilled; /* of journal_bytes, spilled to pinned host memory */

@@ -389,7 +389,8 @@ typedef struct {
 	long long corrupt_at;    /* sender: flip one byte at this stream offset (+1) */
 	int stop_after_bucket;   /* receiver: raise SIGSTOP after this chunk (+1; p2p-tcp: half buckets) */
 	int die_after_bucket;    /* sender: _exit after this chunk (+1; p2p-tcp: half buckets;
-				    colocated: any value, right after the version header) */
+				    colocated: any value, right after the version header;
+				    NCCL: while the next bucket moves, or after the last) */
 	int wait_sender_gone_before; /* colocated receiver: before this bucket, wait until
 					the sender's socket closes (a sender killed mid-transfer) */
 	void (*disk_after_plan)(void *arg); /* receiver: between planning a chain and applying it */
@@ -407,6 +408,9 @@ typedef struct {
 				    just verified, it holds its word for stall_ms (an update
 				    kept open on purpose: demo, tests of a head failover) */
 	int stall_ms;
+	int nccl_hash_first;     /* NCCL root: hash every tensor before the header (the old
+				    order), not each bucket while the one before moves */
+	int nccl_cpu_hash;       /* NCCL: hash on CPU threads even where the GPU kernels load */
 } xfer_test_hooks;
 extern xfer_test_hooks xfer_hooks;
 

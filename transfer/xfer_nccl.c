@@ -5,13 +5,24 @@
  * root, our sender) and every engine GPU (receivers).  The caller carries the
  * 128-byte unique id (xfer_nccl_unique_id on the root) to the other ranks out
  * of band.  Per version the root broadcasts a header (manifest digest,
- * version, every tensor's xxh3-128) so that all ranks agree before any weight
- * moves, then per bucket:
+ * version, format, bucket plan) so that all ranks agree before any weight
+ * moves, then per bucket, in one ncclGroupStart/End:
  *   broadcast         one ncclBroadcast per tensor, straight into the
- *                     receivers' tensors, in one ncclGroupStart/End;
+ *                     receivers' tensors;
  *   broadcast_packed  the root packs the bucket into one device buffer (each
  *                     tensor at an offset aligned to its element size), one
- *                     broadcast, the receivers unpack with device copies.
+ *                     broadcast, the receivers unpack with device copies;
+ * and beside the bytes a small broadcast of the bucket's sums record
+ * (version, bucket index, each tensor's tree sum).
+ *
+ * Verification on the stream: the root hashes bucket b+1 while bucket b
+ * moves (GPU kernels on a second, non-blocking stream, or CPU threads), so
+ * only the first bucket's hash is not hidden behind a broadcast; each
+ * receiver checks a bucket against the sums that came with it as soon as
+ * it landed, before the next one is asked for.  Everything after a
+ * broadcast waits for it (watch) rather than for stream order, so the
+ * stand-in NCCL of the tests, whose copies run on a thread of its own,
+ * behaves as NCCL does.
  * The communicator is non-blocking (config.blocking = 0): after every call we
  * poll cudaStreamQuery and ncclCommGetAsyncError, and on an error or after
  * timeout_ms without completion call ncclCommAbort and fail with a message:
@@ -20,9 +31,11 @@
  *
  * Checksums are tree checksums (docs/tree-checksum.md): the GPU kernels
  * where they load, else CPU threads through a pinned buffer (same bits).
- * The header's manifest digest is seeded (HEAD_TREE_SEED) so that a rank
- * of an older libskein (xxh3-128 sums, unseeded digest) is named, not
- * mistaken for a different manifest.
+ * Header formats: 1 (xxh3-128 sums in the header, unseeded digest), 2
+ * (tree sums in the header, digest seeded 2), 3 (this one: sums with each
+ * bucket, digest seeded 3).  The header keeps format 2's length (16 + 16
+ * per tensor) so that a rank of an older libskein takes the same count and
+ * is named from its digest, not left in a broadcast of another size.
  *
  * Undo (cfg.keep_previous, a receiver that holds a version): each bucket is
  * broadcast into a device staging bucket (broadcast_packed: its packed
@@ -55,7 +68,12 @@ enum {
 	POLL_US = 100,          /* watchdog poll period */
 	STAGE_BYTES = 64 << 20, /* pinned host buffer for verification */
 	STAGE_ALIGN = 256,      /* broadcast: each tensor's place in a staging bucket */
-	HEAD_TREE_SEED = 2,     /* the header's manifest digest when its sums are tree sums */
+	HEAD_V2_SEED = 2,       /* format 2's manifest digest (tree sums in the header) */
+	HEAD_SEED = 3,          /* this format's */
+	HEAD_FORMAT = 3,
+	HEAD_SUMS = 1,          /* header flag: the root hashed (buckets carry real sums) */
+	SUMS_TAG = 16,          /* a sums record: version, bucket index, then 16 per tensor */
+	NONBLOCKING_STREAM = 1, /* cudaStreamNonBlocking */
 };
 
 /* ncclConfig_t as of NCCL 2.17: NCCL reads `size` bytes of it and fills the
@@ -155,14 +173,19 @@ typedef struct {
 	const xfer_cuda_api *cu;
 	const nccl_api *nc;
 	void *comm, *stream;
-	int packed, root;
+	void *hstream;                  /* root with kernels: hashing beside the broadcast */
+	int packed, root;               /* root: the root's rank */
+	int sender;                     /* this rank is the root */
 	unsigned char *dhead, *hstage;  /* device header buffer, pinned host buffer */
 	size_t head_bytes;
 	unsigned char *dpack;           /* packed bucket (broadcast_packed; a journaling receiver's staging) */
 	uint64_t pack_bytes;
 	unsigned char *dstage;          /* broadcast: a journaling receiver's staging bucket */
 	uint64_t stage_bytes;
-	uint64_t digest, digest_v1;     /* of the manifest, tree-sum header; the SKV1 one */
+	uint64_t digest, digest_v2, digest_v1; /* of the manifest: this format's, 2's, 1's */
+	uint64_t plan;                  /* digest of the bucket plan */
+	unsigned char *dsums, *hsums;   /* a bucket's sums record, device and host */
+	size_t sums_cap;
 	xfer_gpu *gpu;                  /* the GPU kernels, or NULL: CPU threads */
 	xfer_djournal *dj;              /* receiver, keep_previous, kernels */
 	xfer_journal *hj;               /* receiver, keep_previous, no kernels */
@@ -171,12 +194,24 @@ typedef struct {
 	uint64_t *bn, *chash;           /* sizes; chunk hashes of the CPU path */
 	xfer_sum *got;
 	double hashing;                 /* this version's hash seconds */
+	int touched;                    /* receiver: a bucket was asked for this version */
 } nccl_state;
 
 static void sleep_us(long us)
 {
 	struct timespec ts = { 0, us * 1000L };
 	nanosleep(&ts, NULL);
+}
+
+/* A header this rank cannot take: the communicator goes (the root's next
+ * broadcast then fails too), and the reason. */
+static int refuse(nccl_state *s, xfer_err *err, xfer_code code, const char *why)
+{
+	if (s->comm) {
+		s->nc->CommAbort(s->comm);
+		s->comm = NULL;
+	}
+	return xfer_fail(err, code, "%s; the communicator was aborted", why);
 }
 
 static int nfail(nccl_state *s, xfer_err *err, xfer_code code, const char *what, int rc)
@@ -235,6 +270,17 @@ static uint64_t stage_layout(const xfer_manifest *m, const xfer_bucket *bk, int 
 	return o;
 }
 
+/* The root's hashing stream: non-blocking, so that neither it nor the
+ * legacy default stream (cudaMemcpy) waits for the other; a plain stream
+ * where the runtime lacks cudaStreamCreateWithFlags. */
+static int hash_stream(nccl_state *s, xfer_err *err)
+{
+	int (*with_flags)(void **, unsigned);
+	*(void **)&with_flags = s->cu->h_rt ? dlsym(s->cu->h_rt, "cudaStreamCreateWithFlags") : NULL;
+	int rc = with_flags ? with_flags(&s->hstream, NONBLOCKING_STREAM) : s->cu->StreamCreate(&s->hstream);
+	return xfer_cuda_check(s->cu, rc, "cudaStreamCreate (hashing)", err);
+}
+
 static int nccl_setup(xfer_endpoint *ep, xfer_err *err)
 {
 	nccl_state *s = calloc(1, sizeof *s);
@@ -246,6 +292,7 @@ static int nccl_setup(xfer_endpoint *ep, xfer_err *err)
 	const xfer_config *c = &ep->cfg;
 	const xfer_manifest *m = ep->m;
 	s->root = c->nccl.root;
+	s->sender = c->role == XFER_SENDER;
 	if (c->nccl.nranks < 1 || c->nccl.rank < 0 || c->nccl.rank >= c->nccl.nranks || s->root < 0 ||
 	    s->root >= c->nccl.nranks)
 		return xfer_fail(err, XFER_EINVAL, "NCCL: rank %d, root %d of %d ranks", c->nccl.rank, s->root,
@@ -260,9 +307,18 @@ static int nccl_setup(xfer_endpoint *ep, xfer_err *err)
 	size_t dlen;
 	char *desc = xfer_manifest_describe(m, &dlen);
 	if (!desc) return xfer_fail(err, XFER_ENOMEM, "out of memory");
-	s->digest = XXH3_64bits_withSeed(desc, dlen, HEAD_TREE_SEED);
+	s->digest = XXH3_64bits_withSeed(desc, dlen, HEAD_SEED);
+	s->digest_v2 = XXH3_64bits_withSeed(desc, dlen, HEAD_V2_SEED);
 	s->digest_v1 = XXH3_64bits(desc, dlen);
 	free(desc);
+	size_t maxcount = 0;
+	for (size_t b = 0; b < ep->nbuckets; b++) { /* the plan: each bucket chained into the digest */
+		uint64_t fc[2] = { ep->buckets[b].first, ep->buckets[b].count };
+		s->plan = XXH3_64bits_withSeed(fc, sizeof fc, s->plan);
+		if (fc[1] > maxcount) maxcount = fc[1];
+	}
+	s->sums_cap = SUMS_TAG + maxcount * sizeof(xfer_sum);
+	if (!(s->hsums = malloc(s->sums_cap))) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	s->head_bytes = 16 + m->n * sizeof(xfer_sum);
 	s->bsrc = calloc(m->n + 1, sizeof *s->bsrc);
 	s->bdst = calloc(m->n + 1, sizeof *s->bdst);
@@ -274,11 +330,14 @@ static int nccl_setup(xfer_endpoint *ep, xfer_err *err)
 	s->chash = calloc(maxchunks, sizeof *s->chash);
 	if (!s->bsrc || !s->bdst || !s->bn || !s->got || !s->chash) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	if (xfer_cuda_check(s->cu, s->cu->Malloc((void **)&s->dhead, s->head_bytes), "cudaMalloc", err) != 0 ||
+	    xfer_cuda_check(s->cu, s->cu->Malloc((void **)&s->dsums, s->sums_cap), "cudaMalloc", err) != 0 ||
 	    xfer_cuda_check(s->cu, s->cu->MallocHost((void **)&s->hstage, STAGE_BYTES > s->head_bytes ? STAGE_BYTES : s->head_bytes),
 			    "cudaMallocHost", err) != 0)
 		return -1;
 	xfer_err ge = { 0 };
-	if (!(s->gpu = xfer_gpu_new(c->nccl.device, &ge))) snprintf(ep->note, sizeof ep->note, "%s", ge.msg);
+	if (xfer_hooks.nccl_cpu_hash) snprintf(ep->note, sizeof ep->note, "GPU hashing off (test hook)");
+	else if (!(s->gpu = xfer_gpu_new(c->nccl.device, &ge))) snprintf(ep->note, sizeof ep->note, "%s", ge.msg);
+	if (s->gpu && c->role == XFER_SENDER && hash_stream(s, err) != 0) return -1;
 	int journal = c->role == XFER_RECEIVER && c->keep_previous;
 	if (journal && s->gpu && !(s->dj = xfer_djournal_new(s->gpu, c->device_journal_bytes, err))) return -1;
 	if (journal && !s->gpu && !(s->hj = xfer_journal_new(c->journal_dir, err))) return -1;
@@ -316,7 +375,10 @@ static void nccl_teardown(xfer_endpoint *ep)
 	xfer_journal_free(&s->hj);
 	xfer_gpu_free(&s->gpu);
 	if (s->stream) s->cu->StreamDestroy(s->stream);
+	if (s->hstream) s->cu->StreamDestroy(s->hstream);
 	if (s->dhead) s->cu->Free(s->dhead);
+	if (s->dsums) s->cu->Free(s->dsums);
+	free(s->hsums);
 	if (s->dpack) s->cu->Free(s->dpack);
 	if (s->dstage) s->cu->Free(s->dstage);
 	if (s->hstage) s->cu->FreeHost(s->hstage);
@@ -340,9 +402,9 @@ static int bcast(xfer_endpoint *ep, nccl_state *s, const void *src, void *dst, s
 	return 0;
 }
 
-/* Tree checksums of tensors [a, b) in place: GPU kernels, else CPU threads
- * through the pinned buffer.  Into s->got[a..b). */
-static int sums_in_place(xfer_endpoint *ep, nccl_state *s, size_t a, size_t b, xfer_err *err)
+/* Tree checksums of tensors [a, b) in place: GPU kernels on the stream,
+ * else CPU threads through the pinned buffer.  Into s->got[a..b). */
+static int sums_in_place(xfer_endpoint *ep, nccl_state *s, void *stream, size_t a, size_t b, xfer_err *err)
 {
 	const xfer_manifest *m = ep->m;
 	double t0 = xfer_now();
@@ -352,13 +414,119 @@ static int sums_in_place(xfer_endpoint *ep, nccl_state *s, size_t a, size_t b, x
 			s->bsrc[i - a] = m->t[i].ptr;
 			s->bn[i - a] = m->t[i].nbytes;
 		}
-		rc = xfer_gpu_tree_sums(s->gpu, s->stream, s->bsrc, s->bn, b - a, s->got + a, err);
+		rc = xfer_gpu_tree_sums(s->gpu, stream, s->bsrc, s->bn, b - a, s->got + a, err);
 	} else {
 		for (size_t i = a; rc == 0 && i < b; i++)
 			rc = xfer_tensor_tree_sum(&m->t[i], s->hstage, STAGE_BYTES, ep->cfg.threads, &s->got[i], err);
 	}
 	s->hashing += xfer_now() - t0;
 	return rc;
+}
+
+/* The root's sums of bucket b (its hashing stream). */
+static int hash_bucket(xfer_endpoint *ep, nccl_state *s, size_t b, xfer_err *err)
+{
+	const xfer_bucket *bk = &ep->buckets[b];
+	return sums_in_place(ep, s, s->hstream ? s->hstream : s->stream, bk->first, bk->first + bk->count, err);
+}
+
+static void put64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
+static uint64_t get64(const unsigned char *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
+
+/* The root's header in s->hstage: digest, version, then (a manifest of at
+ * least one tensor leaves room) format, flags, bucket plan; zeros after. */
+static void head_put(const xfer_endpoint *ep, nccl_state *s, uint64_t version, int hashed)
+{
+	memset(s->hstage, 0, s->head_bytes);
+	put64(s->hstage, s->digest);
+	put64(s->hstage + 8, version);
+	if (!ep->m->n) return;
+	uint32_t fmt = HEAD_FORMAT, flags = hashed ? HEAD_SUMS : 0;
+	memcpy(s->hstage + 16, &fmt, 4);
+	memcpy(s->hstage + 20, &flags, 4);
+	put64(s->hstage + 24, s->plan);
+}
+
+/* A receiver's reading of the header in s->hstage: the version and whether
+ * the buckets carry sums; an older or different root is named. */
+static int head_check(xfer_endpoint *ep, nccl_state *s, uint64_t *v, int *sums, xfer_err *err)
+{
+	uint64_t digest = get64(s->hstage);
+	*v = get64(s->hstage + 8);
+	*sums = 0;
+	if (digest == s->digest_v1)
+		return refuse(s, err, XFER_EFORMAT, "the root runs an older libskein (NCCL header format 1: xxh3-128 sums "
+			      "in its header; this rank speaks format 3, tree sums with each bucket): upgrade every rank");
+	if (digest == s->digest_v2)
+		return refuse(s, err, XFER_EFORMAT, "the root runs an older libskein (NCCL header format 2: every tree sum "
+			      "in its header; this rank speaks format 3, tree sums with each bucket): upgrade every rank");
+	if (digest != s->digest)
+		return refuse(s, err, XFER_EMISMATCH, "the root's manifest differs from this rank's (names, dtypes or shapes)");
+	if (!ep->m->n) return 0;
+	uint32_t fmt, flags;
+	memcpy(&fmt, s->hstage + 16, 4);
+	memcpy(&flags, s->hstage + 20, 4);
+	char why[256];
+	if (fmt != HEAD_FORMAT) {
+		snprintf(why, sizeof why, "the root's NCCL header is format %u, this rank speaks %d: upgrade every rank", fmt,
+			 HEAD_FORMAT);
+		return refuse(s, err, XFER_EFORMAT, why);
+	}
+	if (get64(s->hstage + 24) != s->plan) {
+		snprintf(why, sizeof why, "the root cuts the manifest into other buckets than this rank (bucket_bytes %llu "
+			 "here): every rank needs the same bucket_bytes", (unsigned long long)ep->cfg.bucket_bytes);
+		return refuse(s, err, XFER_EINVAL, why);
+	}
+	*sums = (flags & HEAD_SUMS) != 0;
+	if (ep->cfg.verify_device && !*sums)
+		return refuse(s, err, XFER_EINVAL, "the root sends no checksums (verify_device off there) and this rank "
+			      "checks them (verify_device on): set the same on every rank");
+	return 0;
+}
+
+/* Enqueues bucket b: its bytes and its sums record, in one group.  The
+ * root packs first (broadcast_packed) and fills the record from s->got. */
+static int bucket_enqueue(xfer_endpoint *ep, nccl_state *s, size_t b, uint64_t v, int journaled, const uint64_t *at,
+			  xfer_err *err)
+{
+	const xfer_manifest *m = ep->m;
+	const xfer_bucket *bk = &ep->buckets[b];
+	const xfer_cuda_api *cu = s->cu;
+	size_t rec = SUMS_TAG + bk->count * sizeof(xfer_sum);
+	if (s->sender) {
+		put64(s->hsums, v);
+		put64(s->hsums + 8, b);
+		memcpy(s->hsums + SUMS_TAG, s->got + bk->first, bk->count * sizeof(xfer_sum));
+		if (xfer_cuda_copy(cu, s->dsums, XFER_MEM_CUDA, s->hsums, XFER_MEM_HOST, rec, err) != 0) return -1;
+	}
+	if (s->packed && s->sender) {
+		for (size_t i = bk->first; i < bk->first + bk->count; i++) {
+			const xfer_tensor *t = &m->t[i];
+			if (t->nbytes && xfer_cuda_check(cu, cu->MemcpyAsync(s->dpack + at[i - bk->first], t->ptr, t->nbytes,
+									  XFER_CUDA_D2D, s->stream), "pack", err) != 0)
+				return -1;
+		}
+	}
+	int g = s->nc->GroupStart();
+	if (g != NCCL_SUCCESS) return nfail(s, err, XFER_EIO, "ncclGroupStart", g);
+	if (s->packed) {
+		if (bcast(ep, s, s->dpack, s->dpack, bk->packed_bytes, err) != 0) return -1;
+	} else {
+		for (size_t i = bk->first; i < bk->first + bk->count; i++) {
+			const xfer_tensor *t = &m->t[i];
+			void *dst = journaled ? (void *)(s->dstage + at[i - bk->first]) : t->ptr;
+			if (t->nbytes && bcast(ep, s, t->ptr, dst, t->nbytes, err) != 0) return -1;
+		}
+	}
+	if (bcast(ep, s, s->dsums, s->dsums, rec, err) != 0) return -1;
+	g = s->nc->GroupEnd();
+	if (g != NCCL_SUCCESS && g != NCCL_IN_PROGRESS) return nfail(s, err, XFER_EIO, "ncclGroupEnd", g);
+	return 0;
 }
 
 /* A journaling receiver: the bucket that landed in staging (its tensors at
@@ -410,117 +578,123 @@ static int place_journaled(xfer_endpoint *ep, nccl_state *s, const xfer_bucket *
 	return 0;
 }
 
-/* One version: header, then every bucket; the same code on every rank. */
+/* A receiver, bucket b landed (in the tensors, the packed buffer or the
+ * staging bucket): unpacks or places it through the journal, and checks
+ * every tensor against the sums that came with it. */
+static int bucket_land(xfer_endpoint *ep, nccl_state *s, size_t b, uint64_t v, int journaled, int check,
+		       const uint64_t *at, double *moving, xfer_err *err)
+{
+	const xfer_manifest *m = ep->m;
+	const xfer_bucket *bk = &ep->buckets[b];
+	const xfer_cuda_api *cu = s->cu;
+	size_t rec = SUMS_TAG + bk->count * sizeof(xfer_sum);
+	double t0 = xfer_now();
+	if (xfer_cuda_copy(cu, s->hsums, XFER_MEM_HOST, s->dsums, XFER_MEM_CUDA, rec, err) != 0) return -1;
+	if (get64(s->hsums) != v || get64(s->hsums + 8) != b)
+		return refuse(s, err, XFER_EPEER, "a bucket's checksums came out of step with the root (a rank of another build?)");
+	if (s->packed && !journaled) {
+		for (size_t i = bk->first; i < bk->first + bk->count; i++) {
+			const xfer_tensor *t = &m->t[i];
+			if (t->nbytes && xfer_cuda_check(cu, cu->MemcpyAsync(t->ptr, s->dpack + at[i - bk->first], t->nbytes,
+									  XFER_CUDA_D2D, s->stream), "unpack", err) != 0)
+				return -1;
+		}
+		if (xfer_cuda_check(cu, cu->StreamSynchronize(s->stream), "unpack", err) != 0) return -1;
+	}
+	*moving += xfer_now() - t0;
+	if (journaled) {
+		if (place_journaled(ep, s, bk, s->packed ? s->dpack : s->dstage, at, err) != 0) return -1;
+	} else if (check && sums_in_place(ep, s, s->stream, bk->first, bk->first + bk->count, err) != 0) {
+		return -1;
+	}
+	for (size_t i = bk->first; check && i < bk->first + bk->count; i++) {
+		xfer_sum want;
+		memcpy(&want, s->hsums + SUMS_TAG + (i - bk->first) * sizeof want, sizeof want);
+		if (!xfer_sum_equal(s->got[i], want))
+			return xfer_fail(err, XFER_ECHECKSUM, "version %llu bucket %zu of %zu, tensor %s: checksum mismatch "
+					 "after the broadcast", (unsigned long long)v, b, ep->nbuckets, m->t[i].name);
+	}
+	return 0;
+}
+
+/* Flips one byte of the last tensor (tests: the root sends it wrong after
+ * hashing it), and back. */
+static int flip_last(const xfer_endpoint *ep, nccl_state *s, long long at, xfer_err *err)
+{
+	unsigned char *p = (unsigned char *)ep->m->t[ep->m->n - 1].ptr + at, x = 0;
+	if (xfer_cuda_copy(s->cu, &x, XFER_MEM_HOST, p, XFER_MEM_CUDA, 1, err) != 0) return -1;
+	x ^= 0x40;
+	return xfer_cuda_copy(s->cu, p, XFER_MEM_CUDA, &x, XFER_MEM_HOST, 1, err);
+}
+
+/* One version: header, then every bucket; the same code on every rank.
+ * The root hashes bucket 0 while the header moves and bucket b+1 while
+ * bucket b moves (xfer_hooks.nccl_hash_first: everything before the
+ * header, the old order).  Seconds: hashing counts as hash, the rest of a
+ * broadcast's wall time (issuing it, waiting for it after the hash) as
+ * data, so that data + hash + journal never count a second twice. */
 static int run_version(xfer_endpoint *ep, uint64_t *version, int journaled, xfer_err *err)
 {
 	nccl_state *s = ep->impl;
 	const xfer_manifest *m = ep->m;
 	const xfer_cuda_api *cu = s->cu;
-	int root = ep->cfg.role == XFER_SENDER;
+	int root = s->sender;
 	int verify = ep->cfg.verify_device;
+	int overlap = root && verify && !xfer_hooks.nccl_hash_first;
 	if (!s->comm) return xfer_fail(err, XFER_EPEER, "the NCCL communicator was aborted earlier; reopen the endpoint");
-	xfer_sum *sums = (xfer_sum *)(s->hstage + 16);
 	long long flip = -1; /* tests: the byte of the last tensor the root sends wrong */
 	if (root) {
 		if (xfer_cuda_check(cu, cu->DeviceSynchronize(), "cudaDeviceSynchronize", err) != 0) return -1;
 		memset(s->got, 0, m->n * sizeof *s->got);
-		if (verify && sums_in_place(ep, s, 0, m->n, err) != 0) return -1;
-		memcpy(s->hstage, &s->digest, 8);
-		memcpy(s->hstage + 8, version, 8);
-		memcpy(sums, s->got, m->n * sizeof *sums);
+		if (verify && !overlap && sums_in_place(ep, s, s->stream, 0, m->n, err) != 0) return -1;
+		head_put(ep, s, *version, verify);
 		if (xfer_cuda_copy(cu, s->dhead, XFER_MEM_CUDA, s->hstage, XFER_MEM_HOST, s->head_bytes, err) != 0) return -1;
 		if (xfer_hooks.corrupt_version == *version && m->n && m->t[m->n - 1].nbytes)
 			flip = (long long)m->t[m->n - 1].nbytes - 1;
 	}
-	double t0 = xfer_now();
-	if (bcast(ep, s, s->dhead, s->dhead, s->head_bytes, err) != 0 || watch(ep, s, 1, "header broadcast", err) != 0)
-		return -1;
-	if (xfer_cuda_copy(cu, s->hstage, XFER_MEM_HOST, s->dhead, XFER_MEM_CUDA, s->head_bytes, err) != 0) return -1;
-	uint64_t digest, v;
-	memcpy(&digest, s->hstage, 8);
-	memcpy(&v, s->hstage + 8, 8);
-	if (digest == s->digest_v1)
-		return nfail(s, err, XFER_EFORMAT, "the root runs an older libskein (xxh3-128 sums in its NCCL header, "
-			     "this rank checks tree sums): upgrade every rank", -1);
-	if (digest != s->digest)
-		return nfail(s, err, XFER_EMISMATCH, "the root's manifest differs from this rank's (names, dtypes or shapes)", -1);
-	xfer_sum *want = malloc(m->n * sizeof *want + 1);
-	uint64_t *at = malloc((m->n + 1) * sizeof *at);
-	if (!want || !at) {
-		free(want);
-		free(at);
-		return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	double t0 = xfer_now(), hb = s->hashing;
+	if (bcast(ep, s, s->dhead, s->dhead, s->head_bytes, err) != 0) return -1;
+	if (overlap && ep->nbuckets && hash_bucket(ep, s, 0, err) != 0) return -1;
+	if (watch(ep, s, 1, "header broadcast", err) != 0) return -1;
+	double moving = xfer_now() - t0 - (s->hashing - hb);
+	uint64_t v = *version;
+	int check = 0;
+	if (!root) {
+		if (xfer_cuda_copy(cu, s->hstage, XFER_MEM_HOST, s->dhead, XFER_MEM_CUDA, s->head_bytes, err) != 0) return -1;
+		if (head_check(ep, s, &v, &check, err) != 0) return -1;
+		check = check && verify;
 	}
-	memcpy(want, sums, m->n * sizeof *want);
+	uint64_t *at = malloc((m->n + 1) * sizeof *at);
+	if (!at) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	int rc = -1;
-	double moving = xfer_now() - t0;
-	unsigned char *stage = s->packed ? s->dpack : s->dstage;
-	for (size_t b = 0; b < ep->nbuckets; b++) {
-		const xfer_bucket *bk = &ep->buckets[b];
-		double tb = xfer_now();
+	size_t b;
+	for (b = 0; b < ep->nbuckets; b++) {
 		int last = b + 1 == ep->nbuckets;
-		unsigned char fb = 0;
-		if (flip >= 0 && last) {
-			unsigned char *p = (unsigned char *)m->t[m->n - 1].ptr + flip;
-			if (xfer_cuda_copy(cu, &fb, XFER_MEM_HOST, p, XFER_MEM_CUDA, 1, err) != 0) goto out;
-			fb ^= 0x40;
-			if (xfer_cuda_copy(cu, p, XFER_MEM_CUDA, &fb, XFER_MEM_HOST, 1, err) != 0) goto out;
-		}
-		stage_layout(m, bk, s->packed, at);
-		if (s->packed) {
-			for (size_t i = bk->first; root && i < bk->first + bk->count; i++) {
-				const xfer_tensor *t = &m->t[i];
-				if (t->nbytes && xfer_cuda_check(cu, cu->MemcpyAsync(s->dpack + at[i - bk->first], t->ptr, t->nbytes,
-										  XFER_CUDA_D2D, s->stream), "pack", err) != 0) goto out;
-			}
-			if (bcast(ep, s, s->dpack, s->dpack, bk->packed_bytes, err) != 0) goto out;
-			for (size_t i = bk->first; !root && !journaled && i < bk->first + bk->count; i++) {
-				const xfer_tensor *t = &m->t[i];
-				if (t->nbytes && xfer_cuda_check(cu, cu->MemcpyAsync(t->ptr, s->dpack + at[i - bk->first], t->nbytes,
-										  XFER_CUDA_D2D, s->stream), "unpack", err) != 0) goto out;
-			}
-		} else {
-			int g = s->nc->GroupStart();
-			if (g != NCCL_SUCCESS) { nfail(s, err, XFER_EIO, "ncclGroupStart", g); goto out; }
-			for (size_t i = bk->first; i < bk->first + bk->count; i++) {
-				const xfer_tensor *t = &m->t[i];
-				void *dst = journaled ? (void *)(s->dstage + at[i - bk->first]) : t->ptr;
-				if (t->nbytes && bcast(ep, s, t->ptr, dst, t->nbytes, err) != 0) goto out;
-			}
-			g = s->nc->GroupEnd();
-			if (g != NCCL_SUCCESS && g != NCCL_IN_PROGRESS) { nfail(s, err, XFER_EIO, "ncclGroupEnd", g); goto out; }
-		}
-		if (watch(ep, s, 1, "bucket broadcast", err) != 0) {
-			xfer_err_prefix(err, "bucket %zu", b);
-			goto out;
-		}
-		moving += xfer_now() - tb;
-		if (flip >= 0 && last) {
-			unsigned char *p = (unsigned char *)m->t[m->n - 1].ptr + flip;
-			fb ^= 0x40;
-			if (xfer_cuda_copy(cu, p, XFER_MEM_CUDA, &fb, XFER_MEM_HOST, 1, err) != 0) goto out;
-		}
-		if (xfer_hooks.die_after_bucket && root && b + 1 == (size_t)xfer_hooks.die_after_bucket) _exit(3);
-		if (journaled) {
-			if (place_journaled(ep, s, bk, stage, at, err) != 0) goto out;
-		} else if (verify && !root && sums_in_place(ep, s, bk->first, bk->first + bk->count, err) != 0) {
-			goto out;
-		}
-		for (size_t i = bk->first; verify && !root && i < bk->first + bk->count; i++) {
-			if (!xfer_sum_equal(s->got[i], want[i])) {
-				xfer_fail(err, XFER_ECHECKSUM, "version %llu tensor %s: checksum mismatch after the broadcast",
-					  (unsigned long long)v, m->t[i].name);
-				goto out;
-			}
-		}
+		stage_layout(m, &ep->buckets[b], s->packed, at);
+		if (flip >= 0 && last && flip_last(ep, s, flip, err) != 0) goto out;
+		double tb = xfer_now();
+		hb = s->hashing;
+		s->touched = 1;
+		if (bucket_enqueue(ep, s, b, v, journaled, at, err) != 0 ||
+		    (overlap && !last && hash_bucket(ep, s, b + 1, err) != 0))
+			goto bucket_failed;
+		size_t die = root ? (size_t)xfer_hooks.die_after_bucket : 0; /* tests */
+		if (die && b == die) _exit(3); /* while bucket b moves */
+		if (watch(ep, s, 1, "bucket broadcast", err) != 0) goto bucket_failed;
+		if (die && last && b + 1 == die) _exit(3);
+		moving += xfer_now() - tb - (s->hashing - hb);
+		if (flip >= 0 && last && flip_last(ep, s, flip, err) != 0) goto out;
+		if (!root && bucket_land(ep, s, b, v, journaled, check, at, &moving, err) != 0) goto out;
 	}
 	*version = v;
 	ep->stats.bytes_moved = m->bytes;
 	ep->stats.data_seconds = moving;
 	ep->stats.staging_peak = s->packed ? s->pack_bytes : journaled ? s->stage_bytes : 0;
 	rc = 0;
+	goto out;
+bucket_failed:
+	xfer_err_prefix(err, "bucket %zu of %zu", b, ep->nbuckets);
 out:
-	free(want);
 	free(at);
 	return rc;
 }
@@ -571,6 +745,7 @@ static int nccl_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_
 	nccl_state *s = ep->impl;
 	int journaled = (s->dj || s->hj) && ep->stats.version > 0;
 	clear_stats(ep, s);
+	s->touched = 0;
 	if (s->dj) xfer_djournal_reset(s->dj);
 	if (s->hj) xfer_journal_reset(s->hj);
 	int rc = run_version(ep, version, journaled, err);
@@ -579,6 +754,10 @@ static int nccl_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_
 	if (rc == 0) {
 		ep->undo_ready = journaled;
 		return 0;
+	}
+	if (!s->touched) {
+		xfer_err_prefix(err, "(the tensors were not touched)");
+		return -1;
 	}
 	if (!journaled) {
 		xfer_err_prefix(err, "(no undo: %s)", s->dj || s->hj ? "the first version lands in place" : "keep_previous off");
