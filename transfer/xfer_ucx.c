@@ -99,7 +99,7 @@ enum {
 	PAGE = 4096,
 	BLOCK = 256 << 10,    /* puts and hashes, hashes and copies, in blocks that stay in cache */
 	MAX_BLOB = 64 << 10,  /* a worker address or packed rkey larger than this is refused */
-	IDLE_SPINS = 32,      /* progress calls that did nothing before sleeping on the event fd */
+	IDLE_SPINS = 32,         /* progress calls that did nothing before sleeping on the event fd */
 	POLL_SLICE_MS = 50,   /* the longest sleep: abort and deadlines are checked this often */
 	UCX_NAP_MS = 1,       /* the longest sleep on a worker's event fd: it may not fire for every
 				 arrival (puts UCX emulates over shared memory: 50 ms naps cost 3x) */
@@ -111,6 +111,23 @@ enum {
 };
 
 typedef xfer_ucx_hello uhello;
+
+/* SKEIN_UCX_PROFILE=1: seconds per phase, summed over a version's chunks
+ * (lanes: the sum over lanes), printed on stderr at its end, one line per
+ * end; the timers cost two clock reads per block when on, none when off. */
+enum {
+	PH_PUT,    /* sender lanes: ucp_put_nbx (over shared memory: the memcpy) */
+	PH_HASH,   /* both: xxh3 of the blocks */
+	PH_FLUSH,  /* sender lanes: waiting for remote completion */
+	PH_PLACE,  /* receiver lanes: journaled copy into the tensors */
+	PH_LANE,   /* both: a lane's whole stripe job */
+	PH_CREDIT, /* sender: waiting for a slot's credit */
+	PH_READY,  /* sender: sending "ready"; receiver: waiting for it */
+	PH_RUN,    /* both: the lanes' jobs of a chunk, until the last is done */
+	PH_ANSWER, /* sender: the credits due and the verdict at the end; receiver: sending credits */
+	PH_N,
+};
+static const char *const ph_name[PH_N] = { "put", "hash", "flush", "place", "lane", "credit", "ready", "run", "answer" };
 
 typedef struct {
 	char magic[4];
@@ -152,6 +169,7 @@ typedef struct {
 	atomic_int peer_failed;
 	XXH3_state_t *hs;
 	pthread_t th;
+	double ph[PH_N]; /* profile: seconds per phase this version */
 } lane;
 
 /* The lanes' jobs: chunk k, stripe i to lane i. */
@@ -196,7 +214,35 @@ struct ucx_state {
 	uint64_t lslot_bytes;
 	xfer_sum sums[MAX_STRIPES];
 	pool pool;
+	int prof;        /* SKEIN_UCX_PROFILE */
+	double ph[PH_N]; /* the control thread's phases */
 };
+
+/* Profile: now, or 0 when off; ph_add adds the time since t0 to phase i. */
+static inline double ph_now(const ucx_state *s) { return s->prof ? xfer_now() : 0; }
+static inline void ph_add(const ucx_state *s, double *ph, int i, double t0)
+{
+	if (s->prof) ph[i] += xfer_now() - t0;
+}
+
+static void ph_report(ucx_state *s, const char *who, double wall)
+{
+	if (!s->prof) return;
+	double sum[PH_N] = { 0 };
+	for (int i = 0; i < s->nstripes; i++)
+		for (int p = 0; p < PH_N; p++) sum[p] += s->lane[i].ph[p];
+	char line[512];
+	int n = snprintf(line, sizeof line, "skein: p2p-ucx %s profile v%llu: wall %.3f s, %zu chunks, %d lanes; lanes (sum):",
+			 who, (unsigned long long)s->version, wall, s->nchunks, s->nstripes);
+	for (int p = 0; p < PH_N && n < (int)sizeof line; p++)
+		if (sum[p] > 0) n += snprintf(line + n, sizeof line - (size_t)n, " %s %.3f", ph_name[p], sum[p]);
+	if (n < (int)sizeof line) n += snprintf(line + n, sizeof line - (size_t)n, "; control:");
+	for (int p = 0; p < PH_N && n < (int)sizeof line; p++)
+		if (s->ph[p] > 0) n += snprintf(line + n, sizeof line - (size_t)n, " %s %.3f", ph_name[p], s->ph[p]);
+	fprintf(stderr, "%s\n", line);
+	memset(s->ph, 0, sizeof s->ph);
+	for (int i = 0; i < MAX_STRIPES; i++) memset(s->lane[i].ph, 0, sizeof s->lane[i].ph);
+}
 
 /* ---- small helpers ---- */
 
@@ -331,7 +377,8 @@ static int stripe_job(ucx_state *s, lane *l, size_t k, xfer_err *err);
  * receiver's worker progresses), sleeping on its event fd and its wake fd. */
 static void idle_progress(ucx_state *s, lane *l)
 {
-	if (lane_progress(s, l)) return;
+	for (int i = 0; i < IDLE_SPINS; i++)
+		if (lane_progress(s, l)) return;
 	if (s->u->ucp_worker_arm(l->w) != UCS_OK) return;
 	struct pollfd q[2] = { { .fd = l->efd, .events = POLLIN }, { .fd = l->wake, .events = POLLIN } };
 	if (poll(q, 2, UCX_NAP_MS) > 0 && q[1].revents) {
@@ -353,7 +400,9 @@ static void *lane_main(void *arg)
 			size_t k = p->k;
 			pthread_mutex_unlock(&p->mu);
 			xfer_err e = { 0 };
+			double t0 = ph_now(s);
 			int rc = stripe_job(s, l, k, &e);
+			ph_add(s, l->ph, PH_LANE, t0);
 			pthread_mutex_lock(&p->mu);
 			l->gen = g;
 			if (rc != 0 && !p->failed) {
@@ -496,16 +545,23 @@ static int send_stripe(ucx_state *s, lane *l, size_t k, uint64_t a, uint64_t b, 
 			const void *src = s->lslot ? (const void *)(s->lslot + (a - s->chunks[k].off)) : tensor_at(ep, t, a);
 			ucp_rkey_h key;
 			uint64_t raddr = remote_at(s, l, k, t, a, &key);
+			double t0 = ph_now(s);
 			void *q = u->ucp_put_nbx(l->uep, src, n, raddr, key, &prm);
 			if (UCS_PTR_IS_ERR(q)) return ucx_fail(s, err, XFER_EPEER, UCS_PTR_STATUS(q), "put to the receiver");
 			if (q) u->ucp_request_free(q); /* completion is the flush's */
+			ph_add(s, l->ph, PH_PUT, t0);
+			t0 = ph_now(s);
 			XXH3_128bits_update(l->hs, src, n);
+			ph_add(s, l->ph, PH_HASH, t0);
 			lane_progress(s, l);
 			a += n;
 		}
 	}
 	*sum = digest(l->hs);
-	return flush_lane(s, l, "flush to the receiver", err);
+	double t0 = ph_now(s);
+	int rc = flush_lane(s, l, "flush to the receiver", err);
+	ph_add(s, l->ph, PH_FLUSH, t0);
+	return rc;
 }
 
 /* Receiver: hashes [a, b) of the tensors (direct: where the puts landed) or
@@ -518,7 +574,9 @@ static xfer_sum hash_landed(ucx_state *s, lane *l, const unsigned char *slot, ui
 		uint64_t hi = slot || ep->offsets[t + 1] > b ? b : ep->offsets[t + 1];
 		for (; a < hi;) {
 			uint64_t n = hi - a < BLOCK ? hi - a : BLOCK;
+			double t0 = ph_now(s);
 			XXH3_128bits_update(l->hs, slot ? slot + (a - off) : tensor_at(ep, t, a), n);
+			ph_add(s, l->ph, PH_HASH, t0);
 			lane_progress(s, l);
 			a += n;
 		}
@@ -537,8 +595,12 @@ static int check_place(ucx_state *s, lane *l, const unsigned char *slot, uint64_
 	XXH3_128bits_reset(l->hs);
 	for (; a < b;) {
 		uint64_t n = b - a < BLOCK ? b - a : BLOCK;
+		double t0 = ph_now(s);
 		XXH3_128bits_update(l->hs, slot + (a - off), n);
+		ph_add(s, l->ph, PH_HASH, t0);
+		t0 = ph_now(s);
 		if (xfer_place_stripe(s->ep, slot, off, a, a + n, j, err) != 0) return -1;
+		ph_add(s, l->ph, PH_PLACE, t0);
 		lane_progress(s, l);
 		a += n;
 	}
@@ -569,7 +631,10 @@ static int stripe_job(ucx_state *s, lane *l, size_t k, xfer_err *err)
 				 (unsigned long long)s->version, (unsigned long long)a, (unsigned long long)b,
 				 ep->m->t[xfer_tensor_at(ep, a)].name);
 	if (!slot || placed) return 0;
-	return xfer_place_stripe(ep, slot, c.off, a, b, j, err);
+	double t0 = ph_now(s);
+	int rc = xfer_place_stripe(ep, slot, c.off, a, b, j, err);
+	ph_add(s, l->ph, PH_PLACE, t0);
+	return rc;
 }
 
 /* ---- setup and teardown ---- */
@@ -753,6 +818,8 @@ static int ucx_setup(xfer_endpoint *ep, xfer_err *err)
 	if (s->any_cuda && !xfer_cuda(why, sizeof why))
 		return xfer_fail(err, XFER_EUNAVAIL, "the manifest has CUDA tensors but %s", why);
 	read_boot_id(s->boot_here);
+	const char *pv = getenv("SKEIN_UCX_PROFILE");
+	s->prof = pv && *pv && strcmp(pv, "0") != 0;
 	s->nstripes = ep->cfg.p2p.streams < MAX_STRIPES ? ep->cfg.p2p.streams : MAX_STRIPES;
 	if (s->nstripes < 1) s->nstripes = 1;
 	if (ep->cfg.role == XFER_RECEIVER) {
@@ -1018,20 +1085,28 @@ static int ucx_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 	if (!s->connected && sender_connect(ep, s, err) != 0) return -1;
 	if (pool_size(s, err) != 0) goto err;
 	s->version = v;
+	double w0 = ph_now(s), t0;
 	if (xfer_sock_send_vhead(s->ctl, ep, v, err) != 0) goto err;
 	for (size_t k = 0; k < s->nchunks; k++) {
 		/* slot k % nslots is free once the receiver placed chunk k - nslots */
+		t0 = ph_now(s);
 		if (!s->remote_direct && k >= (size_t)s->nslots && wait_credit(s, k - (size_t)s->nslots, &credits, err) != 0)
 			goto err;
+		ph_add(s, s->ph, PH_CREDIT, t0);
 		if (s->lslot && stage_chunk(ep, s, k, err) != 0) goto err;
+		t0 = ph_now(s);
 		if (pool_run(s, k, err) != 0 || corrupt_chunk(ep, s, k, err) != 0) goto err;
+		ph_add(s, s->ph, PH_RUN, t0);
 		uready r = { .nstripes = (uint32_t)s->nstripes, .version = v, .chunk = k };
 		memcpy(r.magic, "SKR1", 4);
 		struct iovec iv[2] = { { &r, sizeof r }, { s->sums, (size_t)s->nstripes * sizeof s->sums[0] } };
+		t0 = ph_now(s);
 		if (xfer_sock_sendv(s->ctl, iv, 2, "ready", "receiver", to, err) != 0) goto err;
+		ph_add(s, s->ph, PH_READY, t0);
 		/* test hook: the process dies once chunk k is announced */
 		if (xfer_hooks.die_after_bucket && k + 1 == (size_t)xfer_hooks.die_after_bucket) _exit(3);
 	}
+	t0 = ph_now(s);
 	for (;;) { /* the credits still due, then the receiver's verdict */
 		uint64_t c;
 		int r = read_answer(s, &c, err);
@@ -1039,6 +1114,8 @@ static int ucx_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 		if (r == 0) break;
 		credits++;
 	}
+	ph_add(s, s->ph, PH_ANSWER, t0);
+	ph_report(s, "sender", w0 ? xfer_now() - w0 : 0);
 	ep->stats.bytes_moved = ep->m->bytes;
 	ep->stats.staging_peak = s->lslot_bytes;
 	return 0;
@@ -1252,8 +1329,10 @@ static int ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 				 s->bucket_bytes, s->any_cuda, err) != 0)
 		goto err;
 	pool_active(s, 1); /* the lanes move UCX while the chunks land */
+	double w0 = ph_now(s), t1;
 	for (size_t k = 0; k < s->nchunks && !failed; k++) {
 		uready r;
+		t1 = ph_now(s);
 		if (wait_for(s, NULL, NULL, s->ctl, "chunk", "sender", err) != 0 ||
 		    xfer_sock_recv(s->ctl, &r, sizeof r, "ready", "sender", to, err) != 0) {
 			failed = 1;
@@ -1266,15 +1345,23 @@ static int ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 			failed = 1;
 			break;
 		}
-		if (xfer_sock_recv(s->ctl, s->sums, (size_t)s->nstripes * sizeof s->sums[0], "ready", "sender", to, err) != 0 ||
-		    pool_run(s, k, err) != 0) {
+		if (xfer_sock_recv(s->ctl, s->sums, (size_t)s->nstripes * sizeof s->sums[0], "ready", "sender", to, err) != 0) {
 			failed = 1;
 			break;
 		}
+		ph_add(s, s->ph, PH_READY, t1);
+		t1 = ph_now(s);
+		if (pool_run(s, k, err) != 0) {
+			failed = 1;
+			break;
+		}
+		ph_add(s, s->ph, PH_RUN, t1);
+		t1 = ph_now(s);
 		if (!s->direct) {
 			uint32_t c[2] = { CREDIT, (uint32_t)k };
 			if (xfer_sock_send(s->ctl, c, sizeof c, "credit", "sender", to, err) != 0) failed = 1;
 		}
+		ph_add(s, s->ph, PH_ANSWER, t1);
 		if (xfer_hooks.stop_after_bucket && k + 1 == (size_t)xfer_hooks.stop_after_bucket) raise(SIGSTOP);
 	}
 	pool_active(s, 0);
@@ -1285,6 +1372,7 @@ static int ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 		goto err;
 	}
 	if (xfer_sock_send_status(s->ctl, NULL, to, err) != 0) goto err;
+	ph_report(s, "receiver", w0 ? xfer_now() - w0 : 0);
 	ep->stats.bytes_moved = m->bytes;
 	ep->stats.staging_peak = s->direct ? 0 : s->slots_len;
 	ep->undo_ready = journaled && s->j[0];
