@@ -159,7 +159,8 @@ typedef struct ucx_state ucx_state;
  * hash state. */
 typedef struct {
 	ucx_state *s;
-	int idx, gen, wake;     /* gen: the last job done; wake: eventfd that rouses an idle receiver lane */
+	int idx, wake;          /* wake: eventfd that rouses an idle receiver lane */
+	size_t next;            /* the next chunk this lane works on */
 	ucp_worker_h w;
 	int efd;
 	ucp_address_t *addr;    /* receiver: this lane's worker address */
@@ -172,13 +173,19 @@ typedef struct {
 	double ph[PH_N]; /* profile: seconds per phase this version */
 } lane;
 
-/* The lanes' jobs: chunk k, stripe i to lane i. */
+/* The lanes' jobs: stripe i of each posted chunk to lane i, in order.  A
+ * lane goes on to the next chunk without waiting for the others (the
+ * control thread waits for chunk k - 1 once it posted chunk k: no barrier
+ * per chunk, and a lane that is late catches up); done[k % RING] counts
+ * the lanes that finished chunk k. */
+enum { RING = 4 };
 typedef struct {
-	int nth, stop, gen, pending, failed, active, busy;
-	size_t k;
+	int nth, stop, failed, active, busy;
+	size_t posted;   /* chunks 0..posted-1 are the lanes' */
+	int done[RING];
 	xfer_err err;
 	pthread_mutex_t mu;
-	pthread_cond_t go, done;
+	pthread_cond_t go, done_cv;
 } pool;
 
 struct ucx_state {
@@ -212,7 +219,7 @@ struct ucx_state {
 	int remote_direct;
 	unsigned char *lslot; /* CUDA tensors: a chunk on the host */
 	uint64_t lslot_bytes;
-	xfer_sum sums[MAX_STRIPES];
+	xfer_sum sums[2][MAX_STRIPES]; /* chunk k's per stripe in [k % 2]: two chunks are in the lanes' hands */
 	pool pool;
 	int prof;        /* SKEIN_UCX_PROFILE */
 	double ph[PH_N]; /* the control thread's phases */
@@ -395,27 +402,30 @@ static void *lane_main(void *arg)
 	int receiver = s->ep->cfg.role == XFER_RECEIVER;
 	pthread_mutex_lock(&p->mu);
 	while (!p->stop) {
-		if (p->gen != l->gen && l->idx < s->nstripes) {
-			int g = p->gen;
-			size_t k = p->k;
-			pthread_mutex_unlock(&p->mu);
+		if (l->next < p->posted && l->idx < s->nstripes) {
+			size_t k = l->next;
+			int rc = 0;
 			xfer_err e = { 0 };
-			double t0 = ph_now(s);
-			int rc = stripe_job(s, l, k, &e);
-			ph_add(s, l->ph, PH_LANE, t0);
-			pthread_mutex_lock(&p->mu);
-			l->gen = g;
+			if (!p->failed) { /* after a failure the lanes only count the chunks posted */
+				pthread_mutex_unlock(&p->mu);
+				double t0 = ph_now(s);
+				rc = stripe_job(s, l, k, &e);
+				ph_add(s, l->ph, PH_LANE, t0);
+				pthread_mutex_lock(&p->mu);
+			}
+			l->next++;
 			if (rc != 0 && !p->failed) {
 				p->failed = 1;
 				p->err = e;
 			}
-			if (--p->pending == 0) pthread_cond_broadcast(&p->done);
+			p->done[k % RING]++;
+			pthread_cond_broadcast(&p->done_cv);
 		} else if (receiver && p->active) {
 			p->busy++;
 			pthread_mutex_unlock(&p->mu);
 			idle_progress(s, l);
 			pthread_mutex_lock(&p->mu);
-			if (--p->busy == 0) pthread_cond_broadcast(&p->done);
+			if (--p->busy == 0) pthread_cond_broadcast(&p->done_cv);
 		} else {
 			pthread_cond_wait(&p->go, &p->mu);
 		}
@@ -457,7 +467,7 @@ static void pool_active(ucx_state *s, int on)
 		pthread_mutex_unlock(&p->mu);
 		wake_lanes(s);
 		pthread_mutex_lock(&p->mu);
-		while (p->busy) pthread_cond_wait(&p->done, &p->mu);
+		while (p->busy) pthread_cond_wait(&p->done_cv, &p->mu);
 	}
 	pthread_mutex_unlock(&p->mu);
 }
@@ -468,7 +478,7 @@ static int pool_size(ucx_state *s, xfer_err *err)
 	if (s->pool.nth == s->nstripes) return 0;
 	pool_stop(s);
 	for (int i = 0; i < s->nstripes; i++) {
-		s->lane[i].gen = s->pool.gen;
+		s->lane[i].next = s->pool.posted;
 		if (pthread_create(&s->lane[i].th, NULL, lane_main, &s->lane[i]) != 0)
 			return xfer_fail(err, XFER_EIO, "cannot start lane thread %d", i);
 		s->pool.nth++;
@@ -476,24 +486,54 @@ static int pool_size(ucx_state *s, xfer_err *err)
 	return 0;
 }
 
-/* Runs stripe i of chunk k on lane i, for every lane, and waits for all. */
-static int pool_run(ucx_state *s, size_t k, xfer_err *err)
+/* A version's first chunk is 0 (the lanes are idle). */
+static void pool_begin(ucx_state *s)
 {
 	pool *p = &s->pool;
 	pthread_mutex_lock(&p->mu);
-	p->k = k;
-	p->gen++;
-	p->pending = s->nstripes;
+	p->posted = 0;
+	p->failed = 0;
+	memset(p->done, 0, sizeof p->done);
+	for (int i = 0; i < MAX_STRIPES; i++) s->lane[i].next = 0;
+	pthread_mutex_unlock(&p->mu);
+}
+
+/* Chunk k goes to the lanes; the caller waits for chunk k - 1 before it
+ * posts chunk k + 1. */
+static void pool_post(ucx_state *s, size_t k)
+{
+	pool *p = &s->pool;
+	pthread_mutex_lock(&p->mu);
+	p->posted = k + 1;
+	p->done[k % RING] = 0;
 	pthread_cond_broadcast(&p->go);
 	pthread_mutex_unlock(&p->mu);
 	if (p->active) wake_lanes(s);
+}
+
+/* Waits until every lane finished chunk k; after a failure (any chunk's),
+ * until the lanes are done with every chunk posted, and returns its error. */
+static int pool_wait(ucx_state *s, size_t k, xfer_err *err)
+{
+	pool *p = &s->pool;
 	pthread_mutex_lock(&p->mu);
-	while (p->pending) pthread_cond_wait(&p->done, &p->mu);
+	while (p->done[k % RING] < s->nstripes) pthread_cond_wait(&p->done_cv, &p->mu);
 	int failed = p->failed;
-	if (failed) *err = p->err;
-	p->failed = 0;
+	if (failed) {
+		for (int i = 0; i < s->nstripes; i++)
+			while (s->lane[i].next < p->posted) pthread_cond_wait(&p->done_cv, &p->mu);
+		*err = p->err;
+	}
 	pthread_mutex_unlock(&p->mu);
 	return failed ? -1 : 0;
+}
+
+/* After an error of the caller's own: the lanes finish what was posted. */
+static void pool_drain(ucx_state *s)
+{
+	pool *p = &s->pool;
+	xfer_err e;
+	if (p->posted) pool_wait(s, p->posted - 1, &e);
 }
 
 /* ---- a stripe's work ---- */
@@ -616,7 +656,7 @@ static int stripe_job(ucx_state *s, lane *l, size_t k, xfer_err *err)
 	xfer_span c = s->chunks[k];
 	uint64_t a, b;
 	xfer_stripe_of(c, s->nstripes, l->idx, &a, &b);
-	if (ep->cfg.role == XFER_SENDER) return send_stripe(s, l, k, a, b, &s->sums[l->idx], err);
+	if (ep->cfg.role == XFER_SENDER) return send_stripe(s, l, k, a, b, &s->sums[k % 2][l->idx], err);
 	const unsigned char *slot = s->direct ? NULL : s->slots + (k % (size_t)s->nslots) * s->slot_bytes;
 	xfer_journal *j = ep->stats.version ? s->j[l->idx] : NULL;
 	xfer_sum got;
@@ -626,7 +666,7 @@ static int stripe_job(ucx_state *s, lane *l, size_t k, xfer_err *err)
 	} else {
 		got = hash_landed(s, l, slot, c.off, a, b);
 	}
-	if (!xfer_sum_equal(got, s->sums[l->idx]))
+	if (!xfer_sum_equal(got, s->sums[k % 2][l->idx]))
 		return xfer_fail(err, XFER_ECHECKSUM, "version %llu, bytes %llu..%llu (tensor %s): checksum mismatch on arrival",
 				 (unsigned long long)s->version, (unsigned long long)a, (unsigned long long)b,
 				 ep->m->t[xfer_tensor_at(ep, a)].name);
@@ -751,7 +791,7 @@ static void ucx_teardown(xfer_endpoint *ep)
 	free(s->chunks);
 	pthread_mutex_destroy(&s->pool.mu);
 	pthread_cond_destroy(&s->pool.go);
-	pthread_cond_destroy(&s->pool.done);
+	pthread_cond_destroy(&s->pool.done_cv);
 	free(s);
 	ep->impl = NULL;
 }
@@ -802,7 +842,7 @@ static int ucx_setup(xfer_endpoint *ep, xfer_err *err)
 	s->lfd = s->ctl = -1;
 	pthread_mutex_init(&s->pool.mu, NULL);
 	pthread_cond_init(&s->pool.go, NULL);
-	pthread_cond_init(&s->pool.done, NULL);
+	pthread_cond_init(&s->pool.done_cv, NULL);
 	for (int i = 0; i < MAX_STRIPES; i++) {
 		lane *l = &s->lane[i];
 		l->s = s;
@@ -1075,6 +1115,24 @@ static int stage_chunk(xfer_endpoint *ep, ucx_state *s, size_t k, xfer_err *err)
 	return 0;
 }
 
+/* Sender: once every lane has put and flushed chunk k, tells the receiver,
+ * with the stripes' checksums. */
+static int send_ready(xfer_endpoint *ep, ucx_state *s, size_t k, xfer_err *err)
+{
+	double t0 = ph_now(s);
+	if (pool_wait(s, k, err) != 0 || corrupt_chunk(ep, s, k, err) != 0) return -1;
+	ph_add(s, s->ph, PH_RUN, t0);
+	uready r = { .nstripes = (uint32_t)s->nstripes, .version = s->version, .chunk = k };
+	memcpy(r.magic, "SKR1", 4);
+	struct iovec iv[2] = { { &r, sizeof r }, { s->sums[k % 2], (size_t)s->nstripes * sizeof s->sums[0][0] } };
+	t0 = ph_now(s);
+	if (xfer_sock_sendv(s->ctl, iv, 2, "ready", "receiver", ep->cfg.timeout_ms, err) != 0) return -1;
+	ph_add(s, s->ph, PH_READY, t0);
+	/* test hook: the process dies once chunk k is announced */
+	if (xfer_hooks.die_after_bucket && k + 1 == (size_t)xfer_hooks.die_after_bucket) _exit(3);
+	return 0;
+}
+
 static int ucx_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 {
 	ucx_state *s = ep->impl;
@@ -1085,27 +1143,32 @@ static int ucx_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 	if (!s->connected && sender_connect(ep, s, err) != 0) return -1;
 	if (pool_size(s, err) != 0) goto err;
 	s->version = v;
+	pool_begin(s);
+	/* CUDA tensors go through one host slot, and the corrupting hook uses
+	 * lane 0 between chunks: then each chunk is done before the next */
+	int lockstep = s->lslot || xfer_hooks.corrupt_at;
 	double w0 = ph_now(s), t0;
 	if (xfer_sock_send_vhead(s->ctl, ep, v, err) != 0) goto err;
+	size_t sent = 0; /* chunks announced */
 	for (size_t k = 0; k < s->nchunks; k++) {
-		/* slot k % nslots is free once the receiver placed chunk k - nslots */
-		t0 = ph_now(s);
-		if (!s->remote_direct && k >= (size_t)s->nslots && wait_credit(s, k - (size_t)s->nslots, &credits, err) != 0)
-			goto err;
-		ph_add(s, s->ph, PH_CREDIT, t0);
+		/* slot k % nslots is free once the receiver placed chunk c =
+		 * k - nslots, which it confirms once chunk c + 1 is announced */
+		if (!s->remote_direct && k >= (size_t)s->nslots) {
+			size_t c = k - (size_t)s->nslots;
+			while (sent < c + 2)
+				if (send_ready(ep, s, sent++, err) != 0) goto err;
+			t0 = ph_now(s);
+			if (wait_credit(s, c, &credits, err) != 0) goto err;
+			ph_add(s, s->ph, PH_CREDIT, t0);
+		}
 		if (s->lslot && stage_chunk(ep, s, k, err) != 0) goto err;
-		t0 = ph_now(s);
-		if (pool_run(s, k, err) != 0 || corrupt_chunk(ep, s, k, err) != 0) goto err;
-		ph_add(s, s->ph, PH_RUN, t0);
-		uready r = { .nstripes = (uint32_t)s->nstripes, .version = v, .chunk = k };
-		memcpy(r.magic, "SKR1", 4);
-		struct iovec iv[2] = { { &r, sizeof r }, { s->sums, (size_t)s->nstripes * sizeof s->sums[0] } };
-		t0 = ph_now(s);
-		if (xfer_sock_sendv(s->ctl, iv, 2, "ready", "receiver", to, err) != 0) goto err;
-		ph_add(s, s->ph, PH_READY, t0);
-		/* test hook: the process dies once chunk k is announced */
-		if (xfer_hooks.die_after_bucket && k + 1 == (size_t)xfer_hooks.die_after_bucket) _exit(3);
+		pool_post(s, k);
+		/* chunk k - 1 is announced while the lanes put chunk k */
+		while (sent + (lockstep ? 0 : 1) <= k)
+			if (send_ready(ep, s, sent++, err) != 0) goto err;
 	}
+	while (sent < s->nchunks)
+		if (send_ready(ep, s, sent++, err) != 0) goto err;
 	t0 = ph_now(s);
 	for (;;) { /* the credits still due, then the receiver's verdict */
 		uint64_t c;
@@ -1120,6 +1183,7 @@ static int ucx_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 	ep->stats.staging_peak = s->lslot_bytes;
 	return 0;
 err:
+	pool_drain(s);
 	if (err->code != XFER_EPEER || !strstr(err->msg, "reported")) {
 		/* the receiver may have said why (a checksum, its watchdog) */
 		xfer_err peer = { 0 };
@@ -1304,6 +1368,22 @@ out:
 	return s->connected ? 0 : -1;
 }
 
+/* Receiver: once every lane has checked and placed chunk k, its slot goes
+ * back to the sender (a credit). */
+static int placed(ucx_state *s, size_t k, xfer_err *err)
+{
+	double t0 = ph_now(s);
+	if (pool_wait(s, k, err) != 0) return -1;
+	ph_add(s, s->ph, PH_RUN, t0);
+	t0 = ph_now(s);
+	uint32_t c[2] = { CREDIT, (uint32_t)k };
+	if (!s->direct && xfer_sock_send(s->ctl, c, sizeof c, "credit", "sender", s->ep->cfg.timeout_ms, err) != 0)
+		return -1;
+	ph_add(s, s->ph, PH_ANSWER, t0);
+	if (xfer_hooks.stop_after_bucket && k + 1 == (size_t)xfer_hooks.stop_after_bucket) raise(SIGSTOP);
+	return 0;
+}
+
 static int ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err)
 {
 	ucx_state *s = ep->impl;
@@ -1328,6 +1408,7 @@ static int ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	    xfer_stripe_journals(ep, s->j, MAX_STRIPES, s->direct || !ep->cfg.keep_previous ? 0 : s->nstripes,
 				 s->bucket_bytes, s->any_cuda, err) != 0)
 		goto err;
+	pool_begin(s);
 	pool_active(s, 1); /* the lanes move UCX while the chunks land */
 	double w0 = ph_now(s), t1;
 	for (size_t k = 0; k < s->nchunks && !failed; k++) {
@@ -1345,25 +1426,17 @@ static int ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 			failed = 1;
 			break;
 		}
-		if (xfer_sock_recv(s->ctl, s->sums, (size_t)s->nstripes * sizeof s->sums[0], "ready", "sender", to, err) != 0) {
+		if (xfer_sock_recv(s->ctl, s->sums[k % 2], (size_t)s->nstripes * sizeof s->sums[0][0], "ready", "sender", to,
+				   err) != 0) {
 			failed = 1;
 			break;
 		}
 		ph_add(s, s->ph, PH_READY, t1);
-		t1 = ph_now(s);
-		if (pool_run(s, k, err) != 0) {
-			failed = 1;
-			break;
-		}
-		ph_add(s, s->ph, PH_RUN, t1);
-		t1 = ph_now(s);
-		if (!s->direct) {
-			uint32_t c[2] = { CREDIT, (uint32_t)k };
-			if (xfer_sock_send(s->ctl, c, sizeof c, "credit", "sender", to, err) != 0) failed = 1;
-		}
-		ph_add(s, s->ph, PH_ANSWER, t1);
-		if (xfer_hooks.stop_after_bucket && k + 1 == (size_t)xfer_hooks.stop_after_bucket) raise(SIGSTOP);
+		pool_post(s, k);
+		if (k > 0 && placed(s, k - 1, err) != 0) failed = 1;
 	}
+	if (!failed && s->nchunks && placed(s, s->nchunks - 1, err) != 0) failed = 1;
+	if (failed) pool_drain(s);
 	pool_active(s, 0);
 	xfer_stripe_journals_stats(ep, s->j, MAX_STRIPES);
 	if (failed) {
@@ -1379,6 +1452,7 @@ static int ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	*version = hv;
 	return 0;
 err:
+	pool_drain(s);
 	pool_active(s, 0);
 	close_session(s, 1);
 	return -1;
