@@ -2,7 +2,7 @@
  *
  * Before a receiver overwrites its buffers it records what was there, so that
  * a failure later in the same update (a checksum, a vanished peer) puts the
- * previous version back exactly.  Four kinds of record:
+ * previous version back exactly.  Five kinds of record:
  *   RUN     address, length, the old bytes (xfer_journal_save)
  *   SPARSE  a base address, then for each run of changed 8-byte words: the
  *           gap since the previous run and the run's length (LEB128), and the
@@ -26,10 +26,12 @@
  *   BLOB    a delta payload whose application undoes a delta (XOR undoes
  *           itself; an overwrite is undone by the same positions, old values)
  * Records go to a 1 MiB buffer; full buffers are kept as chunks in memory
- * up to 32 MiB (a 1% update of 2 GiB of bf16 needs about 14 MiB; a caller
- * may lower the limit: xfer_journal_limit), and beyond that written to an
+ * up to 32 MiB (a 1% update of 2 GiB of bf16 needs about 100 MiB, 10 bytes
+ * a changed word, in all of a receiver's stripe journals; a caller may
+ * lower the limit: xfer_journal_limit), and beyond that written to an
  * unlinked temporary file (O_TMPFILE), so memory stays under 34 MiB whatever
- * the update size (38 MiB with the pinned piece of a device journal).  Undo walks chunks and records newest first (each record
+ * the update size (38 MiB with the pinned piece of a device journal).
+ * Undo walks chunks and records newest first (each record
  * ends with its own size), so the oldest saved bytes win when a place changed
  * twice (a catch-up through several versions), host and device records alike.
  * Device copies go through the CUDA runtime, looked up (dlopen) only when a
