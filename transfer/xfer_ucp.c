@@ -133,6 +133,7 @@ static void load(void)
 	LOAD(ucp_rkey_buffer_release);
 	LOAD(ucp_ep_rkey_unpack);
 	LOAD(ucp_rkey_destroy);
+	LOAD(ucp_rkey_ptr);
 	LOAD(ucp_request_check_status);
 	LOAD(ucp_request_free);
 	LOAD(ucp_get_version_string);

@@ -70,6 +70,7 @@ typedef struct {
 	XFER_UCP_FN(ucp_rkey_buffer_release);
 	XFER_UCP_FN(ucp_ep_rkey_unpack);
 	XFER_UCP_FN(ucp_rkey_destroy);
+	XFER_UCP_FN(ucp_rkey_ptr);
 	XFER_UCP_FN(ucp_request_check_status);
 	XFER_UCP_FN(ucp_request_free);
 	XFER_UCP_FN(ucp_get_version_string);

@@ -7,9 +7,10 @@
  * then tells the receiver on the TCP control stream, with the chunk's
  * checksums.  The same code runs over RDMA (rc, dc, ud: the NIC writes the
  * receiver's memory), shared memory (the receiver's slots are allocated by
- * UCX in sysv/posix shared memory, which the sender attaches and writes
- * with memcpy: UCX 1.13 puts need a transport with short and bcopy puts,
- * so cma is not used) or UCX's TCP (puts emulated over active messages:
+ * UCX in sysv/posix shared memory, which each sender lane maps with
+ * ucp_rkey_ptr and writes with memcpy, no put or flush: UCX 1.16 would
+ * route large puts through cma, a system call per put, and hash before the
+ * copy) or UCX's TCP (puts emulated over active messages:
  * the receiver's workers must progress for them to land), whichever UCX
  * picks under UCX_TLS and UCX_NET_DEVICES (docs/transfer.md).
  *
@@ -28,17 +29,24 @@
  * put, while it is in cache; a receiver lane hashes each block of its
  * stripe and copies it into the tensors through the stripe's journal in
  * the same pass, then compares (as p2p-tcp's streams place before the
- * check; a mismatch puts the previous version back), and between jobs it
- * keeps its worker progressing.  One thread alone could not keep up: over
- * shared memory the puts are memcpy, over TCP each lane is a connection.
+ * check; a mismatch puts the previous version back), and between blocks
+ * and jobs it keeps its worker progressing.  One thread alone could not
+ * keep up: over shared memory the puts are memcpy, over TCP each lane is a
+ * connection.  Lanes do not wait for each other: each end posts chunk k to
+ * its lanes and then waits for chunk k - 1 (pool_post, pool_wait), so a
+ * lane goes on with the next chunk while the ready and credit messages
+ * cross and a late lane catches up.
  *
- * Chunks and slots (slot_plan): an eighth of a bucket (at most 32 MiB),
- * in a ring of as many slots as one bucket holds, so up to 16 chunks are
- * in flight and the pipeline fills and drains in small steps.
+ * Chunks and slots (slot_plan): an eighth of a bucket (at most 8 MiB), in a
+ * ring of at most 8 slots (64 MiB): small enough that the receiver reads
+ * what the sender just wrote from the last-level cache, not from memory
+ * (on the H200 host, with the mapped slots, the receiver's hashing of
+ * 2 GiB fell from 0.29 to 0.20 core seconds), while up to 8 chunks are in
+ * flight.
  *   keep_previous (default): chunk k lands in slot k % nslots; the sender
  *     waits for the credit of chunk k - nslots before reusing it.  Peak
- *     extra memory: one bucket of slots plus journals held to half a
- *     bucket, as p2p-tcp.  CUDA tensors: each stripe is checked first, then
+ *     extra memory: the ring of slots plus journals held to half a bucket,
+ *     under p2p-tcp's two buckets.  CUDA tensors: each stripe is checked first, then
  *     copied to the device through its journal (xfer_journal_copy_device).
  *   direct (keep_previous = 0, host tensors): the landing regions are the
  *     tensors themselves, mapped once; no credits, zero copies, zero extra
@@ -94,12 +102,15 @@ int xfer_ucx_hello_parse(const void *buf, size_t n, xfer_ucx_hello *h, xfer_err 
 
 enum {
 	MAX_STRIPES = XFER_UCX_MAX_STRIPES,
-	MAX_SLOTS = 16,       /* staging slots in the receiver's ring */
-	SLOT_MAX = 32 << 20,  /* a slot (a chunk) holds at most this: small chunks keep many in flight */
+	MAX_SLOTS = 8,        /* staging slots in the receiver's ring */
+	SLOT_MAX = 8 << 20,   /* a slot (a chunk) holds at most this: the ring (64 MiB) stays in the
+				 last-level cache, so a receiver reads what the sender just wrote there */
 	PAGE = 4096,
-	BLOCK = 256 << 10,    /* puts and hashes, hashes and copies, in blocks that stay in cache */
+	BLOCK = 256 << 10,    /* a sender's puts and hashes, in blocks that stay in cache */
+	RBLOCK = 64 << 10,    /* a receiver's hashes and copies: smaller, as its worker progresses
+				 between them (UCX's TCP lands puts only then) */
 	MAX_BLOB = 64 << 10,  /* a worker address or packed rkey larger than this is refused */
-	IDLE_SPINS = 32,      /* progress calls that did nothing before sleeping on the event fd */
+	IDLE_SPINS = 32,         /* progress calls that did nothing before sleeping on the event fd */
 	POLL_SLICE_MS = 50,   /* the longest sleep: abort and deadlines are checked this often */
 	UCX_NAP_MS = 1,       /* the longest sleep on a worker's event fd: it may not fire for every
 				 arrival (puts UCX emulates over shared memory: 50 ms naps cost 3x) */
@@ -111,6 +122,23 @@ enum {
 };
 
 typedef xfer_ucx_hello uhello;
+
+/* SKEIN_UCX_PROFILE=1: seconds per phase, summed over a version's chunks
+ * (lanes: the sum over lanes), printed on stderr at its end, one line per
+ * end; the timers cost two clock reads per block when on, none when off. */
+enum {
+	PH_PUT,    /* sender lanes: ucp_put_nbx (over shared memory: the memcpy) */
+	PH_HASH,   /* both: xxh3 of the blocks */
+	PH_FLUSH,  /* sender lanes: waiting for remote completion */
+	PH_PLACE,  /* receiver lanes: journaled copy into the tensors */
+	PH_LANE,   /* both: a lane's whole stripe job */
+	PH_CREDIT, /* sender: waiting for a slot's credit */
+	PH_READY,  /* sender: sending "ready"; receiver: waiting for it */
+	PH_RUN,    /* both: the lanes' jobs of a chunk, until the last is done */
+	PH_ANSWER, /* sender: the credits due and the verdict at the end; receiver: sending credits */
+	PH_N,
+};
+static const char *const ph_name[PH_N] = { "put", "hash", "flush", "place", "lane", "credit", "ready", "run", "answer" };
 
 typedef struct {
 	char magic[4];
@@ -142,25 +170,34 @@ typedef struct ucx_state ucx_state;
  * hash state. */
 typedef struct {
 	ucx_state *s;
-	int idx, gen, wake;     /* gen: the last job done; wake: eventfd that rouses an idle receiver lane */
+	int idx, wake;          /* wake: eventfd that rouses an idle receiver lane */
+	size_t next;            /* the next chunk this lane works on */
 	ucp_worker_h w;
 	int efd;
 	ucp_address_t *addr;    /* receiver: this lane's worker address */
 	size_t addr_len;
 	ucp_ep_h uep;           /* sender: to the receiver's lane idx */
 	ucp_rkey_h *rkey;       /* sender: the landing regions' keys, unpacked for uep */
+	unsigned char *rptr;    /* sender: the receiver's slots mapped here (ucp_rkey_ptr), or NULL */
 	atomic_int peer_failed;
 	XXH3_state_t *hs;
 	pthread_t th;
+	double ph[PH_N]; /* profile: seconds per phase this version */
 } lane;
 
-/* The lanes' jobs: chunk k, stripe i to lane i. */
+/* The lanes' jobs: stripe i of each posted chunk to lane i, in order.  A
+ * lane goes on to the next chunk without waiting for the others (the
+ * control thread waits for chunk k - 1 once it posted chunk k: no barrier
+ * per chunk, and a lane that is late catches up); done[k % RING] counts
+ * the lanes that finished chunk k. */
+enum { RING = 4 };
 typedef struct {
-	int nth, stop, gen, pending, failed, active, busy;
-	size_t k;
+	int nth, stop, failed, active, busy;
+	size_t posted;   /* chunks 0..posted-1 are the lanes' */
+	int done[RING];
 	xfer_err err;
 	pthread_mutex_t mu;
-	pthread_cond_t go, done;
+	pthread_cond_t go, done_cv;
 } pool;
 
 struct ucx_state {
@@ -194,9 +231,37 @@ struct ucx_state {
 	int remote_direct;
 	unsigned char *lslot; /* CUDA tensors: a chunk on the host */
 	uint64_t lslot_bytes;
-	xfer_sum sums[MAX_STRIPES];
+	xfer_sum sums[2][MAX_STRIPES]; /* chunk k's per stripe in [k % 2]: two chunks are in the lanes' hands */
 	pool pool;
+	int prof;        /* SKEIN_UCX_PROFILE */
+	double ph[PH_N]; /* the control thread's phases */
 };
+
+/* Profile: now, or 0 when off; ph_add adds the time since t0 to phase i. */
+static inline double ph_now(const ucx_state *s) { return s->prof ? xfer_now() : 0; }
+static inline void ph_add(const ucx_state *s, double *ph, int i, double t0)
+{
+	if (s->prof) ph[i] += xfer_now() - t0;
+}
+
+static void ph_report(ucx_state *s, const char *who, double wall)
+{
+	if (!s->prof) return;
+	double sum[PH_N] = { 0 };
+	for (int i = 0; i < s->nstripes; i++)
+		for (int p = 0; p < PH_N; p++) sum[p] += s->lane[i].ph[p];
+	char line[512];
+	int n = snprintf(line, sizeof line, "skein: p2p-ucx %s profile v%llu: wall %.3f s, %zu chunks, %d lanes; lanes (sum):",
+			 who, (unsigned long long)s->version, wall, s->nchunks, s->nstripes);
+	for (int p = 0; p < PH_N && n < (int)sizeof line; p++)
+		if (sum[p] > 0) n += snprintf(line + n, sizeof line - (size_t)n, " %s %.3f", ph_name[p], sum[p]);
+	if (n < (int)sizeof line) n += snprintf(line + n, sizeof line - (size_t)n, "; control:");
+	for (int p = 0; p < PH_N && n < (int)sizeof line; p++)
+		if (s->ph[p] > 0) n += snprintf(line + n, sizeof line - (size_t)n, " %s %.3f", ph_name[p], s->ph[p]);
+	fprintf(stderr, "%s\n", line);
+	memset(s->ph, 0, sizeof s->ph);
+	for (int i = 0; i < MAX_STRIPES; i++) memset(s->lane[i].ph, 0, sizeof s->lane[i].ph);
+}
 
 /* ---- small helpers ---- */
 
@@ -217,7 +282,7 @@ static int ucx_fail(const ucx_state *s, xfer_err *err, xfer_code c, ucs_status_t
 }
 
 /* Chunks and slots for buckets of b bytes, the same on both ends: chunks
- * of an eighth of a bucket (a page to SLOT_MAX), so that many are in
+ * of an eighth of a bucket (a page to SLOT_MAX), so that several are in
  * flight, in as many slots as one bucket holds (2 to MAX_SLOTS); *wire is
  * the bucket size that cuts the weights into such chunks (xfer_chunks).
  * Buckets under 8 pages: p2p-tcp's chunks of half a bucket, two slots. */
@@ -331,7 +396,8 @@ static int stripe_job(ucx_state *s, lane *l, size_t k, xfer_err *err);
  * receiver's worker progresses), sleeping on its event fd and its wake fd. */
 static void idle_progress(ucx_state *s, lane *l)
 {
-	if (lane_progress(s, l)) return;
+	for (int i = 0; i < IDLE_SPINS; i++)
+		if (lane_progress(s, l)) return;
 	if (s->u->ucp_worker_arm(l->w) != UCS_OK) return;
 	struct pollfd q[2] = { { .fd = l->efd, .events = POLLIN }, { .fd = l->wake, .events = POLLIN } };
 	if (poll(q, 2, UCX_NAP_MS) > 0 && q[1].revents) {
@@ -348,25 +414,30 @@ static void *lane_main(void *arg)
 	int receiver = s->ep->cfg.role == XFER_RECEIVER;
 	pthread_mutex_lock(&p->mu);
 	while (!p->stop) {
-		if (p->gen != l->gen && l->idx < s->nstripes) {
-			int g = p->gen;
-			size_t k = p->k;
-			pthread_mutex_unlock(&p->mu);
+		if (l->next < p->posted && l->idx < s->nstripes) {
+			size_t k = l->next;
+			int rc = 0;
 			xfer_err e = { 0 };
-			int rc = stripe_job(s, l, k, &e);
-			pthread_mutex_lock(&p->mu);
-			l->gen = g;
+			if (!p->failed) { /* after a failure the lanes only count the chunks posted */
+				pthread_mutex_unlock(&p->mu);
+				double t0 = ph_now(s);
+				rc = stripe_job(s, l, k, &e);
+				ph_add(s, l->ph, PH_LANE, t0);
+				pthread_mutex_lock(&p->mu);
+			}
+			l->next++;
 			if (rc != 0 && !p->failed) {
 				p->failed = 1;
 				p->err = e;
 			}
-			if (--p->pending == 0) pthread_cond_broadcast(&p->done);
+			p->done[k % RING]++;
+			pthread_cond_broadcast(&p->done_cv);
 		} else if (receiver && p->active) {
 			p->busy++;
 			pthread_mutex_unlock(&p->mu);
 			idle_progress(s, l);
 			pthread_mutex_lock(&p->mu);
-			if (--p->busy == 0) pthread_cond_broadcast(&p->done);
+			if (--p->busy == 0) pthread_cond_broadcast(&p->done_cv);
 		} else {
 			pthread_cond_wait(&p->go, &p->mu);
 		}
@@ -408,7 +479,7 @@ static void pool_active(ucx_state *s, int on)
 		pthread_mutex_unlock(&p->mu);
 		wake_lanes(s);
 		pthread_mutex_lock(&p->mu);
-		while (p->busy) pthread_cond_wait(&p->done, &p->mu);
+		while (p->busy) pthread_cond_wait(&p->done_cv, &p->mu);
 	}
 	pthread_mutex_unlock(&p->mu);
 }
@@ -419,7 +490,7 @@ static int pool_size(ucx_state *s, xfer_err *err)
 	if (s->pool.nth == s->nstripes) return 0;
 	pool_stop(s);
 	for (int i = 0; i < s->nstripes; i++) {
-		s->lane[i].gen = s->pool.gen;
+		s->lane[i].next = s->pool.posted;
 		if (pthread_create(&s->lane[i].th, NULL, lane_main, &s->lane[i]) != 0)
 			return xfer_fail(err, XFER_EIO, "cannot start lane thread %d", i);
 		s->pool.nth++;
@@ -427,24 +498,54 @@ static int pool_size(ucx_state *s, xfer_err *err)
 	return 0;
 }
 
-/* Runs stripe i of chunk k on lane i, for every lane, and waits for all. */
-static int pool_run(ucx_state *s, size_t k, xfer_err *err)
+/* A version's first chunk is 0 (the lanes are idle). */
+static void pool_begin(ucx_state *s)
 {
 	pool *p = &s->pool;
 	pthread_mutex_lock(&p->mu);
-	p->k = k;
-	p->gen++;
-	p->pending = s->nstripes;
+	p->posted = 0;
+	p->failed = 0;
+	memset(p->done, 0, sizeof p->done);
+	for (int i = 0; i < MAX_STRIPES; i++) s->lane[i].next = 0;
+	pthread_mutex_unlock(&p->mu);
+}
+
+/* Chunk k goes to the lanes; the caller waits for chunk k - 1 before it
+ * posts chunk k + 1. */
+static void pool_post(ucx_state *s, size_t k)
+{
+	pool *p = &s->pool;
+	pthread_mutex_lock(&p->mu);
+	p->posted = k + 1;
+	p->done[k % RING] = 0;
 	pthread_cond_broadcast(&p->go);
 	pthread_mutex_unlock(&p->mu);
 	if (p->active) wake_lanes(s);
+}
+
+/* Waits until every lane finished chunk k; after a failure (any chunk's),
+ * until the lanes are done with every chunk posted, and returns its error. */
+static int pool_wait(ucx_state *s, size_t k, xfer_err *err)
+{
+	pool *p = &s->pool;
 	pthread_mutex_lock(&p->mu);
-	while (p->pending) pthread_cond_wait(&p->done, &p->mu);
+	while (p->done[k % RING] < s->nstripes) pthread_cond_wait(&p->done_cv, &p->mu);
 	int failed = p->failed;
-	if (failed) *err = p->err;
-	p->failed = 0;
+	if (failed) {
+		for (int i = 0; i < s->nstripes; i++)
+			while (s->lane[i].next < p->posted) pthread_cond_wait(&p->done_cv, &p->mu);
+		*err = p->err;
+	}
 	pthread_mutex_unlock(&p->mu);
 	return failed ? -1 : 0;
+}
+
+/* After an error of the caller's own: the lanes finish what was posted. */
+static void pool_drain(ucx_state *s)
+{
+	pool *p = &s->pool;
+	xfer_err e;
+	if (p->posted) pool_wait(s, p->posted - 1, &e);
 }
 
 /* ---- a stripe's work ---- */
@@ -496,16 +597,28 @@ static int send_stripe(ucx_state *s, lane *l, size_t k, uint64_t a, uint64_t b, 
 			const void *src = s->lslot ? (const void *)(s->lslot + (a - s->chunks[k].off)) : tensor_at(ep, t, a);
 			ucp_rkey_h key;
 			uint64_t raddr = remote_at(s, l, k, t, a, &key);
-			void *q = u->ucp_put_nbx(l->uep, src, n, raddr, key, &prm);
-			if (UCS_PTR_IS_ERR(q)) return ucx_fail(s, err, XFER_EPEER, UCS_PTR_STATUS(q), "put to the receiver");
-			if (q) u->ucp_request_free(q); /* completion is the flush's */
+			double t0 = ph_now(s);
+			if (l->rptr) {
+				memcpy(l->rptr + (raddr - s->raddr[0]), src, n);
+			} else {
+				void *q = u->ucp_put_nbx(l->uep, src, n, raddr, key, &prm);
+				if (UCS_PTR_IS_ERR(q)) return ucx_fail(s, err, XFER_EPEER, UCS_PTR_STATUS(q), "put to the receiver");
+				if (q) u->ucp_request_free(q); /* completion is the flush's */
+			}
+			ph_add(s, l->ph, PH_PUT, t0);
+			t0 = ph_now(s);
 			XXH3_128bits_update(l->hs, src, n);
+			ph_add(s, l->ph, PH_HASH, t0);
 			lane_progress(s, l);
 			a += n;
 		}
 	}
 	*sum = digest(l->hs);
-	return flush_lane(s, l, "flush to the receiver", err);
+	if (l->rptr) return 0; /* stores, done (the ready message that follows is a system call) */
+	double t0 = ph_now(s);
+	int rc = flush_lane(s, l, "flush to the receiver", err);
+	ph_add(s, l->ph, PH_FLUSH, t0);
+	return rc;
 }
 
 /* Receiver: hashes [a, b) of the tensors (direct: where the puts landed) or
@@ -517,8 +630,10 @@ static xfer_sum hash_landed(ucx_state *s, lane *l, const unsigned char *slot, ui
 	for (size_t t = slot ? 0 : xfer_tensor_at(ep, a); a < b; t++) {
 		uint64_t hi = slot || ep->offsets[t + 1] > b ? b : ep->offsets[t + 1];
 		for (; a < hi;) {
-			uint64_t n = hi - a < BLOCK ? hi - a : BLOCK;
+			uint64_t n = hi - a < RBLOCK ? hi - a : RBLOCK;
+			double t0 = ph_now(s);
 			XXH3_128bits_update(l->hs, slot ? slot + (a - off) : tensor_at(ep, t, a), n);
+			ph_add(s, l->ph, PH_HASH, t0);
 			lane_progress(s, l);
 			a += n;
 		}
@@ -536,9 +651,13 @@ static int check_place(ucx_state *s, lane *l, const unsigned char *slot, uint64_
 {
 	XXH3_128bits_reset(l->hs);
 	for (; a < b;) {
-		uint64_t n = b - a < BLOCK ? b - a : BLOCK;
+		uint64_t n = b - a < RBLOCK ? b - a : RBLOCK;
+		double t0 = ph_now(s);
 		XXH3_128bits_update(l->hs, slot + (a - off), n);
+		ph_add(s, l->ph, PH_HASH, t0);
+		t0 = ph_now(s);
 		if (xfer_place_stripe(s->ep, slot, off, a, a + n, j, err) != 0) return -1;
+		ph_add(s, l->ph, PH_PLACE, t0);
 		lane_progress(s, l);
 		a += n;
 	}
@@ -554,7 +673,7 @@ static int stripe_job(ucx_state *s, lane *l, size_t k, xfer_err *err)
 	xfer_span c = s->chunks[k];
 	uint64_t a, b;
 	xfer_stripe_of(c, s->nstripes, l->idx, &a, &b);
-	if (ep->cfg.role == XFER_SENDER) return send_stripe(s, l, k, a, b, &s->sums[l->idx], err);
+	if (ep->cfg.role == XFER_SENDER) return send_stripe(s, l, k, a, b, &s->sums[k % 2][l->idx], err);
 	const unsigned char *slot = s->direct ? NULL : s->slots + (k % (size_t)s->nslots) * s->slot_bytes;
 	xfer_journal *j = ep->stats.version ? s->j[l->idx] : NULL;
 	xfer_sum got;
@@ -564,12 +683,15 @@ static int stripe_job(ucx_state *s, lane *l, size_t k, xfer_err *err)
 	} else {
 		got = hash_landed(s, l, slot, c.off, a, b);
 	}
-	if (!xfer_sum_equal(got, s->sums[l->idx]))
+	if (!xfer_sum_equal(got, s->sums[k % 2][l->idx]))
 		return xfer_fail(err, XFER_ECHECKSUM, "version %llu, bytes %llu..%llu (tensor %s): checksum mismatch on arrival",
 				 (unsigned long long)s->version, (unsigned long long)a, (unsigned long long)b,
 				 ep->m->t[xfer_tensor_at(ep, a)].name);
 	if (!slot || placed) return 0;
-	return xfer_place_stripe(ep, slot, c.off, a, b, j, err);
+	double t0 = ph_now(s);
+	int rc = xfer_place_stripe(ep, slot, c.off, a, b, j, err);
+	ph_add(s, l->ph, PH_PLACE, t0);
+	return rc;
 }
 
 /* ---- setup and teardown ---- */
@@ -598,6 +720,7 @@ static void close_eps(ucx_state *s, int force)
 	xfer_ucp_quiet(1); /* UCX's warnings about puts a failed peer never took: the error said so */
 	for (int i = 0; i < s->nlanes; i++) {
 		lane *l = &s->lane[i];
+		l->rptr = NULL; /* unmapped with its key */
 		for (size_t r = 0; l->rkey && r < s->nrg; r++)
 			if (l->rkey[r]) u->ucp_rkey_destroy(l->rkey[r]);
 		free(l->rkey);
@@ -686,7 +809,7 @@ static void ucx_teardown(xfer_endpoint *ep)
 	free(s->chunks);
 	pthread_mutex_destroy(&s->pool.mu);
 	pthread_cond_destroy(&s->pool.go);
-	pthread_cond_destroy(&s->pool.done);
+	pthread_cond_destroy(&s->pool.done_cv);
 	free(s);
 	ep->impl = NULL;
 }
@@ -737,7 +860,7 @@ static int ucx_setup(xfer_endpoint *ep, xfer_err *err)
 	s->lfd = s->ctl = -1;
 	pthread_mutex_init(&s->pool.mu, NULL);
 	pthread_cond_init(&s->pool.go, NULL);
-	pthread_cond_init(&s->pool.done, NULL);
+	pthread_cond_init(&s->pool.done_cv, NULL);
 	for (int i = 0; i < MAX_STRIPES; i++) {
 		lane *l = &s->lane[i];
 		l->s = s;
@@ -753,6 +876,8 @@ static int ucx_setup(xfer_endpoint *ep, xfer_err *err)
 	if (s->any_cuda && !xfer_cuda(why, sizeof why))
 		return xfer_fail(err, XFER_EUNAVAIL, "the manifest has CUDA tensors but %s", why);
 	read_boot_id(s->boot_here);
+	const char *pv = getenv("SKEIN_UCX_PROFILE");
+	s->prof = pv && *pv && strcmp(pv, "0") != 0;
 	s->nstripes = ep->cfg.p2p.streams < MAX_STRIPES ? ep->cfg.p2p.streams : MAX_STRIPES;
 	if (s->nstripes < 1) s->nstripes = 1;
 	if (ep->cfg.role == XFER_RECEIVER) {
@@ -835,11 +960,16 @@ static int read_regions(xfer_endpoint *ep, ucx_state *s, const ureply *r, xfer_e
 		if (xfer_sock_recv(s->ctl, blob, g.rkey_len, "rkey", "receiver", to, err) != 0) goto err;
 		s->raddr[i] = g.addr;
 		for (int k = 0; g.len && k < s->nstripes; k++) {
-			ucs_status_t st = s->u->ucp_ep_rkey_unpack(s->lane[k].uep, blob, &s->lane[k].rkey[i]);
+			lane *l = &s->lane[k];
+			ucs_status_t st = s->u->ucp_ep_rkey_unpack(l->uep, blob, &l->rkey[i]);
 			if (st != UCS_OK) {
 				ucx_fail(s, err, XFER_EFORMAT, st, "the receiver's rkey");
 				goto err;
 			}
+			/* slots UCX allocated in shared memory: this process maps
+			 * them too, and a memcpy is the put */
+			void *p = NULL;
+			if (!r->direct && s->u->ucp_rkey_ptr(l->rkey[i], g.addr, &p) == UCS_OK && p) l->rptr = p;
 		}
 	}
 	free(blob);
@@ -927,8 +1057,9 @@ static int sender_connect(xfer_endpoint *ep, ucx_state *s, xfer_err *err)
 		goto err;
 	char lanes[256];
 	xfer_ucp_ep_lanes(u, s->lane[0].uep, lanes, sizeof lanes);
-	snprintf(ep->note, sizeof ep->note, "%s%s%s; %d lanes of ours, a UCX worker each (UCX %s)", why, *why ? "; " : "",
-		 lanes, s->nstripes, u->ucp_get_version_string());
+	snprintf(ep->note, sizeof ep->note, "%s%s%s%s; %d lanes of ours, a UCX worker each (UCX %s)", why, *why ? "; " : "",
+		 s->lane[0].rptr ? "puts by memcpy into the receiver's slots, mapped here (ucp_rkey_ptr); " : "", lanes,
+		 s->nstripes, u->ucp_get_version_string());
 	free(desc);
 	free(why);
 	s->connected = 1;
@@ -1008,6 +1139,24 @@ static int stage_chunk(xfer_endpoint *ep, ucx_state *s, size_t k, xfer_err *err)
 	return 0;
 }
 
+/* Sender: once every lane has put and flushed chunk k, tells the receiver,
+ * with the stripes' checksums. */
+static int send_ready(xfer_endpoint *ep, ucx_state *s, size_t k, xfer_err *err)
+{
+	double t0 = ph_now(s);
+	if (pool_wait(s, k, err) != 0 || corrupt_chunk(ep, s, k, err) != 0) return -1;
+	ph_add(s, s->ph, PH_RUN, t0);
+	uready r = { .nstripes = (uint32_t)s->nstripes, .version = s->version, .chunk = k };
+	memcpy(r.magic, "SKR1", 4);
+	struct iovec iv[2] = { { &r, sizeof r }, { s->sums[k % 2], (size_t)s->nstripes * sizeof s->sums[0][0] } };
+	t0 = ph_now(s);
+	if (xfer_sock_sendv(s->ctl, iv, 2, "ready", "receiver", ep->cfg.timeout_ms, err) != 0) return -1;
+	ph_add(s, s->ph, PH_READY, t0);
+	/* test hook: the process dies once chunk k is announced */
+	if (xfer_hooks.die_after_bucket && k + 1 == (size_t)xfer_hooks.die_after_bucket) _exit(3);
+	return 0;
+}
+
 static int ucx_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 {
 	ucx_state *s = ep->impl;
@@ -1018,20 +1167,33 @@ static int ucx_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 	if (!s->connected && sender_connect(ep, s, err) != 0) return -1;
 	if (pool_size(s, err) != 0) goto err;
 	s->version = v;
+	pool_begin(s);
+	/* CUDA tensors go through one host slot, and the corrupting hook uses
+	 * lane 0 between chunks: then each chunk is done before the next */
+	int lockstep = s->lslot || xfer_hooks.corrupt_at;
+	double w0 = ph_now(s), t0;
 	if (xfer_sock_send_vhead(s->ctl, ep, v, err) != 0) goto err;
+	size_t sent = 0; /* chunks announced */
 	for (size_t k = 0; k < s->nchunks; k++) {
-		/* slot k % nslots is free once the receiver placed chunk k - nslots */
-		if (!s->remote_direct && k >= (size_t)s->nslots && wait_credit(s, k - (size_t)s->nslots, &credits, err) != 0)
-			goto err;
+		/* slot k % nslots is free once the receiver placed chunk c =
+		 * k - nslots, which it confirms once chunk c + 1 is announced */
+		if (!s->remote_direct && k >= (size_t)s->nslots) {
+			size_t c = k - (size_t)s->nslots;
+			while (sent < c + 2)
+				if (send_ready(ep, s, sent++, err) != 0) goto err;
+			t0 = ph_now(s);
+			if (wait_credit(s, c, &credits, err) != 0) goto err;
+			ph_add(s, s->ph, PH_CREDIT, t0);
+		}
 		if (s->lslot && stage_chunk(ep, s, k, err) != 0) goto err;
-		if (pool_run(s, k, err) != 0 || corrupt_chunk(ep, s, k, err) != 0) goto err;
-		uready r = { .nstripes = (uint32_t)s->nstripes, .version = v, .chunk = k };
-		memcpy(r.magic, "SKR1", 4);
-		struct iovec iv[2] = { { &r, sizeof r }, { s->sums, (size_t)s->nstripes * sizeof s->sums[0] } };
-		if (xfer_sock_sendv(s->ctl, iv, 2, "ready", "receiver", to, err) != 0) goto err;
-		/* test hook: the process dies once chunk k is announced */
-		if (xfer_hooks.die_after_bucket && k + 1 == (size_t)xfer_hooks.die_after_bucket) _exit(3);
+		pool_post(s, k);
+		/* chunk k - 1 is announced while the lanes put chunk k */
+		while (sent + (lockstep ? 0 : 1) <= k)
+			if (send_ready(ep, s, sent++, err) != 0) goto err;
 	}
+	while (sent < s->nchunks)
+		if (send_ready(ep, s, sent++, err) != 0) goto err;
+	t0 = ph_now(s);
 	for (;;) { /* the credits still due, then the receiver's verdict */
 		uint64_t c;
 		int r = read_answer(s, &c, err);
@@ -1039,10 +1201,13 @@ static int ucx_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 		if (r == 0) break;
 		credits++;
 	}
+	ph_add(s, s->ph, PH_ANSWER, t0);
+	ph_report(s, "sender", w0 ? xfer_now() - w0 : 0);
 	ep->stats.bytes_moved = ep->m->bytes;
 	ep->stats.staging_peak = s->lslot_bytes;
 	return 0;
 err:
+	pool_drain(s);
 	if (err->code != XFER_EPEER || !strstr(err->msg, "reported")) {
 		/* the receiver may have said why (a checksum, its watchdog) */
 		xfer_err peer = { 0 };
@@ -1227,6 +1392,22 @@ out:
 	return s->connected ? 0 : -1;
 }
 
+/* Receiver: once every lane has checked and placed chunk k, its slot goes
+ * back to the sender (a credit). */
+static int placed(ucx_state *s, size_t k, xfer_err *err)
+{
+	double t0 = ph_now(s);
+	if (pool_wait(s, k, err) != 0) return -1;
+	ph_add(s, s->ph, PH_RUN, t0);
+	t0 = ph_now(s);
+	uint32_t c[2] = { CREDIT, (uint32_t)k };
+	if (!s->direct && xfer_sock_send(s->ctl, c, sizeof c, "credit", "sender", s->ep->cfg.timeout_ms, err) != 0)
+		return -1;
+	ph_add(s, s->ph, PH_ANSWER, t0);
+	if (xfer_hooks.stop_after_bucket && k + 1 == (size_t)xfer_hooks.stop_after_bucket) raise(SIGSTOP);
+	return 0;
+}
+
 static int ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err)
 {
 	ucx_state *s = ep->impl;
@@ -1251,9 +1432,12 @@ static int ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	    xfer_stripe_journals(ep, s->j, MAX_STRIPES, s->direct || !ep->cfg.keep_previous ? 0 : s->nstripes,
 				 s->bucket_bytes, s->any_cuda, err) != 0)
 		goto err;
+	pool_begin(s);
 	pool_active(s, 1); /* the lanes move UCX while the chunks land */
+	double w0 = ph_now(s), t1;
 	for (size_t k = 0; k < s->nchunks && !failed; k++) {
 		uready r;
+		t1 = ph_now(s);
 		if (wait_for(s, NULL, NULL, s->ctl, "chunk", "sender", err) != 0 ||
 		    xfer_sock_recv(s->ctl, &r, sizeof r, "ready", "sender", to, err) != 0) {
 			failed = 1;
@@ -1266,17 +1450,17 @@ static int ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 			failed = 1;
 			break;
 		}
-		if (xfer_sock_recv(s->ctl, s->sums, (size_t)s->nstripes * sizeof s->sums[0], "ready", "sender", to, err) != 0 ||
-		    pool_run(s, k, err) != 0) {
+		if (xfer_sock_recv(s->ctl, s->sums[k % 2], (size_t)s->nstripes * sizeof s->sums[0][0], "ready", "sender", to,
+				   err) != 0) {
 			failed = 1;
 			break;
 		}
-		if (!s->direct) {
-			uint32_t c[2] = { CREDIT, (uint32_t)k };
-			if (xfer_sock_send(s->ctl, c, sizeof c, "credit", "sender", to, err) != 0) failed = 1;
-		}
-		if (xfer_hooks.stop_after_bucket && k + 1 == (size_t)xfer_hooks.stop_after_bucket) raise(SIGSTOP);
+		ph_add(s, s->ph, PH_READY, t1);
+		pool_post(s, k);
+		if (k > 0 && placed(s, k - 1, err) != 0) failed = 1;
 	}
+	if (!failed && s->nchunks && placed(s, s->nchunks - 1, err) != 0) failed = 1;
+	if (failed) pool_drain(s);
 	pool_active(s, 0);
 	xfer_stripe_journals_stats(ep, s->j, MAX_STRIPES);
 	if (failed) {
@@ -1285,12 +1469,14 @@ static int ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 		goto err;
 	}
 	if (xfer_sock_send_status(s->ctl, NULL, to, err) != 0) goto err;
+	ph_report(s, "receiver", w0 ? xfer_now() - w0 : 0);
 	ep->stats.bytes_moved = m->bytes;
 	ep->stats.staging_peak = s->direct ? 0 : s->slots_len;
 	ep->undo_ready = journaled && s->j[0];
 	*version = hv;
 	return 0;
 err:
+	pool_drain(s);
 	pool_active(s, 0);
 	close_session(s, 1);
 	return -1;

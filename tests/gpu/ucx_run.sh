@@ -10,8 +10,9 @@
 #      BENCH_RUNS (default: TLS_LIST, then sm:nokeep), p2p-tcp of the same
 #      bytes and a plain socket in the same run.  A run is a UCX_TLS value
 #      ("default": UCX's choice) with options: ":nokeep" (--keep-previous 0),
-#      ":sN" (--streams N, both paths).  BENCH_BIN: another build of the
-#      bench (one with timers, say).
+#      ":sN" (--streams N, both paths), ":cF" (--changed F; 0.01 without).
+#      BENCH_BIN: another build of the bench; SKEIN_UCX_PROFILE=1 adds
+#      p2p-ucx's seconds per phase (in bench-*.err).
 # libucp.so.0: the loader's, else the first found under /usr /opt and
 # Python's site-packages (SKEIN_UCP_LIB wins).  Logs go to $OUT or
 # /tmp/skein-ucx; the results are printed last.
@@ -55,21 +56,24 @@ done
 for run in ${BENCH_RUNS:-${TLS_LIST:-default sm tcp} sm:nokeep}; do
 	tls=${run%%:*}
 	extra=()
+	changed=0.01
 	for opt in $(echo "${run#"$tls"}" | tr ':' ' '); do
 		case $opt in
 		nokeep) extra+=(--keep-previous 0) ;;
 		s[0-9]*) extra+=(--streams "${opt#s}") ;;
+		c[0-9]*) changed=${opt#c} ;;
 		esac
 	done
+	extra+=(--changed "$changed")
 	echo "== bench UCX_TLS=$tls ${extra[*]}"
 	log="$LOG/bench-${run//:/-}.err"
-	if [ "$tls" = default ]; then j=$(unset UCX_TLS; timeout 150 "$BENCH_BIN" --mode p2p-ucx --bytes "$BENCH_BYTES" --changed 0.01 "${extra[@]}" --format json 2>"$log" | grep "^{")
-	else j=$(UCX_TLS=$tls timeout 150 "$BENCH_BIN" --mode p2p-ucx --bytes "$BENCH_BYTES" --changed 0.01 "${extra[@]}" --format json 2>"$log" | grep "^{"); fi
+	if [ "$tls" = default ]; then j=$(unset UCX_TLS; timeout 150 "$BENCH_BIN" --mode p2p-ucx --bytes "$BENCH_BYTES" "${extra[@]}" --format json 2>"$log" | grep "^{")
+	else j=$(UCX_TLS=$tls timeout 150 "$BENCH_BIN" --mode p2p-ucx --bytes "$BENCH_BYTES" "${extra[@]}" --format json 2>"$log" | grep "^{"); fi
 	echo "RESULT bench tls=$tls ${extra[*]} $j" | tee -a "$LOG/bench.log"
-	[ -s "$log" ] && { echo "stderr:"; head -n 5 "$log"; }
+	[ -s "$log" ] && { echo "stderr:"; grep -v profile "$log" | head -n 5; grep profile "$log" | tail -n 2 | cut -c 1-300; }
 	[ -n "$j" ] || fail=$((fail + 1))
 done
 echo "== results"
-grep -h '^RESULT' "$LOG"/gpu-*.log "$LOG/bench.log"
+grep -ah '^RESULT' "$LOG"/gpu-*.log "$LOG/bench.log"
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

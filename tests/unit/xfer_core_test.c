@@ -258,6 +258,37 @@ static void journal_round_trip(int lim_mib)
 	free(shadow);
 }
 
+/* Host copies at every alignment and size around a 64-byte block: what
+ * changed (first, last and scattered bytes) lands and is undone; an equal
+ * copy journals nothing. */
+T_TEST(xfer_journal_block_edges)
+{
+	sk_rng r;
+	sk_rng_seed(&r, t_seed());
+	static const size_t sizes[] = { 1, 7, 63, 64, 65, 127, 200, 4096 + 7 };
+	unsigned char orig[4200], a[4200], src[4200];
+	xfer_journal *j;
+	xfer_err e;
+	T_CHECK((j = xfer_journal_new(NULL, &e)) != NULL);
+	for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+		for (size_t off = 0; off < 4; off += 3) {
+			size_t n = sizes[si];
+			tm_fill(&r, orig, n + off);
+			memcpy(a, orig, n + off);
+			memcpy(src, orig, n + off);
+			T_XOK(xfer_journal_copy(j, a + off, src + off, n, err_));
+			T_EQ(xfer_journal_bytes(j), 0);
+			src[off] ^= 1;
+			src[off + n - 1] ^= 0x80;
+			for (size_t i = 0; i < n / 16; i++) src[off + sk_rng_below(&r, n)] ^= 0x5a;
+			T_XOK(xfer_journal_copy(j, a + off, src + off, n, err_));
+			T_CHECK(memcmp(a, src, n + off) == 0);
+			T_XOK(xfer_journal_undo(j, err_));
+			T_CHECK(memcmp(a, orig, n + off) == 0);
+		}
+	xfer_journal_free(&j);
+}
+
 T_TEST(xfer_journal_undo_restores)
 {
 	journal_round_trip(-1); /* the default: 32 MiB in memory */
