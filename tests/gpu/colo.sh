@@ -14,6 +14,14 @@
 set -u
 cd "$(dirname "$0")/../.."
 BYTES=${COLO_BYTES:-1G}
+# The trainer's step: the stand-in engine checks every version bit for bit on
+# the CPU (a copy to the host and the expected bytes made again: about 0.1 s a
+# GiB, 2 s for the first), and a version published before that check ends
+# waits for it, which update_weights_time would count; so the step is long
+# enough for the check (COLO_INTERVAL_MS overrides).
+case $BYTES in
+*G|*g) export COLO_INTERVAL_MS=${COLO_INTERVAL_MS:-$((${BYTES%[Gg]} * 1500 + 1500))} ;;
+esac
 SIM=${SKEIN_SIM_BIN:-${SKEIN_BIN:-bin}}
 T=$(mktemp -d)
 trap 'kill $EP 2>/dev/null; rm -rf "$T"' EXIT
