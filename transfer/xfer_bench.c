@@ -93,7 +93,7 @@ static void usage(FILE *f)
 		   "                        [--tensors K] [--dir DIR] [--format text|json]\n"
 		   "       skein-xfer-bench --mode fanout --path p2p|p2p-tcp|disk-delta --bytes N [--receivers R (4)]\n"
 		   "                        [--versions V (11)] [--tensors K] [--changed F] [--seed X (1)] [--bucket B]\n"
-		   "  extras: --streams S (p2p, 4)  --bucket B (512M)  --keep-previous 0|1 (1)\n"
+		   "  extras: --streams S (p2p; half the CPUs, 4 to 8)  --bucket B (512M)  --keep-previous 0|1 (1)\n"
 		   "          --encoding overwrite|xor  --zstd LEVEL (0: none)\n"
 		   "          --threads T (disk-delta encode/apply threads; 0: one per CPU, at most 16)\n"
 		   "  N takes K, M, G suffixes (powers of 1024).  ratio = baseline_seconds / seconds.\n");
@@ -337,7 +337,7 @@ static void bench_p2p(const opts *o, result *r, const char *path)
 	xfer_config c;
 	xfer_config_init(&c);
 	c.path = path;
-	c.p2p.streams = o->streams;
+	if (o->streams > 0) c.p2p.streams = o->streams;
 	c.keep_previous = o->keep_previous;
 	if (o->bucket) c.bucket_bytes = o->bucket;
 	c.timeout_ms = 60000;
@@ -593,7 +593,7 @@ int main(int argc, char **argv)
 		{ "threads", 1, 0, 't' }, { "path", 1, 0, 'a' }, { "receivers", 1, 0, 'r' }, { "versions", 1, 0, 'v' },
 		{ "seed", 1, 0, 'S' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
 	};
-	opts o = { .format = "text", .tensors = 256, .changed = 0.01, .streams = 4, .keep_previous = 1,
+	opts o = { .format = "text", .tensors = 256, .changed = 0.01, .streams = 0, .keep_previous = 1,
 		   .path = "p2p", .receivers = 4, .versions = 11, .seed = 1 };
 	int ch;
 	while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {

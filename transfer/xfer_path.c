@@ -45,9 +45,15 @@ void xfer_config_init(xfer_config *c)
 	c->disk.full_every = 10;
 	c->disk.gc = 1;
 	c->p2p.host = "127.0.0.1";
-	c->p2p.streams = 4;
+	c->p2p.streams = xfer_p2p_default_streams();
 	c->nccl.nranks = 1;
 	c->verify_device = 1;
+}
+
+int xfer_p2p_default_streams(void)
+{
+	long c = sysconf(_SC_NPROCESSORS_ONLN) / 2;
+	return c < 4 ? 4 : c > 8 ? 8 : (int)c;
 }
 
 static const xfer_path_ops *lookup(const char *name)
@@ -83,7 +89,7 @@ int xfer_open(xfer_endpoint **out, const xfer_config *cfg, const xfer_manifest *
 	ep->cfg = *cfg;
 	if (!ep->cfg.bucket_bytes) ep->cfg.bucket_bytes = XFER_DEFAULT_BUCKET_BYTES;
 	if (!ep->cfg.timeout_ms) ep->cfg.timeout_ms = XFER_DEFAULT_TIMEOUT_MS;
-	if (ep->cfg.p2p.streams <= 0) ep->cfg.p2p.streams = 4;
+	if (ep->cfg.p2p.streams <= 0) ep->cfg.p2p.streams = xfer_p2p_default_streams();
 	if (ep->cfg.p2p.streams > 64) ep->cfg.p2p.streams = 64;
 	ep->s_dir = dup_or_null(cfg->disk.dir);
 	ep->s_rid = dup_or_null(cfg->disk.receiver_id);
