@@ -69,7 +69,9 @@
  *   state_changed    committed job entries were applied (agent_head.c) -> jobs
  *   wv_changed       committed weight-update entries (agent_head.c) -> agent_wv.c
  *   pump_due         packets were handed to membership (agent_net.c,
- *                    agent_tcp.c) -> agent_pump (agent_pump.c)
+ *                    agent_tcp.c) -> agent_pump (agent_pump.c), which
+ *                    delivers it sooner: at the end of the same iteration,
+ *                    after every socket callback, before the next poll
  * and ends the loop with agent_exit.  The calls between these files have no
  * circle (the link's symbols, checked by tests/agent/layers_test.sh). */
 #ifndef AGENT_H
@@ -169,6 +171,7 @@ typedef struct agent {
 
 	ev_timer mbr_timer;
 	ev_timer pump_due;         /* deferred: packets were handed to membership (agent_pump.c) */
+	ev_check pump_check;       /* agent_pump.c: delivers pump_due at the end of its iteration */
 	ev_timer join_timer;
 	double join_backoff;
 	bool joined;

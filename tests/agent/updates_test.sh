@@ -188,7 +188,7 @@ check "a payload that is no message: a clear error ($out)" has "$out" "code=1 er
 # from gt's trainer (a member): the head checks what the gate let through
 GS="unix:$T_DIR/$(member_field gt/trainer-0 node)/control.sock"
 NASK=0
-ask() { # ARGS...: run wv_craft.py as gt's trainer, print its answer
+ask() { # ARGS...: run skein_forge wv as gt's trainer, print its answer
 	NASK=$((NASK + 1))
 	printf '%s\n' "$CRAFT $GS $*" > "$T_DIR/gt/$NASK.tmpreq"
 	mv "$T_DIR/gt/$NASK.tmpreq" "$T_DIR/gt/$NASK.req"

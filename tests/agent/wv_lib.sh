@@ -15,7 +15,8 @@
 
 PY=/usr/bin/python3
 WVJ="$PY $ROOT/tests/agent/wv_json.py"
-CRAFT="$PY $ROOT/tests/agent/wv_craft.py"
+# a member's hand-made `wv` requests (tests/tools/skein_forge.c)
+CRAFT="${SKEIN_TOOLS:-$ROOT/build/release/tests/tools}/skein_forge wv"
 
 wv_ctl() { ctl 4 "$@"; }
 tj() { wv_ctl transfers "$1" --last 200 --format json 2>/dev/null; }

@@ -1,7 +1,7 @@
 /* tests/fuzz/gen_corpus: writes the seed corpus of every fuzz target
  * (tests/fuzz/corpus/<target>/) with the real encoders: the codecs, the
  * protobuf packers, the disk-delta sender, the delta encoder, the p2p hellos,
- * the weight update records.
+ * the weight update records and the head's answers to libskein.
  * `make fuzz-corpus` runs it; the output is deterministic (fixed bytes, no
  * clock), except the disk-delta chain id and the seal nonces, which are
  * random by design.  Kept small: a handful of inputs per target. */
@@ -19,6 +19,7 @@
 #include "membership/mbr_codec.h"
 #include "proto/control.pb-c.h"
 #include "proto/jobs.pb-c.h"
+#include "proto/weights.pb-c.h"
 #include "raft/raft_codec.h"
 #include "transfer/xfer_int.h"
 #include "tests/unit/wv_fixture.h"
@@ -479,6 +480,57 @@ static void wv(void)
 	wv_state_free(&s);
 }
 
+/* ---- the head's answers to libskein (fuzz_wv_reply) ---- */
+
+#define WV_PUT(name, kind, msg)                                                   \
+	do {                                                                      \
+		size_t n_ = skein__weights__##kind##__get_packed_size(msg);       \
+		uint8_t *b_ = malloc(n_ + 1);                                     \
+		if (!b_) die("out of memory");                                    \
+		skein__weights__##kind##__pack(msg, b_);                          \
+		put("fuzz_wv_reply", name, b_, n_);                               \
+		free(b_);                                                         \
+	} while (0)
+
+static void wv_reply(void)
+{
+	Skein__Weights__Peer p[2] = { SKEIN__WEIGHTS__PEER__INIT, SKEIN__WEIGHTS__PEER__INIT }, *pp[2] = { &p[0], &p[1] };
+	p[0].member = "j/engine-0", p[0].node = "n2", p[0].endpoint = "10.0.0.2:7400", p[0].rank = 1;
+	p[1].member = "j/engine-1", p[1].node = "n3", p[1].endpoint = "10.0.0.3:7400", p[1].rank = 2;
+	Skein__Weights__BeginReply br = SKEIN__WEIGHTS__BEGIN_REPLY__INIT;
+	br.version = 4, br.base_version = 3, br.n_peers = 2, br.peers = pp, br.timeout_ms = 30000;
+	WV_PUT("begin-reply", begin_reply, &br);
+
+	static uint8_t nccl_id[128];
+	for (size_t i = 0; i < sizeof nccl_id; i++) nccl_id[i] = (uint8_t)i;
+	Skein__Weights__Instruction in = SKEIN__WEIGHTS__INSTRUCTION__INIT;
+	in.kind = "idle";
+	WV_PUT("instruction-idle", instruction, &in);
+	in.kind = "receive", in.version = 4, in.base_version = 3, in.mode = "p2p", in.peer = "10.0.0.1:7400";
+	in.timeout_ms = 30000;
+	WV_PUT("instruction-receive-p2p", instruction, &in);
+	in.mode = "broadcast", in.peer = "", in.rank = 1, in.nranks = 3;
+	in.setup.data = nccl_id, in.setup.len = sizeof nccl_id;
+	WV_PUT("instruction-receive-nccl", instruction, &in);
+	in.kind = "abort", in.mode = "", in.rank = 0, in.nranks = 0, in.setup.len = 0, in.reason = "j/engine-1: gone";
+	WV_PUT("instruction-abort", instruction, &in);
+	in.kind = "catchup", in.reason = "", in.version = 7, in.peer = "10.0.0.2:7400";
+	WV_PUT("instruction-catchup", instruction, &in);
+
+	Skein__Weights__Engine e[2] = { SKEIN__WEIGHTS__ENGINE__INIT, SKEIN__WEIGHTS__ENGINE__INIT },
+			       *ep[2] = { &e[0], &e[1] };
+	e[0].member = "j/engine-0", e[0].node = "n2", e[0].state = "verified", e[0].seconds = 0.25;
+	e[1].member = "j/engine-1", e[1].node = "n3", e[1].state = "dropped", e[1].reason = "node n3 failed";
+	Skein__Weights__Update u = SKEIN__WEIGHTS__UPDATE__INIT;
+	u.job = "j", u.version = 4, u.mode = "p2p", u.state = "committed", u.n_engines = 2, u.engines = ep;
+	u.wire_bytes = 1 << 20, u.update_seconds = 0.5, u.implementation_seconds = 0.3;
+	Skein__Weights__Outcome o = SKEIN__WEIGHTS__OUTCOME__INIT;
+	o.job = "j", o.version = 4, o.state = "committed", o.record = &u;
+	WV_PUT("outcome-committed", outcome, &o);
+	o.state = "aborted", o.reason = "j/engine-0 on n2: checksum mismatch", o.record = NULL;
+	WV_PUT("outcome-aborted", outcome, &o);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -496,5 +548,6 @@ int main(int argc, char **argv)
 	p2p();
 	gossip();
 	wv();
+	wv_reply();
 	return 0;
 }

@@ -1,5 +1,7 @@
 /* tests/tools/skein_forge: crafts control requests as an attacker would, for
- * tests/agent/auth_test.sh.  Not installed; not part of skein.
+ * tests/agent/auth_test.sh, and the `wv` requests of a job's member, for the
+ * gate and bad-input checks of tests/agent/updates_test.sh.  Not installed;
+ * not part of skein.
  *
  *   skein-forge send ENDPOINT [--key FILE [--operator]] [--cmd CMD] [--arg A]...
  *        [--term T] [--sender S] [--recipient R] [--time-offset-ms N]
@@ -9,7 +11,17 @@
  *     --save, and prints the answer: "code N: error" and the body.
  *   skein-forge replay ENDPOINT FILE [--key FILE [--operator]]
  *     sends saved bytes again, unchanged, and prints the answer.
- * Exit status: the answer's code; 3 when no answer came. */
+ *   skein-forge wv ENDPOINT VERB KIND [FIELD=VALUE]...
+ *     one plain `wv VERB` request whose payload is KIND, a message of
+ *     proto/weights.proto (begin, done, query, status), its fields set by
+ *     name: numbers, true/false, strings; bytes as hex:.., zeros:N or text;
+ *     done's failed=[!]MEMBER:REASON adds a PeerFailure (! sets the
+ *     receiver's verdict) and may be given again.  KIND raw sends the bytes
+ *     of hex=.. as the payload.  forwarded=1, sender=NAME and args=N (VERB
+ *     said N times; 1 by default) set the request's own fields.  Prints one
+ *     line, "code=N error=TEXT payload=LEN" (the answer's payload bytes).
+ * Exit status: send and replay, the answer's code; wv, 0 once answered;
+ * 2 on bad usage; 3 when no answer came. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -26,6 +38,7 @@
 #include "agent/agent_wire.h"
 #include "jobs/job_codec.h"
 #include "proto/control.pb-c.h"
+#include "proto/weights.pb-c.h"
 
 static int dial(const char *ep)
 {
@@ -58,20 +71,28 @@ static int send_all(int fd, const uint8_t *p, size_t n)
 	return 0;
 }
 
-/* Sends one frame, waits up to 3 s for one frame back. */
+/* Sends one frame and, unless one-way, waits up to wait_ms for one frame
+ * back: *out is the answer (NULL for one-way).  0, or 3 with why no
+ * readable answer came in why ("" when the endpoint was not reached: dial
+ * said so on stderr). */
 static int exchange(const char *ep, const uint8_t *msg, size_t len, const agent_rpc_cred *cred,
-		    const uint8_t *nonce, bool oneway)
+		    const uint8_t *nonce, bool oneway, int wait_ms, Skein__Control__Response **out,
+		    char *why, size_t cap)
 {
+	*out = NULL;
+	why[0] = 0;
 	int fd = dial(ep);
 	if (fd < 0) return 3;
 	uint32_t be = htonl((uint32_t)len);
-	if (send_all(fd, (uint8_t *)&be, 4) < 0 || send_all(fd, msg, len) < 0) { close(fd); return 3; }
+	if (send_all(fd, (uint8_t *)&be, 4) < 0 || send_all(fd, msg, len) < 0) {
+		close(fd);
+		return 3;
+	}
 	if (oneway) {
 		/* nothing answers; give the agent a moment to read it */
 		struct pollfd pf = { .fd = fd, .events = POLLIN };
 		poll(&pf, 1, 300);
 		close(fd);
-		printf("sent (one-way)\n");
 		return 0;
 	}
 	uint8_t hdr[4];
@@ -80,7 +101,7 @@ static int exchange(const char *ep, const uint8_t *msg, size_t len, const agent_
 	size_t want = 0;
 	for (;;) {
 		struct pollfd pf = { .fd = fd, .events = POLLIN };
-		if (poll(&pf, 1, 3000) <= 0) break;
+		if (poll(&pf, 1, wait_ms) <= 0) break;
 		ssize_t k = got < 4 ? recv(fd, hdr + got, 4 - got, 0) : recv(fd, body + got - 4, want - (got - 4), 0);
 		if (k <= 0) break;
 		got += (size_t)k;
@@ -94,16 +115,33 @@ static int exchange(const char *ep, const uint8_t *msg, size_t len, const agent_
 	}
 	close(fd);
 	if (!body || got - 4 != want) {
-		printf("no answer (the agent closed the connection)\n");
+		snprintf(why, cap, "no answer (the agent closed the connection)");
 		free(body);
 		return 3;
 	}
-	char why[256];
-	Skein__Control__Response *r = agent_resp_open(body, want, cred, nonce, why, sizeof why);
+	char open_why[200];
+	*out = agent_resp_open(body, want, cred, nonce, open_why, sizeof open_why);
 	free(body);
-	if (!r) {
-		printf("unreadable answer: %s\n", why);
+	if (!*out) {
+		snprintf(why, cap, "unreadable answer: %s", open_why);
 		return 3;
+	}
+	return 0;
+}
+
+/* send and replay: the answer as skeinctl would show it; its code. */
+static int exchange_show(const char *ep, const uint8_t *msg, size_t len, const agent_rpc_cred *cred,
+			 const uint8_t *nonce, bool oneway)
+{
+	Skein__Control__Response *r;
+	char why[256];
+	if (exchange(ep, msg, len, cred, nonce, oneway, 3000, &r, why, sizeof why)) {
+		if (why[0]) printf("%s\n", why);
+		return 3;
+	}
+	if (!r) {
+		printf("sent (one-way)\n");
+		return 0;
 	}
 	printf("code %d: %s\n%s", r->code, r->error, r->body);
 	int code = r->code;
@@ -111,12 +149,196 @@ static int exchange(const char *ep, const uint8_t *msg, size_t len, const agent_
 	return code;
 }
 
+/* ---- wv: a member's weight-update requests ---- */
+
+static const struct {
+	const char *kind;
+	const ProtobufCMessageDescriptor *desc;
+} WV_KINDS[] = {
+	{ "begin", &skein__weights__begin__descriptor },
+	{ "done", &skein__weights__done__descriptor },
+	{ "query", &skein__weights__query__descriptor },
+	{ "status", &skein__weights__engine_status__descriptor },
+};
+
+/* hex:.. -> bytes (malloc'd; *n its length), -1 on a bad digit or odd count */
+static int unhex(const char *h, uint8_t **out, size_t *n)
+{
+	size_t l = strlen(h);
+	if (l % 2) return -1;
+	*out = malloc(l / 2 + 1);
+	for (size_t i = 0; i < l / 2; i++) {
+		unsigned v;
+		if (sscanf(h + 2 * i, "%2x", &v) != 1 || !strchr("0123456789abcdefABCDEF", h[2 * i + 1])) {
+			free(*out);
+			return -1;
+		}
+		(*out)[i] = (uint8_t)v;
+	}
+	*n = l / 2;
+	return 0;
+}
+
+/* Sets the singular field `name` of m from text, by its descriptor; the
+ * memory of bytes fields goes on keep (freed by the caller).  -1: no such
+ * field or a value it cannot take. */
+static int wv_set(ProtobufCMessage *m, const char *name, const char *text, void **keep)
+{
+	const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field_by_name(m->descriptor, name);
+	if (!f || f->label == PROTOBUF_C_LABEL_REPEATED) return -1;
+	void *p = (char *)m + f->offset;
+	char *end;
+	switch (f->type) {
+	case PROTOBUF_C_TYPE_STRING:
+		*(const char **)p = text;
+		return 0;
+	case PROTOBUF_C_TYPE_BOOL:
+		*(protobuf_c_boolean *)p = !strcmp(text, "true") || !strcmp(text, "1");
+		return !strcmp(text, "true") || !strcmp(text, "false") || !strcmp(text, "1") || !strcmp(text, "0") ? 0 : -1;
+	case PROTOBUF_C_TYPE_UINT64:
+		*(uint64_t *)p = strtoull(text, &end, 0);
+		return *end || !*text ? -1 : 0;
+	case PROTOBUF_C_TYPE_UINT32:
+		*(uint32_t *)p = (uint32_t)strtoul(text, &end, 0);
+		return *end || !*text ? -1 : 0;
+	case PROTOBUF_C_TYPE_INT32:
+		*(int32_t *)p = (int32_t)strtol(text, &end, 0);
+		return *end || !*text ? -1 : 0;
+	case PROTOBUF_C_TYPE_DOUBLE:
+		*(double *)p = strtod(text, &end);
+		return *end || !*text ? -1 : 0;
+	case PROTOBUF_C_TYPE_BYTES: {
+		/* zeros:N: N zero bytes (too many for a command line as hex) */
+		ProtobufCBinaryData *b = p;
+		if (!strncmp(text, "zeros:", 6)) {
+			b->len = strtoull(text + 6, NULL, 10);
+			b->data = *keep = calloc(1, b->len + 1);
+		} else if (!strncmp(text, "hex:", 4)) {
+			if (unhex(text + 4, &b->data, &b->len) < 0) return -1;
+			*keep = b->data;
+		} else {
+			b->data = (uint8_t *)text;
+			b->len = strlen(text);
+		}
+		return 0;
+	}
+	default:
+		return -1;
+	}
+}
+
+static int forge_wv(int argc, char **argv)
+{
+	if (argc < 5) {
+		fprintf(stderr, "usage: skein-forge wv ENDPOINT VERB KIND [FIELD=VALUE]...\n");
+		return 2;
+	}
+	const char *ep = argv[2], *verb = argv[3], *kind = argv[4];
+	const ProtobufCMessageDescriptor *desc = NULL;
+	for (size_t i = 0; i < sizeof WV_KINDS / sizeof WV_KINDS[0]; i++)
+		if (!strcmp(kind, WV_KINDS[i].kind)) desc = WV_KINDS[i].desc;
+	if (!desc && strcmp(kind, "raw")) {
+		fprintf(stderr, "skein-forge: wv KIND is begin, done, query, status or raw, not %s\n", kind);
+		return 2;
+	}
+	/* a message of any kind above: every one is smaller than this */
+	union {
+		ProtobufCMessage base;
+		Skein__Weights__Begin begin;
+		Skein__Weights__Done done;
+		Skein__Weights__Query query;
+		Skein__Weights__EngineStatus status;
+	} m;
+	if (desc) desc->message_init(&m.base);
+	enum { FIELDS_MAX = 64 };
+	Skein__Weights__PeerFailure fails[FIELDS_MAX], *failp[FIELDS_MAX];
+	char *fail_text[FIELDS_MAX];
+	void *keep[FIELDS_MAX] = { 0 };
+	size_t nfail = 0, nkeep = 0, nargs = 1;
+	agent_rpc_cred cred = { .kr = NULL, .sender = "" };
+	Skein__Control__Request q = SKEIN__CONTROL__REQUEST__INIT;
+	ProtobufCBinaryData raw = { 0, NULL };
+	int rc = 2;
+	for (int i = 5; i < argc; i++) {
+		const char *eq = strchr(argv[i], '=');
+		char name[64];
+		if (!eq || (size_t)(eq - argv[i]) >= sizeof name || nkeep == FIELDS_MAX) goto bad;
+		snprintf(name, sizeof name, "%.*s", (int)(eq - argv[i]), argv[i]);
+		const char *v = eq + 1;
+		if (!strcmp(name, "forwarded")) q.forwarded = strcmp(v, "0") != 0;
+		else if (!strcmp(name, "sender")) cred.sender = v;
+		else if (!strcmp(name, "args")) nargs = strtoul(v, NULL, 10);
+		else if (!desc && !strcmp(name, "hex")) {
+			free(raw.data);
+			if (unhex(v, &raw.data, &raw.len) < 0) goto bad;
+		} else if (desc == &skein__weights__done__descriptor && !strcmp(name, "failed")) {
+			/* [!]MEMBER:REASON, a PeerFailure; ! = the receiver's own verdict */
+			const char *colon = strchr(v, ':');
+			if (!colon || nfail == FIELDS_MAX) goto bad;
+			Skein__Weights__PeerFailure *pf = &fails[nfail];
+			skein__weights__peer_failure__init(pf);
+			pf->verdict = v[0] == '!';
+			fail_text[nfail] = strndup(v + pf->verdict, (size_t)(colon - v) - pf->verdict);
+			pf->member = fail_text[nfail];
+			pf->reason = (char *)colon + 1;
+			failp[nfail] = pf;
+			nfail++;
+		} else if (!desc || wv_set(&m.base, name, v, &keep[nkeep]) < 0) {
+			goto bad;
+		} else if (keep[nkeep]) {
+			nkeep++;
+		}
+		continue;
+	bad:
+		fprintf(stderr, "skein-forge: wv %s: cannot set %s\n", kind, argv[i]);
+		goto out;
+	}
+	if (nfail) {
+		m.done.n_failed = nfail;
+		m.done.failed = failp;
+	}
+	if (desc) {
+		raw.len = protobuf_c_message_get_packed_size(&m.base);
+		raw.data = malloc(raw.len + 1);
+		protobuf_c_message_pack(&m.base, raw.data);
+	}
+	char *args[16];
+	if (nargs > 16) nargs = 16;
+	for (size_t i = 0; i < nargs; i++) args[i] = (char *)verb;
+	q.cmd = "wv";
+	q.args = args;
+	q.n_args = nargs;
+	q.format = "text";
+	q.payload = raw;
+	uint8_t nonce[AUTH_NONCE];
+	size_t len;
+	uint8_t *msg = agent_req_pack(&q, &cred, ep, nonce, &len);
+	if (!msg) goto out;
+	Skein__Control__Response *r;
+	char why[256];
+	if (exchange(ep, msg, len, &cred, nonce, false, 5000, &r, why, sizeof why)) {
+		printf("no answer: %s\n", why[0] ? why : "cannot reach the endpoint");
+		rc = 3;
+	} else {
+		printf("code=%d error=%s payload=%zu\n", r->code, r->error, r->payload.len);
+		skein__control__response__free_unpacked(r, NULL);
+		rc = 0;
+	}
+	free(msg);
+out:
+	free(raw.data);
+	for (size_t i = 0; i < nkeep; i++) free(keep[i]);
+	for (size_t i = 0; i < nfail; i++) free(fail_text[i]);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: skein-forge send|replay ENDPOINT ...\n");
+		fprintf(stderr, "usage: skein-forge send|replay|wv ENDPOINT ...\n");
 		return 2;
 	}
+	if (!strcmp(argv[1], "wv")) return forge_wv(argc, argv);
 	const char *mode = argv[1], *ep = argv[2];
 	agent_keyring kr = { .n = 0 };
 	agent_rpc_cred cred = { .kr = &kr, .sender = "" };
@@ -157,7 +379,7 @@ int main(int argc, char **argv)
 		fclose(fp);
 		/* the saved file is nonce (16) + request bytes */
 		if (n < AUTH_NONCE + 1) return 2;
-		return exchange(ep, buf + AUTH_NONCE, n - AUTH_NONCE, &cred, buf, false);
+		return exchange_show(ep, buf + AUTH_NONCE, n - AUTH_NONCE, &cred, buf, false);
 	}
 	q.args = args;
 	q.n_args = nargs;
@@ -200,7 +422,7 @@ int main(int argc, char **argv)
 		if (!fp || fwrite(nonce, 1, AUTH_NONCE, fp) != AUTH_NONCE || fwrite(msg, 1, len, fp) != len) return 2;
 		fclose(fp);
 	}
-	int rc = exchange(ep, msg, len, &cred, nonce, q.oneway);
+	int rc = exchange_show(ep, msg, len, &cred, nonce, q.oneway);
 	free(msg);
 	free(payload);
 	return rc;
