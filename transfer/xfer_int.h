@@ -411,6 +411,7 @@ typedef struct {
 	int nccl_hash_first;     /* NCCL root: hash every tensor before the header (the old
 				    order), not each bucket while the one before moves */
 	int nccl_cpu_hash;       /* NCCL: hash on CPU threads even where the GPU kernels load */
+	int journal_scalar;      /* host journal: the scalar compare even where AVX2 runs */
 } xfer_test_hooks;
 extern xfer_test_hooks xfer_hooks;
 
