@@ -404,6 +404,20 @@ static void send_instruction(agent *a, wv_eng *e, const Skein__Weights__Instruct
 	answer(a, &e->client, 0, NULL, &in->base);
 }
 
+/* Fills "abort v" when version v (its record rec, NULL when gone) was
+ * aborted or is no update at all (not the open one, u); false otherwise. */
+static bool abort_of(const wv_update *rec, const wv_open *u, uint64_t v, Skein__Weights__Instruction *in,
+		     char *reason, size_t rcap)
+{
+	bool aborted = rec && !strcmp(rec->state, "aborted"), gone = !rec && !(u && u->rec.version == v);
+	if (!aborted && !gone) return false;
+	in->kind = "abort";
+	in->version = v;
+	snprintf(reason, rcap, "%s", rec ? rec->reason : "no such update");
+	in->reason = reason;
+	return true;
+}
+
 /* What engine e must do now; false: nothing yet (its wait is held). */
 static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *reason, size_t rcap)
 {
@@ -421,27 +435,14 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 			e->staged = 0;
 			return true;
 		}
-		if ((rec && !strcmp(rec->state, "aborted")) || (!rec && !(u && u->rec.version == e->staged))) {
-			in->kind = "abort";
-			in->version = e->staged;
-			snprintf(reason, rcap, "%s", rec ? rec->reason : "no such update");
-			in->reason = reason;
-			return true;
-		}
-		return false; /* open: wait for the verdict */
+		return abort_of(rec, u, e->staged, in, reason, rcap); /* else open: wait for the verdict */
 	}
 	if (e->failed && !(e->catchup_version && e->failed == e->catchup_version)) {
 		/* it failed to receive an update: it hears the verdict of an aborted
 		 * one (its caller is told); one that went on without it is caught
 		 * up below */
 		const wv_update *rec = wv_state_get(ws, e->job, e->failed);
-		if ((rec && !strcmp(rec->state, "aborted")) || (!rec && !(u && u->rec.version == e->failed))) {
-			in->kind = "abort";
-			in->version = e->failed;
-			snprintf(reason, rcap, "%s", rec ? rec->reason : "no such update");
-			in->reason = reason;
-			return true;
-		}
+		if (abort_of(rec, u, e->failed, in, reason, rcap)) return true;
 		if (!rec || !strcmp(rec->state, "preparing")) return false;
 	}
 	wv_engine *p = u ? part_of(u, e->member) : NULL;
@@ -700,7 +701,7 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 	arm(a);
 }
 
-static void cmd_done(agent *a, const agent_client *c, const Skein__Weights__Done *d)
+static void cmd_done(agent *a, const Skein__Control__Request *q, const agent_client *c, const Skein__Weights__Done *d)
 {
 	agent_wv *W = a->wv;
 	const wv_state *ws = state_of(a);
@@ -712,10 +713,16 @@ static void cmd_done(agent *a, const agent_client *c, const Skein__Weights__Done
 	}
 	if (strcmp(d->member, u->rec.sender)) return fail_client(a, c, "%s is not the sender of v%llu", d->member,
 								 (unsigned long long)d->version);
+	/* as begin: its node's agent speaks for it (the handoff below is what
+	 * the engines will map) */
+	if (strcmp(u->rec.sender_node, origin(a, q, c)))
+		return fail_client(a, c, "%s sends v%llu from %s, not from %s", d->member, (unsigned long long)d->version,
+				   u->rec.sender_node, origin(a, q, c));
+	if (d->setup.len > SETUP_MAX) return fail_client(a, c, "setup: at most %d bytes", SETUP_MAX);
 	u->done_client = *c;
 	u->done_waiting = true;
 	u->t_progress = u->t_last_word = sk_mono_s();
-	if (!u->setup_len && d->setup.len && d->setup.len <= SETUP_MAX && !strcmp(u->rec.mode, "colocated") &&
+	if (!u->setup_len && d->setup.len && !strcmp(u->rec.mode, "colocated") &&
 	    (u->setup = malloc(d->setup.len))) {
 		/* an adopted colocated update: its engines wait for this */
 		memcpy(u->setup, d->setup.data, d->setup.len);
@@ -1139,7 +1146,7 @@ static void head_verb(agent *a, const Skein__Control__Request *q, const agent_cl
 	} else if (!strcmp(verb, "done")) {
 		Skein__Weights__Done *m = skein__weights__done__unpack(NULL, n, d);
 		if (!m) return fail_client(a, c, "wv done: malformed");
-		cmd_done(a, c, m);
+		cmd_done(a, q, c, m);
 		skein__weights__done__free_unpacked(m, NULL);
 	} else if (!strcmp(verb, "outcome")) {
 		Skein__Weights__Query *m = skein__weights__query__unpack(NULL, n, d);
