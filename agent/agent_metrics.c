@@ -289,8 +289,10 @@ static void transfers(agent *a, sk_buf *b)
 		family(b, H[h].name, "histogram", H[h].help);
 		for (int k = 0; k < AGENT_STATS_NMODES; k++) {
 			const agent_stats_histo *hp = (const agent_stats_histo *)((const char *)&m->modes[k] + H[h].off);
-			if (h == 2) histo_put(b, H[h].name, agent_stats_modes[k], hp, agent_stats_density, AGENT_STATS_DBUCKETS);
-			else histo_put(b, H[h].name, agent_stats_modes[k], hp, agent_stats_update_s, AGENT_STATS_UBUCKETS);
+			if (H[h].off == offsetof(agent_stats_mode, density))
+				histo_put(b, H[h].name, agent_stats_modes[k], hp, agent_stats_density, AGENT_STATS_DBUCKETS);
+			else
+				histo_put(b, H[h].name, agent_stats_modes[k], hp, agent_stats_update_s, AGENT_STATS_UBUCKETS);
 		}
 	}
 	static const struct {
@@ -303,7 +305,7 @@ static void transfers(agent *a, sk_buf *b)
 		{ "skein_transfer_committed_total", "Weight updates committed.", offsetof(agent_stats_mode, committed) },
 		{ "skein_transfer_aborted_total", "Weight updates aborted.", offsetof(agent_stats_mode, aborted) },
 	};
-	for (size_t c = 0; c < 4; c++) {
+	for (size_t c = 0; c < sizeof C / sizeof C[0]; c++) {
 		lv v[AGENT_STATS_NMODES];
 		for (int k = 0; k < AGENT_STATS_NMODES; k++)
 			v[k] = (lv){ agent_stats_modes[k], *(const uint64_t *)((const char *)&m->modes[k] + C[c].off) };

@@ -55,9 +55,8 @@ static Skein__Weights__Timings *timings_to_pb(const wv_timings *t, Skein__Weight
 
 static void timings_from_pb(wv_timings *t, const Skein__Weights__Timings *pb)
 {
-	*t = (wv_timings){ 0 };
-	if (!pb) return;
-	*t = (wv_timings){ pb->data_seconds, pb->hash_seconds, pb->journal_seconds, pb->undo_seconds };
+	*t = pb ? (wv_timings){ pb->data_seconds, pb->hash_seconds, pb->journal_seconds, pb->undo_seconds }
+		: (wv_timings){ 0 };
 }
 
 static char *str_or_empty(const char *s) { return (char *)(s ? s : ""); }
