@@ -186,6 +186,15 @@ static void *heartbeat_main(void *arg)
 	return NULL;
 }
 
+static void heartbeat_free(xfer_heartbeat *h)
+{
+	xfer_agent_free(&h->agent);
+	free(h->query);
+	pthread_mutex_destroy(&h->mu);
+	pthread_cond_destroy(&h->cv);
+	free(h);
+}
+
 xfer_heartbeat *xfer_heartbeat_start(const char *rpc, const char *job, const char *member, uint64_t v,
 				     xfer_endpoint *const *eps, size_t neps)
 {
@@ -200,11 +209,7 @@ xfer_heartbeat *xfer_heartbeat_start(const char *rpc, const char *job, const cha
 	if (!(h->agent = xfer_agent_new(rpc, &e)) || !(h->query = xfer_wv_query_pack(job, v, member, &h->qlen)) ||
 	    pthread_create(&h->th, NULL, heartbeat_main, h) != 0) {
 		/* no heartbeat: the watchdog still ends the update, only later */
-		xfer_agent_free(&h->agent);
-		free(h->query);
-		pthread_mutex_destroy(&h->mu);
-		pthread_cond_destroy(&h->cv);
-		free(h);
+		heartbeat_free(h);
 		return NULL;
 	}
 	return h;
@@ -221,11 +226,7 @@ int xfer_heartbeat_stop(xfer_heartbeat **hp, char *reason, size_t n)
 	pthread_join(h->th, NULL);
 	int aborted = h->aborted;
 	if (aborted && reason) snprintf(reason, n, "%s", h->reason);
-	xfer_agent_free(&h->agent);
-	free(h->query);
-	pthread_mutex_destroy(&h->mu);
-	pthread_cond_destroy(&h->cv);
-	free(h);
+	heartbeat_free(h);
 	*hp = NULL;
 	return aborted;
 }

@@ -321,6 +321,27 @@ err:
 	return -1;
 }
 
+/* Receiver: every place the sender named checked before use: a tensor
+ * with bytes lies in one of its nallocs allocations (inside the usable
+ * size[] of it where known); an empty one is pointed at slot 0, which the
+ * bases array (nallocs + 1 entries) always has, whatever the sender said. */
+static int check_places(const xfer_manifest *m, ipc_place *place, uint32_t nallocs, const uint64_t *size,
+			xfer_err *err)
+{
+	for (size_t i = 0; i < m->n; i++) {
+		const ipc_place *q = &place[i];
+		if (!m->t[i].nbytes) {
+			place[i] = (ipc_place){ 0, 0, 0 };
+			continue;
+		}
+		if (q->alloc >= nallocs ||
+		    (size && (q->offset > size[q->alloc] || m->t[i].nbytes > size[q->alloc] - q->offset)))
+			return xfer_fail(err, XFER_EFORMAT, "colocated: tensor %s lies outside the sender's allocations",
+					 m->t[i].name);
+	}
+	return 0;
+}
+
 /* Sender: the sums of the version its tensors hold now (the caller's
  * kernels done first). */
 static int hash_version(xfer_endpoint *ep, ipc_state *s, xfer_err *err)
@@ -390,9 +411,7 @@ static int receiver_accept(xfer_endpoint *ep, ipc_state *s, int wait_ms, xfer_er
 			break;
 		s->nbases = i + 1;
 	}
-	for (size_t i = 0; st.code == XFER_OK && i < m->n; i++)
-		if (m->t[i].nbytes && s->place[i].alloc >= hh.nallocs)
-			xfer_fail(&st, XFER_EFORMAT, "tensor %s: allocation index out of range", m->t[i].name);
+	if (st.code == XFER_OK) check_places(m, s->place, hh.nallocs, NULL, &st);
 	if (xfer_sock_send_status(s->ctl, &st, to, err) != 0) goto err;
 	if (st.code != XFER_OK) {
 		*err = st;
@@ -675,6 +694,8 @@ static int handoff_open(xfer_endpoint *ep, ipc_state *s, ipc_handoff_head *h, xf
 				 "bytes; this engine has %zu tensors, %llu bytes", h->ntensors,
 				 (unsigned long long)h->total, h->nallocs, ep->handoff_len, m->n,
 				 (unsigned long long)m->bytes);
+	if (h->pid <= 0)
+		return xfer_fail(err, XFER_EFORMAT, "colocated handoff: sender pid %d", h->pid);
 	if (ep->target && h->version != ep->target)
 		return xfer_fail(err, XFER_EINVAL, "the handoff is of version %llu, this receiver was told %llu",
 				 (unsigned long long)h->version, (unsigned long long)ep->target);
@@ -689,7 +710,7 @@ static int handoff_open(xfer_endpoint *ep, ipc_state *s, ipc_handoff_head *h, xf
 	/* the sender's process, to see it die between buckets (its pid is in
 	 * the handoff: a lying sender only misleads its own engines) */
 	if (s->pidfd < 0) {
-		s->pidfd = h->pid > 0 ? (int)syscall(SYS_pidfd_open, (pid_t)h->pid, 0) : -1;
+		s->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)h->pid, 0);
 		if (s->pidfd < 0 && errno == ESRCH) {
 			close_session(s);
 			return xfer_fail(err, XFER_EPEER, "version %llu: the sender (pid %d) is gone",
@@ -713,14 +734,7 @@ static int handoff_open(xfer_endpoint *ep, ipc_state *s, ipc_handoff_head *h, xf
 	s->bases = nb, s->ohx = nhx, s->osize = nsize;
 	s->nbases = mapped;
 	s->opid = h->pid;
-	for (size_t i = 0; err->code == XFER_OK && i < m->n; i++) {
-		const ipc_place *q = &s->place[i];
-		if (m->t[i].nbytes && (q->alloc >= h->nallocs || q->offset > nsize[q->alloc] ||
-				       m->t[i].nbytes > nsize[q->alloc] - q->offset))
-			xfer_fail(err, XFER_EFORMAT, "colocated handoff: tensor %s lies outside the sender's allocation",
-				  m->t[i].name);
-	}
-	if (err->code != XFER_OK) {
+	if (err->code != XFER_OK || check_places(m, s->place, h->nallocs, nsize, err) != 0) {
 		close_session(s);
 		return -1;
 	}
@@ -733,7 +747,10 @@ static int handoff_receive(xfer_endpoint *ep, ipc_state *s, uint64_t *version, x
 {
 	ipc_handoff_head h;
 	err->code = XFER_OK;
-	if (handoff_open(ep, s, &h, err) != 0) return -1;
+	if (handoff_open(ep, s, &h, err) != 0) {
+		close_session(s); /* a refused handoff too: nothing kept on its word */
+		return -1;
+	}
 	int journaled = ep->stats.version > 0; /* receive_gpu's choice */
 	xfer_err st = { 0 };
 	double dsec = s->gpu ? receive_gpu(ep, s, h.version, &st) : receive_cpu(ep, s, h.version, &st);

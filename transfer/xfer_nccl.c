@@ -467,11 +467,16 @@ static int head_check(xfer_endpoint *ep, nccl_state *s, uint64_t *v, int *sums, 
 			      "in its header; this rank speaks format 3, tree sums with each bucket): upgrade every rank");
 	if (digest != s->digest)
 		return refuse(s, err, XFER_EMISMATCH, "the root's manifest differs from this rank's (names, dtypes or shapes)");
+	char why[256];
+	if (ep->target && *v != ep->target) { /* before a byte of it lands */
+		snprintf(why, sizeof why, "the root sends version %llu, this rank was told to receive %llu",
+			 (unsigned long long)*v, (unsigned long long)ep->target);
+		return refuse(s, err, XFER_EINVAL, why);
+	}
 	if (!ep->m->n) return 0;
 	uint32_t fmt, flags;
 	memcpy(&fmt, s->hstage + 16, 4);
 	memcpy(&flags, s->hstage + 20, 4);
-	char why[256];
 	if (fmt != HEAD_FORMAT) {
 		snprintf(why, sizeof why, "the root's NCCL header is format %u, this rank speaks %d: upgrade every rank", fmt,
 			 HEAD_FORMAT);

@@ -351,18 +351,21 @@ static void old_root(const unsigned char *id, const nspec *sp)
 	_exit(14);
 }
 
-/* A root with other buckets than the receiver's (bucket_bytes differ). */
-static void other_bucket_root(const unsigned char *id, uint64_t seed, const nspec *sp)
+/* A root of this libskein sending version 1 with bucket_bytes bucket
+ * (the receiver's: sp->bucket, or other buckets). */
+static void new_root(const unsigned char *id, uint64_t seed, const nspec *sp, uint64_t bucket)
 {
 	nmodel nm;
 	xfer_endpoint *ep = NULL;
-	root_open(&ep, &nm, sp, "broadcast", id, sp->bucket / 8);
+	root_open(&ep, &nm, sp, "broadcast", id, bucket);
 	set_version(&nm, seed, 1);
 	xfer_err e = { 0 };
 	_exit(xfer_send(ep, 1, &e) != 0 ? 0 : 1); /* the receiver is gone */
 }
 
-static void refused(int old, xfer_code code, const char *says)
+enum { OTHER_BUCKETS, OLD_ROOT, OTHER_VERSION };
+
+static void refused(int kind, xfer_code code, const char *says)
 {
 	fake_env();
 	nspec sp = spec_few();
@@ -372,8 +375,8 @@ static void refused(int old, xfer_code code, const char *says)
 	pid_t pid = fork();
 	T_CHECK(pid >= 0);
 	if (pid == 0) {
-		if (old) old_root(id, &sp);
-		other_bucket_root(id, seed, &sp);
+		if (kind == OLD_ROOT) old_root(id, &sp);
+		new_root(id, seed, &sp, kind == OTHER_VERSION ? sp.bucket : sp.bucket / 8);
 	}
 	nmodel nm;
 	nm_make(&nm, &sp);
@@ -381,6 +384,7 @@ static void refused(int old, xfer_code code, const char *says)
 	config(&c, "broadcast", XFER_RECEIVER, id, sp.bucket);
 	xfer_endpoint *ep = NULL;
 	T_XOK(xfer_open(&ep, &c, nm.m, err_));
+	if (kind == OTHER_VERSION) ep->target = 2; /* as a coordinated engine told to receive 2 */
 	uint64_t v = 0;
 	xfer_err e = { 0 };
 	T_EQ(xfer_receive(ep, 20000, &v, &e), -1);
@@ -391,8 +395,11 @@ static void refused(int old, xfer_code code, const char *says)
 	finish(pid, 0, &ep, &nm);
 }
 
-T_TEST(nccl_old_format_root_refused) { refused(1, XFER_EFORMAT, "NCCL header format 2"); }
-T_TEST(nccl_other_buckets_refused) { refused(0, XFER_EINVAL, "bucket_bytes"); }
+T_TEST(nccl_old_format_root_refused) { refused(OLD_ROOT, XFER_EFORMAT, "NCCL header format 2"); }
+T_TEST(nccl_other_buckets_refused) { refused(OTHER_BUCKETS, XFER_EINVAL, "bucket_bytes"); }
+/* the header's version is checked against the one told before any bucket
+ * lands: the tensors keep what they held */
+T_TEST(nccl_other_version_refused) { refused(OTHER_VERSION, XFER_EINVAL, "told to receive 2"); }
 
 /* ---- the overlap, timed ---- */
 
