@@ -37,6 +37,8 @@
 #include "transfer/xfer_sock.h"
 #include "transfer/xfer_ucx.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -347,6 +349,26 @@ static void ep_failed(void *arg, ucp_ep_h uep, ucs_status_t st)
 	atomic_store(&((lane *)arg)->peer_failed, st == UCS_OK ? UCS_ERR_ENDPOINT_TIMEOUT : st);
 }
 
+/* Whether [p, p + n) lies in one mapping of this process.  UCX's
+ * ucp_rkey_ptr (1.16) checks nothing: the peer's packed key says how much
+ * of its segment this process attaches, the reply how much we write there;
+ * a receiver whose key covers less would have the lanes' memcpy write past
+ * the mapping. */
+static int mapped_here(const void *p, uint64_t n)
+{
+	uintptr_t a = (uintptr_t)p, lo, hi;
+	FILE *f = fopen("/proc/self/maps", "r");
+	int ok = 0;
+	char line[512];
+	while (f && fgets(line, sizeof line, f)) {
+		if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR, &lo, &hi) != 2 || a < lo || a >= hi) continue;
+		ok = n <= hi - a;
+		break;
+	}
+	if (f) fclose(f);
+	return ok;
+}
+
 /* The receiver's landing regions (its slots, or its tensors), each key
  * unpacked for every lane's endpoint. */
 static int read_regions(xfer_endpoint *ep, ucx_state *s, const ureply *r, xfer_err *err)
@@ -381,7 +403,13 @@ static int read_regions(xfer_endpoint *ep, ucx_state *s, const ureply *r, xfer_e
 			/* slots UCX allocated in shared memory: this process maps
 			 * them too, and a memcpy is the put */
 			void *p = NULL;
-			if (!r->direct && s->u->ucp_rkey_ptr(l->rkey[i], g.addr, &p) == UCS_OK && p) l->rptr = p;
+			if (r->direct || s->u->ucp_rkey_ptr(l->rkey[i], g.addr, &p) != UCS_OK || !p) continue;
+			if (!mapped_here(p, want)) {
+				xfer_fail(err, XFER_EFORMAT, "the receiver's slots are mapped here for fewer than the %llu "
+					  "bytes it said (a forged key?)", (unsigned long long)want);
+				goto err;
+			}
+			l->rptr = p;
 		}
 	}
 	free(blob);
