@@ -595,12 +595,16 @@ int xfer_ucx_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 	while (sent < s->nchunks)
 		if (send_ready(ep, s, sent++, err) != 0) goto err;
 	t0 = ph_now(s);
-	for (;;) { /* the credits still due, then the receiver's verdict */
-		uint64_t c;
-		int r = read_answer(s, &c, err);
-		if (r < 0) goto err;
-		if (r == 0) break;
-		credits++;
+	/* the credits still due (one per chunk, in order), then the
+	 * receiver's verdict: nothing more */
+	if (!s->remote_direct && s->nchunks && wait_credit(s, s->nchunks - 1, &credits, err) != 0) goto err;
+	uint64_t extra;
+	int ans = read_answer(s, &extra, err);
+	if (ans < 0) goto err;
+	if (ans > 0) {
+		xfer_fail(err, XFER_EFORMAT, "the receiver sent a credit (%llu) after the last chunk's",
+			  (unsigned long long)extra);
+		goto err;
 	}
 	ph_add(s, s->ph, PH_ANSWER, t0);
 	ph_report(s, "sender", w0 ? xfer_now() - w0 : 0);
