@@ -105,6 +105,18 @@ static void die(const char *what, const xfer_err *e)
 	exit(1);
 }
 
+/* A scratch folder for the disk-delta runs, under $TMPDIR (else /tmp);
+ * malloc'd, removed by the caller. */
+static char *bench_tmpdir(void)
+{
+	const char *base = getenv("TMPDIR");
+	char path[4096];
+	snprintf(path, sizeof path, "%s/skein-bench-XXXXXX", base && *base ? base : "/tmp");
+	char *t = strdup(path);
+	if (!t || !mkdtemp(t)) die("mkdtemp", NULL);
+	return t;
+}
+
 static double gbps(uint64_t b, double s) { return s > 0 ? b / s / 1e9 : 0; }
 
 /* A note inside a JSON string: quotes and backslashes become spaces. */
@@ -227,11 +239,7 @@ static void bench_disk(const opts *o, result *r)
 	xfer_err e;
 	char *tmp = NULL;
 	const char *dir = o->dir;
-	if (!dir) {
-		tmp = strdup("/tmp/skein-bench-XXXXXX");
-		if (!mkdtemp(tmp)) die("mkdtemp", NULL);
-		dir = tmp;
-	}
+	if (!dir) dir = tmp = bench_tmpdir();
 	if (xfer_sim_model_init(&tr, o->bytes, o->tensors, 11, o->changed, &e) != 0 ||
 	    xfer_sim_model_init(&rc, o->bytes, o->tensors, 11, o->changed, &e) != 0)
 		die("model", &e);
@@ -489,11 +497,7 @@ static void bench_fanout(const opts *o, result *r)
 	xfer_err e;
 	char *tmp = NULL;
 	const char *dir = o->dir;
-	if (disk && !dir) {
-		tmp = strdup("/tmp/skein-bench-XXXXXX");
-		if (!tmp || !mkdtemp(tmp)) die("mkdtemp", NULL);
-		dir = tmp;
-	}
+	if (disk && !dir) dir = tmp = bench_tmpdir();
 	pid_t *pid = calloc((size_t)n, sizeof *pid);
 	int *done = calloc((size_t)n, sizeof *done), *port = calloc((size_t)n, sizeof *port);
 	xfer_endpoint **snd = calloc((size_t)n, sizeof *snd);

@@ -560,13 +560,15 @@ __attribute__((target("avx2"))) static int blocks_avx2(xfer_journal *j, unsigned
 static int diff_blocks(xfer_journal *j, unsigned char *dst, const unsigned char *src, size_t n, xfer_err *err)
 {
 	/* SKEIN_JOURNAL_SCALAR=1: the scalar loop, to compare the two in one build */
-	static int avx2 = -1; /* racing threads write the same answer */
-	if (avx2 < 0) {
+	static atomic_int avx2 = -1; /* racing threads store the same answer */
+	int use = atomic_load_explicit(&avx2, memory_order_relaxed);
+	if (use < 0) {
 		const char *e = getenv("SKEIN_JOURNAL_SCALAR");
 		__builtin_cpu_init();
-		avx2 = __builtin_cpu_supports("avx2") && !(e && *e && strcmp(e, "0") != 0);
+		use = __builtin_cpu_supports("avx2") && !(e && *e && strcmp(e, "0") != 0);
+		atomic_store_explicit(&avx2, use, memory_order_relaxed);
 	}
-	return avx2 && !xfer_hooks.journal_scalar ? blocks_avx2(j, dst, src, n, err) : blocks_scalar(j, dst, src, n, err);
+	return use && !xfer_hooks.journal_scalar ? blocks_avx2(j, dst, src, n, err) : blocks_scalar(j, dst, src, n, err);
 }
 #else
 static int diff_blocks(xfer_journal *j, unsigned char *dst, const unsigned char *src, size_t n, xfer_err *err)
