@@ -37,7 +37,8 @@ uint64_t xfer_chunk_piece(uint64_t bucket_bytes)
 	return half ? half : bucket_bytes;
 }
 
-/* The tensor whose bytes hold byte e (offsets: n+1 entries; e < the end). */
+/* The tensor whose bytes hold byte e (offsets: n+1 entries; n past the end):
+ * xfer_tensor_at without an endpoint. */
 static size_t tensor_holding(const xfer_manifest *m, const uint64_t *offsets, uint64_t e)
 {
 	size_t lo = 0, hi = m->n;
@@ -153,13 +154,7 @@ void xfer_stripe_of(xfer_span c, int nstripes, int i, uint64_t *a, uint64_t *b)
 
 size_t xfer_tensor_at(const xfer_endpoint *ep, uint64_t a)
 {
-	size_t lo = 0, hi = ep->m->n;
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		if (ep->offsets[mid + 1] <= a) lo = mid + 1;
-		else hi = mid;
-	}
-	return lo;
+	return tensor_holding(ep->m, ep->offsets, a);
 }
 
 int xfer_tensor_iov(const xfer_endpoint *ep, uint64_t a, uint64_t b, struct iovec **iov, int *cap, int *n,

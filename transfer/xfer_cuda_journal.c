@@ -222,28 +222,19 @@ int xfer_djournal_copy_tree(xfer_djournal *j, void *stream, void *const *dst, co
 				       "cudaMemcpyAsync (chunk hashes)", err) != 0 ||
 		       xfer_cuda_check(cu, cu->StreamSynchronize(stream), "skein_copy_tree", err) != 0))
 		return -1;
-	for (size_t i = 0, k = 0; i < count; i++) {
+	for (size_t i = 0, k = 0; out && i < count; i++) {
 		out[i] = xfer_tree_top(j->g->h_hash + (n[i] ? t[k].first : 0), xfer_tree_nchunks(n[i]), n[i]);
 		if (n[i]) k++;
 	}
 	return 0;
 }
 
-/* xfer_djournal_copy_tree leaves every chunk hash in g->h_hash, the
- * non-empty buffers' one after another: that is out. */
 int xfer_djournal_copy_chunks(xfer_djournal *j, void *stream, void *const *dst, const void *const *src,
 			      const uint64_t *n, size_t count, uint64_t *out, xfer_err *err)
 {
-	if (!count) return 0;
-	xfer_sum *sums = malloc(count * sizeof *sums);
-	if (!sums) return xfer_fail(err, XFER_ENOMEM, "out of memory");
-	int rc = xfer_djournal_copy_tree(j, stream, dst, src, n, count, sums, err);
-	free(sums);
-	if (rc != 0) return rc;
-	uint64_t chunks = 0;
-	for (size_t i = 0; i < count; i++) chunks += xfer_tree_nchunks(n[i]);
-	memcpy(out, j->g->h_hash, chunks * sizeof *out);
-	return 0;
+	int rc = xfer_djournal_copy_tree(j, stream, dst, src, n, count, NULL, err);
+	if (rc == 0) xfer_gpu_hashes_out(j->g, n, count, out);
+	return rc;
 }
 
 int xfer_djournal_undo(xfer_djournal *j, void *stream, xfer_err *err)

@@ -223,25 +223,23 @@ int xfer_gpu_tree_sums(xfer_gpu *g, void *stream, const void *const *p, const ui
 	    xfer_cuda_check(g->cu, g->cu->StreamSynchronize(stream), "skein_tree_chunks", err) != 0)
 		return -1;
 	/* p and n are the caller's; t (the pinned table) was rewritten by no one */
-	for (size_t i = 0; i < count; i++)
+	for (size_t i = 0; out && i < count; i++)
 		out[i] = xfer_tree_top(g->h_hash + t[i].first, xfer_tree_nchunks(n[i]), n[i]);
 	return 0;
 }
 
-/* xfer_gpu_tree_sums leaves every chunk hash in g->h_hash, buffer after
- * buffer: the sums it also computes are dropped. */
+void xfer_gpu_hashes_out(const xfer_gpu *g, const uint64_t *n, size_t count, uint64_t *out)
+{
+	uint64_t chunks = 0;
+	for (size_t i = 0; i < count; i++) chunks += xfer_tree_nchunks(n[i]);
+	if (chunks) memcpy(out, g->h_hash, chunks * sizeof *out);
+}
+
 int xfer_gpu_chunk_hashes(xfer_gpu *g, void *stream, const void *const *p, const uint64_t *n, size_t count,
 			  uint64_t *out, xfer_err *err)
 {
-	if (!count) return 0;
-	xfer_sum *sums = malloc(count * sizeof *sums);
-	if (!sums) return xfer_fail(err, XFER_ENOMEM, "out of memory");
-	int rc = xfer_gpu_tree_sums(g, stream, p, n, count, sums, err);
-	free(sums);
-	if (rc != 0) return -1;
-	uint64_t chunks = 0;
-	for (size_t i = 0; i < count; i++) chunks += xfer_tree_nchunks(n[i]);
-	memcpy(out, g->h_hash, chunks * sizeof *out);
+	if (xfer_gpu_tree_sums(g, stream, p, n, count, NULL, err) != 0) return -1;
+	xfer_gpu_hashes_out(g, n, count, out);
 	return 0;
 }
 

@@ -33,9 +33,13 @@ typedef struct xfer_gpu {
  * NULL with XFER_EUNAVAIL and the reason when the GPU cannot hash. */
 xfer_gpu *xfer_gpu_new(int device, xfer_err *err);
 void xfer_gpu_free(xfer_gpu **g);
-/* Tree checksums of count device buffers; waits for the stream. */
+/* Tree checksums of count device buffers (out NULL: only the chunk hashes,
+ * left in g->h_hash); waits for the stream. */
 int xfer_gpu_tree_sums(xfer_gpu *g, void *stream, const void *const *p, const uint64_t *n, size_t count,
 		       xfer_sum *out, xfer_err *err);
+/* The chunk hashes the last tree pass left in g->h_hash, buffer after
+ * buffer: xfer_tree_nchunks(n[i]) of them per buffer into out. */
+void xfer_gpu_hashes_out(const xfer_gpu *g, const uint64_t *n, size_t count, uint64_t *out);
 /* The tree chunk hashes (not the sums) of count device buffers, out gets
  * xfer_tree_nchunks(n[i]) of them per buffer, in order; waits for the stream. */
 int xfer_gpu_chunk_hashes(xfer_gpu *g, void *stream, const void *const *p, const uint64_t *n, size_t count,
@@ -73,7 +77,8 @@ void xfer_djournal_free(xfer_djournal **j);
 int xfer_djournal_copy(xfer_djournal *j, void *stream, void *const *dst, const void *const *src, const uint64_t *n,
 		       size_t count, xfer_err *err);
 /* The same, and the tree checksums of the new bytes (out[i], the sums of
- * src[i] as read) from the same pass over the source (skein_copy_tree):
+ * src[i] as read; out NULL: only the chunk hashes, in g->h_hash) from the
+ * same pass over the source (skein_copy_tree):
  * 0, -1 on error, or 1 without touching anything when some src[i] and
  * dst[i] differ in alignment mod 8 (use copy, then xfer_gpu_tree_sums). */
 int xfer_djournal_copy_tree(xfer_djournal *j, void *stream, void *const *dst, const void *const *src,

@@ -35,6 +35,16 @@ static xfer_endpoint *open_ep(xfer_role role, const xfer_manifest *m, int port, 
 	return ep;
 }
 
+/* The models of a case that fails a version: the trainer's (tr), the
+ * engine's (en) and v1, a copy of the trainer's first version. */
+static inline void tm_make_three(sk_rng *r, uint64_t big, tmodel *tr, tmodel *en, tmodel *v1)
+{
+	tm_make(tr, r, big, 1);
+	tm_make(en, r, big, 0);
+	tm_make(v1, r, big, 0);
+	tm_copy(v1, tr);
+}
+
 /* Receiver child: receives STEPS versions and checks each bit for bit. */
 static inline int child_receive_all(xfer_endpoint *ep, tmodel *en, uint64_t seed, uint64_t big)
 {
@@ -101,10 +111,7 @@ static inline void corrupt_keeps_old_version(void)
 	sk_rng r;
 	sk_rng_seed(&r, seed);
 	tmodel tr, en, v1;
-	tm_make(&tr, &r, BIG, 1);
-	tm_make(&en, &r, BIG, 0);
-	tm_make(&v1, &r, BIG, 0);
-	tm_copy(&v1, &tr);
+	tm_make_three(&r, BIG, &tr, &en, &v1);
 	xfer_endpoint *rcv = open_ep(XFER_RECEIVER, en.m, 0, 1, 2, 2048, 5000);
 	int port = xfer_endpoint_port(rcv);
 	fflush(stdout);
@@ -203,10 +210,7 @@ static inline void sender_dies_receiver_keeps_old_version(void)
 	sk_rng r;
 	sk_rng_seed(&r, t_seed());
 	tmodel tr, en, v1;
-	tm_make(&tr, &r, big, 1);
-	tm_make(&en, &r, big, 0);
-	tm_make(&v1, &r, big, 0);
-	tm_copy(&v1, &tr);
+	tm_make_three(&r, big, &tr, &en, &v1);
 	xfer_endpoint *rcv = open_ep(XFER_RECEIVER, en.m, 0, 1, 2, 1 << 20, 2000);
 	int port = xfer_endpoint_port(rcv);
 	fflush(stdout);

@@ -46,10 +46,7 @@ static void corrupt_at_chunk(void)
 	sk_rng r;
 	sk_rng_seed(&r, seed);
 	tmodel tr, en, v1;
-	tm_make(&tr, &r, big, 1);
-	tm_make(&en, &r, big, 0);
-	tm_make(&v1, &r, big, 0);
-	tm_copy(&v1, &tr);
+	tm_make_three(&r, big, &tr, &en, &v1);
 	uint64_t bytes = xfer_manifest_bytes(tr.m);
 	long long at[2] = { (long long)bytes - 10, (long long)(BUCKET / 2 + 300) };
 	size_t n, k[2] = { chunk_of(tr.m, BUCKET, (uint64_t)at[0], &n), chunk_of(tr.m, BUCKET, (uint64_t)at[1], &n) };
