@@ -94,6 +94,17 @@ const xfer_cuda_api *xfer_cuda(char *why, size_t n)
 	return NULL;
 }
 
+/* A stream that neither waits for the legacy default stream (cudaMemcpy,
+ * other threads' plain streams) nor makes it wait; a plain stream where the
+ * runtime lacks cudaStreamCreateWithFlags (an old or stand-in one). */
+int xfer_cuda_stream_nonblocking(const xfer_cuda_api *cu, void **stream, const char *what, xfer_err *err)
+{
+	int (*with_flags)(void **, unsigned);
+	*(void **)&with_flags = cu->h_rt ? dlsym(cu->h_rt, "cudaStreamCreateWithFlags") : NULL;
+	int rc = with_flags ? with_flags(stream, 1 /* cudaStreamNonBlocking */) : cu->StreamCreate(stream);
+	return xfer_cuda_check(cu, rc, what, err);
+}
+
 int xfer_cuda_check(const xfer_cuda_api *cu, int rc, const char *what, xfer_err *err)
 {
 	if (rc == 0) return 0;

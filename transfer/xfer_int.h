@@ -359,6 +359,8 @@ enum { XFER_CUDA_H2H = 0, XFER_CUDA_H2D = 1, XFER_CUDA_D2H = 2, XFER_CUDA_D2D = 
  * device. */
 const xfer_cuda_api *xfer_cuda(char *why, size_t n);
 int xfer_cuda_check(const xfer_cuda_api *cu, int rc, const char *what, xfer_err *err);
+/* A non-blocking stream (cudaStreamNonBlocking), else a plain one. */
+int xfer_cuda_stream_nonblocking(const xfer_cuda_api *cu, void **stream, const char *what, xfer_err *err);
 /* Copies n bytes between any host/CUDA pair, choosing the kind. */
 int xfer_cuda_copy(const xfer_cuda_api *cu, void *dst, xfer_mem dm, const void *src,
 		   xfer_mem sm, size_t n, xfer_err *err);
@@ -399,7 +401,8 @@ typedef struct {
 	 * here instead of CUDA, so host memory can stand in for a device */
 	int (*device_copy)(void *dst, const void *src, size_t n, int kind, xfer_err *err);
 	int gpu_direct_loads; /* GPU hashing kernels without staged loads (to compare) */
-	int ipc_fused;        /* colocated receiver: skein_copy_tree (one pass) instead of copy, then hash */
+	int gpu_fused;        /* colocated and p2p-tcp device receivers: skein_copy_tree (one pass)
+				 instead of the journal copy, then the hash (to compare) */
 	uint64_t corrupt_version; /* sender: after checksumming this version one wrong byte goes
 				     out (its own copy stays right for the next) */
 	uint64_t crash_receiving_version; /* receiver: _exit(3) once the first bucket of

@@ -19,7 +19,7 @@
  * still there, then hashes its own copy on the GPU (cfg.verify_device) and
  * compares with the sender's sums (two kernels: measured on the H200 in
  * one run, journal copy then hash took 10.3 ms for 8 GiB where the one-pass
- * skein_copy_tree took 14.6 ms; xfer_hooks.ipc_fused picks the latter);
+ * skein_copy_tree took 14.6 ms; xfer_hooks.gpu_fused picks the latter);
  * a mismatch, or a sender gone, replays
  * the journal, so its tensors hold the
  * previous version bit for bit.  Without the kernels it checks the sender's
@@ -484,10 +484,10 @@ static double receive_gpu(xfer_endpoint *ep, ipc_state *s, uint64_t v, xfer_err 
 	/* nothing to keep before the first version: no journal then */
 	xfer_djournal *dj = ep->stats.version > 0 ? s->dj : NULL;
 	if (dj) xfer_djournal_reset(dj);
-	/* xfer_hooks.ipc_fused: copy, journal and hash in one pass
+	/* xfer_hooks.gpu_fused: copy, journal and hash in one pass
 	 * (skein_copy_tree) over all the buckets after their checks; slower than
 	 * the two kernels on the H200 (above), kept to measure against. */
-	int fused = dj && ep->cfg.verify_device && xfer_hooks.ipc_fused;
+	int fused = dj && ep->cfg.verify_device && xfer_hooks.gpu_fused;
 	for (size_t b = 0; st->code == XFER_OK && b < ep->nbuckets; b++) {
 		const xfer_bucket *bk = &ep->buckets[b];
 		size_t a = bk->first, e = bk->first + bk->count;

@@ -73,7 +73,6 @@ enum {
 	HEAD_FORMAT = 3,
 	HEAD_SUMS = 1,          /* header flag: the root hashed (buckets carry real sums) */
 	SUMS_TAG = 16,          /* a sums record: version, bucket index, then 16 per tensor */
-	NONBLOCKING_STREAM = 1, /* cudaStreamNonBlocking */
 };
 
 /* ncclConfig_t as of NCCL 2.17: NCCL reads `size` bytes of it and fills the
@@ -271,14 +270,10 @@ static uint64_t stage_layout(const xfer_manifest *m, const xfer_bucket *bk, int 
 }
 
 /* The root's hashing stream: non-blocking, so that neither it nor the
- * legacy default stream (cudaMemcpy) waits for the other; a plain stream
- * where the runtime lacks cudaStreamCreateWithFlags. */
+ * legacy default stream (cudaMemcpy) waits for the other. */
 static int hash_stream(nccl_state *s, xfer_err *err)
 {
-	int (*with_flags)(void **, unsigned);
-	*(void **)&with_flags = s->cu->h_rt ? dlsym(s->cu->h_rt, "cudaStreamCreateWithFlags") : NULL;
-	int rc = with_flags ? with_flags(&s->hstream, NONBLOCKING_STREAM) : s->cu->StreamCreate(&s->hstream);
-	return xfer_cuda_check(s->cu, rc, "cudaStreamCreate (hashing)", err);
+	return xfer_cuda_stream_nonblocking(s->cu, &s->hstream, "cudaStreamCreate (hashing)", err);
 }
 
 static int nccl_setup(xfer_endpoint *ep, xfer_err *err)

@@ -48,9 +48,10 @@
  *     registered buffers with recvmsg over the tensors' iovecs; zero copies,
  *     zero extra memory, but a failure leaves the buffers partly updated.
  * CUDA memory on either side is staged through pinned host buffers.  A CUDA
- * receiver with the GPU kernels copies each landed chunk from its slot to a
- * device staging buffer and places it into the tensors with the device
- * journal and the tree hash in one pass (xfer_djournal_copy_chunks: old
+ * receiver with the GPU kernels has each stream copy its stripe from the
+ * slot to a device staging buffer (one per slot) as it lands; the calling
+ * thread then places the chunk into the tensors through the device journal
+ * and hashes it on the GPU (commit_device; xfer_djournal_copy: old
  * words kept on the device up to cfg.device_journal_bytes, then in pinned
  * host memory), so undo and xfer_rollback run on the device; the first
  * version (nothing to keep) is placed by the streams and hashed on the GPU
@@ -128,8 +129,10 @@ typedef struct {
 	xfer_gpu *gpu;
 	void *stream;
 	xfer_djournal *dj;     /* receiver, keep_previous */
-	unsigned char *dstage; /* receiver, keep_previous: a landed chunk on the device */
-	uint64_t dstage_bytes;
+	unsigned char *dstage[2]; /* receiver, keep_previous: chunk k on the device, one per slot */
+	void *wstream[MAX_STREAMS]; /* the data streams' copies to dstage: non-blocking, so that the
+				       kernels on `stream` do not queue behind them */
+	uint64_t dstage_bytes;    /* each */
 	/* per version */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -371,13 +374,20 @@ static int alloc_slots(tcp_state *s, int dstage, xfer_err *err)
 		if (s->chunks[k].len > want) want = s->chunks[k].len;
 	const xfer_cuda_api *cu = s->any_cuda ? xfer_cuda(NULL, 0) : NULL;
 	if (dstage && s->dstage_bytes < want + 8) {
-		if (s->dstage) cu->Free(s->dstage);
-		s->dstage = NULL;
+		for (int i = 0; i < 2; i++) {
+			if (s->dstage[i]) cu->Free(s->dstage[i]);
+			s->dstage[i] = NULL;
+		}
 		s->dstage_bytes = 0;
-		if (xfer_cuda_check(cu, cu->Malloc((void **)&s->dstage, want + 8), "cudaMalloc (device staging)", err) != 0)
-			return -1;
-		s->dstage_bytes = want + 8; /* + the shift that aligns it with the tensors (commit_device) */
+		for (int i = 0; i < 2; i++)
+			if (xfer_cuda_check(cu, cu->Malloc((void **)&s->dstage[i], want + 8), "cudaMalloc (device staging)",
+					    err) != 0)
+				return -1;
+		s->dstage_bytes = want + 8; /* + the shift that aligns it with the tensors (dev_span) */
 	}
+	for (int i = 0; dstage && i < s->nstreams; i++)
+		if (!s->wstream[i] && xfer_cuda_stream_nonblocking(cu, &s->wstream[i], "cudaStreamCreate (staging)", err) != 0)
+			return -1;
 	if (s->slot[0] && s->slot_bytes >= want) return 0;
 	for (int i = 0; i < 2; i++) {
 		if (s->slot[i]) {
@@ -480,7 +490,10 @@ static void tcp_teardown(xfer_endpoint *ep)
 		if (s->slot_pinned) cu->FreeHost(s->slot[i]);
 		else free(s->slot[i]);
 	}
-	if (s->dstage) cu->Free(s->dstage);
+	for (int i = 0; i < 2; i++)
+		if (s->dstage[i]) cu->Free(s->dstage[i]);
+	for (int i = 0; i < MAX_STREAMS; i++)
+		if (s->wstream[i]) cu->StreamDestroy(s->wstream[i]);
 	xfer_djournal_free(&s->dj);
 	if (s->stream) cu->StreamDestroy(s->stream);
 	xfer_gpu_free(&s->gpu);
@@ -874,6 +887,44 @@ static int device_commit(const xfer_endpoint *ep, const tcp_state *s)
 	return s->dj && ep->stats.version && !s->direct;
 }
 
+/* Where chunk k's bytes from its first CUDA tensor byte on (*first) lie
+ * in the device staging: at dstage[k % 2] + *shift, the shift that lines
+ * that byte up with its tensor mod 8 (tensors laid out alike then line up
+ * all, so the one-pass kernel takes them).  0: no CUDA bytes in chunk k. */
+static int dev_span(const xfer_endpoint *ep, const tcp_state *s, size_t k, uint64_t *first, unsigned *shift)
+{
+	uint64_t a = s->chunks[k].off, b = a + s->chunks[k].len;
+	for (size_t t = xfer_tensor_at(ep, a); t < ep->m->n && ep->offsets[t] < b; t++) {
+		const xfer_tensor *x = &ep->m->t[t];
+		if (x->mem != XFER_MEM_CUDA || ep->offsets[t + 1] <= a || ep->offsets[t + 1] == ep->offsets[t]) continue;
+		*first = ep->offsets[t] > a ? ep->offsets[t] : a;
+		*shift = (unsigned)((uintptr_t)((const char *)x->ptr + (*first - ep->offsets[t])) & 7);
+		return 1;
+	}
+	return 0;
+}
+
+/* A stream's stripe [a, b) of chunk k, landed in its slot, on to the
+ * device staging from the chunk's first CUDA byte on: each stream copies
+ * its own as it lands, on its own non-blocking CUDA stream, so these
+ * copies overlap the other streams' receiving and the commit's kernels do
+ * not queue behind them: the commit only runs the kernels. */
+static int stage_stripe(const xfer_endpoint *ep, tcp_state *s, int idx, size_t k, uint64_t a, uint64_t b,
+			xfer_err *err)
+{
+	uint64_t first;
+	unsigned shift;
+	if (!dev_span(ep, s, k, &first, &shift) || b <= first) return 0;
+	uint64_t lo = a > first ? a : first;
+	const xfer_cuda_api *cu = s->gpu->cu;
+	void *ws = s->wstream[idx];
+	if (xfer_cuda_check(cu, cu->MemcpyAsync(s->dstage[k % 2] + shift + (lo - first),
+						s->slot[k % 2] + (lo - s->chunks[k].off), b - lo, XFER_CUDA_H2D, ws),
+			    "cudaMemcpyAsync (to the device staging)", err) != 0)
+		return -1;
+	return xfer_cuda_check(cu, cu->StreamSynchronize(ws), "cudaMemcpyAsync (to the device staging)", err);
+}
+
 /* A stream's stripe [a, b) from the slot into the host tensors only (the
  * CUDA ones go in at commit, device_commit). */
 static int place_host(const xfer_endpoint *ep, const unsigned char *slot, uint64_t off, uint64_t a, uint64_t b,
@@ -897,6 +948,9 @@ static void *recv_worker(void *arg)
 	int dev = device_commit(ep, s);
 	xfer_journal *j = ep->stats.version ? s->j[w->idx] : NULL;
 	xfer_err e = { 0 };
+	/* the CUDA current device is per thread */
+	if (s->gpu && xfer_cuda_check(s->gpu->cu, s->gpu->cu->SetDevice(s->gpu->device), "cudaSetDevice", &e) != 0)
+		goto fail;
 	for (size_t k = 0; k < s->nchunks; k++) {
 		uint64_t a, b;
 		shead h;
@@ -921,9 +975,10 @@ static void *recv_worker(void *arg)
 			if (xfer_sock_recv(fd, slot + (a - s->chunks[k].off), b - a, "stripe", "sender", to, &e) != 0)
 				goto fail;
 			s->stream_s[w->idx] += xfer_now() - t0;
-			if ((dev ? place_host(ep, slot, s->chunks[k].off, a, b, j, &e)
-				 : xfer_place_stripe(ep, slot, s->chunks[k].off, a, b, j, &e)) != 0)
-				goto fail;
+			int rc = dev ? place_host(ep, slot, s->chunks[k].off, a, b, j, &e)
+				     : xfer_place_stripe(ep, slot, s->chunks[k].off, a, b, j, &e);
+			if (rc == 0 && dev) rc = stage_stripe(ep, s, w->idx, k, a, b, &e);
+			if (rc != 0) goto fail;
 		}
 		pthread_mutex_lock(&s->mu);
 		s->done[k]++;
@@ -940,26 +995,27 @@ out:
 }
 
 /* Chunk k's CUDA pieces, gathered in s->gdst/gsrc/gn/gto (ng of them, the
- * sources in slot k%2 at first..), go from the slot to the device staging
- * and into the tensors through the device journal, hashed in the same pass
- * (xfer_djournal_copy_chunks); a piece whose tensor and staging differ in
- * alignment mod 8 takes the journal copy, then the GPU hash. */
-static int commit_device(xfer_endpoint *ep, tcp_state *s, size_t k, size_t ng, uint64_t first, xfer_err *err)
+ * sources in slot k%2), already on the device staging (stage_stripe), go
+ * into the tensors through the device journal, then the GPU hashes them.
+ * Two kernels, not the one-pass skein_copy_tree (xfer_hooks.gpu_fused):
+ * a chunk holds only about a hundred tree chunks, and the one-pass kernel,
+ * whose threads per tree chunk also compare and write, is bound by their
+ * latency there (measured on the H200, 2 GiB in 32 MiB chunks: 3.2 ms a
+ * chunk one-pass, under 1 ms as two kernels, docs/benchmarks.md). */
+static int commit_device(xfer_endpoint *ep, tcp_state *s, size_t k, size_t ng, xfer_err *err)
 {
-	const xfer_cuda_api *cu = s->gpu->cu;
-	uint64_t a = s->chunks[k].off, len = s->chunks[k].len - (first - a);
-	/* the staging starts where its first byte lines up with the first
-	 * tensor's mod 8: tensors laid out alike line up all */
-	unsigned shift = (unsigned)((uintptr_t)s->gdst[0] & 7);
-	unsigned char *base = s->dstage + shift;
-	for (size_t i = 0; i < ng; i++) s->gsrc[i] = base + ((const unsigned char *)s->gsrc[i] - (s->slot[k % 2] + (first - a)));
-	if (xfer_cuda_check(cu, cu->MemcpyAsync(base, s->slot[k % 2] + (first - a), len, XFER_CUDA_H2D, s->stream),
-			    "cudaMemcpyAsync (to the device staging)", err) != 0)
-		return -1;
+	uint64_t first;
+	unsigned shift;
+	if (!dev_span(ep, s, k, &first, &shift))
+		return xfer_fail(err, XFER_EINVAL, "chunk %zu: CUDA pieces but no CUDA span (a bug)", k);
+	const unsigned char *from = s->slot[k % 2] + (first - s->chunks[k].off);
+	unsigned char *base = s->dstage[k % 2] + shift;
+	for (size_t i = 0; i < ng; i++) s->gsrc[i] = base + ((const unsigned char *)s->gsrc[i] - from);
 	double t0 = xfer_now();
-	int rc = xfer_djournal_copy_chunks(s->dj, s->stream, s->gdst, s->gsrc, s->gn, ng, s->gout, err);
+	int rc = xfer_hooks.gpu_fused ? xfer_djournal_copy_chunks(s->dj, s->stream, s->gdst, s->gsrc, s->gn, ng, s->gout, err)
+				      : 1;
 	s->dev_journaled = 1;
-	if (rc == 1) {
+	if (rc == 1) { /* not fused, or a piece unaligned with its staging: copy, then hash */
 		rc = xfer_djournal_copy(s->dj, s->stream, s->gdst, s->gsrc, s->gn, ng, err);
 		double t1 = xfer_now();
 		s->journaling += t1 - t0;
@@ -981,7 +1037,7 @@ static int commit_chunk(xfer_endpoint *ep, tcp_state *s, size_t k, xfer_err *err
 {
 	const xfer_manifest *m = ep->m;
 	size_t np = pieces_of(ep, s, k), ng = 0;
-	uint64_t off = s->chunks[k].off, first = 0;
+	uint64_t off = s->chunks[k].off;
 	int dev = device_commit(ep, s);
 	double t0 = xfer_now();
 	for (size_t i = 0; i < np; i++) {
@@ -993,14 +1049,13 @@ static int commit_chunk(xfer_endpoint *ep, tcp_state *s, size_t k, xfer_err *err
 			cpu_hash(ep, s, p, landed);
 			continue;
 		}
-		if (!ng) first = p->a;
 		s->gdst[ng] = dst;
 		s->gsrc[ng] = dev ? landed : dst;
 		s->gn[ng] = p->b - p->a;
 		s->gto[ng++] = hash_of(ep, s, p);
 	}
 	s->hashing += xfer_now() - t0;
-	if (ng && dev) return commit_device(ep, s, k, ng, first, err);
+	if (ng && dev) return commit_device(ep, s, k, ng, err);
 	if (ng) {
 		t0 = xfer_now();
 		int rc = xfer_gpu_chunk_hashes(s->gpu, s->stream, s->gsrc, s->gn, ng, s->gout, err);
@@ -1155,7 +1210,7 @@ join:
 	}
 	if (xfer_sock_send_status(s->ctl, NULL, to, err) != 0) goto err;
 	ep->stats.bytes_moved = ep->m->bytes;
-	ep->stats.staging_peak = s->direct ? 0 : 2 * s->slot_bytes + (s->dev_journaled ? s->dstage_bytes : 0);
+	ep->stats.staging_peak = s->direct ? 0 : 2 * s->slot_bytes + (s->dev_journaled ? 2 * s->dstage_bytes : 0);
 	ep->undo_ready = journaled && s->j[0];
 	*version = hv;
 	return 0;
