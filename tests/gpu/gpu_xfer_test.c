@@ -501,6 +501,127 @@ static int mode_tcp(uint64_t total, int keep)
 	return 0;
 }
 
+/* ---- p2p-tcp into device memory: what the undo journal costs ---- */
+
+enum { COST_REPS_MAX = 32 };
+
+static int cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static double median_of(const double *v, int n)
+{
+	double s[COST_REPS_MAX];
+	memcpy(s, v, (size_t)n * sizeof *s);
+	qsort(s, (size_t)n, sizeof *s, cmp_dbl);
+	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+/* Which receiver takes version v's turn first: 0 (journal on) or 1. */
+static int cost_first(int v) { return v % 2; }
+
+/* One sender, two receivers in one process: endpoint 0 keeps the previous
+ * version (the device journal), endpoint 1 does not.  Version 1 fills both;
+ * then each of `reps` 1% updates goes to both, in alternating order, so the
+ * two figures of a pair share the machine's state; the medians compare. */
+static int mode_tcp_cost(uint64_t total, int reps)
+{
+	if (reps < 1 || reps > COST_REPS_MAX) reps = 5;
+	int c2p[2];
+	if (pipe(c2p)) return 1;
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		gmodel g[2];
+		xfer_endpoint *ep[2];
+		CU(cudaSetDevice(0));
+		for (int i = 0; i < 2; i++) {
+			gm_make(&g[i], total, 8);
+			ep[i] = open_or_die("p2p-tcp", XFER_RECEIVER, g[i].m, 0, 64 << 20, i == 0);
+			int port = xfer_endpoint_port(ep[i]);
+			wr(c2p[1], &port, sizeof port);
+		}
+		XXH128_hash_t *hs = calloc(g[0].n, sizeof *hs);
+		for (int v = 1; v <= reps + 1; v++)
+			for (int turn = 0; turn < 2; turn++) {
+				int i = turn ^ cost_first(v);
+				xfer_err e;
+				uint64_t got;
+				int ok = xfer_receive(ep[i], 120000, &got, &e) == 0;
+				if (!ok) printf("  receiver %d v%d: %s\n", i, v, e.msg);
+				xfer_stats st = xfer_endpoint_stats(ep[i]);
+				gm_hash(&g[i], hs);
+				wr(c2p[1], &ok, sizeof ok);
+				wr(c2p[1], &st, sizeof st);
+				wr(c2p[1], hs, g[i].n * sizeof *hs);
+			}
+		for (int i = 0; i < 2; i++) {
+			xfer_close(&ep[i]);
+			gm_free(&g[i]);
+		}
+		free(hs);
+		fflush(stdout);
+		_exit(0);
+	}
+	close(c2p[1]);
+	int port[2];
+	if (rd(c2p[0], &port[0], sizeof port[0]) || rd(c2p[0], &port[1], sizeof port[1])) return 1;
+	CU(cudaSetDevice(0));
+	gmodel g;
+	gm_make(&g, total, 8);
+	gm_fill(&g, 3);
+	xfer_endpoint *ep[2];
+	for (int i = 0; i < 2; i++) ep[i] = open_or_die("p2p-tcp", XFER_SENDER, g.m, port[i], 64 << 20, 1);
+	XXH128_hash_t *mine = calloc(g.n, sizeof *mine), *theirs = calloc(g.n, sizeof *theirs);
+	double sec[2][COST_REPS_MAX];
+	xfer_stats rst[2][COST_REPS_MAX];
+	int exact = 1, journaled = 1;
+	for (int v = 1; v <= reps + 1; v++) {
+		if (v > 1) gm_step(&g, 0.01, v);
+		gm_hash(&g, mine);
+		for (int turn = 0; turn < 2; turn++) {
+			int i = turn ^ cost_first(v), rok;
+			xfer_err e;
+			int ok = xfer_send(ep[i], (uint64_t)v, &e) == 0;
+			if (!ok) printf("  sender %d v%d: %s\n", i, v, e.msg);
+			xfer_stats r;
+			if (rd(c2p[0], &rok, sizeof rok) || rd(c2p[0], &r, sizeof r) ||
+			    rd(c2p[0], theirs, g.n * sizeof *theirs))
+				return 1;
+			exact &= ok && rok && memcmp(mine, theirs, g.n * sizeof *mine) == 0;
+			if (v == 1) continue;
+			sec[i][v - 2] = xfer_endpoint_stats(ep[i]).seconds;
+			rst[i][v - 2] = r;
+			journaled &= i == 0 ? r.journal_bytes > 0 && r.device_journal_peak > 0 : r.journal_bytes == 0;
+		}
+	}
+	CHECK(exact, "p2p-tcp into device memory, journal on and off, %d 1%% updates each: bit-exact", reps);
+	CHECK(journaled, "the keep_previous receiver journaled on the device every time, the other never");
+	double on = median_of(sec[0], reps), off = median_of(sec[1], reps);
+	double jon[COST_REPS_MAX], hon[COST_REPS_MAX], hoff[COST_REPS_MAX];
+	for (int r = 0; r < reps; r++) {
+		jon[r] = rst[0][r].journal_seconds;
+		hon[r] = rst[0][r].hash_seconds;
+		hoff[r] = rst[1][r].hash_seconds;
+	}
+	printf("  1%% updates, seconds (journal on / off):");
+	for (int r = 0; r < reps; r++) printf(" %.3f/%.3f", sec[0][r], sec[1][r]);
+	printf("\nRESULT mode=p2p-tcp-device-journal-cost bytes=%llu reps=%d journal_on_s=%.3f journal_off_s=%.3f "
+	       "overhead=%.3f receiver_journal_s=%.3f receiver_hash_on_s=%.3f receiver_hash_off_s=%.3f\n",
+	       (unsigned long long)total, reps, on, off, on / off - 1, median_of(jon, reps), median_of(hon, reps),
+	       median_of(hoff, reps));
+	for (int i = 0; i < 2; i++) xfer_close(&ep[i]);
+	gm_free(&g);
+	free(mine);
+	free(theirs);
+	int st;
+	waitpid(pid, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the two p2p-tcp receivers exited cleanly");
+	return 0;
+}
+
 /* ---- p2p-tcp into device memory: failed versions are undone ---- */
 
 /* What the receiver says after each attempt, followed by its hashes. */
@@ -1066,19 +1187,20 @@ static int mode_ipc_undo(uint64_t total, int keep)
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: %s ipc BYTES | nccl | tcp BYTES [KEEP] | tcp-undo BYTES | hash BYTES | tree-cpu BYTES | "
+		fprintf(stderr, "usage: %s ipc BYTES | nccl | tcp BYTES [KEEP] | tcp-undo BYTES | tcp-cost BYTES [REPS] | hash BYTES | tree-cpu BYTES | "
 			"ipc-undo BYTES [KEEP]\n", argv[0]);
 		return 2;
 	}
 	uint64_t bytes = argc > 2 ? strtoull(argv[2], NULL, 0) : (1ull << 30);
-	/* SKEIN_GPU_FUSED=1: the colocated receiver copies and hashes in one pass */
+	/* SKEIN_GPU_FUSED=1: the colocated and p2p-tcp device receivers copy and hash in one pass */
 	const char *fus = getenv("SKEIN_GPU_FUSED");
-	xfer_hooks.ipc_fused = fus && *fus == '1';
+	xfer_hooks.gpu_fused = fus && *fus == '1';
 	int rc = 1;
 	if (!strcmp(argv[1], "ipc")) rc = mode_ipc(bytes, 4);
 	else if (!strcmp(argv[1], "nccl")) rc = mode_nccl();
 	else if (!strcmp(argv[1], "tcp")) rc = mode_tcp(bytes, argc > 3 ? atoi(argv[3]) : 1);
 	else if (!strcmp(argv[1], "tcp-undo")) rc = mode_tcp_undo(bytes);
+	else if (!strcmp(argv[1], "tcp-cost")) rc = mode_tcp_cost(bytes, argc > 3 ? atoi(argv[3]) : 5);
 	else if (!strcmp(argv[1], "hash")) rc = mode_hash(bytes);
 	else if (!strcmp(argv[1], "tree-cpu")) rc = mode_tree_cpu(bytes);
 	else if (!strcmp(argv[1], "ipc-undo")) rc = mode_ipc_undo(bytes, argc > 3 ? atoi(argv[3]) : 1);

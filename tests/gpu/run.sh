@@ -15,6 +15,9 @@
 #      is killed mid-transfer leave the receiver's device buffers holding the
 #      previous version bit for bit; the journal's bytes and seconds beside
 #      the transfer time for a 1% and a 100% change.
+#   4b. tcp-cost: the journal's cost: one sender, two device receivers (journal
+#      on, journal off) in one run, TCP_COST_REPS (default 7) 1% updates to
+#      each in alternating order, bit-exact, medians compared.
 #   5. hash: the tree checksum on the GPU equals the CPU's (every dtype, odd
 #      sizes, unaligned), the device journal lands and undoes (with spills),
 #      GPU hashing throughput (HASH_BYTES, default 8 GiB);
@@ -44,10 +47,11 @@
 #   cp /usr/include/protobuf-c/protobuf-c.h .gpu-deps/include/protobuf-c/
 #   cp /usr/lib/x86_64-linux-gnu/libprotobuf-c.so.1* .gpu-deps/lib/
 #   cp build/release/gen/proto/{weights,control}.pb-c.[ch] .gpu-deps/gen/proto/
-# SKEIN_GPU_FUSED=1: the colocated receiver runs skein_copy_tree (copy, journal
-# and hash in one pass) instead of the journal copy and then the hash, to compare.
-# SKEIN_GPU_CASES picks the cases (default "nccl ipc tcp tcp-nojournal tcp-undo hash tree-cpu ipc-undo
-# ipc-undo-nojournal").
+# SKEIN_GPU_FUSED=1: the colocated and p2p-tcp device receivers run skein_copy_tree
+# (copy, journal and hash in one pass) instead of the journal copy and then the
+# hash, to compare.
+# SKEIN_GPU_CASES picks the cases (default "nccl ipc tcp tcp-nojournal tcp-undo tcp-cost hash tree-cpu
+# ipc-undo ipc-undo-nojournal").
 # Usage: tests/gpu/run.sh [IPC_BYTES] [TCP_BYTES]
 set -u
 cd "$(dirname "$0")/../.."
@@ -137,7 +141,7 @@ run() {
 # their libraries on LD_LIBRARY_PATH): there is no libev here to build them
 AGENT_BIN=${SKEIN_GPU_AGENT_BIN:-bin}
 COLO=; [ -x "$AGENT_BIN/skeind" ] && COLO=colo
-for c in ${SKEIN_GPU_CASES:-nccl ipc tcp tcp-nojournal tcp-undo hash tree-cpu ipc-undo ipc-undo-nojournal $COLO}; do
+for c in ${SKEIN_GPU_CASES:-nccl ipc tcp tcp-nojournal tcp-undo tcp-cost hash tree-cpu ipc-undo ipc-undo-nojournal $COLO}; do
 	case $c in
 	colo)
 		echo "== colo"
@@ -152,6 +156,7 @@ for c in ${SKEIN_GPU_CASES:-nccl ipc tcp tcp-nojournal tcp-undo hash tree-cpu ip
 	tcp) run tcp tcp "$TCP_BYTES" 1 ;;
 	tcp-nojournal) run tcp-nojournal tcp "$TCP_BYTES" 0 ;;
 	tcp-undo) run tcp-undo tcp-undo "$TCP_BYTES" ;;
+	tcp-cost) run tcp-cost tcp-cost "$TCP_BYTES" "${TCP_COST_REPS:-7}" ;;
 	hash) run hash hash "${HASH_BYTES:-8589934592}" ;;
 	tree-cpu) run tree-cpu tree-cpu "${TREE_CPU_BYTES:-4294967296}" ;;
 	ipc-undo) run ipc-undo ipc-undo "$IPC_BYTES" 1 ;;
