@@ -403,6 +403,8 @@ typedef struct {
 	int gpu_direct_loads; /* GPU hashing kernels without staged loads (to compare) */
 	int gpu_fused;        /* colocated and p2p-tcp device receivers: skein_copy_tree (one pass)
 				 instead of the journal copy, then the hash (to compare) */
+	uint64_t ipc_place_shift; /* colocated sender: the last tensor's place said to lie this much
+				     further into its allocation (the receiver must refuse it) */
 	uint64_t corrupt_version; /* sender: after checksumming this version one wrong byte goes
 				     out (its own copy stays right for the next) */
 	uint64_t crash_receiving_version; /* receiver: _exit(3) once the first bucket of

@@ -309,9 +309,18 @@ static int sender_connect(xfer_endpoint *ep, ipc_state *s, xfer_err *err)
 	memcpy(hh.magic, "SKIPC1", 7);
 	s->ctl = xfer_sock_connect(ep->cfg.p2p.host, ep->cfg.p2p.port, to, err);
 	if (s->ctl < 0) goto err;
+	ipc_place *pl = s->place, *shifted = NULL;
+	if (xfer_hooks.ipc_place_shift && m->n && (shifted = malloc(m->n * sizeof *pl))) {
+		/* test hook: the last tensor said to lie further into its allocation */
+		memcpy(shifted, pl, m->n * sizeof *pl);
+		shifted[m->n - 1].offset += xfer_hooks.ipc_place_shift;
+		pl = shifted;
+	}
 	struct iovec v[4] = { { &hh, sizeof hh }, { desc, dlen }, { s->hx, s->nhx * sizeof *s->hx },
-			      { s->place, m->n * sizeof *s->place } };
-	if (xfer_sock_sendv(s->ctl, v, 4, "handles", "receiver", to, err) != 0) goto err;
+			      { pl, m->n * sizeof *pl } };
+	int rc = xfer_sock_sendv(s->ctl, v, 4, "handles", "receiver", to, err);
+	free(shifted);
+	if (rc != 0) goto err;
 	if (xfer_sock_recv_status(s->ctl, "receiver", to, err) != 0) goto err;
 	free(desc);
 	return 0;
@@ -321,9 +330,21 @@ err:
 	return -1;
 }
 
+/* The bytes usable from p, an opened allocation of the sender's, to its end. */
+static int usable_bytes(const ipc_state *s, void *p, uint32_t i, uint64_t *size, xfer_err *err)
+{
+	unsigned long long base = 0;
+	size_t n = 0;
+	if (s->cu->MemGetAddressRange(&base, &n, (unsigned long long)(uintptr_t)p) != 0 || base > (uintptr_t)p ||
+	    (uintptr_t)p - base > n)
+		return xfer_fail(err, XFER_EIO, "cuMemGetAddressRange of the sender's allocation %u failed", i);
+	*size = (uint64_t)n - ((uint64_t)(uintptr_t)p - base);
+	return 0;
+}
+
 /* Receiver: every place the sender named checked before use: a tensor
- * with bytes lies in one of its nallocs allocations (inside the usable
- * size[] of it where known); an empty one is pointed at slot 0, which the
+ * with bytes lies in one of its nallocs allocations, inside the usable
+ * size[] of it (cuMemGetAddressRange of the opened handle); an empty one is pointed at slot 0, which the
  * bases array (nallocs + 1 entries) always has, whatever the sender said. */
 static int check_places(const xfer_manifest *m, ipc_place *place, uint32_t nallocs, const uint64_t *size,
 			xfer_err *err)
@@ -334,8 +355,7 @@ static int check_places(const xfer_manifest *m, ipc_place *place, uint32_t nallo
 			place[i] = (ipc_place){ 0, 0, 0 };
 			continue;
 		}
-		if (q->alloc >= nallocs ||
-		    (size && (q->offset > size[q->alloc] || m->t[i].nbytes > size[q->alloc] - q->offset)))
+		if (q->alloc >= nallocs || q->offset > size[q->alloc] || m->t[i].nbytes > size[q->alloc] - q->offset)
 			return xfer_fail(err, XFER_EFORMAT, "colocated: tensor %s lies outside the sender's allocations",
 					 m->t[i].name);
 	}
@@ -384,6 +404,7 @@ static int receiver_accept(xfer_endpoint *ep, ipc_state *s, int wait_ms, xfer_er
 	char *desc = NULL;
 	xfer_manifest *theirs = NULL;
 	xfer_cuda_ipc_handle *h = NULL;
+	uint64_t *size = NULL;
 	ipc_hello hh;
 	s->ctl = xfer_sock_accept(s->lfd, wait_ms, to, err);
 	if (s->ctl < 0) {
@@ -398,8 +419,9 @@ static int receiver_accept(xfer_endpoint *ep, ipc_state *s, int wait_ms, xfer_er
 	}
 	desc = malloc(hh.manifest_len + 1);
 	h = calloc(hh.nallocs + 1, sizeof *h);
+	size = calloc(hh.nallocs + 1, sizeof *size);
 	s->bases = calloc(hh.nallocs + 1, sizeof *s->bases);
-	if (!desc || !h || !s->bases) { xfer_fail(err, XFER_ENOMEM, "out of memory"); goto err; }
+	if (!desc || !h || !size || !s->bases) { xfer_fail(err, XFER_ENOMEM, "out of memory"); goto err; }
 	struct iovec v[3] = { { desc, hh.manifest_len }, { h, hh.nallocs * sizeof *h }, { s->place, m->n * sizeof *s->place } };
 	if (xfer_sock_recvv(s->ctl, v, 3, "handles", "sender", to, err) != 0) goto err;
 	xfer_err st = { 0 };
@@ -410,8 +432,10 @@ static int receiver_accept(xfer_endpoint *ep, ipc_state *s, int wait_ms, xfer_er
 				    &st) != 0)
 			break;
 		s->nbases = i + 1;
+		if (usable_bytes(s, s->bases[i], i, &size[i], &st) != 0) break;
 	}
-	if (st.code == XFER_OK) check_places(m, s->place, hh.nallocs, NULL, &st);
+	/* every tensor inside the allocation it names, as the handoff's are */
+	if (st.code == XFER_OK) check_places(m, s->place, hh.nallocs, size, &st);
 	if (xfer_sock_send_status(s->ctl, &st, to, err) != 0) goto err;
 	if (st.code != XFER_OK) {
 		*err = st;
@@ -419,11 +443,13 @@ static int receiver_accept(xfer_endpoint *ep, ipc_state *s, int wait_ms, xfer_er
 	}
 	free(desc);
 	free(h);
+	free(size);
 	xfer_manifest_free(&theirs);
 	return 0;
 err:
 	free(desc);
 	free(h);
+	free(size);
 	xfer_manifest_free(&theirs);
 	close_session(s);
 	return -1;
@@ -662,17 +688,12 @@ static int map_handle(ipc_state *s, const xfer_cuda_ipc_handle *hx, void **nb, x
 		s->bases[k] = NULL; /* moved: not closed below */
 		return 0;
 	}
-	unsigned long long base = 0;
-	size_t n = 0;
 	xfer_cuda_ipc_handle one;
 	memcpy(&one, hx, sizeof one);
 	if (xfer_cuda_check(s->cu, s->cu->IpcOpenMemHandle(&nb[i], one, IPC_LAZY_PEER), "cudaIpcOpenMemHandle", err) != 0)
 		return -1;
 	nhx[i] = one;
-	if (s->cu->MemGetAddressRange(&base, &n, (unsigned long long)(uintptr_t)nb[i]) != 0)
-		return xfer_fail(err, XFER_EIO, "cuMemGetAddressRange of the sender's allocation %u failed", i);
-	nsize[i] = (uint64_t)n - ((uint64_t)(uintptr_t)nb[i] - base);
-	return 0;
+	return usable_bytes(s, nb[i], i, &nsize[i], err);
 }
 
 /* The handoff checked whole against our manifest; its handles mapped (kept
