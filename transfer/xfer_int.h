@@ -401,8 +401,8 @@ typedef struct {
 	 * here instead of CUDA, so host memory can stand in for a device */
 	int (*device_copy)(void *dst, const void *src, size_t n, int kind, xfer_err *err);
 	int gpu_direct_loads; /* GPU hashing kernels without staged loads (to compare) */
-	int gpu_fused;        /* colocated and p2p-tcp device receivers: skein_copy_tree (one pass)
-				 instead of the journal copy, then the hash (to compare) */
+	int gpu_fused;        /* colocated, NCCL and p2p-tcp device receivers: skein_copy_tree (one
+				 pass) instead of the journal copy, then the hash (to compare) */
 	uint64_t ipc_place_shift; /* colocated sender: the last tensor's place said to lie this much
 				     further into its allocation (the receiver must refuse it) */
 	uint64_t corrupt_version; /* sender: after checksumming this version one wrong byte goes

@@ -531,9 +531,12 @@ static int bucket_enqueue(xfer_endpoint *ep, nccl_state *s, size_t b, uint64_t v
 
 /* A journaling receiver: the bucket that landed in staging (its tensors at
  * at[]) goes into the tensors through the undo journal, with the tree sums
- * of what was copied into s->got.  GPU: one pass (skein_copy_tree), or copy
- * then hash; CPU: each stage-sized piece is read back once, hashed, and
- * written through the host journal (only the pieces that change). */
+ * of what was copied into s->got.  GPU: the journal copy, then the hash of
+ * the staging (two kernels: on the H200 the one-pass skein_copy_tree was
+ * the slower for colocated 8 GiB and twice as slow for p2p-tcp's chunks;
+ * xfer_hooks.gpu_fused picks it, to compare); CPU: each stage-sized piece
+ * is read back once, hashed, and written through the host journal (only
+ * the pieces that change). */
 static int place_journaled(xfer_endpoint *ep, nccl_state *s, const xfer_bucket *bk, const unsigned char *stage,
 			   const uint64_t *at, xfer_err *err)
 {
@@ -546,8 +549,10 @@ static int place_journaled(xfer_endpoint *ep, nccl_state *s, const xfer_bucket *
 			s->bn[k] = m->t[a + k].nbytes;
 		}
 		double t0 = xfer_now();
-		int rc = xfer_djournal_copy_tree(s->dj, s->stream, s->bdst, s->bsrc, s->bn, cnt, s->got + a, err);
-		if (rc == 1) {
+		int rc = xfer_hooks.gpu_fused ? xfer_djournal_copy_tree(s->dj, s->stream, s->bdst, s->bsrc, s->bn, cnt,
+									 s->got + a, err)
+					      : 1;
+		if (rc == 1) { /* not fused, or a tensor unaligned with its staging */
 			rc = xfer_djournal_copy(s->dj, s->stream, s->bdst, s->bsrc, s->bn, cnt, err);
 			double t1 = xfer_now();
 			ep->stats.journal_seconds += t1 - t0;
