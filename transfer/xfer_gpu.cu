@@ -318,14 +318,20 @@ extern "C" __global__ void __launch_bounds__(256) skein_journal_copy(const journ
 								    uint64_t npieces, uint64_t from, journal_entry *ent,
 								    uint64_t cap, journal_stat *st, int copy)
 {
-	__shared__ int stop;
-	for (uint64_t piece = from + blockIdx.x; piece < npieces; piece += gridDim.x) {
+	/* The block's verdict for each piece, by the parity of its round: thread
+	 * 0 may write the next round's while a slower warp still reads this
+	 * one's (one barrier a round), and with one flag that warp would read
+	 * "stop" and leave its share of this piece undone, unjournaled, behind
+	 * a restart set past it. */
+	__shared__ int stop[2];
+	unsigned round = 0;
+	for (uint64_t piece = from + blockIdx.x; piece < npieces; piece += gridDim.x, round ^= 1) {
 		if (threadIdx.x == 0) {
-			stop = *(volatile unsigned *)&st->full != 0;
-			if (stop) atomicMin(&st->restart, (unsigned long long)piece);
+			stop[round] = *(volatile unsigned *)&st->full != 0;
+			if (stop[round]) atomicMin(&st->restart, (unsigned long long)piece);
 		}
 		__syncthreads();
-		if (stop) return;
+		if (stop[round]) return;
 		const journal_task *t = &tasks[find_task(tasks, ntasks, piece)];
 		uintptr_t d0 = (uintptr_t)t->dst;
 		uint64_t w0 = (piece - t->first) * PIECE_WORDS;

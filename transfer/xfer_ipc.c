@@ -335,9 +335,11 @@ static int usable_bytes(const ipc_state *s, void *p, uint32_t i, uint64_t *size,
 {
 	unsigned long long base = 0;
 	size_t n = 0;
-	if (s->cu->MemGetAddressRange(&base, &n, (unsigned long long)(uintptr_t)p) != 0 || base > (uintptr_t)p ||
-	    (uintptr_t)p - base > n)
+	if (s->cu->MemGetAddressRange(&base, &n, (unsigned long long)(uintptr_t)p) != 0)
 		return xfer_fail(err, XFER_EIO, "cuMemGetAddressRange of the sender's allocation %u failed", i);
+	if (base > (uintptr_t)p || (uintptr_t)p - base > n)
+		return xfer_fail(err, XFER_EIO, "cuMemGetAddressRange of the sender's allocation %u: %p lies outside "
+				 "[%#llx, +%zu)", i, p, base, n);
 	*size = (uint64_t)n - ((uint64_t)(uintptr_t)p - base);
 	return 0;
 }

@@ -59,10 +59,11 @@
  * host journal (xfer_journal_copy_device reads the old bytes back) and the
  * chunk is hashed on CPU threads from the pinned slot.
  *
- * Stats: data_seconds the slowest stream's time on its socket, hash_seconds
- * the calling thread's hashing, journal_seconds the journaling (the slowest
- * stream's host journal, plus the device pass that copies, journals and
- * hashes). */
+ * Stats: data_seconds the slowest stream's time on its socket (and, into a
+ * device-journaling receiver, its copies to the device staging),
+ * hash_seconds the calling thread's hashing, journal_seconds the journaling
+ * (the slowest stream's host journal, plus the device journal copy; the
+ * whole one-pass kernel where xfer_hooks.gpu_fused picks it). */
 #include "transfer/xfer_sock.h"
 #include "transfer/xfer_gpu.h"
 
@@ -130,8 +131,8 @@ typedef struct {
 	void *stream;
 	xfer_djournal *dj;     /* receiver, keep_previous */
 	unsigned char *dstage[2]; /* receiver, keep_previous: chunk k on the device, one per slot */
-	void *wstream[MAX_STREAMS]; /* the data streams' copies to dstage: non-blocking, so that the
-				       kernels on `stream` do not queue behind them */
+	void *wstream[MAX_STREAMS]; /* the data streams' copies to dstage, one CUDA stream each,
+				       non-blocking: apart from the legacy default stream */
 	uint64_t dstage_bytes;    /* each */
 	/* per version */
 	pthread_mutex_t mu;
@@ -665,6 +666,13 @@ static int begin_version(tcp_state *s, uint64_t v, xfer_err *err)
 	s->slot_gen[1] = 1;
 	s->hashing = s->journaling = 0;
 	memset(s->stream_s, 0, sizeof s->stream_s);
+	return 0;
+}
+
+/* The tensors' device current on the calling thread (which may not be the
+ * one that opened the endpoint) before anything is allocated or run. */
+static int on_device(const tcp_state *s, xfer_err *err)
+{
 	if (s->gpu && s->gpu->cu->SetDevice(s->gpu->device) != 0)
 		return xfer_fail(err, XFER_EIO, "cudaSetDevice(%d) failed", s->gpu->device);
 	return 0;
@@ -739,6 +747,7 @@ static int tcp_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 	int to = ep->cfg.timeout_ms, started = 0;
 	pthread_t th[MAX_STREAMS];
 	worker w[MAX_STREAMS];
+	if (on_device(s, err) != 0) return -1;
 	if (!s->connected && sender_connect(ep, s, err) != 0) return -1;
 	if (s->any_cuda && alloc_slots(s, 0, err) != 0) goto err;
 	if (begin_version(s, v, err) != 0) goto err;
@@ -890,7 +899,8 @@ static int device_commit(const xfer_endpoint *ep, const tcp_state *s)
 /* Where chunk k's bytes from its first CUDA tensor byte on (*first) lie
  * in the device staging: at dstage[k % 2] + *shift, the shift that lines
  * that byte up with its tensor mod 8 (tensors laid out alike then line up
- * all, so the one-pass kernel takes them).  0: no CUDA bytes in chunk k. */
+ * all, so the journal copy takes its whole-word path, and the one-pass
+ * kernel can run at all).  0: no CUDA bytes in chunk k. */
 static int dev_span(const xfer_endpoint *ep, const tcp_state *s, size_t k, uint64_t *first, unsigned *shift)
 {
 	uint64_t a = s->chunks[k].off, b = a + s->chunks[k].len;
@@ -916,6 +926,7 @@ static int stage_stripe(const xfer_endpoint *ep, tcp_state *s, int idx, size_t k
 	unsigned shift;
 	if (!dev_span(ep, s, k, &first, &shift) || b <= first) return 0;
 	uint64_t lo = a > first ? a : first;
+	if (b == lo) return 0;
 	const xfer_cuda_api *cu = s->gpu->cu;
 	void *ws = s->wstream[idx];
 	if (xfer_cuda_check(cu, cu->MemcpyAsync(s->dstage[k % 2] + shift + (lo - first),
@@ -977,7 +988,11 @@ static void *recv_worker(void *arg)
 			s->stream_s[w->idx] += xfer_now() - t0;
 			int rc = dev ? place_host(ep, slot, s->chunks[k].off, a, b, j, &e)
 				     : xfer_place_stripe(ep, slot, s->chunks[k].off, a, b, j, &e);
-			if (rc == 0 && dev) rc = stage_stripe(ep, s, w->idx, k, a, b, &e);
+			if (rc == 0 && dev) {
+				double t1 = xfer_now();
+				rc = stage_stripe(ep, s, w->idx, k, a, b, &e);
+				s->stream_s[w->idx] += xfer_now() - t1;
+			}
 			if (rc != 0) goto fail;
 		}
 		pthread_mutex_lock(&s->mu);
@@ -1145,6 +1160,7 @@ static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	worker w[MAX_STREAMS];
 	double t0 = xfer_now();
 	int journaled = ep->stats.version && !s->direct && ep->cfg.keep_previous; /* recv_worker's choice */
+	if (on_device(s, err) != 0) return -1;
 	if (s->connected && sender_gone(s)) close_session(s); /* not this version's failure: accept the next */
 	if (!s->connected && receiver_accept(ep, s, wait_ms, err) != 0) return -1;
 	uint64_t hv = 0;
@@ -1210,7 +1226,7 @@ join:
 	}
 	if (xfer_sock_send_status(s->ctl, NULL, to, err) != 0) goto err;
 	ep->stats.bytes_moved = ep->m->bytes;
-	ep->stats.staging_peak = s->direct ? 0 : 2 * s->slot_bytes + (s->dev_journaled ? 2 * s->dstage_bytes : 0);
+	ep->stats.staging_peak = s->direct ? 0 : 2 * s->slot_bytes + (s->dstage[0] ? 2 * s->dstage_bytes : 0);
 	ep->undo_ready = journaled && s->j[0];
 	*version = hv;
 	return 0;

@@ -528,7 +528,7 @@ static int cost_first(int v) { return v % 2; }
  * two figures of a pair share the machine's state; the medians compare. */
 static int mode_tcp_cost(uint64_t total, int reps)
 {
-	if (reps < 1 || reps > COST_REPS_MAX) reps = 5;
+	if (reps < 1 || reps > COST_REPS_MAX) reps = 7;
 	int c2p[2];
 	if (pipe(c2p)) return 1;
 	fflush(stdout);
@@ -567,7 +567,7 @@ static int mode_tcp_cost(uint64_t total, int reps)
 	}
 	close(c2p[1]);
 	int port[2];
-	if (rd(c2p[0], &port[0], sizeof port[0]) || rd(c2p[0], &port[1], sizeof port[1])) return 1;
+	if (rd(c2p[0], &port[0], sizeof port[0]) || rd(c2p[0], &port[1], sizeof port[1])) goto lost;
 	CU(cudaSetDevice(0));
 	gmodel g;
 	gm_make(&g, total, 8);
@@ -589,7 +589,7 @@ static int mode_tcp_cost(uint64_t total, int reps)
 			xfer_stats r;
 			if (rd(c2p[0], &rok, sizeof rok) || rd(c2p[0], &r, sizeof r) ||
 			    rd(c2p[0], theirs, g.n * sizeof *theirs))
-				return 1;
+				goto lost;
 			exact &= ok && rok && memcmp(mine, theirs, g.n * sizeof *mine) == 0;
 			if (v == 1) continue;
 			sec[i][v - 2] = xfer_endpoint_stats(ep[i]).seconds;
@@ -620,6 +620,11 @@ static int mode_tcp_cost(uint64_t total, int reps)
 	waitpid(pid, &st, 0);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the two p2p-tcp receivers exited cleanly");
 	return 0;
+lost: /* the receivers' process stopped answering */
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	CHECK(0, "the two p2p-tcp receivers answered every version");
+	return 1;
 }
 
 /* ---- p2p-tcp into device memory: failed versions are undone ---- */
@@ -1200,7 +1205,7 @@ int main(int argc, char **argv)
 	else if (!strcmp(argv[1], "nccl")) rc = mode_nccl();
 	else if (!strcmp(argv[1], "tcp")) rc = mode_tcp(bytes, argc > 3 ? atoi(argv[3]) : 1);
 	else if (!strcmp(argv[1], "tcp-undo")) rc = mode_tcp_undo(bytes);
-	else if (!strcmp(argv[1], "tcp-cost")) rc = mode_tcp_cost(bytes, argc > 3 ? atoi(argv[3]) : 5);
+	else if (!strcmp(argv[1], "tcp-cost")) rc = mode_tcp_cost(bytes, argc > 3 ? atoi(argv[3]) : 7);
 	else if (!strcmp(argv[1], "hash")) rc = mode_hash(bytes);
 	else if (!strcmp(argv[1], "tree-cpu")) rc = mode_tree_cpu(bytes);
 	else if (!strcmp(argv[1], "ipc-undo")) rc = mode_ipc_undo(bytes, argc > 3 ? atoi(argv[3]) : 1);
