@@ -1010,22 +1010,15 @@ out:
 }
 
 /* Chunk k's CUDA pieces, gathered in s->gdst/gsrc/gn/gto (ng of them, the
- * sources in slot k%2), already on the device staging (stage_stripe), go
+ * sources on the device staging, put there by the streams: stage_stripe), go
  * into the tensors through the device journal, then the GPU hashes them.
  * Two kernels, not the one-pass skein_copy_tree (xfer_hooks.gpu_fused):
  * a chunk holds only about a hundred tree chunks, and the one-pass kernel,
  * whose threads per tree chunk also compare and write, is bound by their
  * latency there (measured on the H200, 2 GiB in 32 MiB chunks: 3.2 ms a
  * chunk one-pass, under 1 ms as two kernels, docs/benchmarks.md). */
-static int commit_device(xfer_endpoint *ep, tcp_state *s, size_t k, size_t ng, xfer_err *err)
+static int commit_device(tcp_state *s, size_t ng, xfer_err *err)
 {
-	uint64_t first;
-	unsigned shift;
-	if (!dev_span(ep, s, k, &first, &shift))
-		return xfer_fail(err, XFER_EINVAL, "chunk %zu: CUDA pieces but no CUDA span (a bug)", k);
-	const unsigned char *from = s->slot[k % 2] + (first - s->chunks[k].off);
-	unsigned char *base = s->dstage[k % 2] + shift;
-	for (size_t i = 0; i < ng; i++) s->gsrc[i] = base + ((const unsigned char *)s->gsrc[i] - from);
 	double t0 = xfer_now();
 	int rc = xfer_hooks.gpu_fused ? xfer_djournal_copy_chunks(s->dj, s->stream, s->gdst, s->gsrc, s->gn, ng, s->gout, err)
 				      : 1;
@@ -1052,8 +1045,9 @@ static int commit_chunk(xfer_endpoint *ep, tcp_state *s, size_t k, xfer_err *err
 {
 	const xfer_manifest *m = ep->m;
 	size_t np = pieces_of(ep, s, k), ng = 0;
-	uint64_t off = s->chunks[k].off;
-	int dev = device_commit(ep, s);
+	uint64_t off = s->chunks[k].off, first = 0;
+	unsigned shift = 0;
+	int dev = device_commit(ep, s) && dev_span(ep, s, k, &first, &shift); /* else no CUDA piece here */
 	double t0 = xfer_now();
 	for (size_t i = 0; i < np; i++) {
 		const piece *p = &s->pc[i];
@@ -1065,12 +1059,12 @@ static int commit_chunk(xfer_endpoint *ep, tcp_state *s, size_t k, xfer_err *err
 			continue;
 		}
 		s->gdst[ng] = dst;
-		s->gsrc[ng] = dev ? landed : dst;
+		s->gsrc[ng] = dev ? s->dstage[k % 2] + shift + (p->a - first) : dst; /* where stage_stripe put it */
 		s->gn[ng] = p->b - p->a;
 		s->gto[ng++] = hash_of(ep, s, p);
 	}
 	s->hashing += xfer_now() - t0;
-	if (ng && dev) return commit_device(ep, s, k, ng, err);
+	if (ng && dev) return commit_device(s, ng, err);
 	if (ng) {
 		t0 = xfer_now();
 		int rc = xfer_gpu_chunk_hashes(s->gpu, s->stream, s->gsrc, s->gn, ng, s->gout, err);

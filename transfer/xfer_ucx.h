@@ -7,8 +7,8 @@
 
 #include "transfer/xfer_ucp.h"
 
-/* The path's two entry points per version (xfer_ucx_data.c; stubs when
- * built without UCX). */
+/* The path's two entry points per version (xfer_ucx_data.c; built without
+ * UCX, xfer_ucx.c's versions say p2p-ucx is not built). */
 int xfer_ucx_send(xfer_endpoint *ep, uint64_t v, xfer_err *err);
 int xfer_ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err);
 
