@@ -32,7 +32,7 @@ SCALE_MODES=${UPDATES_BENCH_SCALE_MODES-disk-delta p2p}
 SCALE_BYTES=${UPDATES_BENCH_SCALE_BYTES:-1M}
 MODES=${UPDATES_BENCH_MODES-disk-delta p2p}
 FAULTS=${UPDATES_BENCH_FAULTS:-1}
-VERSIONS=10 # timed; version 1 (full, sessions set up) is not
+VERSIONS=${UPDATES_BENCH_VERSIONS:-10} # timed; version 1 (full, sessions set up) is not
 TENSORS=64
 ROWS=()
 JOB_ENV= # members' environment (VAR=value ...)
