@@ -89,6 +89,14 @@ static void cmd_state(agent *a, const Skein__Control__Request *q, const agent_cl
 		agent_head_forward(a, q, c, r);
 		return;
 	}
+	/* A new head's lease holds from its election, before its no-op
+	 * applies: its state may still miss a write its predecessor already
+	 * acknowledged.  skeinctl retries on "retry" until --timeout. */
+	if (read && !stale && !agent_head_ready(a)) {
+		agent_reply_fail(r, 1, "not ready, retry: the new head (term %llu) has not applied an entry of its term yet",
+				 (unsigned long long)raft_term(agent_head_raft(a)));
+		return;
+	}
 		char err[300];
 	const char *key = nargs >= 2 ? q->args[1] : "";
 	if (!strcmp(op, "get")) {
@@ -105,7 +113,7 @@ static void cmd_state(agent *a, const Skein__Control__Request *q, const agent_cl
 		size_t n = raft_kv_list(agent_head_kv(a), &it);
 		if (n == (size_t)-1) { agent_reply_fail(r, 1, "out of memory"); return; }
 		bool json = !strcmp(q->format, "json");
-		if (json) sk_buf_printf(&r->body, "{\"state\":{");
+		if (json) sk_buf_printf(&r->body, "{%s\"state\":{", stale ? "\"stale\":true," : "");
 		for (size_t i = 0; i < n; i++) {
 			char *k = strndup((const char *)it[i].key, it[i].klen);
 			char *v = strndup((const char *)it[i].val, it[i].vlen);

@@ -58,8 +58,9 @@ static void usage(FILE *f)
 		"                         head that leaves (SIGTERM, skeinctl leave) does this itself\n"
 		"  state put KEY VALUE | get KEY [--stale] | del KEY | list [--stale] [--format text|json]\n"
 		"                         the replicated cluster state; writes go through the head and\n"
-		"                         return once a majority of voters has them; --stale reads this\n"
-		"                         agent's own replica\n"
+		"                         return once a majority of voters has them; reads wait for a head\n"
+		"                         that has applied an entry of its term; --stale reads this\n"
+		"                         agent's own replica (said on stderr)\n"
 		"  state bench N          N sequential puts; prints the commit latency (p50, p99, max)\n"
 		"  voters add NAME | remove NAME\n"
 		"                         change the voter set, one voter at a time\n"
@@ -580,6 +581,13 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(cmd, "keyring")) return cmd_keyring(args, nargs, format);
 	if (!strcmp(cmd, "state") && nargs == 2 && !strcmp(args[0], "bench")) return cmd_state_bench(args[1]);
+	if (!strcmp(cmd, "state") && nargs >= 2 && !strcmp(args[nargs - 1], "--stale") &&
+	    (!strcmp(args[0], "get") || !strcmp(args[0], "list"))) {
+		/* said on stderr: stdout stays the value, as scripts read it */
+		int rc = call(cmd, args, nargs, format);
+		if (rc == 0) fprintf(stderr, "skeinctl: stale read: this agent's own replica, maybe behind the head\n");
+		return rc;
+	}
 	if (!strcmp(cmd, "head") || !strcmp(cmd, "state") || !strcmp(cmd, "voters"))
 		return call(cmd, args, nargs, format);
 	if (!strcmp(cmd, "members") || !strcmp(cmd, "info") || !strcmp(cmd, "debug"))

@@ -55,8 +55,12 @@
  *    acknowledged with the bytes the follower holds, so a lost or repeated
  *    chunk costs one chunk; the follower assembles it in memory and installs
  *    it whole; a chunk of another snapshot, or out of order, restarts it;
- *  - no read index: the agent reads from the leader while raft_leader_ok()
- *    (its lease) holds.
+ *  - no read index: the agent reads from the leader while raft_read_ok()
+ *    holds: its lease, and it has handed out for apply an entry of its own
+ *    term (its no-op at least), so its state holds every write committed
+ *    before it took over (a new leader's lease holds from its election,
+ *    before that: reading then could miss a write its predecessor had
+ *    already acknowledged).
  * Voter changes with a catch-up and leadership handover: raft_change.c.
  * Configuration and voter-set values: raft_config.c.
  *
@@ -1105,6 +1109,12 @@ void raft_recv(raft_t *r, uint64_t now, const uint8_t *buf, size_t len)
 bool raft_leader_ok(const raft_t *r, uint64_t now_ms)
 {
 	return !r->failed && r->role == RAFT_LEADER && now_ms < lease_end((raft_t *)r, now_ms);
+}
+
+bool raft_read_ok(const raft_t *r, uint64_t now_ms)
+{
+	uint64_t t;
+	return raft_leader_ok(r, now_ms) && raft__term_at(r, r->applied, &t) && t == r->term;
 }
 
 int raft__leader_append(raft_t *r, uint64_t now, uint8_t type, const uint8_t *data, size_t len,

@@ -339,6 +339,11 @@ bool raft_is_leader(const raft_t *r);
 /* Leader and its lease still holds at now_ms: the agent checks this
  * before it sends an order or answers a read as the head. */
 bool raft_leader_ok(const raft_t *r, uint64_t now_ms);
+/* raft_leader_ok, and an entry of the current term has been handed out by
+ * raft_pop_apply (the caller applies what it pops at once): the state
+ * machine holds every write committed before this term, so a read of it
+ * is linearizable.  A new leader is not ready until its no-op applies. */
+bool raft_read_ok(const raft_t *r, uint64_t now_ms);
 uint64_t raft_commit_index(const raft_t *r);
 uint64_t raft_last_index(const raft_t *r);
 uint64_t raft_snapshot_index(const raft_t *r);

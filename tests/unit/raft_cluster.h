@@ -19,6 +19,8 @@
  *  - at most one leader per term;
  *  - at most one node whose lease holds (raft_leader_ok) at any instant;
  *  - every node applies the same entry (term) at each index;
+ *  - a linearizable read: a node that would serve a read (raft_read_ok,
+ *    not paused) has applied every write a leader applied (answered) so far;
  * and with lagging storage in memory, against what each "disk" (c.st[i])
  * holds at that moment:
  *  - a vote granted leaves only once the voter's disk holds it;
@@ -124,6 +126,8 @@ RC_STATIC struct {
 	uint64_t stall_until[NMAX];
 	uint64_t lost_writes;     /* storage calls lost in crashes (not yet durable) */
 	raft_voters boot;         /* the first voter set (cluster_start) */
+	uint64_t acked_max;       /* the largest index of an acknowledged write */
+	uint64_t reads_checked;   /* node-steps where a read would have been served */
 } c;
 
 RC_STATIC void fail_seed(const char *what, int line)
@@ -498,7 +502,12 @@ RC_STATIC void on_apply(int i, const raft_apply *a)
 	else CHECK(c.applied_term[a->index] == a->term);
 	raft_kv_apply(c.kv[i], a->type, a->data, a->len);
 	for (size_t k = c.nw; k-- > 0;)
-		if (c.w[k].index == a->index && c.w[k].term == a->term) c.w[k].acked = true;
+		if (c.w[k].index == a->index && c.w[k].term == a->term) {
+			c.w[k].acked = true;
+			/* a client hears of it from the leader that applies it (a
+			 * follower may apply first: the leader's own disk lags) */
+			if (raft_is_leader(c.r[i]) && a->index > c.acked_max) c.acked_max = a->index;
+		}
 	if (raft_snapshot_wanted(c.r[i])) {
 		uint8_t *buf;
 		size_t len;
@@ -564,6 +573,10 @@ RC_STATIC void check_invariants(void)
 			CHECK(c.leader_of[t] == i + 1);
 		}
 		ok += raft_leader_ok(c.r[i], c.now);
+		if (!paused(i) && raft_read_ok(c.r[i], c.now)) {
+			c.reads_checked++;
+			CHECK(c.applied[i] >= c.acked_max);
+		}
 	}
 	CHECK(ok <= 1);
 }
