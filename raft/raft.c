@@ -705,7 +705,13 @@ static void on_vote_req(raft_t *r, uint64_t now, const raft_msg *m)
 {
 	raft_msg resp = { .type = RAFT_MSG_VOTE_RESP, .prevote = m->prevote };
 	bool sticky = r->role == RAFT_LEADER || now < r->sticky_until;
-	if (!raft_voters_has(&r->voters, m->from)) {
+	/* A candidate outside our voter set is heard when its log is at
+	 * least as up to date: our set may be the stale one (we missed the
+	 * change that added it), and the majority of its newer set may need
+	 * our vote.  One vote per term still holds, and it counts only where
+	 * we are in the candidate's set; a removed voter that is behind stays
+	 * ignored (pre-vote and stickiness keep a current one harmless). */
+	if (!raft_voters_has(&r->voters, m->from) && (!r->voters.n || !log_ok(r, m->last_index, m->last_term))) {
 		r->stats.drop_not_voter++;
 		return;
 	}
