@@ -192,6 +192,17 @@ bool raft_mem_storage_has(const raft_storage *s, uint64_t index, uint64_t term);
  * storage thread. */
 raft_storage *raft_file_storage_new(const char *dir, bool fsync_on, char *err, size_t errlen);
 void raft_file_storage_free(raft_storage **s);
+/* The file storage's sync seam, for tests: every fdatasync (data_only) or
+ * fsync of the log, and fsync of its directory, goes through sync (0, or
+ * -1 with errno).  A test fails a sync, or remembers the last synced offset
+ * of each log and drops the rest to simulate a power loss.  Process-wide;
+ * NULL restores the real calls.  Writes of the hard state and the snapshot
+ * (and a compaction's new log) are fsync'd whole and not routed here. */
+typedef struct {
+	int (*sync)(void *ctx, int fd, const char *path, bool data_only);
+	void *ctx;
+} raft_file_io;
+void raft_file_set_io(const raft_file_io *io);
 
 /* A storage thread (raft/raft_async.c): wraps a synchronous storage (the
  * file storage) into an asynchronous one whose calls only queue; the

@@ -22,6 +22,19 @@
  * durable, so a crash in between loses nothing: raft ignores entries the
  * snapshot covers).
  *
+ * Loading makes what it loads durable: the log is fdatasync'd and the
+ * directory fsync'd before raft sees an entry.  A crash between an
+ * append's write() and its fdatasync leaves records in the page cache; a
+ * restart that trusted them would acknowledge them as durable, and a power
+ * loss after that would lose acknowledged entries.  The storage remembers
+ * the last offset known synced: after a failed fdatasync (the kernel may
+ * have dropped the dirty pages and marked them clean, so a retry would
+ * "succeed" on data never written) it cuts the log back to that offset
+ * before it reports the failure, so nothing after it is ever loaded as
+ * durable.  Every sync of the log and the directory goes through
+ * raft_file_io (raft.h), which a test replaces to fail a sync or to
+ * remember synced offsets and drop the rest (a simulated power loss).
+ *
  * A torn last write (a crash mid-append) is dropped at load: a record is
  * "torn" when it is the file's tail: its header is cut short, it runs past
  * the end, or it is bad and only zero bytes follow it.  Any other damage is
@@ -62,6 +75,7 @@ typedef struct {
 	bool fsync_on;
 	int fd;                   /* raft.log */
 	uint64_t end;             /* bytes of valid log */
+	uint64_t synced;          /* bytes of log known durable */
 	bool dirty;               /* appended since the last fdatasync */
 	rec_pos *recs;
 	size_t n, cap;
@@ -88,6 +102,39 @@ static int sys_err(char *err, size_t errlen, const char *what, const char *path)
 {
 	snprintf(err, errlen, "%s %s: %s", what, path, strerror(errno));
 	return -1;
+}
+
+/* ---------------------------------------------------------------- the sync seam */
+
+static int real_sync(void *ctx, int fd, const char *path, bool data_only)
+{
+	return data_only ? fdatasync(fd) : fsync(fd);
+}
+
+static raft_file_io g_io = { real_sync, NULL };
+
+void raft_file_set_io(const raft_file_io *io)
+{
+	g_io = io && io->sync ? *io : (raft_file_io){ real_sync, NULL };
+}
+
+/* fdatasync (data_only) or fsync of the log; errno set on failure. */
+static int log_sync(file_store *f, bool data_only)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s/raft.log", f->dir);
+	return g_io.sync(g_io.ctx, f->fd, path, data_only);
+}
+
+static int dir_sync(file_store *f)
+{
+	int dfd = open(f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0) return -1;
+	int rc = g_io.sync(g_io.ctx, dfd, f->dir, false);
+	int e = errno;
+	close(dfd);
+	errno = e;
+	return rc;
 }
 
 static void path_of(const file_store *f, const char *name, char *out, size_t cap)
@@ -186,11 +233,27 @@ static int load_hard(file_store *f, raft_loaded *out, char *err, size_t errlen)
 }
 
 /* Makes the appends so far durable. */
+static void drop_recs_from(file_store *f, uint64_t off)
+{
+	while (f->n && f->recs[f->n - 1].off >= off) f->n--;
+}
+
 static int file_sync(void *ctx, char *err, size_t errlen)
 {
 	file_store *f = ctx;
 	if (!f->dirty) return 0;
-	if (f->fsync_on && fdatasync(f->fd) != 0) return sys_err(err, errlen, "fdatasync", "raft.log");
+	if (f->fsync_on && log_sync(f, true) != 0) {
+		sys_err(err, errlen, "fdatasync", "raft.log");
+		/* What follows the last synced offset may never reach the disk
+		 * (and a retry would not tell): cut it, so no restart loads it
+		 * as durable.  Best effort: the node stops on this error. */
+		if (ftruncate(f->fd, (off_t)f->synced) == 0) (void)log_sync(f, false);
+		drop_recs_from(f, f->synced);
+		f->end = f->synced;
+		f->dirty = false;
+		return -1;
+	}
+	f->synced = f->end;
 	f->dirty = false;
 	return 0;
 }
@@ -278,9 +341,9 @@ static int load_log(file_store *f, raft_loaded *out, char *err, size_t errlen)
 		uint8_t m[MAGIC_LEN];
 		memcpy(m, LOG_MAGIC, MAGIC_LEN);
 		if (write_all(f->fd, m, MAGIC_LEN, 0) != 0 || ftruncate(f->fd, MAGIC_LEN) != 0 ||
-		    (f->fsync_on && fsync(f->fd) != 0))
+		    (f->fsync_on && log_sync(f, false) != 0))
 			return sys_err(err, errlen, "write", path);
-		f->end = MAGIC_LEN;
+		f->end = f->synced = MAGIC_LEN;
 		return 0;
 	}
 	if (memcmp(b, LOG_MAGIC, MAGIC_LEN) != 0) {
@@ -329,10 +392,16 @@ static int load_log(file_store *f, raft_loaded *out, char *err, size_t errlen)
 	}
 	if (bad) {
 		/* a torn tail: cut it so the next append starts clean */
-		if (ftruncate(f->fd, (off_t)off) != 0 || (f->fsync_on && fsync(f->fd) != 0))
+		if (ftruncate(f->fd, (off_t)off) != 0 || (f->fsync_on && log_sync(f, false) != 0))
 			return sys_err(err, errlen, "truncate", path);
 	}
 	f->end = off;
+	/* What we load may be only in the page cache (a crash between an
+	 * append's write and its fdatasync): raft will treat it as durable,
+	 * so it must be before raft sees it.  If this fails nothing here is
+	 * known durable: refuse to start. */
+	if (f->fsync_on && log_sync(f, true) != 0) return sys_err(err, errlen, "fdatasync at load of", path);
+	f->synced = off;
 	return 0;
 }
 
@@ -343,6 +412,13 @@ static int file_load(void *ctx, raft_loaded *out, char *err, size_t errlen)
 	f->n = 0;
 	if (load_hard(f, out, err, errlen) != 0 || load_snap(f, out, err, errlen) != 0 ||
 	    load_log(f, out, err, errlen) != 0) {
+		raft__loaded_free(out);
+		return -1;
+	}
+	/* the directory entries too (a rename of a compaction, the log's
+	 * creation) whose fsync a crash may have cut off */
+	if (f->fsync_on && dir_sync(f) != 0) {
+		sys_err(err, errlen, "fsync of the directory", f->dir);
 		raft__loaded_free(out);
 		return -1;
 	}
@@ -399,10 +475,10 @@ static int file_truncate(void *ctx, uint64_t from, char *err, size_t errlen)
 	if (k == f->n) return 0;
 	uint64_t off = f->recs[k].off;
 	/* synced at once: appends after it must not land on an uncut tail */
-	if (ftruncate(f->fd, (off_t)off) != 0 || (f->fsync_on && fsync(f->fd) != 0))
+	if (ftruncate(f->fd, (off_t)off) != 0 || (f->fsync_on && log_sync(f, false) != 0))
 		return sys_err(err, errlen, "truncate", "raft.log");
 	f->n = k;
-	f->end = off;
+	f->end = f->synced = off;
 	f->dirty = false;
 	return 0;
 }
@@ -441,7 +517,8 @@ static int compact(file_store *f, uint64_t upto, char *err, size_t errlen)
 	f->fd = fd;
 	for (size_t i = k; i < f->n; i++) f->recs[i - k] = (rec_pos){ f->recs[i].index, f->recs[i].off - from + MAGIC_LEN };
 	f->n -= k;
-	f->end = MAGIC_LEN + keep;
+	f->end = f->synced = MAGIC_LEN + keep;   /* written whole and fsync'd */
+	f->dirty = false;
 	return 0;
 }
 
