@@ -189,7 +189,7 @@ static void raft_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	agent *a = t->data;
 	(void)loop; (void)revents;
-	raft_tick(a->head->raft, sk_mono_ms());
+	raft_tick(a->head->raft, sk_boot_ms());
 	agent_head_pump(a);
 }
 
@@ -205,7 +205,7 @@ static void disk_wake_cb(struct ev_loop *loop, ev_async *w, int revents)
 	agent *a = w->data;
 	(void)loop; (void)revents;
 	if (!a->head->raft) return;
-	raft_async_deliver(a->head->disk, a->head->raft, sk_mono_ms());
+	raft_async_deliver(a->head->disk, a->head->raft, sk_boot_ms());
 	agent_head_pump(a);
 }
 
@@ -262,7 +262,7 @@ static void apply_all(agent *a)
 		size_t len;
 		char err[200];
 		if (agent_state_serialize(h->state, &data, &len) == 0) {
-			if (raft_snapshot_take(h->raft, sk_mono_ms(), h->applied, data, len, err, sizeof err) < 0)
+			if (raft_snapshot_take(h->raft, sk_boot_ms(), h->applied, data, len, err, sizeof err) < 0)
 				SK_WARN("head", "snapshot not taken: %s", err);
 			free(data);
 		}
@@ -322,7 +322,7 @@ void agent_head_pump(agent *a)
 		}
 	}
 	publish_head(a);
-	uint64_t now = sk_mono_ms(), d = raft_next_deadline(h->raft);
+	uint64_t now = sk_boot_ms(), d = raft_next_deadline(h->raft);
 	ev_timer_stop(a->loop, &h->timer);
 	ev_timer_set(&h->timer, d > now ? (double)(d - now) / 1000.0 : 0.0, 0.0);
 	ev_timer_start(a->loop, &h->timer);
@@ -357,7 +357,7 @@ static void try_bootstrap(agent *a)
 		raft_voters v;
 		char err[300];
 		if (raft_voters_make(&v, names, k, err, sizeof err) == 0 &&
-		    raft_bootstrap(h->raft, sk_mono_ms(), &v, err, sizeof err) == 0)
+		    raft_bootstrap(h->raft, sk_boot_ms(), &v, err, sizeof err) == 0)
 			SK_INFO("head", "bootstrapped the voter set with %zu voters", k);
 		else
 			SK_ERROR("head", "bootstrap failed: %s", err);
@@ -372,8 +372,8 @@ static void try_bootstrap(agent *a)
 static void try_replace(agent *a)
 {
 	agent_head *h = a->head;
-	uint64_t now = sk_mono_ms();
-	if (!h->replace_after_ms || !raft_leader_ok(h->raft, now)) return;
+	uint64_t now = sk_mono_ms(), rnow = sk_boot_ms();   /* membership's clock, raft's */
+	if (!h->replace_after_ms || !raft_leader_ok(h->raft, rnow)) return;
 	const raft_voters *v = raft_get_voters(h->raft);
 	char err[300];
 	for (size_t i = 0; i < v->n; i++) {
@@ -382,7 +382,7 @@ static void try_replace(agent *a)
 		if ((mi.status == MBR_DEAD || mi.status == MBR_LEFT) && now - mi.status_since_ms >= h->replace_after_ms) {
 			char name[RAFT_NAME_MAX + 1]; /* v changes under the removal */
 			snprintf(name, sizeof name, "%s", v->names[i]);
-			if (raft_voter_remove(h->raft, now, name, err, sizeof err) == 0)
+			if (raft_voter_remove(h->raft, rnow, name, err, sizeof err) == 0)
 				SK_WARN("head", "removing voter %s: %s for %llu s", name, mbr_status_str(mi.status),
 					(unsigned long long)((now - mi.status_since_ms) / 1000));
 			agent_head_pump(a);
@@ -410,7 +410,7 @@ static void try_replace(agent *a)
 		if (m && m->head_eligible && (!best || strcmp(all[i].name, best) < 0)) best = all[i].name;
 		if (m) skein__gossip__node_meta__free_unpacked(m, NULL);
 	}
-	if (best && raft_voter_add(h->raft, now, best, err, sizeof err) == 0) {
+	if (best && raft_voter_add(h->raft, rnow, best, err, sizeof err) == 0) {
 		SK_WARN("head", "adding voter %s to replace a failed one (it catches up first)", best);
 		snprintf(h->staged, sizeof h->staged, "%s", best);
 	}
@@ -470,7 +470,7 @@ void agent_head_forward(agent *a, const Skein__Control__Request *q, const agent_
 
 static bool is_head(agent *a)
 {
-	return a->head->raft && raft_leader_ok(a->head->raft, sk_mono_ms());
+	return a->head->raft && raft_leader_ok(a->head->raft, sk_boot_ms());
 }
 
 bool agent_head_is_head(agent *a)
@@ -517,7 +517,7 @@ int agent_head_propose(agent *a, const agent_client *c, agent_reply *r, uint8_t 
 	if (c && h->npend >= PENDING_MAX) { agent_reply_fail(r, 1, "too many writes in flight"); free(data); return -1; }
 	if (!h->pend) h->pend = calloc(PENDING_MAX, sizeof *h->pend);
 	if (!h->pend) { agent_reply_fail(r, 1, "out of memory"); free(data); return -1; }
-	if (raft_propose(h->raft, sk_mono_ms(), type, data, len, &index, &term, err, sizeof err) < 0) {
+	if (raft_propose(h->raft, sk_boot_ms(), type, data, len, &index, &term, err, sizeof err) < 0) {
 		agent_reply_fail(r, 1, "write refused: %s", err);
 		free(data);
 		return -1;
@@ -572,7 +572,7 @@ uint64_t agent_head_term(agent *a)
 const char *agent_head_handover_target(agent *a, char *buf, size_t cap)
 {
 	const raft_voters *v = raft_get_voters(a->head->raft);
-	uint64_t best_since = UINT64_MAX, now = sk_mono_ms();
+	uint64_t best_since = UINT64_MAX, now = sk_boot_ms();
 	int64_t fresh = (int64_t)raft_get_config(a->head->raft)->heartbeat_timeout_ms;
 	buf[0] = 0;
 	for (size_t i = 0; i < v->n; i++) {
@@ -594,7 +594,7 @@ static int hand_over(agent *a, const char *why, char *err, size_t errlen)
 	agent_head *h = a->head;
 	char to[RAFT_NAME_MAX + 1] = "", pick[RAFT_NAME_MAX + 1];
 	if (raft_transfer_target(h->raft)) return 0;
-	if (raft_transfer(h->raft, sk_mono_ms(), agent_head_handover_target(a, pick, sizeof pick), to, sizeof to, err,
+	if (raft_transfer(h->raft, sk_boot_ms(), agent_head_handover_target(a, pick, sizeof pick), to, sizeof to, err,
 			  errlen) != 0)
 		return -1;
 	SK_INFO("head", "%s: handing the head over to %s", why, to);
@@ -631,7 +631,7 @@ bool agent_head_handing_over(agent *a)
 void agent_head_recv(agent *a, const uint8_t *data, size_t len)
 {
 	if (!a->head || !a->head->raft) return;
-	raft_recv(a->head->raft, sk_mono_ms(), data, len);
+	raft_recv(a->head->raft, sk_boot_ms(), data, len);
 	agent_head_pump(a);
 }
 
@@ -698,7 +698,7 @@ int agent_head_open(agent *a, char *err, size_t errlen)
 	seed ^= a->generation * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() << 32 ^ sk_mono_ms();
 	raft_self self = { .name = a->opts.name, .seed = seed };
 	raft_storage *st = h->disk ? raft_async_storage(h->disk) : h->st;
-	h->raft = raft_new(&rc, &self, st, sk_mono_ms(), err, errlen);
+	h->raft = raft_new(&rc, &self, st, sk_boot_ms(), err, errlen);
 	if (!h->raft) return -1;
 	ev_init(&h->timer, raft_timer_cb);
 	h->timer.data = a;

@@ -29,7 +29,7 @@ static void cmd_head(agent *a, const Skein__Control__Request *q, agent_reply *r)
 	bool json = !strcmp(q->format, "json");
 	bool leader = agent_head_is_head(a);
 	const raft_voters *v = agent_head_raft(a) ? raft_get_voters(agent_head_raft(a)) : NULL;
-	uint64_t now = sk_mono_ms();
+	uint64_t now = sk_boot_ms();   /* raft's clock */
 	if (json) {
 		sk_buf_printf(&r->body, "{\"head\":");
 		if (head[0]) sk_buf_json_str(&r->body, head);
@@ -156,7 +156,7 @@ static void cmd_transfer(agent *a, const Skein__Control__Request *q, const agent
 	char err[300], to[RAFT_NAME_MAX + 1] = "", pick[RAFT_NAME_MAX + 1];
 	uint64_t term = raft_term(agent_head_raft(a));
 	const char *want = q->n_args == 2 ? q->args[1] : agent_head_handover_target(a, pick, sizeof pick);
-	if (raft_transfer(agent_head_raft(a), sk_mono_ms(), want, to, sizeof to, err, sizeof err) != 0) {
+	if (raft_transfer(agent_head_raft(a), sk_boot_ms(), want, to, sizeof to, err, sizeof err) != 0) {
 		agent_reply_fail(r, 1, "head transfer: %s", err);
 		return;
 	}
@@ -177,7 +177,7 @@ static void cmd_voters(agent *a, const Skein__Control__Request *q, const agent_c
 		return;
 	}
 	char err[300];
-	uint64_t now = sk_mono_ms();
+	uint64_t now = sk_boot_ms();   /* raft's clock */
 	const char *name = q->args[1];
 	if (!strcmp(op, "add")) {
 		mbr_member_info mi;

@@ -2,13 +2,17 @@
  * (tests/unit/raft_cluster.h): elections, the lease, pre-vote, replication,
  * randomized runs with crashes, pauses, partitions, loss and handovers (on
  * synchronous storage, and on asynchronous storage whose durability lags),
- * a slow disk that must not cost the lease,
+ * a slow disk that must not cost the lease, linearizable reads on a new
+ * leader, a lease across a suspend, a power loss after a crash between write
+ * and sync,
  * catch-up from the log and from snapshots, failover timing, file storage,
  * the codec and the state machine.  Voter changes and handovers on purpose:
  * raft_change_test.c. */
 #include "tests/unit/raft_cluster.h"
 
 #include <errno.h>
+
+#include "common/sk_time.h"
 
 static struct {
 	uint64_t acked, proposed, elections, snaps, truncs, restarts, handovers, abandoned, chunks;
@@ -637,6 +641,42 @@ T_TEST(raft_new_leader_reads_not_stale)
 	       (unsigned long long)gated, (unsigned long long)served);
 	CHECK(gated > 0);   /* the schedule reaches the stale window */
 	CHECK(served > 0);
+}
+
+/* A suspend through the clock seam.  The agent feeds raft sk_boot_ms
+ * (agent_head.c); sk_time_sim_suspend moves that clock as a system suspend
+ * does, and not sk_mono_ms.  The leader's host sleeps for a few seconds:
+ * the others elect a successor meanwhile; on waking, the old leader's
+ * clock is where it was plus what the seam moved, and its lease (and
+ * reads) must be gone before it handles anything.  With a clock that stops
+ * during the suspend it would wake a second head with a lease. */
+T_TEST(raft_lease_survives_suspend)
+{
+	for (uint64_t s = 0; s < 30; s++) {
+		cluster_init(3, t_seed() * 17 + 2500 + s, s % 2 ? "fast" : "default");
+		cluster_start(3);
+		int l = wait_leader(20000);
+		CHECK(l >= 0);
+		propose(l);
+		run_until(c.now + 300);
+		l = leader();
+		CHECK(l >= 0 && raft_read_ok(c.r[l], c.now));
+		uint64_t nap = 2 * c.cfg.heartbeat_timeout_ms + 1000 + s * 37, t0 = c.now;
+		uint64_t before = sk_boot_ms();
+		sk_time_sim_suspend(nap);
+		uint64_t moved = sk_boot_ms() - before;   /* what the sleeper's clock saw */
+		c.paused_until[l] = t0 + nap;             /* neither ticks nor reads meanwhile */
+		run_until(t0 + nap - 1);
+		int nl = leader();
+		CHECK(nl >= 0 && nl != l);
+		uint64_t woke = t0 + moved;               /* the sleeper's now on waking */
+		if (raft_leader_ok(c.r[l], woke) || raft_read_ok(c.r[l], woke))
+			fail_seed("a suspended head woke with its lease while another head holds one", __LINE__);
+		c.paused_until[l] = 0;
+		run_until(c.now + 1000);
+		converge_and_check();
+		cluster_free();
+	}
 }
 
 /* ---------------------------------------------------------------- file storage */
