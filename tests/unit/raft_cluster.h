@@ -41,6 +41,7 @@
 #include "tests/t.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -127,6 +128,10 @@ RC_STATIC struct {
 	uint64_t lost_writes;     /* storage calls lost in crashes (not yet durable) */
 	raft_voters boot;         /* the first voter set (cluster_start) */
 	uint64_t acked_max;       /* the largest index of an acknowledged write */
+	/* file storage through the power-loss seam (pl_sync): a crash may
+	 * write an append without its sync, and half the crashes lose power */
+	bool power_loss;
+	uint64_t torn_writes, power_losses, power_cut_bytes;
 	uint64_t reads_checked;   /* node-steps where a read would have been served */
 } c;
 
@@ -283,6 +288,14 @@ RC_STATIC void lag_crash(int i)
 	if (!l) return;
 	size_t keep = (size_t)sk_rng_below(&c.rng, l->n + 1);
 	for (size_t k = 0; k < keep; k++) lag_do_one(i);
+	if (c.power_loss && l->n && l->q[l->head].kind == LAG_APPEND) {
+		/* the next append's write() happened, its fdatasync did not */
+		char err[256];
+		raft_storage *in = c.st[i];
+		if (in->append(in->ctx, l->q[l->head].ents, l->q[l->head].n, err, sizeof err) != 0)
+			T_FAIL("torn append on %s: %s", c.names[i], err);
+		c.torn_writes++;
+	}
 	c.lost_writes += l->n;
 	while (l->n) {
 		lag_free_op(&l->q[l->head++]);
@@ -291,6 +304,70 @@ RC_STATIC void lag_crash(int i)
 	l->head = 0;
 	l->seq = 0;
 	l->last_at = 0;
+}
+
+/* ---- the power-loss seam: a fake disk behind raft_file_io that remembers,
+ * per log file, its inode and size at the last sync; a power loss cuts each
+ * log back to that (a file replaced since was fsync'd whole: kept). */
+RC_STATIC struct { char path[400]; ino_t ino; off_t off; } pl_disk[16];
+RC_STATIC int pl_n, pl_fail;   /* pl_fail: so many data syncs fail with EIO */
+
+RC_STATIC int pl_sync(void *ctx, int fd, const char *path, bool data_only)
+{
+	struct stat sb;
+	if (data_only && pl_fail > 0) {
+		pl_fail--;
+		errno = EIO;
+		return -1;
+	}
+	if (fstat(fd, &sb) != 0) return -1;
+	if (S_ISDIR(sb.st_mode)) return 0;
+	int k = 0;
+	while (k < pl_n && strcmp(pl_disk[k].path, path)) k++;
+	if (k == pl_n) {
+		if (pl_n == 16) T_FAIL("pl_disk full");
+		snprintf(pl_disk[pl_n++].path, sizeof pl_disk[0].path, "%s", path);
+	}
+	pl_disk[k].ino = sb.st_ino;
+	pl_disk[k].off = sb.st_size;
+	return 0;
+}
+
+RC_STATIC void power_loss(void)
+{
+	struct stat sb;
+	for (int k = 0; k < pl_n; k++)
+		if (stat(pl_disk[k].path, &sb) == 0 && sb.st_ino == pl_disk[k].ino && sb.st_size > pl_disk[k].off &&
+		    truncate(pl_disk[k].path, pl_disk[k].off) != 0)
+			T_FAIL("truncate %s", pl_disk[k].path);
+}
+
+/* Node i's power fails: its log loses what was not synced. */
+RC_STATIC void power_loss_node(int i)
+{
+	struct stat sb;
+	char path[300];
+	snprintf(path, sizeof path, "%s/raft.log", c.dirs[i]);
+	for (int k = 0; k < pl_n; k++)
+		if (!strcmp(pl_disk[k].path, path) && stat(path, &sb) == 0 && sb.st_ino == pl_disk[k].ino &&
+		    sb.st_size > pl_disk[k].off) {
+			if (truncate(path, pl_disk[k].off) != 0) T_FAIL("truncate %s", path);
+			c.power_cut_bytes += (uint64_t)(sb.st_size - pl_disk[k].off);
+		}
+	c.power_losses++;
+}
+
+/* After node i loaded its log: all of it is on the (fake) disk, since raft
+ * treats what it loads as durable and acknowledges it. */
+RC_STATIC bool loaded_all_synced(int i)
+{
+	struct stat sb;
+	char path[300];
+	snprintf(path, sizeof path, "%s/raft.log", c.dirs[i]);
+	if (stat(path, &sb) != 0) return false;
+	for (int k = 0; k < pl_n; k++)
+		if (!strcmp(pl_disk[k].path, path)) return sb.st_ino == pl_disk[k].ino && sb.st_size == pl_disk[k].off;
+	return false;
 }
 
 /* ---- durability checks (lagging storage in memory) ---- */
@@ -426,6 +503,7 @@ RC_STATIC void crash(int i)
 {
 	raft_destroy(&c.r[i]);
 	lag_crash(i);
+	if (c.power_loss && sk_rng_below(&c.rng, 2) == 0) power_loss_node(i);
 	c.up[i] = false;
 }
 
@@ -435,10 +513,12 @@ RC_STATIC void restart(int i)
 	if (c.file_storage) {
 		char err[256];
 		raft_file_storage_free(&c.st[i]);
-		c.st[i] = raft_file_storage_new(c.dirs[i], false, err, sizeof err);
+		c.st[i] = raft_file_storage_new(c.dirs[i], c.power_loss, err, sizeof err);
 		if (!c.st[i]) T_FAIL("file storage: %s", err);
 	}
 	start_node(i);
+	if (c.power_loss && !loaded_all_synced(i))
+		fail_seed("a restart loaded log records that are not on disk (it will acknowledge them)", __LINE__);
 	/* a bootstrap lost (or half lost) before it was durable is done again,
 	 * as the agent does while it has no voter set */
 	char err[256];
