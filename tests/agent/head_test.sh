@@ -37,6 +37,9 @@ for k in $(seq 1 20); do put_ok $(( (k % 5) + 1 )) "key$k" "value$k" || fail "pu
 
 ok=1; for i in 1 2 3 4 5; do get_is $i key7 value7 || ok=0; done
 check "get key7 from all 5 agents" [ $ok = 1 ]
+stale_err=$(ctl 2 state get key7 --stale 2>&1 >/dev/null)
+case "$stale_err" in *"stale read"*) pass "a --stale read says so on stderr" ;;
+	*) fail "a --stale read says so on stderr: '$stale_err'" ;; esac
 check "state list has the 20 keys" bash -c "[ \$(SKEIN_BIN='$BIN' '$SKEINCTL' --rpc 127.0.0.1:$(rport 4) state list | grep -c '^key') = 20 ]"
 out=$(ctl 4 state get nope 2>&1); rc=$?
 check "get of a missing key: exit 1, one line" expect_err $rc 1 "$out" "no such key"
