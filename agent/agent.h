@@ -187,6 +187,8 @@ typedef struct agent {
 
 	wire *wire;                /* the control endpoints and every control connection */
 	agent_replay *replay;
+	uint64_t replay_floor_ms;  /* wall ms: sealed requests stamped earlier are refused (agent_ctl.c) */
+	uint64_t replay_saved_ms;  /* wall ms: the bound on accepted stamps persisted in the data dir */
 	char rpc_bound[64];
 	char rpc_advertised[64];   /* where other agents reach our control endpoint */
 	char control_socket[256];  /* the Unix socket's path */
@@ -270,6 +272,8 @@ void agent_ctl_close(agent *a);
 /* (Re)reads --operator-key-file and --operator-read-key-file; on error the
  * keys in use stay. */
 int agent_ctl_load_operator_keys(agent *a, char *err, size_t errlen);
+/* Warns (one line) when the key file at path is open to group/others. */
+void agent_warn_loose_key(const char *path, const char *what);
 
 /* agent_reply.c */
 /* How this agent seals what it sends to other agents. */

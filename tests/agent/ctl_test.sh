@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The control plane's hardening of issue 23 item 4, each attack as an
+# attacker would try it, on real agents on 127.0.0.1:
+#   - a sealed request captured on the wire and sent again after the agent
+#     restarted: refused (a stamp before the restart, and one from a clock
+#     5 s ahead, which the data dir's saved bound refuses);
+#   - a key file readable by others: one warning line at start;
+#   - a pathological pattern on `members --status/--tag`: answered at once
+#     (globs, never regcomp), a malformed one refused in one line.
+. "$(dirname "$0")/lib.sh"
+INSECURE=   # the safe defaults
+FORGE=${SKEIN_TOOLS:-$ROOT/build/release/tests/tools}/skein_forge
+K=$T_DIR/cluster.key; OPW=$T_DIR/op.key
+for f in "$K" "$OPW"; do "$SKEINCTL" keygen >"$f"; chmod 600 "$f"; done
+has() { printf '%s\n' "$1" | grep -q -- "$2"; }
+octl() { local i=$1; shift; SKEIN_OPERATOR_KEY_FILE="$OPW" "$SKEINCTL" --rpc "127.0.0.1:$(rport "$i")" --timeout 3000 "$@"; }
+uctl() { "$SKEINCTL" --rpc "unix:$T_DIR/n1/control.sock" --timeout 3000 "$@"; }
+has_head() { uctl head 2>/dev/null | grep -q '^head: n1'; }
+start1() { start_agent 1 --profile fast --gpus 1 --key-file "$K" --operator-key-file "$OPW" --head-eligible \
+	--bootstrap-expect 1 "$@"; }
+
+# --- a key file open to others: a warning at start
+chmod 644 "$OPW"
+start1
+wait_until 15 has_head
+check "a head" has_head
+check "a 0644 operator key file: one warning line at start" \
+	bash -c "[ \$(grep -c 'operator-key-file .* accessible to group/others (mode 0644)' '$T_DIR/n1.log') = 1 ]"
+check "the 0600 cluster key: no warning" bash -c "! grep -q -- '--key-file .* accessible' '$T_DIR/n1.log'"
+chmod 600 "$OPW"
+
+# --- replay after a restart
+"$FORGE" send "127.0.0.1:$(rport 1)" --key "$OPW" --operator --cmd state --arg put --arg foo --arg old \
+	--save "$T_DIR/put-old" >/dev/null
+"$FORGE" send "127.0.0.1:$(rport 1)" --key "$OPW" --operator --cmd state --arg put --arg bar --arg old \
+	--time-offset-ms 5000 --save "$T_DIR/put-ahead" >/dev/null
+check "operator writes foo=new, bar=new" bash -c "SKEIN_OPERATOR_KEY_FILE='$OPW' '$SKEINCTL' --rpc 127.0.0.1:$(rport 1) state put foo new >/dev/null && SKEIN_OPERATOR_KEY_FILE='$OPW' '$SKEINCTL' --rpc 127.0.0.1:$(rport 1) state put bar new >/dev/null"
+out=$("$FORGE" replay "127.0.0.1:$(rport 1)" "$T_DIR/put-old" --key "$OPW" --operator 2>&1)
+check "before the restart: the replay cache refuses it ($out)" has "$out" 'replayed request'
+kill_agent 1 9
+start1
+wait_until 15 has_head
+check "the agent is back with its head" has_head
+out=$("$FORGE" replay "127.0.0.1:$(rport 1)" "$T_DIR/put-old" --key "$OPW" --operator 2>&1); rc=$?
+check "after the restart: the captured 'state put foo old' is refused (rc $rc: $out)" \
+	has "$rc $out" "^1 code 1: request stamped .* before this agent's (re)start"
+out=$("$FORGE" replay "127.0.0.1:$(rport 1)" "$T_DIR/put-ahead" --key "$OPW" --operator 2>&1); rc=$?
+check "... and one stamped 5 s ahead: the saved bound (rc $rc: $out)" \
+	has "$rc $out" "^1 code 1: request stamped .* before this agent's (re)start"
+check "foo and bar are still new" bash -c "[ \"\$('$SKEINCTL' --rpc unix:$T_DIR/n1/control.sock state get foo)\$('$SKEINCTL' --rpc unix:$T_DIR/n1/control.sock state get bar)\" = newnew ]"
+check "fresh sealed requests work within seconds of the restart" wait_until 10 quiet octl 1 members
+
+# --- client patterns at bounded cost
+PAT='((a{1,100}){1,100}){1,100}'
+t0=$(now_ms)
+out=$(octl 1 members --status "$PAT" 2>&1); rc=$?
+t1=$(now_ms)
+check "members --status '$PAT': answered in $((t1 - t0)) ms (< 1000)" bash -c "[ $rc = 0 ] && [ $((t1 - t0)) -lt 1000 ]"
+out=$(octl 1 members --tag "zone=$PAT" 2>&1); rc=$?
+check "members --tag zone='$PAT': answered" [ "$rc" = 0 ]
+rss=$(awk '/^VmHWM/ { print $2 }' "/proc/${PIDS[1]}/status")
+check "the agent's peak memory stayed small (${rss} KiB < 200 MiB)" [ "${rss:-0}" -lt 204800 ]
+check "globs: --status 'al*' finds n1" bash -c "SKEIN_OPERATOR_KEY_FILE='$OPW' '$SKEINCTL' --rpc 127.0.0.1:$(rport 1) members --status 'al*' | grep -q '^n1 '"
+out=$(octl 1 members --status 'a[b' 2>&1); rc=$?
+check "a malformed pattern: exit 2, one line ($out)" expect_err $rc 2 "$out" 'bad pattern'
+finish
