@@ -364,9 +364,10 @@ int agent_metrics_render(agent *a, sk_buf *b)
 	dbl(b, "skein_metrics_render_seconds", NULL, m->render_s);
 	if (hs) {
 		one(b, "skein_metrics_requests_total", "counter", "HTTP requests to the metrics endpoint.", hs->requests);
-		lv hb[] = { { "bad_request", hs->bad }, { "cap", hs->refused_cap }, { "timeout", hs->timeouts } };
+		lv hb[] = { { "bad_request", hs->bad }, { "cap", hs->refused_cap }, { "timeout", hs->timeouts },
+			    { "shed_idle", hs->shed_idle } };
 		labelled(b, "skein_metrics_refused_total", "counter",
-			 "Metrics endpoint requests refused or connections closed, by reason.", "reason", hb, 3);
+			 "Metrics endpoint requests refused or connections closed, by reason.", "reason", hb, 4);
 	}
 	m->render_s = (double)((sk_mono_us() * 1000u) - t0) / 1e9;
 	return b->oom ? -1 : 0;

@@ -6,7 +6,8 @@
 #     5 s ahead, which the data dir's saved bound refuses);
 #   - a key file readable by others: one warning line at start;
 #   - a pathological pattern on `members --status/--tag`: answered at once
-#     (globs, never regcomp), a malformed one refused in one line.
+#     (globs, never regcomp), a malformed one refused in one line;
+#   - 40 idle connections to --metrics: a scrape still gets its page.
 . "$(dirname "$0")/lib.sh"
 INSECURE=   # the safe defaults
 FORGE=${SKEIN_TOOLS:-$ROOT/build/release/tests/tools}/skein_forge
@@ -17,7 +18,8 @@ octl() { local i=$1; shift; SKEIN_OPERATOR_KEY_FILE="$OPW" "$SKEINCTL" --rpc "12
 uctl() { "$SKEINCTL" --rpc "unix:$T_DIR/n1/control.sock" --timeout 3000 "$@"; }
 has_head() { uctl head 2>/dev/null | grep -q '^head: n1'; }
 start1() { start_agent 1 --profile fast --gpus 1 --key-file "$K" --operator-key-file "$OPW" --head-eligible \
-	--bootstrap-expect 1 "$@"; }
+	--bootstrap-expect 1 --metrics "127.0.0.1:$MPORT" "$@"; }
+MPORT=$((PORT_BASE + 901))
 
 # --- a key file open to others: a warning at start
 chmod 644 "$OPW"
@@ -63,4 +65,15 @@ check "the agent's peak memory stayed small (${rss} KiB < 200 MiB)" [ "${rss:-0}
 check "globs: --status 'al*' finds n1" bash -c "SKEIN_OPERATOR_KEY_FILE='$OPW' '$SKEINCTL' --rpc 127.0.0.1:$(rport 1) members --status 'al*' | grep -q '^n1 '"
 out=$(octl 1 members --status 'a[b' 2>&1); rc=$?
 check "a malformed pattern: exit 2, one line ($out)" expect_err $rc 2 "$out" 'bad pattern'
+
+# --- 40 idle connections to the metrics endpoint, then a scrape
+fds=()
+for n in $(seq 40); do exec {fd}<>"/dev/tcp/127.0.0.1/$MPORT" && fds+=("$fd"); done
+printf 'GET /metr' >&"${fds[0]}"   # a slow one among them
+check "40 idle connections open (${#fds[@]})" [ "${#fds[@]}" = 40 ]
+out=$(curl -s -m 3 "http://127.0.0.1:$MPORT/metrics" 2>&1); rc=$?
+check "a scrape gets through them (curl rc $rc)" has "$out" '^skein_metrics_requests_total'
+out=$(curl -s -m 3 "http://127.0.0.1:$MPORT/metrics" 2>&1); rc=$?
+check "... and the next one too (curl rc $rc)" has "$out" 'reason="shed_idle"} [1-9]'
+for fd in "${fds[@]}"; do exec {fd}>&-; done
 finish
