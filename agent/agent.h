@@ -128,6 +128,7 @@ typedef struct {
 	uint64_t udp_in, udp_out, tcp_in, tcp_out, bytes_in, bytes_out;
 	uint64_t drop_auth;        /* failed authentication (wrong key, forged, plaintext) */
 	uint64_t drop_plain;       /* encrypted packet while we have no key */
+	uint64_t drop_keyless;     /* gossip in or out, orders out: no key and no --insecure */
 	uint64_t drop_debug_in, drop_debug_out;
 	uint64_t drop_oversize;    /* stream or datagram over the limit */
 	uint64_t drop_send;        /* the OS refused a send */
@@ -224,6 +225,14 @@ enum {
 
 /* Raises a deferred event: w's callback runs on the next loop iteration
  * (once, however often it is raised before). */
+/* No key and no --insecure: this agent is alone, so nothing travels in
+ * plaintext: it takes no gossip (no stranger joins it), gossips to nobody
+ * and sends no order or forward to another agent (docs/security.md). */
+static inline bool agent_keyless_closed(const agent *a)
+{
+	return a->kr.n == 0 && !a->opts.insecure;
+}
+
 static inline void agent_defer(agent *a, ev_timer *w)
 {
 	if (ev_is_active(w)) return;

@@ -206,6 +206,7 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 		{ "tcp_sent", c->tcp_out }, { "tcp_received", c->tcp_in },
 		{ "bytes_sent", c->bytes_out }, { "bytes_received", c->bytes_in },
 		{ "dropped_auth", c->drop_auth }, { "dropped_encrypted_without_key", c->drop_plain },
+		{ "dropped_keyless", c->drop_keyless },
 		{ "dropped_malformed", wire_drops }, { "dropped_not_for_us", s->drop_not_for_us },
 		{ "dropped_unknown_seq", s->drop_unknown_seq }, { "dropped_name_conflict", s->drop_conflict },
 		{ "dropped_oversize", c->drop_oversize }, { "dropped_send_error", c->drop_send },
@@ -277,6 +278,11 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 static void cmd_join(agent *a, const Skein__Control__Request *q, reply *r)
 {
 	if (q->n_args != 1) { fail(r, 2, "usage: skeinctl join HOST:PORT"); return; }
+	if (agent_keyless_closed(a)) {
+		fail(r, 1, "join: this agent has no key: it gossips with nobody in plaintext (give it --key-file; "
+			   "--insecure allows it for tests on one machine)");
+		return;
+	}
 	mbr_addr seed;
 	if (mbr_addr_parse(q->args[0], &seed) < 0) {
 		fail(r, 2, "join: expected IP:PORT, got '%s'", q->args[0]);

@@ -525,7 +525,8 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 	if (a->opts.insecure)
 		SK_WARN("agent", "--insecure: every command is accepted from anyone who reaches the control endpoint");
 	else if (!a->kr.n)
-		SK_WARN("agent", "no key: gossip is NOT encrypted and TCP control is read-only (set --key-file)");
+		SK_WARN("agent", "no key: a lone agent (no gossip in or out, no member joins it) whose TCP control is read-only "
+			"(set --key-file)");
 
 	mbr_self self = { .name = a->opts.name, .addr = a->adv, .generation = a->generation,
 			  .seed = a->generation ^ (uint64_t)getpid() * 0x9e3779b97f4a7c15ULL };

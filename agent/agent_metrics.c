@@ -114,7 +114,7 @@ static void membership(agent *a, sk_buf *b)
 	labelled(b, "skein_gossip_bytes_total", "counter", "Gossip bytes on the wire (sealed), by direction.",
 		 "direction", by, 2);
 	lv dr[] = {
-		{ "auth", c->drop_auth }, { "no_key", c->drop_plain }, { "oversize", c->drop_oversize },
+		{ "auth", c->drop_auth }, { "no_key", c->drop_plain }, { "keyless", c->drop_keyless }, { "oversize", c->drop_oversize },
 		{ "send_error", c->drop_send }, { "debug", c->drop_debug_in + c->drop_debug_out },
 		{ "short", s->drop[WIRE_ERR_SHORT] }, { "magic", s->drop[WIRE_ERR_MAGIC] },
 		{ "version", s->drop[WIRE_ERR_VERSION] }, { "length", s->drop[WIRE_ERR_LENGTH] },

@@ -7,7 +7,9 @@
 #   - a key file readable by others: one warning line at start;
 #   - a pathological pattern on `members --status/--tag`: answered at once
 #     (globs, never regcomp), a malformed one refused in one line;
-#   - 40 idle connections to --metrics: a scrape still gets its page.
+#   - 40 idle connections to --metrics: a scrape still gets its page;
+#   - a stranger agent joining a keyless agent (no --insecure): nobody
+#     joins, no gossip goes back, `join` on it is refused.
 . "$(dirname "$0")/lib.sh"
 INSECURE=   # the safe defaults
 FORGE=${SKEIN_TOOLS:-$ROOT/build/release/tests/tools}/skein_forge
@@ -76,4 +78,18 @@ check "a scrape gets through them (curl rc $rc)" has "$out" '^skein_metrics_requ
 out=$(curl -s -m 3 "http://127.0.0.1:$MPORT/metrics" 2>&1); rc=$?
 check "... and the next one too (curl rc $rc)" has "$out" 'reason="shed_idle"} [1-9]'
 for fd in "${fds[@]}"; do exec {fd}>&-; done
+
+# --- a keyless agent takes no stranger
+start_agent 2 --profile fast --gpus 1 --head-eligible --bootstrap-expect 1
+INSECURE=--insecure start_agent 3 --profile fast --join "127.0.0.1:$(gport 2)"
+u2() { "$SKEINCTL" --rpc "unix:$T_DIR/n2/control.sock" --timeout 3000 "$@"; }
+keyless_drops() { u2 info --format json | grep -o '"dropped_keyless":[0-9]*' | cut -d: -f2; }
+wait_until 10 bash -c "[ \"\$('$SKEINCTL' --rpc unix:$T_DIR/n2/control.sock info --format json | grep -o '\"dropped_keyless\":[0-9]*' | cut -d: -f2)\" -ge 3 ]"
+sleep 1 # (joins are retried: give the stranger its chance)
+check "the keyless agent dropped the stranger's gossip ($(keyless_drops) dropped)" [ "$(keyless_drops)" -ge 3 ]
+check "the keyless agent lists only itself" bash -c "[ \"\$('$SKEINCTL' --rpc unix:$T_DIR/n2/control.sock members | tail -n +2 | awk '{print \$1}' | tr '\n' ' ')\" = 'n2 ' ]"
+check "the stranger never saw it alive" bash -c "! '$SKEINCTL' --rpc 127.0.0.1:$(rport 3) members | grep -q '^n2 .* alive'"
+out=$(u2 join "127.0.0.1:$(gport 3)" 2>&1); rc=$?
+check "skeinctl join on the keyless agent: refused in one line ($out)" expect_err $rc 1 "$out" 'has no key'
+check "the keyless agent logged why, once" bash -c "[ \$(grep -c 'no key: a lone agent' '$T_DIR/n2.log') = 1 ]"
 finish
