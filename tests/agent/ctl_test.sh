@@ -9,7 +9,11 @@
 #     (globs, never regcomp), a malformed one refused in one line;
 #   - 40 idle connections to --metrics: a scrape still gets its page;
 #   - a stranger agent joining a keyless agent (no --insecure): nobody
-#     joins, no gossip goes back, `join` on it is refused.
+#     joins, no gossip goes back, `join` on it is refused;
+#   - without a cgroup (SKEIN_NO_CGROUP=1): `job stop` ends a member's
+#     setsid children (one that cleared its environment, one re-parented to
+#     the agent), and a restart after the agent's SIGKILL ends a setsid child
+#     that cleared its environment (SKEIN_SUP_MARK gone).
 . "$(dirname "$0")/lib.sh"
 INSECURE=   # the safe defaults
 FORGE=${SKEIN_TOOLS:-$ROOT/build/release/tests/tools}/skein_forge
@@ -92,4 +96,35 @@ check "the stranger never saw it alive" bash -c "! '$SKEINCTL' --rpc 127.0.0.1:$
 out=$(u2 join "127.0.0.1:$(gport 3)" 2>&1); rc=$?
 check "skeinctl join on the keyless agent: refused in one line ($out)" expect_err $rc 1 "$out" 'has no key'
 check "the keyless agent logged why, once" bash -c "[ \$(grep -c 'no key: a lone agent' '$T_DIR/n2.log') = 1 ]"
+
+# --- no cgroup: every descendant of a member, under job stop and after a restart
+N=$((8880000 + $$ % 10000)); M=$((N + 10))
+ours() { pgrep -fc "^sleep ($1)\$"; }
+start4() { SKEIN_NO_CGROUP=1 INSECURE=--insecure start_agent 4 --profile fast --gpus 1 --head-eligible --bootstrap-expect 1; }
+c4() { "$SKEINCTL" --rpc "unix:$T_DIR/n4/control.sock" --timeout 3000 "$@"; }
+kill_ours() { local p; for p in $(pgrep -f "^sleep ($N|$((N + 1))|$((N + 2))|$((N + 3))|$M|$((M + 1)))\$"); do kill -9 "$p"; done; }
+trap 'kill_ours; cleanup' EXIT
+start4
+wait_until 15 bash -c "'$SKEINCTL' --rpc unix:$T_DIR/n4/control.sock head 2>/dev/null | grep -q '^head: n4'"
+ALL="$N|$((N + 1))|$((N + 2))|$((N + 3))"
+c4 job submit --name esc --actor-num-nodes 1 --actor-num-gpus-per-node 1 --rollout-num-gpus 0 --stop-grace 1s \
+	--trainer-cmd "setsid sleep $((N + 1)) & (setsid sleep $((N + 2)) &); env -i setsid sleep $((N + 3)) & sleep $N" \
+	>/dev/null 2>&1
+wait_until 10 bash -c "[ \$(pgrep -fc '^sleep ($ALL)\$') = 4 ]"
+check "the member and its 3 setsid children run ($(ours "$ALL"))" [ "$(ours "$ALL")" = 4 ]
+sleep 1.5 # (one walk of the members' descendants at least)
+c4 job stop esc >/dev/null 2>&1
+if wait_until 10 bash -c "[ \$(pgrep -fc '^sleep ($ALL)\$') = 0 ]"; then
+	pass "job stop without a cgroup ends every setsid child (env cleared, re-parented)"
+else fail "job stop without a cgroup leaves $(pgrep -fa "^sleep ($ALL)\$" | tr '\n' ';')"; fi
+c4 job submit --name esc2 --actor-num-nodes 1 --actor-num-gpus-per-node 1 --rollout-num-gpus 0 --stop-grace 1s \
+	--trainer-cmd "env -i setsid sleep $((M + 1)) & sleep $M" >/dev/null 2>&1
+wait_until 10 bash -c "[ \$(pgrep -fc '^sleep ($M|$((M + 1)))\$') = 2 ]"
+check "the restart case's member runs, its setsid child too" [ "$(ours "$M|$((M + 1))")" = 2 ]
+check "its setsid child is in the state file" wait_until 5 bash -c "grep -q \"^d \$(pgrep -f '^sleep $((M + 1))\$') \" '$T_DIR/n4/members'"
+kill_agent 4 9
+sleep 0.3
+check "after the agent's SIGKILL the setsid child (no mark) lives on" [ "$(ours "$((M + 1))")" = 1 ]
+start4
+check "the restarted agent ends it" wait_until 10 bash -c "[ \$(pgrep -fc '^sleep ($M|$((M + 1)))\$') = 0 ]"
 finish
