@@ -128,6 +128,7 @@ typedef struct {
 	uint64_t udp_in, udp_out, tcp_in, tcp_out, bytes_in, bytes_out;
 	uint64_t drop_auth;        /* failed authentication (wrong key, forged, plaintext) */
 	uint64_t drop_plain;       /* encrypted packet while we have no key */
+	uint64_t drop_keyless;     /* gossip in or out, orders out: no key and no --insecure */
 	uint64_t drop_debug_in, drop_debug_out;
 	uint64_t drop_oversize;    /* stream or datagram over the limit */
 	uint64_t drop_send;        /* the OS refused a send */
@@ -187,6 +188,8 @@ typedef struct agent {
 
 	wire *wire;                /* the control endpoints and every control connection */
 	agent_replay *replay;
+	uint64_t replay_floor_ms;  /* wall ms: sealed requests stamped earlier are refused (agent_ctl.c) */
+	uint64_t replay_saved_ms;  /* wall ms: the bound on accepted stamps persisted in the data dir */
 	char rpc_bound[64];
 	char rpc_advertised[64];   /* where other agents reach our control endpoint */
 	char control_socket[256];  /* the Unix socket's path */
@@ -222,6 +225,14 @@ enum {
 
 /* Raises a deferred event: w's callback runs on the next loop iteration
  * (once, however often it is raised before). */
+/* No key and no --insecure: this agent is alone, so nothing travels in
+ * plaintext: it takes no gossip (no stranger joins it), gossips to nobody
+ * and sends no order or forward to another agent (docs/security.md). */
+static inline bool agent_keyless_closed(const agent *a)
+{
+	return a->kr.n == 0 && !a->opts.insecure;
+}
+
 static inline void agent_defer(agent *a, ev_timer *w)
 {
 	if (ev_is_active(w)) return;
@@ -270,6 +281,8 @@ void agent_ctl_close(agent *a);
 /* (Re)reads --operator-key-file and --operator-read-key-file; on error the
  * keys in use stay. */
 int agent_ctl_load_operator_keys(agent *a, char *err, size_t errlen);
+/* Warns (one line) when the key file at path is open to group/others. */
+void agent_warn_loose_key(const char *path, const char *what);
 
 /* agent_reply.c */
 /* How this agent seals what it sends to other agents. */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 int agent_key_decode(const char *b64, agent_key *k, char *err, size_t errlen)
 {
@@ -229,4 +230,12 @@ int agent_keyring_read_file(const char *path, agent_keyring *kr, char *err, size
 	if (!next.n) { snprintf(err, errlen, "key file %s holds no key", path); return -1; }
 	*kr = next;
 	return 0;
+}
+
+bool agent_key_file_loose(const char *path, unsigned *mode)
+{
+	struct stat st;
+	if (stat(path, &st) != 0) return false;
+	*mode = (unsigned)(st.st_mode & 07777);
+	return (st.st_mode & 077) != 0;
 }

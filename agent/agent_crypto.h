@@ -15,6 +15,7 @@
 #ifndef AGENT_CRYPTO_H
 #define AGENT_CRYPTO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,6 +48,9 @@ int agent_key_read_file(const char *path, agent_key *k, char *err, size_t errlen
 /* Reads a file of keys, one base64 key a line ('#' comments), into kr
  * (replaced only on success); -1 with a message. */
 int agent_keyring_read_file(const char *path, agent_keyring *kr, char *err, size_t errlen);
+/* true when the key file at path grants group or others any access (its
+ * mode in *mode): the caller warns, the key may have leaked. */
+bool agent_key_file_loose(const char *path, unsigned *mode);
 /* A fresh random 32-byte key. */
 int agent_key_generate(agent_key *k);
 void agent_key_fingerprint(const agent_key *k, char out[FINGERPRINT_LEN + 1]);

@@ -13,7 +13,6 @@
 #include "agent/agent_wv.h"
 
 #include <grp.h>
-#include <regex.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +20,11 @@
 #include <unistd.h>
 
 #include "agent/agent_rpc.h"
+#include "common/sk_glob.h"
 #include "common/sk_time.h"
 #include "common/sk_text.h"
 #include "common/sk_buf.h"
+#include "common/sk_file.h"
 #include "common/sk_log.h"
 #include "proto/control.pb-c.h"
 #include "proto/gossip.pb-c.h"
@@ -70,41 +71,43 @@ static int by_name(const void *x, const void *y)
 
 static void cmd_members(agent *a, const Skein__Control__Request *q, reply *r)
 {
-	regex_t st_re, tag_re;
-	bool has_st = false, has_tag = false;
+	/* globs, not regcomp: a client's pattern must cost the agent little
+	 * (common/sk_glob.h says why) */
+	const char *st_pat = NULL, *tag_pat = NULL;
+	char why[96];
 	char tag_key[128] = "";
 	for (size_t i = 0; i < q->n_args; i++) {
 		const char *arg = q->args[i];
 		const char *val = i + 1 < q->n_args ? q->args[i + 1] : NULL;
-		if (!strcmp(arg, "--status") && val && !has_st) {
-			if (regcomp(&st_re, val, REG_EXTENDED | REG_NOSUB) != 0) {
-				fail(r, 2, "--status: bad regular expression '%s'", val);
-				goto out;
+		if (!strcmp(arg, "--status") && val && !st_pat) {
+			if (sk_glob_check(val, why, sizeof why) != 0) {
+				fail(r, 2, "--status: bad pattern (a glob: * ? [a-z]): %s", why);
+				return;
 			}
-			has_st = true;
+			st_pat = val;
 			i++;
-		} else if (!strcmp(arg, "--tag") && val && !has_tag) {
+		} else if (!strcmp(arg, "--tag") && val && !tag_pat) {
 			const char *eq = strchr(val, '=');
 			if (!eq || eq == val || (size_t)(eq - val) >= sizeof tag_key) {
-				fail(r, 2, "--tag: expected KEY=REGEX, got '%s'", val);
-				goto out;
+				fail(r, 2, "--tag: expected KEY=GLOB, got '%.*s'", 128, val);
+				return;
 			}
 			memcpy(tag_key, val, (size_t)(eq - val));
 			tag_key[eq - val] = 0;
-			if (regcomp(&tag_re, eq + 1, REG_EXTENDED | REG_NOSUB) != 0) {
-				fail(r, 2, "--tag: bad regular expression '%s'", eq + 1);
-				goto out;
+			if (sk_glob_check(eq + 1, why, sizeof why) != 0) {
+				fail(r, 2, "--tag: bad pattern (a glob: * ? [a-z]): %s", why);
+				return;
 			}
-			has_tag = true;
+			tag_pat = eq + 1;
 			i++;
 		} else {
 			fail(r, 2, "members: unknown argument '%s'", arg);
-			goto out;
+			return;
 		}
 	}
 	size_t n = mbr_members(a->mbr, NULL, 0);
 	mbr_member_info *mi = calloc(n, sizeof *mi);
-	if (!mi) { fail(r, 1, "out of memory"); goto out; }
+	if (!mi) { fail(r, 1, "out of memory"); return; }
 	mbr_members(a->mbr, mi, n);
 	qsort(mi, n, sizeof *mi, by_name);
 	bool json = !strcmp(q->format, "json");
@@ -113,14 +116,14 @@ static void cmd_members(agent *a, const Skein__Control__Request *q, reply *r)
 	int shown = 0;
 	for (size_t i = 0; i < n; i++) {
 		const char *st = mbr_status_str(mi[i].status);
-		if (has_st && regexec(&st_re, st, 0, NULL, 0) != 0) continue;
+		if (st_pat && !sk_glob_match(st_pat, st)) continue;
 		meta_view mv;
 		meta_read(&mi[i], &mv);
-		if (has_tag) {
+		if (tag_pat) {
 			bool match = false;
 			for (size_t t = 0; mv.pb && t < mv.pb->n_tags; t++)
 				if (!strcmp(mv.pb->tags[t]->key, tag_key) &&
-				    regexec(&tag_re, mv.pb->tags[t]->value, 0, NULL, 0) == 0)
+				    sk_glob_match(tag_pat, mv.pb->tags[t]->value))
 					match = true;
 			if (!match) { meta_done(&mv); continue; }
 		}
@@ -167,9 +170,6 @@ static void cmd_members(agent *a, const Skein__Control__Request *q, reply *r)
 	}
 	if (json) sk_buf_printf(&r->body, "]}\n");
 	free(mi);
-out:
-	if (has_st) regfree(&st_re);
-	if (has_tag) regfree(&tag_re);
 }
 
 /* Name, address and control endpoint of every live member, for skeinctl's
@@ -206,6 +206,7 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 		{ "tcp_sent", c->tcp_out }, { "tcp_received", c->tcp_in },
 		{ "bytes_sent", c->bytes_out }, { "bytes_received", c->bytes_in },
 		{ "dropped_auth", c->drop_auth }, { "dropped_encrypted_without_key", c->drop_plain },
+		{ "dropped_keyless", c->drop_keyless },
 		{ "dropped_malformed", wire_drops }, { "dropped_not_for_us", s->drop_not_for_us },
 		{ "dropped_unknown_seq", s->drop_unknown_seq }, { "dropped_name_conflict", s->drop_conflict },
 		{ "dropped_oversize", c->drop_oversize }, { "dropped_send_error", c->drop_send },
@@ -277,6 +278,11 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 static void cmd_join(agent *a, const Skein__Control__Request *q, reply *r)
 {
 	if (q->n_args != 1) { fail(r, 2, "usage: skeinctl join HOST:PORT"); return; }
+	if (agent_keyless_closed(a)) {
+		fail(r, 1, "join: this agent has no key: it gossips with nobody in plaintext (give it --key-file; "
+			   "--insecure allows it for tests on one machine)");
+		return;
+	}
 	mbr_addr seed;
 	if (mbr_addr_parse(q->args[0], &seed) < 0) {
 		fail(r, 2, "join: expected IP:PORT, got '%s'", q->args[0]);
@@ -522,6 +528,57 @@ static bool for_us(agent *a, const wire_peer *p, const char *to)
 	return !strncmp(to, "unix:", 5); /* the kernel says the peer is on this node */
 }
 
+/* ---- replay across restarts ----
+ *
+ * The replay cache lives in memory, so a restarted agent has forgotten the
+ * nonces it took.  What it cannot have taken is a request stamped after
+ * its start: the floor refuses every stamp before max(start, saved bound).
+ * A request the previous run took was stamped either before it arrived
+ * (so before this start) or ahead of that run's clock (a client's clock up
+ * to the window ahead): for those, the bound on ahead stamps is persisted
+ * in the data dir before they are taken, REPLAY_SAVE_AHEAD_MS beyond the
+ * stamp, so a client ahead of us costs a write a second at most (and,
+ * after a restart, requests stamped before that bound are refused: a second
+ * at most beyond how far ahead that client was, which NTP keeps small).
+ * Assumes this agent's own clock does not step back across its restart. */
+enum { REPLAY_SAVE_AHEAD_MS = 1000 };
+#define REPLAY_FLOOR_FILE "replay-floor"
+
+static void replay_floor_load(agent *a)
+{
+	a->replay_floor_ms = sk_wall_ms();
+	a->replay_saved_ms = 0;
+	if (!a->opts.data_dir[0]) return;
+	char path[600];
+	snprintf(path, sizeof path, "%s/%s", a->opts.data_dir, REPLAY_FLOOR_FILE);
+	FILE *f = fopen(path, "re");
+	if (!f) return;
+	unsigned long long v;
+	if (fscanf(f, "%llu", &v) == 1) {
+		a->replay_saved_ms = v;
+		if (v > a->replay_floor_ms) a->replay_floor_ms = v;
+	} else {
+		SK_WARN("agent", "%s: unreadable, ignored (requests stamped before this start are refused anyway)", path);
+	}
+	fclose(f);
+}
+
+/* Before a request stamped `t` ahead of our clock is taken: -1 when its
+ * bound cannot be made durable (then it is refused). */
+static int replay_floor_save(agent *a, uint64_t t, uint64_t now)
+{
+	if (t <= now || t < a->replay_saved_ms || !a->opts.data_dir[0]) return 0;
+	uint64_t v = t + REPLAY_SAVE_AHEAD_MS;
+	char buf[32], err[256];
+	int n = snprintf(buf, sizeof buf, "%llu\n", (unsigned long long)v);
+	if (sk_file_write_atomic(a->opts.data_dir, REPLAY_FLOOR_FILE, buf, (size_t)n, 0600, true, err, sizeof err) < 0) {
+		SK_WARN("agent", "replay bound not saved: %s", err);
+		return -1;
+	}
+	a->replay_saved_ms = v;
+	return 0;
+}
+
 /* The sealed envelope: addressed to us, fresh, never seen.  false with r
  * filled (and counted) otherwise. */
 static bool envelope_ok(agent *a, const wire_peer *p, const Skein__Control__Request *q, reply *r)
@@ -548,6 +605,18 @@ static bool envelope_ok(agent *a, const wire_peer *p, const Skein__Control__Requ
 	/* Raft alone skips the cache: it is built for duplicated and reordered
 	 * messages, and its rate would fill the cache for nothing. */
 	if (strcmp(q->cmd, "raft") != 0) {
+		if (q->time_ms < a->replay_floor_ms) {
+			a->cnt.ctl_refused_replay++;
+			fail(r, 1, "request stamped %.1f s before this agent's (re)start: a replay of an older request, "
+				   "or this client's clock is behind (check NTP, then retry)",
+			     (double)(a->replay_floor_ms - q->time_ms) / 1000.0);
+			return false;
+		}
+		if (replay_floor_save(a, q->time_ms, now) < 0) {
+			a->cnt.ctl_refused_replay++;
+			fail(r, 1, "this agent cannot save its replay bound in its data dir (disk full?): request refused");
+			return false;
+		}
 		int rc = agent_replay_check(a->replay, q->nonce.data, now, q->time_ms + AUTH_WINDOW_MS);
 		if (rc != 0) {
 			a->cnt.ctl_refused_replay++;
@@ -678,6 +747,9 @@ int agent_ctl_load_operator_keys(agent *a, char *err, size_t errlen)
 	if (a->opts.operator_read_key_file[0] &&
 	    agent_keyring_read_file(a->opts.operator_read_key_file, &ro, err, errlen) < 0)
 		return -1;
+	if (a->opts.operator_key_file[0]) agent_warn_loose_key(a->opts.operator_key_file, "--operator-key-file");
+	if (a->opts.operator_read_key_file[0])
+		agent_warn_loose_key(a->opts.operator_read_key_file, "--operator-read-key-file");
 	a->op_rw = rw;
 	a->op_ro = ro;
 	return 0;
@@ -703,6 +775,7 @@ static int socket_path(agent *a, char *err, size_t errlen)
 int agent_ctl_open(agent *a, char *err, size_t errlen)
 {
 	a->replay = agent_replay_new();
+	replay_floor_load(a);
 	a->wire = wire_new(a->loop, a, on_request, on_answer);
 	if (!a->replay || !a->wire) { snprintf(err, errlen, "out of memory"); return -1; }
 	ev_timer_init(&a->follow_timer, follow_cb, 0.1, 0.1);

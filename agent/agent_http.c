@@ -24,6 +24,7 @@ typedef struct http_conn {
 	sk_buf out;               /* the whole answer, head and body */
 	size_t off;               /* written so far */
 	bool writing;
+	ev_tstamp born;           /* when accepted: the oldest idle one is shed first */
 	struct http_conn *next;
 } http_conn;
 
@@ -182,6 +183,17 @@ static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 			}
 			return;
 		}
+		if (h->nconns >= HTTP_CONNS_MAX) {
+			/* full: the oldest connection still waiting for its request
+			 * head goes, so idle ones cannot lock a scraper out */
+			http_conn *old = NULL;
+			for (http_conn *o = h->conns; o; o = o->next)
+				if (!o->writing && (!old || o->born <= old->born)) old = o;
+			if (old) {
+				h->st.shed_idle++;
+				conn_close(old);
+			}
+		}
 		http_conn *c = h->nconns < HTTP_CONNS_MAX ? calloc(1, sizeof *c) : NULL;
 		if (!c) {
 			h->st.refused_cap++;
@@ -190,6 +202,7 @@ static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 		}
 		c->h = h;
 		c->fd = fd;
+		c->born = ev_now(loop);
 		sk_buf_init(&c->out);
 		ev_io_init(&c->w, conn_cb, fd, EV_READ);
 		c->w.data = c;

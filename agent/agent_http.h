@@ -10,8 +10,10 @@
  *     bytes, else 431; a body is never read;
  *   - a connection must send its whole head and take its whole answer
  *     within HTTP_CONN_MS, else it is closed (slow clients);
- *   - at most HTTP_CONNS_MAX connections at once; one more is accepted and
- *     closed at once (counted), so a flood cannot hold the agent's fds;
+ *   - at most HTTP_CONNS_MAX connections at once; one more sheds the
+ *     oldest that has not sent its whole request head yet (idle or slow:
+ *     counted), so idle connections cannot keep a scrape out, and is
+ *     closed at once (counted) only when all of them are being answered;
  *   - out of descriptors (EMFILE), the listener pauses for 100 ms instead
  *     of spinning on a socket that stays readable.
  * Only GET (and HEAD) of the paths the handler knows; anything else is
@@ -32,7 +34,7 @@ enum {
 };
 
 typedef struct {
-	uint64_t requests, bad, refused_cap, timeouts;
+	uint64_t requests, bad, refused_cap, timeouts, shed_idle;
 } agent_http_stats;
 
 typedef struct agent_http agent_http;

@@ -75,6 +75,15 @@ static int next_generation(agent *a, char *err, size_t errlen)
 	return sk_file_write_atomic(a->opts.data_dir, "generation", buf, (size_t)n, 0600, true, err, errlen);
 }
 
+/* A key others can read may have leaked: said at start, in one line. */
+void agent_warn_loose_key(const char *path, const char *what)
+{
+	unsigned mode;
+	if (agent_key_file_loose(path, &mode))
+		SK_WARN("agent", "%s %s is accessible to group/others (mode %04o): chmod 600 it, the key may have leaked",
+			what, path, mode);
+}
+
 static int load_keys(agent *a, char *err, size_t errlen)
 {
 	agent_key given;
@@ -82,6 +91,7 @@ static int load_keys(agent *a, char *err, size_t errlen)
 	const char *env_key = getenv("SKEIN_KEY");
 	if (a->opts.key_file[0]) {
 		if (agent_key_read_file(a->opts.key_file, &given, err, errlen) < 0) return -1;
+		agent_warn_loose_key(a->opts.key_file, "--key-file");
 		have_given = true;
 	} else if (env_key && *env_key) {
 		char why[160];
@@ -96,6 +106,7 @@ static int load_keys(agent *a, char *err, size_t errlen)
 		snprintf(path, sizeof path, "%s/keyring", a->opts.data_dir);
 		FILE *f = fopen(path, "r");
 		if (f) {
+			agent_warn_loose_key(path, "the keyring");
 			int lineno = 0;
 			while (fgets(line, sizeof line, f)) {
 				lineno++;
@@ -514,7 +525,8 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 	if (a->opts.insecure)
 		SK_WARN("agent", "--insecure: every command is accepted from anyone who reaches the control endpoint");
 	else if (!a->kr.n)
-		SK_WARN("agent", "no key: gossip is NOT encrypted and TCP control is read-only (set --key-file)");
+		SK_WARN("agent", "no key: a lone agent (no gossip in or out, no member joins it) whose TCP control is read-only "
+			"(set --key-file)");
 
 	mbr_self self = { .name = a->opts.name, .addr = a->adv, .generation = a->generation,
 			  .seed = a->generation ^ (uint64_t)getpid() * 0x9e3779b97f4a7c15ULL };

@@ -114,7 +114,7 @@ static void membership(agent *a, sk_buf *b)
 	labelled(b, "skein_gossip_bytes_total", "counter", "Gossip bytes on the wire (sealed), by direction.",
 		 "direction", by, 2);
 	lv dr[] = {
-		{ "auth", c->drop_auth }, { "no_key", c->drop_plain }, { "oversize", c->drop_oversize },
+		{ "auth", c->drop_auth }, { "no_key", c->drop_plain }, { "keyless", c->drop_keyless }, { "oversize", c->drop_oversize },
 		{ "send_error", c->drop_send }, { "debug", c->drop_debug_in + c->drop_debug_out },
 		{ "short", s->drop[WIRE_ERR_SHORT] }, { "magic", s->drop[WIRE_ERR_MAGIC] },
 		{ "version", s->drop[WIRE_ERR_VERSION] }, { "length", s->drop[WIRE_ERR_LENGTH] },
@@ -364,9 +364,10 @@ int agent_metrics_render(agent *a, sk_buf *b)
 	dbl(b, "skein_metrics_render_seconds", NULL, m->render_s);
 	if (hs) {
 		one(b, "skein_metrics_requests_total", "counter", "HTTP requests to the metrics endpoint.", hs->requests);
-		lv hb[] = { { "bad_request", hs->bad }, { "cap", hs->refused_cap }, { "timeout", hs->timeouts } };
+		lv hb[] = { { "bad_request", hs->bad }, { "cap", hs->refused_cap }, { "timeout", hs->timeouts },
+			    { "shed_idle", hs->shed_idle } };
 		labelled(b, "skein_metrics_refused_total", "counter",
-			 "Metrics endpoint requests refused or connections closed, by reason.", "reason", hb, 3);
+			 "Metrics endpoint requests refused or connections closed, by reason.", "reason", hb, 4);
 	}
 	m->render_s = (double)((sk_mono_us() * 1000u) - t0) / 1e9;
 	return b->oom ? -1 : 0;

@@ -66,6 +66,10 @@ static void udp_send(agent *a, const mbr_out *o)
 		a->cnt.drop_debug_out++;
 		return;
 	}
+	if (agent_keyless_closed(a)) {
+		a->cnt.drop_keyless++;
+		return;
+	}
 	if (a->kr.n) {
 		if (len > UDP_RECV_MAX || agent_seal(&a->kr, AAD_UDP, data, len, sealed) < 0) {
 			a->cnt.drop_send++;

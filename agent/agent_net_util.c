@@ -44,6 +44,10 @@ void agent_net_from_sockaddr(const struct sockaddr_storage *ss, mbr_addr *a)
 const uint8_t *agent_net_unseal(agent *a, const char *aad, const uint8_t *in, size_t n,
 				uint8_t *scratch, size_t *outlen)
 {
+	if (agent_keyless_closed(a)) {
+		a->cnt.drop_keyless++;
+		return NULL;
+	}
 	if (a->kr.n == 0) {
 		if (n > 0 && in[0] == CRYPTO_VERSION) {
 			a->cnt.drop_plain++;

@@ -130,6 +130,7 @@ void agent_peer_connect(agent *a, const char *name)
 int agent_peer_send(agent *a, const char *to, const Skein__Control__Request *q)
 {
 	agent_peers *h = a->peers;
+	if (agent_keyless_closed(a)) { a->cnt.drop_keyless++; return -1; } /* never an order in plaintext */
 	peer *p = peer_get(a, to);
 	if (!p) { h->drop_send++; return -1; }
 	Skein__Control__Request oq = *q;
@@ -201,6 +202,7 @@ static int fwd_send(fwd *f, const char *head, const char *rpc)
 	wire_close(a->wire, f->conn);
 	f->conn = 0;
 	snprintf(f->target, sizeof f->target, "%s", head);
+	if (agent_keyless_closed(a)) { a->cnt.drop_keyless++; return -1; }
 	Skein__Control__Request *q = skein__control__request__unpack(NULL, f->reqlen, f->req);
 	if (!q) return -1;
 	agent_rpc_cred cred = agent_ctl_cred(a);

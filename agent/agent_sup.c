@@ -56,12 +56,22 @@ enum {
 	SUP_MARK_HEX = 32,         /* the agent run's mark: 128 random bits */
 	SUP_ENVIRON_MAX = 1 << 20, /* the most of a /proc/PID/environ read when looking for the mark */
 	SUP_CLEAN_ROUNDS = 5,      /* restart clean-up: passes until no marked process is left */
+	SUP_TRACK_MS = 1000,       /* without a cgroup: how often the members' descendants are walked */
+	SUP_KNOWN_MAX = 4096,      /* descendants remembered per member (more are still killed when seen) */
 };
 
 /* Set in every member's environment: the processes a member leaves behind
  * keep it (as long as they do not clear their environment), so an agent
  * restarted after a crash finds them all, not only the group leaders. */
 #define SUP_MARK_VAR "SKEIN_SUP_MARK"
+/* Set to the member's id: an orphan re-parented to the agent (its parent
+ * exited) is known by it, where no cgroup holds the member. */
+#define SUP_MEMBER_VAR "SKEIN_SUP_MEMBER"
+
+typedef struct {
+	pid_t pid;
+	unsigned long long stt;  /* /proc starttime: pid + starttime is one process */
+} sup_known;
 
 typedef enum { SUP_THEN_NONE, SUP_THEN_START, SUP_THEN_FORGET, SUP_THEN_FAIL } sup_then;
 
@@ -77,6 +87,8 @@ typedef struct sup_member {
 	uint32_t local;          /* local restarts in this generation */
 	uint32_t quick;          /* consecutive quick exits: the backoff exponent */
 	bool stopping, killed;
+	sup_known *kn;           /* without a cgroup: descendants seen (sup_track), also outside its group */
+	size_t nkn;
 	sup_then then;
 	uint64_t kill_at;        /* stopping: SIGKILL deadline, then when it was sent */
 	char why[128];           /* reason for a SUP_THEN_FAIL stop */
@@ -97,6 +109,7 @@ struct sup {
 	sup_status *evq;         /* events waiting for evq_w */
 	size_t nevq, capevq;
 	ev_timer evq_w;
+	ev_timer track_w;        /* sup_track, while a member runs without a cgroup */
 	bool freeing;
 };
 
@@ -203,6 +216,192 @@ static int sup_starttime(pid_t pid, unsigned long long *out)
 	return -1;
 }
 
+/* ---- descendants without a cgroup ----
+ *
+ * A process group does not hold what a member starts with setsid (or
+ * setpgid), and an orphan is re-parented to the agent (a subreaper, see
+ * above), out of its member's tree.  Without a cgroup the agent therefore
+ * walks /proc: a member's processes are its group, the descendants it saw
+ * before (sup_known: pid + starttime), the agent's children that carry the
+ * member's SKEIN_SUP_MEMBER, and everything below any of these.  The walk
+ * runs at every signal (stop, exit) and every SUP_TRACK_MS while such a
+ * member runs, so a child that leaves the tree later is still known; the
+ * known ones go into the state file, for a restarted agent's clean-up.
+ * What escapes is a process that leaves the tree, and clears its
+ * environment, between two walks. */
+
+typedef struct {
+	pid_t pid, ppid, pgid;
+	unsigned long long stt;
+} sup_proc;
+
+/* Fields 4, 5 and 22 of /proc/<pid>/stat; -1 when the process is gone. */
+static int sup_proc_read(pid_t pid, sup_proc *pr)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) return -1;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0) return -1;
+	buf[n] = '\0';
+	char *p = strrchr(buf, ')'); /* comm may hold spaces and ')' */
+	if (!p) return -1;
+	p++;
+	pr->pid = pid;
+	for (int field = 3; field <= 22; field++) {
+		while (*p == ' ') p++;
+		if (!*p) return -1;
+		if (field == 4) pr->ppid = (pid_t)strtol(p, NULL, 10);
+		if (field == 5) pr->pgid = (pid_t)strtol(p, NULL, 10);
+		if (field == 22) {
+			pr->stt = strtoull(p, NULL, 10);
+			return 0;
+		}
+		while (*p && *p != ' ') p++;
+	}
+	return -1;
+}
+
+static int sup_proc_cmp(const void *x, const void *y)
+{
+	pid_t a = ((const sup_proc *)x)->pid, b = ((const sup_proc *)y)->pid;
+	return (a > b) - (a < b);
+}
+
+/* Every process but init and the agent, sorted by pid; NULL when /proc
+ * cannot be read (or no memory). */
+static sup_proc *sup_procs(size_t *n)
+{
+	*n = 0;
+	DIR *d = opendir("/proc");
+	if (!d) return NULL;
+	size_t cap = 256;
+	sup_proc *ps = malloc(cap * sizeof *ps);
+	struct dirent *e;
+	while (ps && (e = readdir(d))) {
+		char *end;
+		long pid = strtol(e->d_name, &end, 10);
+		if (*end || pid <= 1 || pid == (long)getpid()) continue;
+		if (*n == cap) {
+			sup_proc *np = realloc(ps, cap * 2 * sizeof *np);
+			if (!np) { free(ps); ps = NULL; break; }
+			ps = np;
+			cap *= 2;
+		}
+		if (sup_proc_read((pid_t)pid, &ps[*n]) == 0) (*n)++;
+	}
+	closedir(d);
+	if (ps) qsort(ps, *n, sizeof *ps, sup_proc_cmp);
+	return ps;
+}
+
+static long sup_proc_find(const sup_proc *ps, size_t n, pid_t pid)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (ps[mid].pid < pid) lo = mid + 1;
+		else hi = mid;
+	}
+	return lo < n && ps[lo].pid == pid ? (long)lo : -1;
+}
+
+/* in[i] set for the seeds: adds every descendant of a seed. */
+static void sup_proc_close(const sup_proc *ps, size_t n, bool *in)
+{
+	for (bool more = true; more;) {
+		more = false;
+		for (size_t i = 0; i < n; i++) {
+			if (in[i]) continue;
+			long p = sup_proc_find(ps, n, ps[i].ppid);
+			if (p >= 0 && in[p]) in[i] = more = true;
+		}
+	}
+}
+
+/* Whether process pid's environment holds exactly `kv`. */
+static bool sup_env_has(pid_t pid, const char *kv, char *buf, size_t cap)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) return false;
+	size_t n = 0, kl = strlen(kv);
+	ssize_t r;
+	while (n < cap && (r = read(fd, buf + n, cap - n)) > 0) n += (size_t)r;
+	close(fd);
+	for (size_t off = 0; off < n;) { /* NUL-separated KEY=VALUE */
+		size_t len = strnlen(buf + off, n - off);
+		if (len == kl && !memcmp(buf + off, kv, kl)) return true;
+		off += len + 1;
+	}
+	return false;
+}
+
+/* in[]: member m's processes in the snapshot (see above). */
+static void sup_member_tree(const sup_member *m, const sup_proc *ps, size_t n, bool *in, char *envbuf)
+{
+	char kv[sizeof SUP_MEMBER_VAR + SUP_ID_MAX + 1];
+	snprintf(kv, sizeof kv, "%s=%s", SUP_MEMBER_VAR, m->st.id);
+	pid_t self = getpid();
+	for (size_t i = 0; i < n; i++) {
+		in[i] = (m->pgid > 1 && ps[i].pgid == m->pgid) || (m->st.pid && ps[i].pid == m->st.pid);
+		for (size_t k = 0; k < m->nkn && !in[i]; k++)
+			in[i] = m->kn[k].pid == ps[i].pid && m->kn[k].stt == ps[i].stt;
+		if (!in[i] && ps[i].ppid == self && envbuf) in[i] = sup_env_has(ps[i].pid, kv, envbuf, SUP_ENVIRON_MAX);
+	}
+	sup_proc_close(ps, n, in);
+}
+
+/* Walks /proc for m's processes: remembers them (true when that changed
+ * what it knew) and sends them sig (0: none). */
+static bool sup_member_walk(sup_member *m, int sig)
+{
+	size_t n;
+	sup_proc *ps = sup_procs(&n);
+	bool *in = ps ? calloc(n ? n : 1, sizeof *in) : NULL;
+	char *envbuf = in ? malloc(SUP_ENVIRON_MAX) : NULL;
+	sup_known *kn = envbuf ? malloc((n ? n : 1) * sizeof *kn) : NULL;
+	bool changed = false;
+	if (kn) {
+		sup_member_tree(m, ps, n, in, envbuf);
+		size_t k = 0;
+		for (size_t i = 0; i < n; i++) {
+			if (!in[i]) continue;
+			if (sig) kill(ps[i].pid, sig);
+			if (k < SUP_KNOWN_MAX) kn[k++] = (sup_known){ ps[i].pid, ps[i].stt };
+		}
+		changed = k != m->nkn || (k && memcmp(kn, m->kn, k * sizeof *kn) != 0);
+		free(m->kn);
+		m->kn = kn;
+		m->nkn = k;
+		kn = NULL;
+	}
+	free(kn);
+	free(envbuf);
+	free(in);
+	free(ps);
+	return changed;
+}
+
+static bool sup_known_alive(const sup_member *m)
+{
+	for (size_t k = 0; k < m->nkn; k++) {
+		unsigned long long stt;
+		if (sup_starttime(m->kn[k].pid, &stt) == 0 && stt == m->kn[k].stt) return true;
+	}
+	return false;
+}
+
+static void sup_known_clear(sup_member *m)
+{
+	free(m->kn);
+	m->kn = NULL;
+	m->nkn = 0;
+}
+
 static bool sup_group_alive(pid_t pgid)
 {
 	return pgid > 1 && (kill(-pgid, 0) == 0 || errno == EPERM);
@@ -218,13 +417,16 @@ static void sup_kill_group(pid_t pgid, int sig)
  * what left the group with setsid). */
 static bool sup_member_alive(const sup_member *m)
 {
-	return sup_group_alive(m->pgid) || (m->cg[0] && agent_cg_populated(m->cg));
+	return sup_group_alive(m->pgid) || (m->cg[0] ? agent_cg_populated(m->cg) : sup_known_alive(m));
 }
 
-static void sup_member_kill(const sup_member *m, int sig)
+static void sup_state_write(sup *s);
+
+static void sup_member_kill(sup_member *m, int sig)
 {
 	sup_kill_group(m->pgid, sig);
 	if (m->cg[0]) agent_cg_signal(m->cg, sig);
+	else if (sup_member_walk(m, sig)) sup_state_write(m->s);
 }
 
 /* Every process whose environment holds SKEIN_SUP_MARK=mark gets SIGKILL;
@@ -285,6 +487,8 @@ static void sup_state_write(sup *s)
 	for (size_t i = 0; i < s->n; i++) {
 		const sup_member *m = s->m[i];
 		if (m->st.pid) fprintf(f, "%d %llu %s\n", (int)m->pgid, m->starttime, m->st.id);
+		for (size_t k = 0; k < m->nkn; k++) /* descendants seen without a cgroup */
+			fprintf(f, "d %d %llu %s\n", (int)m->kn[k].pid, m->kn[k].stt, m->st.id);
 	}
 	bool bad = ferror(f) != 0;
 	if (fclose(f) != 0) bad = true;
@@ -322,6 +526,8 @@ static void sup_state_cleanup(const char *path)
 	}
 	char line[PATH_MAX + 16], mark[SUP_MARK_HEX + 1] = "", cg[PATH_MAX] = "";
 	int lines = 0, bad = 0;
+	sup_known seen[SUP_KNOWN_MAX];
+	size_t nseen = 0;
 	while (fgets(line, sizeof line, f)) {
 		if (++lines > SUP_STATE_MAX_LINES) {
 			SK_WARN("sup", "state file %s: more than %d lines, the rest ignored", path, SUP_STATE_MAX_LINES);
@@ -348,6 +554,15 @@ static void sup_state_cleanup(const char *path)
 		long long pg;
 		unsigned long long stt, now;
 		char *id;
+		if (!strncmp(line, "d ", 2)) { /* a descendant the previous agent saw: still that process? */
+			if (sup_state_parse(line + 2, &pg, &stt, &id) != 0 || pg <= 1 || pg > INT_MAX || pg == getpid()) {
+				bad++;
+				continue;
+			}
+			if (nseen < SUP_KNOWN_MAX && sup_starttime((pid_t)pg, &now) == 0 && now == stt)
+				seen[nseen++] = (sup_known){ (pid_t)pg, stt };
+			continue;
+		}
 		if (sup_state_parse(line, &pg, &stt, &id) != 0 || pg <= 1 || pg > INT_MAX || pg == getpid() ||
 		    pg == getpgrp()) {
 			bad++;
@@ -362,6 +577,23 @@ static void sup_state_cleanup(const char *path)
 	}
 	if (bad) SK_WARN("sup", "state file %s: %d unreadable lines ignored", path, bad);
 	fclose(f);
+	/* the descendants it saw, wherever they went since, and all below them */
+	size_t np;
+	sup_proc *ps = nseen ? sup_procs(&np) : NULL;
+	bool *in = ps ? calloc(np ? np : 1, sizeof *in) : NULL;
+	if (in) {
+		for (size_t k = 0; k < nseen; k++) {
+			long i = sup_proc_find(ps, np, seen[k].pid);
+			if (i >= 0 && ps[i].stt == seen[k].stt) in[i] = true;
+		}
+		sup_proc_close(ps, np, in);
+		int killed = 0;
+		for (size_t i = 0; i < np; i++)
+			if (in[i] && ps[i].pid != getpgrp() && kill(ps[i].pid, SIGKILL) == 0) killed++;
+		if (killed) SK_WARN("sup", "killed %d descendants of members left by a previous agent", killed);
+	}
+	free(in);
+	free(ps);
 	/* what the leaders left: the previous agent's cgroup, whole, and every
 	 * process carrying its mark (a group whose leader is gone, a setsid) */
 	if (cg[0] && agent_cg_path_ok(cg)) {
@@ -515,6 +747,7 @@ static void sup_forget(sup_member *m)
 	ev_timer_stop(s->loop, &m->start_w);
 	ev_timer_stop(s->loop, &m->stop_w);
 	sup_spec_free(&m->spec);
+	free(m->kn);
 	free(m);
 }
 
@@ -596,27 +829,29 @@ static bool sup_secret(const char *kv)
 /* environ + spec env (overriding same keys, a later entry winning) +
  * SKEIN_RESTART_COUNT, secrets left out; built before fork.  Points into
  * environ and the spec. */
-static char **sup_build_env(const sup_member *m, char *rc, char *mark)
+static char **sup_build_env(const sup_member *m, char *rc, char *mark, char *member)
 {
 	extern char **environ;
 	size_t ne = 0;
 	while (environ[ne]) ne++;
-	char **envp = calloc(ne + m->spec.nenv + 3, sizeof *envp);
+	char **envp = calloc(ne + m->spec.nenv + 4, sizeof *envp);
 	if (!envp) return NULL;
 	size_t k = 0;
 	for (size_t i = 0; i < ne; i++) {
-		bool over = sup_key_eq(environ[i], rc) || sup_key_eq(environ[i], mark) || sup_secret(environ[i]);
+		bool over = sup_key_eq(environ[i], rc) || sup_key_eq(environ[i], mark) || sup_key_eq(environ[i], member) ||
+			    sup_secret(environ[i]);
 		for (size_t j = 0; j < m->spec.nenv && !over; j++) over = sup_key_eq(environ[i], m->spec.env[j]);
 		if (!over) envp[k++] = environ[i];
 	}
 	for (size_t j = 0; j < m->spec.nenv; j++) {
 		bool later = sup_key_eq(m->spec.env[j], rc) || sup_key_eq(m->spec.env[j], mark) ||
-			     sup_secret(m->spec.env[j]);
+			     sup_key_eq(m->spec.env[j], member) || sup_secret(m->spec.env[j]);
 		for (size_t l = j + 1; l < m->spec.nenv && !later; l++) later = sup_key_eq(m->spec.env[j], m->spec.env[l]);
 		if (!later) envp[k++] = (char *)m->spec.env[j];
 	}
 	envp[k++] = rc;
 	envp[k++] = mark;
+	envp[k++] = member;
 	envp[k] = NULL;
 	return envp;
 }
@@ -689,7 +924,9 @@ static int sup_spawn(sup_member *m)
 	int nullfd = sup_fd_high(open("/dev/null", O_RDONLY | O_CLOEXEC));
 	char markvar[sizeof SUP_MARK_VAR + SUP_MARK_HEX + 2];
 	snprintf(markvar, sizeof markvar, "%s=%s", SUP_MARK_VAR, s->mark);
-	char **envp = sup_build_env(m, rcvar, markvar);
+	char membervar[sizeof SUP_MEMBER_VAR + SUP_ID_MAX + 1];
+	snprintf(membervar, sizeof membervar, "%s=%s", SUP_MEMBER_VAR, m->st.id);
+	char **envp = sup_build_env(m, rcvar, markvar, membervar);
 	int cgfd = -1;
 	if (s->cg_root && !m->cg[0]) {
 		char cwhy[300];
@@ -745,6 +982,7 @@ static int sup_spawn(sup_member *m)
 	if (cgfd >= 0) close(cgfd);
 	m->pgid = pid;
 	m->st.pid = pid;
+	sup_known_clear(m);
 	m->st.restarts = rc;
 	m->st.started_ms = sk_mono_ms();
 	if (sup_starttime(pid, &m->starttime) != 0) m->starttime = 0;
@@ -771,6 +1009,10 @@ static void sup_stop_done(sup_member *m)
 	m->stopping = false;
 	m->killed = false;
 	m->pgid = 0;
+	if (m->nkn) {
+		sup_known_clear(m);
+		sup_state_write(s);
+	}
 	if (m->cg[0] && agent_cg_remove(m->cg) == 0) m->cg[0] = 0;
 	ev_timer_stop(s->loop, &m->stop_w);
 	switch (m->then) {
@@ -862,8 +1104,9 @@ static void sup_child_cb(struct ev_loop *loop, ev_child *w, int revents)
 		sup_stop_step(m); /* may free m */
 		return;
 	}
-	/* the leader is the member: what it leaves behind dies with it */
-	if (sup_member_alive(m)) {
+	/* the leader is the member: what it leaves behind dies with it (without
+	 * a cgroup, the walk also finds what left its group) */
+	if (sup_member_alive(m) || !m->cg[0]) {
 		SK_INFO("sup", "%s: killing what its group %d left behind", m->st.id, (int)m->pgid);
 		sup_member_kill(m, SIGKILL);
 	}
@@ -897,6 +1140,19 @@ static void sup_child_cb(struct ev_loop *loop, ev_child *w, int revents)
 	sup_set_state(m, m->st.last_exit == 0 ? SUP_STOPPED : SUP_FAILED, what);
 }
 
+/* Every SUP_TRACK_MS: the descendants of the members that run without a
+ * cgroup, remembered before they can leave the tree (see sup_member_walk). */
+static void sup_track_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	sup *s = w->data;
+	bool dirty = false;
+	for (size_t i = 0; i < s->n; i++) {
+		sup_member *m = s->m[i];
+		if (!m->cg[0] && (m->st.pid || m->stopping) && sup_member_walk(m, 0)) dirty = true;
+	}
+	if (dirty) sup_state_write(s);
+}
+
 /* ---- public ---- */
 
 sup *sup_new(struct ev_loop *loop, const char *log_dir, const char *state_file, sup_event_fn cb, void *ud,
@@ -927,6 +1183,10 @@ sup *sup_new(struct ev_loop *loop, const char *log_dir, const char *state_file, 
 	s->ud = ud;
 	ev_timer_init(&s->evq_w, sup_evq_cb, 0, 0);
 	s->evq_w.data = s;
+	ev_timer_init(&s->track_w, sup_track_cb, SUP_TRACK_MS / 1000.0, SUP_TRACK_MS / 1000.0);
+	s->track_w.data = s;
+	ev_timer_start(loop, &s->track_w);
+	ev_unref(loop); /* tracking alone does not keep the loop running */
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
 		SK_WARN("sup", "cannot become a child subreaper (%s): orphans of members go to init", strerror(errno));
 	uint8_t r[SUP_MARK_HEX / 2];
@@ -1139,6 +1399,8 @@ void sup_free(sup **ps, double max_wait_s)
 	*ps = NULL;
 	s->freeing = true;
 	ev_timer_stop(s->loop, &s->evq_w);
+	ev_ref(s->loop);
+	ev_timer_stop(s->loop, &s->track_w);
 	s->nevq = 0;
 	for (size_t i = 0; i < s->n; i++) {
 		sup_member *m = s->m[i];
@@ -1168,6 +1430,7 @@ void sup_free(sup **ps, double max_wait_s)
 		ev_timer_stop(s->loop, &m->stop_w);
 		if (m->cg[0]) agent_cg_remove(m->cg);
 		sup_spec_free(&m->spec);
+		free(m->kn);
 		free(m);
 	}
 	if (s->cg_root && agent_cg_remove(s->cg_root) != 0)

@@ -214,6 +214,11 @@ static int in_header(agent_conn *c)
 static int in_check_type(agent_conn *c)
 {
 	agent *a = c->a;
+	if (agent_keyless_closed(a)) {
+		a->cnt.drop_keyless++;
+		conn_close(c);
+		return -1;
+	}
 	if (a->kr.n) {
 		if (c->buf[0] != CRYPTO_VERSION) {
 			a->cnt.drop_auth++;
@@ -471,6 +476,10 @@ static bool out_admit(agent *a, size_t need)
 
 void agent_tcp_send(agent *a, const mbr_out *o)
 {
+	if (agent_keyless_closed(a)) {
+		a->cnt.drop_keyless++;
+		return;
+	}
 	size_t plen = o->len + (a->kr.n ? CRYPTO_OVERHEAD : 0);
 	if (!out_admit(a, 4 + plen)) return;
 	uint8_t *buf = malloc(4 + plen);

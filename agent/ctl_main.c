@@ -38,7 +38,7 @@ static void usage(FILE *f)
 		"A sealed request names the agent it is for: the address it reached, or --node NAME\n"
 		"(needed behind a load balancer or NAT, where the agent sees another address).\n\n"
 		"commands:\n"
-		"  members [--status REGEX] [--tag KEY=REGEX] [--format text|json]\n"
+		"  members [--status GLOB] [--tag KEY=GLOB] [--format text|json]\n"
 		"                         the members this agent knows: name, address, status, GPUs, tags\n"
 		"  info [--format text|json]\n"
 		"                         this agent: name, address, profile, counters of packets and drops\n"

@@ -38,8 +38,8 @@ check "nobody was marked failed" bash -c "! grep -q 'failed at' '$T_DIR'/n[1-3].
 exec 7>&-
 
 # --- bad requests through skeinctl
-out=$(ctl 2 members --status '(' 2>&1); rc=$?
-check "bad regex: exit 2 and a one-line reason" expect_err $rc 2 "$out" 'regular expression' 
+out=$(ctl 2 members --status '[' 2>&1); rc=$?
+check "bad pattern: exit 2 and a one-line reason" expect_err $rc 2 "$out" 'bad pattern'
 out=$(ctl 2 bogus 2>&1); rc=$?
 check "unknown command: exit 2" bash -c "[ $rc = 2 ] && echo '$out' | grep -q 'unknown command'"
 out=$(ctl 2 debug drop --in 0.5 2>&1); rc=$?
