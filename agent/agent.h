@@ -369,6 +369,7 @@ bool agent_jobs_dispatch(agent *a, const struct Skein__Control__Request *q, cons
 /* agent_jobs_base.c */
 struct sup;
 struct sup *agent_jobs_sup(agent *a);               /* this node's member supervisor */
+const char *agent_jobs_disk_note(agent *a);        /* "" or the latest disk folder refusal/warning here */
 /* agent_drain.c: whether `node` is drained, as the head's last order to this agent said. */
 bool agent_jobs_drained(agent *a, const char *node);
 

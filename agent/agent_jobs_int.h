@@ -66,6 +66,9 @@ struct agent_jobs {
 	size_t nup;
 	char **drained;
 	size_t ndrained;
+	/* the latest word on a member's disk folder on this node (refused here,
+	 * or a warning): skeinctl info shows it */
+	char disk_note[400];
 };
 
 /* One member's order as the head builds it: o.env points into arena,
