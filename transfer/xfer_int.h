@@ -430,6 +430,7 @@ typedef struct {
 				    order), not each bucket while the one before moves */
 	int nccl_cpu_hash;       /* NCCL: hash on CPU threads even where the GPU kernels load */
 	int journal_scalar;      /* host journal: the scalar compare even where AVX2 runs */
+	int no_openat2;          /* the disk folder: the O_NOFOLLOW walk, as on a kernel without openat2 */
 } xfer_test_hooks;
 extern xfer_test_hooks xfer_hooks;
 

@@ -108,7 +108,7 @@ static int open_walk(int dirfd, const char *rel, int flags, mode_t mode)
 int xfer_open_beneath(int dirfd, const char *rel, int flags, mode_t mode)
 {
 	static int no_openat2; /* set once: the kernel said ENOSYS */
-	if (!__atomic_load_n(&no_openat2, __ATOMIC_RELAXED)) {
+	if (!__atomic_load_n(&no_openat2, __ATOMIC_RELAXED) && !xfer_hooks.no_openat2) {
 		struct open_how how = { .flags = (uint64_t)(flags | O_NOFOLLOW | O_CLOEXEC),
 					.mode = (flags & O_CREAT) ? mode : 0,
 					.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
@@ -285,7 +285,16 @@ int xfer_rmtree_at(int dirfd, const char *name)
 int xfer_rmtree(const char *path)
 {
 	/* the parent by path (the caller's), the rest by descriptor */
-	char parent[4096];
+	char parent[4096], whole[4096];
+	size_t n = strlen(path);
+	while (n > 1 && path[n - 1] == '/') n--; /* "dir/" is dir */
+	if (n >= sizeof whole) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	memcpy(whole, path, n);
+	whole[n] = 0;
+	path = whole;
 	const char *slash = strrchr(path, '/');
 	const char *base = slash ? slash + 1 : path;
 	if (slash == path) snprintf(parent, sizeof parent, "/");

@@ -264,6 +264,50 @@ static void receivers_links(mode_t mode)
 T_TEST(xfer_disk_hostile_receivers_sticky_1777) { receivers_links(01777); }
 T_TEST(xfer_disk_hostile_receivers_open_0777) { receivers_links(0777); }
 
+/* The same on the path kernels without openat2 take (O_NOFOLLOW per name). */
+T_TEST(xfer_disk_hostile_without_openat2)
+{
+	xfer_hooks.no_openat2 = 1;
+	links_removed_not_followed(0777);
+	receivers_links(0777);
+	xfer_hooks.no_openat2 = 0;
+}
+
+/* The beneath-open itself: a link on the way or at the end, and a name
+ * climbing out, are refused with and without openat2. */
+T_TEST(xfer_disk_hostile_open_beneath)
+{
+	hrig g;
+	hrig_open(&g, 0755);
+	char p[800];
+	snprintf(p, sizeof p, "%s/real", g.dir);
+	T_EQ(mkdir(p, 0755), 0);
+	snprintf(p, sizeof p, "%s/real/f", g.dir);
+	put(p, "x", 0644);
+	snprintf(p, sizeof p, "%s/lnk", g.dir);
+	T_EQ(symlink(g.victim, p), 0);
+	snprintf(p, sizeof p, "%s/real/lf", g.dir);
+	T_EQ(symlink(g.vfile, p), 0);
+	int dfd = open(g.dir, O_RDONLY | O_DIRECTORY);
+	T_CHECK(dfd >= 0);
+	for (int mode = 0; mode < 2; mode++) {
+		xfer_hooks.no_openat2 = mode;
+		int fd = xfer_open_beneath(dfd, "real/f", O_RDONLY, 0);
+		T_CHECK(fd >= 0);
+		close(fd);
+		T_EQ(xfer_open_beneath(dfd, "lnk/secret", O_RDONLY, 0), -1);
+		T_CHECK(errno == ELOOP || errno == ENOTDIR); /* the walk: O_DIRECTORY | O_NOFOLLOW on a link */
+		T_EQ(xfer_open_beneath(dfd, "real/lf", O_RDONLY, 0), -1);
+		T_EQ(errno, ELOOP);
+		T_EQ(xfer_open_beneath(dfd, "real/../../shadow600", O_RDONLY, 0), -1);
+		T_EQ(xfer_open_beneath(dfd, "../shadow600", O_RDONLY, 0), -1);
+	}
+	xfer_hooks.no_openat2 = 0;
+	close(dfd);
+	victim_intact(&g);
+	hrig_close(&g);
+}
+
 /* FIFOs where an index and a receiver's record are read: errors or
  * skipped, never a hang (the test's time limit would catch one). */
 static void plant_fifos(const hrig *g, const void *arg)
