@@ -208,9 +208,9 @@ static void info_disk_warnings(agent *a, reply *r, bool json)
 			snprintf(w, sizeof w, "%s", note);
 		} else {
 			const job_rec *j = job_state_at(js, i - 1);
-			char dw[300];
-			if (!job_rec_active(j) || !job_disk_dir_warning(j->spec.disk_dir, (unsigned)geteuid(), dw, sizeof dw))
-				continue;
+			bool refused;
+			const char *dw = job_rec_active(j) ? agent_jobs_disk_judge(a, j->spec.disk_dir, &refused) : "";
+			if (!dw[0]) continue;
 			snprintf(w, sizeof w, "job %s: %s", j->spec.name, dw);
 			if (!strcmp(w, note)) continue; /* said already */
 		}

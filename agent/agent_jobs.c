@@ -534,14 +534,42 @@ out:
 
 /* Whether this node may give dir to job's members; notes a refusal or a
  * warning (logged when it changes) for skeinctl info. */
+enum { DISK_JUDGE_S = 30 }; /* a folder's modes are judged again after this long */
+
+const char *agent_jobs_disk_judge(agent *a, const char *dir, bool *refused)
+{
+	agent_jobs *J = a->jobs;
+	*refused = false;
+	if (!J || !dir || !dir[0]) return "";
+	double now = sk_mono_s();
+	struct disk_judged *d = NULL, *oldest = &J->judged[0];
+	for (size_t i = 0; i < sizeof J->judged / sizeof J->judged[0]; i++) {
+		struct disk_judged *x = &J->judged[i];
+		if (x->dir[0] && !strcmp(x->dir, dir)) d = x;
+		if (x->at < oldest->at) oldest = x;
+	}
+	if (!d || now - d->at >= DISK_JUDGE_S) {
+		if (!d) d = oldest;
+		snprintf(d->dir, sizeof d->dir, "%s", dir);
+		d->at = now;
+		d->why[0] = 0;
+		d->refused = job_disk_dir_check(dir, a->opts.data_dir, d->why, sizeof d->why) != 0;
+		if (!d->refused) job_disk_dir_warning(dir, (unsigned)geteuid(), d->why, sizeof d->why);
+	}
+	*refused = d->refused;
+	return d->why;
+}
+
 static bool disk_dir_ok(agent *a, const char *job, const char *dir)
 {
 	agent_jobs *J = a->jobs;
-	char why[300], note[sizeof J->disk_note];
-	bool ok = job_disk_dir_check(dir, a->opts.data_dir, why, sizeof why) == 0;
-	if (!ok) snprintf(note, sizeof note, "job %s: %s: not given to its members here", job, why);
-	else if (job_disk_dir_warning(dir, (unsigned)geteuid(), why, sizeof why)) snprintf(note, sizeof note, "job %s: %s", job, why);
+	char note[sizeof J->disk_note];
+	bool refused;
+	const char *why = agent_jobs_disk_judge(a, dir, &refused);
+	if (refused) snprintf(note, sizeof note, "job %s: %s: not given to its members here", job, why);
+	else if (why[0]) snprintf(note, sizeof note, "job %s: %s", job, why);
 	else return true;
+	bool ok = !refused;
 	if (strcmp(note, J->disk_note)) {
 		SK_WARN("jobs", "%s", note);
 		snprintf(J->disk_note, sizeof J->disk_note, "%s", note);

@@ -246,9 +246,9 @@ void aj_cmd_job(agent *a, const Skein__Control__Request *q, const agent_client *
 		const job_rec *j = q->n_args == 2 ? find_job(js, q->args[1]) : n ? job_state_at(js, n - 1) : NULL;
 		if (!j) { agent_reply_fail(r, 1, q->n_args == 2 ? "no such job: %s" : "no jobs%s", q->n_args == 2 ? q->args[1] : ""); return; }
 		bool first = true;
-		/* judged now, on the head's host: a folder can be opened up later */
-		char dw[300] = "";
-		job_disk_dir_warning(j->spec.disk_dir, (unsigned)geteuid(), dw, sizeof dw);
+		/* judged on the head's host (again every 30 s): a folder can be opened up later */
+		bool refused;
+		const char *dw = agent_jobs_disk_judge(a, j->spec.disk_dir, &refused);
 		if (json) {
 			sk_buf_printf(&r->body, "{\"job\":");
 			job_line(j, &r->body, true);
