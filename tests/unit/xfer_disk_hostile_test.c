@@ -219,6 +219,9 @@ static void plant_receivers_dir(const hrig *g, const void *arg)
 	/* the receiver writes .tmp.<id>.<its pid> then renames it */
 	snprintf(p, sizeof p, "%s/receivers/.tmp.%s.%d", g->dir, rid, (int)getppid());
 	must(symlink(g->vfile, p), "symlink tmp");
+	/* and the record itself a link: renamed over, never written through */
+	snprintf(p, sizeof p, "%s/receivers/%s", g->dir, rid);
+	must(symlink(g->vfile, p), "symlink record");
 }
 
 static void receivers_links(mode_t mode)
