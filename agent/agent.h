@@ -382,6 +382,10 @@ bool agent_jobs_dispatch(agent *a, const struct Skein__Control__Request *q, cons
 /* agent_jobs_base.c */
 struct sup;
 struct sup *agent_jobs_sup(agent *a);               /* this node's member supervisor */
+const char *agent_jobs_disk_note(agent *a);        /* "" or the latest disk folder refusal/warning here */
+/* "" or why dir is refused (*refused set) or unsafe on this host, judged
+ * at most every 30 s (jobs/job_spec.h job_disk_dir_check, _warning). */
+const char *agent_jobs_disk_judge(agent *a, const char *dir, bool *refused);
 /* agent_drain.c: whether `node` is drained, as the head's last order to this agent said. */
 bool agent_jobs_drained(agent *a, const char *node);
 

@@ -27,6 +27,9 @@
 #include "common/sk_file.h"
 #include "common/sk_log.h"
 #include "proto/control.pb-c.h"
+#include "jobs/job_model.h"
+#include "jobs/job_spec.h"
+#include "jobs/job_state.h"
 #include "proto/gossip.pb-c.h"
 
 #define fail agent_reply_fail
@@ -190,6 +193,41 @@ static void cmd_peers(agent *a, reply *r)
 	free(mi);
 }
 
+/* Disk folders others can write (issue 23 item 2): this node's latest note
+ * on its members' folder, and on the head every active job's folder as it
+ * looks from here.  JSON: ,"disk_warnings":[...]. */
+static void info_disk_warnings(agent *a, reply *r, bool json)
+{
+	const char *note = agent_jobs_disk_note(a);
+	const job_state *js = agent_head_jobs(a);
+	if (json) sk_buf_printf(&r->body, ",\"disk_warnings\":[");
+	bool any = false;
+	for (size_t i = 0; i <= (js ? job_state_count(js) : 0); i++) {
+		char w[400] = "";
+		if (i == 0) {
+			snprintf(w, sizeof w, "%s", note);
+		} else {
+			const job_rec *j = job_state_at(js, i - 1);
+			bool refused;
+			const char *dw = job_rec_active(j) ? agent_jobs_disk_judge(a, j->spec.disk_dir, &refused) : "";
+			if (!dw[0]) continue;
+			snprintf(w, sizeof w, "job %s: %s", j->spec.name, dw);
+			if (!strcmp(w, note)) continue; /* said already */
+		}
+		if (!w[0]) continue;
+		if (json) {
+			if (any) sk_buf_add(&r->body, ",", 1);
+			sk_buf_json_str(&r->body, w);
+		} else {
+			sk_buf_printf(&r->body, "WARNING: ");
+			sk_buf_text(&r->body, w);
+			sk_buf_add(&r->body, "\n", 1);
+		}
+		any = true;
+	}
+	if (json) sk_buf_add(&r->body, "]", 1);
+}
+
 static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 {
 	const mbr_stats *s = mbr_get_stats(a->mbr);
@@ -251,6 +289,7 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 		sk_buf_json_str(&r->body, a->control_socket);
 		sk_buf_printf(&r->body, ",\"insecure\":%s,\"operator_keys\":%d,\"operator_read_keys\":%d",
 			      a->opts.insecure ? "true" : "false", a->op_rw.n, a->op_ro.n);
+		info_disk_warnings(a, r, true);
 		sk_buf_printf(&r->body, ",\"encrypted\":%s,\"keys\":%d,\"members\":%zu,\"alive\":%zu,\"health\":%u,"
 			      "\"uptime_ms\":%llu,\"counters\":{",
 			      a->kr.n ? "true" : "false", a->kr.n, mbr_member_count(a->mbr),
@@ -263,6 +302,7 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 	}
 	if (a->opts.insecure)
 		sk_buf_printf(&r->body, "WARNING: --insecure: anyone who reaches %s may run any command\n", a->rpc_bound);
+	info_disk_warnings(a, r, false);
 	sk_buf_printf(&r->body, "control socket: %s\noperator keys: %d (%d read-only)\n", a->control_socket,
 		      a->op_rw.n + a->op_ro.n, a->op_ro.n);
 	sk_buf_printf(&r->body,

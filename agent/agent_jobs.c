@@ -532,6 +532,53 @@ out:
 	job_report_free(&rep);
 }
 
+/* Whether this node may give dir to job's members; notes a refusal or a
+ * warning (logged when it changes) for skeinctl info. */
+enum { DISK_JUDGE_S = 30 }; /* a folder's modes are judged again after this long */
+
+const char *agent_jobs_disk_judge(agent *a, const char *dir, bool *refused)
+{
+	agent_jobs *J = a->jobs;
+	*refused = false;
+	if (!J || !dir || !dir[0]) return "";
+	double now = sk_mono_s();
+	struct disk_judged *d = NULL, *oldest = &J->judged[0];
+	for (size_t i = 0; i < sizeof J->judged / sizeof J->judged[0]; i++) {
+		struct disk_judged *x = &J->judged[i];
+		if (x->dir[0] && !strcmp(x->dir, dir)) d = x;
+		if (x->at < oldest->at) oldest = x;
+	}
+	if (!d || now - d->at >= DISK_JUDGE_S) {
+		if (!d) d = oldest;
+		snprintf(d->dir, sizeof d->dir, "%s", dir);
+		d->at = now;
+		d->why[0] = 0;
+		d->refused = job_disk_dir_check(dir, a->opts.data_dir, d->why, sizeof d->why) != 0;
+		if (!d->refused) job_disk_dir_warning(dir, (unsigned)geteuid(), d->why, sizeof d->why);
+	}
+	*refused = d->refused;
+	return d->why;
+}
+
+static bool disk_dir_ok(agent *a, const char *job, const char *dir)
+{
+	agent_jobs *J = a->jobs;
+	char note[sizeof J->disk_note];
+	bool refused;
+	const char *why = agent_jobs_disk_judge(a, dir, &refused);
+	if (refused) snprintf(note, sizeof note, "job %s: %s: not given to its members here", job, why);
+	else if (why[0]) snprintf(note, sizeof note, "job %s: %s", job, why);
+	else return true;
+	bool ok = !refused;
+	if (strcmp(note, J->disk_note)) {
+		SK_WARN("jobs", "%s", note);
+		snprintf(J->disk_note, sizeof J->disk_note, "%s", note);
+	}
+	return ok;
+}
+
+const char *agent_jobs_disk_note(agent *a) { return a->jobs ? a->jobs->disk_note : ""; }
+
 void aj_assign_local(agent *a, const job_assignment *as)
 {
 	agent_jobs *J = a->jobs;
@@ -554,7 +601,13 @@ void aj_assign_local(agent *a, const job_assignment *as)
 		snprintf(p->id, sizeof p->id, "%s", o->id);   /* sizes checked where job_order.h meets sup.h */
 		snprintf(p->job, sizeof p->job, "%s", o->job);
 		p->cmd = o->cmd;
-		for (size_t e = 0; e < o->nenv; e++) p->env[p->nenv++] = o->env[e];
+		for (size_t e = 0; e < o->nenv; e++) {
+			/* the head judged the folder on its host; this one judges it
+			 * here too (its own data dir, its own links): a refused
+			 * folder is not given, so the member fails on its own */
+			if (!strncmp(o->env[e], "SKEIN_DISK_DIR=", 15) && !disk_dir_ok(a, o->job, o->env[e] + 15)) continue;
+			p->env[p->nenv++] = o->env[e];
+		}
 		p->env[p->nenv++] = rpc_env;
 		p->gen = o->gen;
 		p->restart_base = o->restart_base;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/sk_log.h"
 #include "common/sk_text.h"
@@ -32,6 +33,10 @@ static void cmd_submit(agent *a, const Skein__Control__Request *q, const agent_c
 	int rc = job_codec_spec_unpack(&s, q->payload.data, q->payload.len, err, sizeof err);
 	if (rc == -2) { agent_reply_fail(r, 2, "job submit: the job description could not be read"); return; }
 	if (rc < 0 || job_spec_validate(&s, err, sizeof err) < 0) { agent_reply_fail(r, 2, "%s", err); return; }
+	/* skeinctl refuses these too, but a raw request must not get past */
+	if (job_disk_dir_check(s.disk_dir, a->opts.data_dir, err, sizeof err) < 0) { agent_reply_fail(r, 2, "%s", err); return; }
+	char warn[300] = "";
+	if (job_disk_dir_warning(s.disk_dir, (unsigned)geteuid(), warn + 9, sizeof warn - 9)) memcpy(warn, "warning: ", 9);
 	/* a retried submission (same token) answers with the job it made */
 	const char *token = q->n_args >= 2 ? q->args[1] : "";
 	if (strlen(token) > 64) { agent_reply_fail(r, 2, "job submit: token longer than 64 bytes"); return; }
@@ -56,13 +61,13 @@ static void cmd_submit(agent *a, const Skein__Control__Request *q, const agent_c
 		return;
 	}
 	J->next_seq = seq + 1;
-	job_rec j = { .spec = s, .state = (char *)"pending", .reason = (char *)"", .seq = seq,
+	job_rec j = { .spec = s, .state = (char *)"pending", .reason = warn, .seq = seq,
 		      .submit_token = (char *)token, .submitted_ms = sk_wall_ms() /* shown to people */ };
 	uint8_t *data;
 	size_t len;
 	if (job_codec_encode(&j, &data, &len) < 0) { agent_reply_fail(r, 1, "out of memory"); return; }
-	char body[160];
-	snprintf(body, sizeof body, "job %s submitted\n", s.name);
+	char body[480];
+	snprintf(body, sizeof body, "job %s submitted\n%s%s", s.name, warn, warn[0] ? "\n" : "");
 	agent_head_propose(a, c, r, JOB_ENTRY_SUBMIT, data, len, body, NULL);
 }
 
@@ -241,9 +246,14 @@ void aj_cmd_job(agent *a, const Skein__Control__Request *q, const agent_client *
 		const job_rec *j = q->n_args == 2 ? find_job(js, q->args[1]) : n ? job_state_at(js, n - 1) : NULL;
 		if (!j) { agent_reply_fail(r, 1, q->n_args == 2 ? "no such job: %s" : "no jobs%s", q->n_args == 2 ? q->args[1] : ""); return; }
 		bool first = true;
+		/* judged on the head's host (again every 30 s): a folder can be opened up later */
+		bool refused;
+		const char *dw = agent_jobs_disk_judge(a, j->spec.disk_dir, &refused);
 		if (json) {
 			sk_buf_printf(&r->body, "{\"job\":");
 			job_line(j, &r->body, true);
+			sk_buf_printf(&r->body, ",\"disk_warning\":");
+			sk_buf_json_str(&r->body, dw);
 			sk_buf_printf(&r->body, ",\"members\":[");
 			print_members(a, j, &r->body, true, &first);
 			sk_buf_printf(&r->body, "]}\n");
@@ -252,6 +262,11 @@ void aj_cmd_job(agent *a, const Skein__Control__Request *q, const agent_client *
 			if (j->reason[0]) {
 				sk_buf_printf(&r->body, "reason:     ");
 				sk_buf_text(&r->body, j->reason);
+				sk_buf_add(&r->body, "\n", 1);
+			}
+			if (dw[0]) {
+				sk_buf_printf(&r->body, "warning:    ");
+				sk_buf_text(&r->body, dw);
 				sk_buf_add(&r->body, "\n", 1);
 			}
 			if (j->has_layout && j->layout.master_port)

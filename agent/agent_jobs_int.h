@@ -66,6 +66,18 @@ struct agent_jobs {
 	size_t nup;
 	char **drained;
 	size_t ndrained;
+	/* the latest word on a member's disk folder on this node (refused here,
+	 * or a warning): skeinctl info shows it */
+	char disk_note[400];
+	/* folders judged lately: stat and realpath run in the event loop, and
+	 * a shared folder may sit on a slow mount, so each is judged at most
+	 * once per DISK_JUDGE_S (agent_jobs.c) */
+	struct disk_judged {
+		char dir[JOB_DIR_MAX];
+		double at;
+		bool refused;
+		char why[300];
+	} judged[8];
 };
 
 /* One member's order as the head builds it: o.env points into arena,

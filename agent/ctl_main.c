@@ -279,6 +279,8 @@ static int cmd_job_submit(char **args, int nargs, const char *format)
 	job_spec_defaults(&s);
 	if (job_spec_parse_args(&s, nargs, args, err, sizeof err) < 0 || job_spec_validate(&s, err, sizeof err) < 0)
 		return die(2, "job submit: %s", err);
+	/* the head refuses it as well; saying so here costs no round trip */
+	if (job_disk_dir_check(s.disk_dir, NULL, err, sizeof err) < 0) return die(2, "job submit: %s", err);
 	size_t len;
 	uint8_t *buf;
 	if (job_codec_spec_pack(&s, &buf, &len) < 0) return die(1, "out of memory%s", "");

@@ -22,7 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 
@@ -668,6 +670,141 @@ int job_spec_validate(job_spec *s, char *err, size_t errlen)
 		return -1;
 	}
 	return 0;
+}
+
+/* ---- the disk folder (issue 23 item 2) ---- */
+
+int job_path_normalize(const char *in, char *out, size_t outlen)
+{
+	if (!in || in[0] != '/' || outlen < 2) return -1;
+	size_t k = 0;
+	out[k++] = '/';
+	out[k] = 0;
+	for (const char *p = in; *p;) {
+		while (*p == '/') p++;
+		const char *e = p;
+		while (*e && *e != '/') e++;
+		size_t len = (size_t)(e - p);
+		if (len == 0 || (len == 1 && p[0] == '.')) {
+			/* nothing */
+		} else if (len == 2 && p[0] == '.' && p[1] == '.') {
+			while (k > 1 && out[k - 1] != '/') k--; /* drop the last component */
+			if (k > 1) k--;                          /* and its slash */
+			out[k] = 0;
+		} else {
+			if (k + (k > 1) + len + 1 > outlen) return -1;
+			if (k > 1) out[k++] = '/';
+			memcpy(out + k, p, len);
+			k += len;
+			out[k] = 0;
+		}
+		p = e;
+	}
+	return 0;
+}
+
+/* Whether path is prefix or inside it (both normalized). */
+static bool job_path_within(const char *path, const char *prefix)
+{
+	size_t n = strlen(prefix);
+	if (n == 1) return true; /* "/" */
+	return !strncmp(path, prefix, n) && (path[n] == 0 || path[n] == '/');
+}
+
+/* Why a normalized path is refused, or NULL. */
+static const char *job_dir_refused(const char *p, const char *data_dir)
+{
+	static const char *const sys[] = { "/etc", "/usr", "/bin", "/sbin", "/boot", "/proc", "/sys", "/dev",
+					    "/var/lib/skein" };
+	if (!strcmp(p, "/")) return "the root folder";
+	for (size_t i = 0; i < sizeof sys / sizeof sys[0]; i++)
+		if (job_path_within(p, sys[i])) return sys[i];
+	if (!strncmp(p, "/lib", 4)) return "/lib*"; /* /lib /lib64 /libx32 ... */
+	char dd[JOB_DIR_MAX];
+	if (data_dir && data_dir[0] && job_path_normalize(data_dir, dd, sizeof dd) == 0 && job_path_within(p, dd))
+		return "the agent's data dir";
+	return NULL;
+}
+
+/* realpath of dir, or of its nearest existing parent with the rest added
+ * back; -1 when nothing of it resolves. */
+static int job_dir_resolve(const char *norm, char *out, size_t outlen)
+{
+	char head[JOB_DIR_MAX], rp[PATH_MAX];
+	snprintf(head, sizeof head, "%s", norm);
+	for (;;) {
+		if (realpath(head, rp)) {
+			/* rest starts with '/', except after "/" itself */
+			const char *rest = norm + strlen(head);
+			if (!strcmp(rp, "/") && *rest == '/') rest++;
+			return snprintf(out, outlen, "%s%s", rp, rest) < (int)outlen ? 0 : -1;
+		}
+		char *slash = strrchr(head, '/');
+		if (!slash || slash == head) {
+			if (!strcmp(head, "/")) return -1;
+			snprintf(head, sizeof head, "/");
+			continue;
+		}
+		*slash = 0;
+	}
+}
+
+int job_disk_dir_check(const char *dir, const char *data_dir, char *err, size_t errlen)
+{
+	char norm[JOB_DIR_MAX], real[PATH_MAX + JOB_DIR_MAX];
+	if (!dir || !dir[0]) return 0;
+	if (job_path_normalize(dir, norm, sizeof norm) != 0) {
+		job_err(err, errlen, "--update-weight-disk-dir: '%s' is not an absolute path", dir);
+		return -1;
+	}
+	const char *why = job_dir_refused(norm, data_dir);
+	if (why) {
+		job_err(err, errlen, "--update-weight-disk-dir %s: refused, it is %s%s (the agents write and remove there as root)",
+			dir, strcmp(why, "the root folder") && strcmp(why, "the agent's data dir") ? "inside " : "", why);
+		return -1;
+	}
+	if (job_dir_resolve(norm, real, sizeof real) == 0 && (why = job_dir_refused(real, data_dir))) {
+		job_err(err, errlen, "--update-weight-disk-dir %s: refused, it resolves to %s, %s%s", dir, real,
+			strcmp(why, "the root folder") && strcmp(why, "the agent's data dir") ? "inside " : "", why);
+		return -1;
+	}
+	return 0;
+}
+
+int job_disk_dir_warning(const char *dir, unsigned uid, char *out, size_t outlen)
+{
+	char norm[JOB_DIR_MAX], real[PATH_MAX + JOB_DIR_MAX];
+	if (out && outlen) out[0] = 0;
+	if (!dir || !dir[0] || job_path_normalize(dir, norm, sizeof norm) != 0) return 0;
+	if (job_dir_resolve(norm, real, sizeof real) != 0) return 0;
+	/* from the folder (or the part of it that exists) up to / */
+	bool self = true;
+	for (;;) {
+		struct stat st;
+		if (stat(real, &st) == 0) {
+			bool others = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+			if (st.st_uid != uid && st.st_uid != 0) {
+				snprintf(out, outlen, "disk folder %s: %s is owned by uid %u: that user can replace it", dir,
+					 real, (unsigned)st.st_uid);
+				return 1;
+			}
+			if (others && self) {
+				snprintf(out, outlen, "disk folder %s: %s is writable by other users (mode %04o): they can plant files there",
+					 dir, real, (unsigned)(st.st_mode & 07777));
+				return 1;
+			}
+			if (others && !(st.st_mode & S_ISVTX)) {
+				snprintf(out, outlen, "disk folder %s: its parent %s is writable by other users and not sticky (mode %04o): they can swap the folder",
+					 dir, real, (unsigned)(st.st_mode & 07777));
+				return 1;
+			}
+		}
+		self = false; /* a folder not made yet: the first one found is a parent */
+		if (!strcmp(real, "/")) return 0;
+		char *slash = strrchr(real, '/');
+		if (slash == real) slash[1] = 0;
+		else *slash = 0;
+	}
 }
 
 uint32_t job_spec_trainer_ranks(const job_spec *s) { return s->actor_num_nodes * s->actor_num_gpus_per_node; }

@@ -75,6 +75,23 @@ int job_spec_parse_yaml_buf(job_spec *s, const char *name, const uint8_t *buf, s
  * the actor's (as Miles does) before the checks. */
 int job_spec_validate(job_spec *s, char *err, size_t errlen);
 
+/* --update-weight-disk-dir as hostile input (issue 23 item 2): the agents
+ * write, rename and remove there as root.  job_disk_dir_check refuses `/`
+ * and anything inside /etc /usr /bin /sbin /lib* /boot /proc /sys /dev,
+ * /var/lib/skein or data_dir (NULL or "": none), judged after lexical
+ * normalization (., .., //) and again after realpath of the folder, or of
+ * its nearest existing parent, on this host.  0, or -1 and one line.
+ * An empty dir is fine (no folder). */
+int job_disk_dir_check(const char *dir, const char *data_dir, char *err, size_t errlen);
+/* A warning (1, text in out) when the folder or one of its parents is
+ * writable by users other than uid and root (the folder at all; a parent
+ * without the sticky bit, which lets them swap the folder), or is owned by
+ * another user; 0 when none (or the folder is not there to judge). */
+int job_disk_dir_warning(const char *dir, unsigned uid, char *out, size_t outlen);
+/* Lexical normalization of an absolute path into out: -1 when it does not
+ * fit or is not absolute. */
+int job_path_normalize(const char *in, char *out, size_t outlen);
+
 /* Member counts of a valid spec. */
 uint32_t job_spec_trainer_ranks(const job_spec *s);  /* actor nodes x GPUs per node */
 uint32_t job_spec_engines(const job_spec *s);        /* rollout GPUs / GPUs per engine */

@@ -20,6 +20,11 @@
  * use and each changed tensor (xxh3-128) after; any failure replays the undo
  * journal, so the receiver keeps the version it had.
  *
+ * The folder may be writable by other users (and we may be root): it is
+ * opened once and kept as a descriptor, and every name under it goes
+ * through xfer_io.c's dirfd helpers (no link followed, no FIFO read, no
+ * tree removed across a link or a mount).
+ *
  * Where we differ from slime: XOR deltas are sparse too (see xfer_delta.c),
  * the index has a checksum line (a torn or truncated index is an error, not
  * garbage), and the chain id makes a delta from another run an error. */
@@ -43,6 +48,8 @@
 enum {
 	WBUF_BYTES = 4 << 20,   /* sender's write buffer for small stored blobs */
 	POLL_MS = 10,           /* receiver: how often it looks for a new version */
+	INDEX_BYTES_MAX = 1 << 30, /* far above any real index; a bigger file is not ours */
+	RECEIVER_BYTES_MAX = 4096, /* "version N\nchain X\n" */
 	MAX_THREADS = 16,       /* encode / apply threads: memory bandwidth is shared beyond this */
 	LOOKAHEAD = 2,          /* sender: tensors encoded ahead of the writer, per thread */
 	INDEX_FORMAT_XXH3 = 1,  /* every checksum is xxh3-128 (no checksum line) */
@@ -57,6 +64,7 @@ typedef xfer_disk_tensor disk_tensor;
 typedef xfer_disk_index disk_index;
 
 typedef struct {
+	int dfd; /* the folder, opened once: every name below is relative to it */
 	/* sender */
 	unsigned char *shadow;
 	int have_shadow, since_full;
@@ -83,9 +91,17 @@ static int disk_probe(char *why, size_t n)
 	return 0;
 }
 
-static void vdir(char *out, size_t n, const char *dir, uint64_t v)
+/* The version's name inside the folder. */
+static void vname(char *out, size_t n, uint64_t v)
 {
-	snprintf(out, n, "%s/weight_v%06llu", dir, (unsigned long long)v);
+	snprintf(out, n, "weight_v%06llu", (unsigned long long)v);
+}
+
+/* Whether name exists under dfd (a link counts: it is not followed). */
+static bool exists_at(int dfd, const char *name)
+{
+	struct stat st;
+	return fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
 /* ---- index text ---- */
@@ -246,15 +262,18 @@ err:
 	return -1;
 }
 
-static int index_read(const char *dir, uint64_t v, disk_index *x, xfer_err *err)
+static int index_read(int dfd, const char *dir, uint64_t v, disk_index *x, xfer_err *err)
 {
-	char path[4200], vd[4096], *txt = NULL;
+	char path[4200], rel[64], *txt = NULL;
 	size_t len;
 	memset(x, 0, sizeof *x);
-	vdir(vd, sizeof vd, dir, v);
-	snprintf(path, sizeof path, "%s/index", vd);
-	if (xfer_read_file(path, &txt, &len, err) != 0) {
-		if (err) err->code = XFER_ECHAIN;
+	snprintf(rel, sizeof rel, "weight_v%06llu/index", (unsigned long long)v);
+	snprintf(path, sizeof path, "%s/%s", dir, rel);
+	if (xfer_read_file_at(dfd, rel, INDEX_BYTES_MAX, &txt, &len, err) != 0) {
+		if (err) {
+			err->code = XFER_ECHAIN;
+			xfer_err_prefix(err, "%s", dir);
+		}
 		return -1;
 	}
 	int rc = xfer_disk_index_parse(txt, len, v, path, x, err);
@@ -305,10 +324,15 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 /* Sorted list of published versions. */
-static int list_versions(const char *dir, uint64_t **out, size_t *n, xfer_err *err)
+static int list_versions(int dfd, const char *dir, uint64_t **out, size_t *n, xfer_err *err)
 {
-	DIR *d = opendir(dir);
-	if (!d) return xfer_fail_errno(err, XFER_EIO, "open folder %s", dir);
+	/* a fresh open of the kept folder: its own read position */
+	int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0) close(fd);
+		return xfer_fail_errno(err, XFER_EIO, "open folder %s", dir);
+	}
 	uint64_t *v = NULL;
 	size_t k = 0, cap = 0;
 	struct dirent *e;
@@ -330,35 +354,43 @@ static int list_versions(const char *dir, uint64_t **out, size_t *n, xfer_err *e
 	return 0;
 }
 
-int xfer_disk_latest(const char *dir, uint64_t *version, xfer_err *err)
+static int latest_at(int dfd, const char *dir, uint64_t *version, xfer_err *err)
 {
 	uint64_t *v;
 	size_t n;
-	if (list_versions(dir, &v, &n, err) != 0) return -1;
+	if (list_versions(dfd, dir, &v, &n, err) != 0) return -1;
 	*version = n ? v[n - 1] : 0;
 	free(v);
 	return 0;
 }
 
-int xfer_disk_gc(const char *dir, int keep_newest, int *deleted, xfer_err *err)
+int xfer_disk_latest(const char *dir, uint64_t *version, xfer_err *err)
+{
+	int dfd = xfer_dir_open(dir, 0, err);
+	if (dfd < 0) return -1;
+	int rc = latest_at(dfd, dir, version, err);
+	close(dfd);
+	return rc;
+}
+
+static int gc_at(int dfd, const char *dir, int keep_newest, int *deleted, xfer_err *err)
 {
 	uint64_t *v = NULL, min_applied = UINT64_MAX, newest_full = 0;
 	size_t n = 0;
 	int del = 0;
 	if (deleted) *deleted = 0;
-	if (list_versions(dir, &v, &n, err) != 0) return -1;
-	char rdir[4096];
-	snprintf(rdir, sizeof rdir, "%s/receivers", dir);
-	DIR *d = opendir(rdir);
+	if (list_versions(dfd, dir, &v, &n, err) != 0) return -1;
+	int rfd = xfer_open_beneath(dfd, "receivers", O_RDONLY | O_DIRECTORY, 0);
+	DIR *d = rfd >= 0 ? fdopendir(rfd) : NULL;
+	if (!d && rfd >= 0) close(rfd);
 	if (d) {
 		struct dirent *e;
 		while ((e = readdir(d))) {
 			if (e->d_name[0] == '.') continue;
-			char path[4400], *txt;
+			char *txt;
 			size_t len;
 			unsigned long long a;
-			snprintf(path, sizeof path, "%s/%s", rdir, e->d_name);
-			if (xfer_read_file(path, &txt, &len, NULL) != 0) continue;
+			if (xfer_read_file_at(rfd, e->d_name, RECEIVER_BYTES_MAX, &txt, &len, NULL) != 0) continue;
 			if (sscanf(txt, "version %llu", &a) == 1 && a < min_applied) min_applied = a;
 			free(txt);
 		}
@@ -368,7 +400,7 @@ int xfer_disk_gc(const char *dir, int keep_newest, int *deleted, xfer_err *err)
 	 * it is needed by anyone who has passed it. */
 	for (size_t i = n; i-- > 0;) {
 		disk_index x;
-		if (index_read(dir, v[i], &x, NULL) != 0) continue;
+		if (index_read(dfd, dir, v[i], &x, NULL) != 0) continue;
 		int full = x.full;
 		xfer_disk_index_free(&x);
 		if (full) { newest_full = v[i]; break; }
@@ -376,13 +408,22 @@ int xfer_disk_gc(const char *dir, int keep_newest, int *deleted, xfer_err *err)
 	if (keep_newest < 1) keep_newest = 1;
 	for (size_t i = 0; i + (size_t)keep_newest < n; i++) {
 		if (v[i] >= newest_full || v[i] > min_applied) continue;
-		char vd[4096];
-		vdir(vd, sizeof vd, dir, v[i]);
-		if (xfer_rmtree(vd) == 0) del++;
+		char vn[32];
+		vname(vn, sizeof vn, v[i]);
+		if (xfer_rmtree_at(dfd, vn) == 0) del++;
 	}
 	free(v);
 	if (deleted) *deleted = del;
 	return 0;
+}
+
+int xfer_disk_gc(const char *dir, int keep_newest, int *deleted, xfer_err *err)
+{
+	int dfd = xfer_dir_open(dir, 0, err);
+	if (dfd < 0) return -1;
+	int rc = gc_at(dfd, dir, keep_newest, deleted, err);
+	close(dfd);
+	return rc;
 }
 
 /* ---- setup / teardown ---- */
@@ -401,12 +442,15 @@ static int disk_setup(xfer_endpoint *ep, xfer_err *err)
 	disk_state *s = calloc(1, sizeof *s);
 	if (!s) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	ep->impl = s;
+	s->dfd = -1;
+	const char *rid = ep->cfg.disk.receiver_id;
+	if (rid && *rid && !xfer_name_ok(rid))
+		return xfer_fail(err, XFER_EINVAL, "disk-delta: receiver id \"%.80s\" is not one plain file name", rid);
 	s->threads = ep->cfg.threads > 0 ? ep->cfg.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
 	if (s->threads < 1) s->threads = 1;
 	if (s->threads > MAX_THREADS) s->threads = MAX_THREADS;
 	if (ep->cfg.role == XFER_SENDER) {
-		if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-			return xfer_fail_errno(err, XFER_EIO, "create folder %s", dir);
+		if ((s->dfd = xfer_dir_open(dir, 1, err)) < 0) return -1;
 		if (getrandom(&s->chain, sizeof s->chain, 0) != sizeof s->chain)
 			s->chain = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
 		s->wbuf = malloc(WBUF_BYTES);
@@ -416,9 +460,7 @@ static int disk_setup(xfer_endpoint *ep, xfer_err *err)
 			return xfer_fail(err, XFER_ENOMEM, "disk-delta: no memory for the %llu-byte copy of the last version",
 					 (unsigned long long)ep->m->bytes);
 	} else {
-		struct stat st;
-		if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-			return xfer_fail_errno(err, XFER_EIO, "disk-delta folder %s", dir);
+		if ((s->dfd = xfer_dir_open(dir, 0, err)) < 0) return -1;
 		for (int i = 0; ep->cfg.keep_previous && i < s->threads; i++)
 			if (!(s->j[i] = xfer_journal_new(ep->cfg.journal_dir, err))) return -1;
 	}
@@ -429,6 +471,7 @@ static void disk_teardown(xfer_endpoint *ep)
 {
 	disk_state *s = ep->impl;
 	if (!s) return;
+	if (s->dfd >= 0) close(s->dfd);
 	free(s->shadow);
 	free(s->wbuf);
 	for (int i = 0; i < MAX_THREADS; i++) xfer_journal_free(&s->j[i]);
@@ -633,8 +676,8 @@ static int disk_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 	disk_state *s = ep->impl;
 	const xfer_manifest *m = ep->m;
 	const char *dir = ep->cfg.disk.dir;
-	int zl = ep->cfg.disk.zstd_level, fd = -1;
-	char tmp[4096], path[4200], dst[4096];
+	int zl = ep->cfg.disk.zstd_level, fd = -1, tfd = -1;
+	char tmp[64], dst[32], path[4200];
 	disk_index x = { .chain = s->chain, .version = v, .enc = (int)ep->cfg.disk.encoding, .zstd = zl > 0,
 			 .sum_kind = ep->cfg.checksum };
 	x.full = !s->have_shadow || s->since_full + 1 >= ep->cfg.disk.full_every;
@@ -642,17 +685,24 @@ static int disk_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 	x.n = m->n;
 	x.t = calloc(m->n + 1, sizeof *x.t);
 	char *itxt = NULL;
-	vdir(dst, sizeof dst, dir, v);
-	snprintf(tmp, sizeof tmp, "%s/.tmp.weight_v%06llu.%d", dir, (unsigned long long)v, (int)getpid());
+	vname(dst, sizeof dst, v);
+	snprintf(tmp, sizeof tmp, ".tmp.weight_v%06llu.%d", (unsigned long long)v, (int)getpid());
+	snprintf(path, sizeof path, "%s/%s/data", dir, tmp);
 	if (!x.t) { xfer_fail(err, XFER_ENOMEM, "out of memory"); goto err; }
-	if (access(dst, F_OK) == 0) {
-		xfer_fail(err, XFER_EINVAL, "%s already exists", dst);
+	if (exists_at(s->dfd, dst)) {
+		xfer_fail(err, XFER_EINVAL, "%s/%s already exists", dir, dst);
 		goto err;
 	}
-	xfer_rmtree(tmp);
-	if (mkdir(tmp, 0755) != 0) { xfer_fail_errno(err, XFER_EIO, "create %s", tmp); goto err; }
-	snprintf(path, sizeof path, "%s/data", tmp);
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	xfer_rmtree_at(s->dfd, tmp); /* a leftover of ours, or anything planted there: unlinked, not followed */
+	if (mkdirat(s->dfd, tmp, 0755) != 0) { xfer_fail_errno(err, XFER_EIO, "create %s/%s", dir, tmp); goto err; }
+	tfd = xfer_open_beneath(s->dfd, tmp, O_RDONLY | O_DIRECTORY, 0);
+	struct stat tst;
+	if (tfd < 0 || fstat(tfd, &tst) != 0 || tst.st_uid != geteuid()) {
+		/* swapped for someone else's folder between our mkdir and open */
+		xfer_fail(err, XFER_EIO, "create %s/%s: the new folder was replaced", dir, tmp);
+		goto err;
+	}
+	fd = openat(tfd, "data", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0) { xfer_fail_errno(err, XFER_EIO, "create %s", path); goto err; }
 	s->have_shadow = 0; /* the shadow is only trusted again once v is out */
 	uint64_t off = 0;
@@ -665,19 +715,28 @@ static int disk_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 	size_t ilen;
 	itxt = xfer_disk_index_format(&x, &ilen);
 	if (!itxt) { xfer_fail(err, XFER_ENOMEM, "out of memory"); goto err; }
-	if (xfer_write_file_atomic(tmp, "index", itxt, ilen, err) != 0) goto err;
-	if (rename(tmp, dst) != 0) { xfer_fail_errno(err, XFER_EIO, "rename %s to %s", tmp, dst); goto err; }
-	if (xfer_fsync_dir(dir, err) != 0) goto err;
+	if (xfer_write_file_atomic_at(tfd, "index", itxt, ilen, err) != 0) {
+		xfer_err_prefix(err, "%s/%s", dir, tmp);
+		goto err;
+	}
+	close(tfd);
+	tfd = -1;
+	if (renameat(s->dfd, tmp, s->dfd, dst) != 0) {
+		xfer_fail_errno(err, XFER_EIO, "rename %s/%s to %s", dir, tmp, dst);
+		goto err;
+	}
+	if (fsync(s->dfd) != 0) { xfer_fail_errno(err, XFER_EIO, "fsync folder %s", dir); goto err; }
 	s->have_shadow = 1;
 	s->since_full = x.full ? 0 : s->since_full + 1;
 	ep->stats.bytes_moved = off + ilen;
-	if (ep->cfg.disk.gc) xfer_disk_gc(dir, 1, NULL, NULL);
+	if (ep->cfg.disk.gc) gc_at(s->dfd, dir, 1, NULL, NULL);
 	free(itxt);
 	xfer_disk_index_free(&x);
 	return 0;
 err:
 	if (fd >= 0) close(fd);
-	xfer_rmtree(tmp);
+	if (tfd >= 0) close(tfd);
+	xfer_rmtree_at(s->dfd, tmp);
 	free(itxt);
 	xfer_disk_index_free(&x);
 	return -1;
@@ -772,13 +831,19 @@ static void *apply_worker(void *arg)
 static int apply_version(xfer_endpoint *ep, const disk_index *x, int use_journal, xfer_err *err)
 {
 	disk_state *s = ep->impl;
-	char path[4200], vd[4096];
-	vdir(vd, sizeof vd, ep->cfg.disk.dir, x->version);
-	snprintf(path, sizeof path, "%s/data", vd);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	char path[4200], rel[64];
+	snprintf(rel, sizeof rel, "weight_v%06llu/data", (unsigned long long)x->version);
+	snprintf(path, sizeof path, "%s/%s", ep->cfg.disk.dir, rel);
+	/* O_NONBLOCK and a regular file only: a FIFO planted as data cannot hang us */
+	int fd = xfer_open_beneath(s->dfd, rel, O_RDONLY | O_NONBLOCK, 0);
 	if (fd < 0) return xfer_fail_errno(err, XFER_ECHAIN, "open %s", path);
 	struct stat st;
-	if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != x->data_bytes) {
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		xfer_fail(err, XFER_EFORMAT, "%s: not a regular file", path);
+		close(fd);
+		return -1;
+	}
+	if ((uint64_t)st.st_size != x->data_bytes) {
 		xfer_fail(err, XFER_EFORMAT, "%s: %lld bytes, the index says %llu", path, (long long)st.st_size,
 			  (unsigned long long)x->data_bytes);
 		close(fd);
@@ -819,12 +884,18 @@ static int record_receiver(xfer_endpoint *ep, xfer_err *err)
 	disk_state *s = ep->impl;
 	const char *rid = ep->cfg.disk.receiver_id;
 	if (!rid || !*rid) return 0;
-	char rdir[4096], txt[128];
-	snprintf(rdir, sizeof rdir, "%s/receivers", ep->cfg.disk.dir);
-	if (mkdir(rdir, 0755) != 0 && errno != EEXIST) return xfer_fail_errno(err, XFER_EIO, "create %s", rdir);
+	char txt[128];
+	const char *dir = ep->cfg.disk.dir;
+	if (mkdirat(s->dfd, "receivers", 0755) != 0 && errno != EEXIST)
+		return xfer_fail_errno(err, XFER_EIO, "create %s/receivers", dir);
+	int rfd = xfer_open_beneath(s->dfd, "receivers", O_RDONLY | O_DIRECTORY, 0);
+	if (rfd < 0) return xfer_fail_errno(err, XFER_EIO, "open %s/receivers", dir);
 	int n = snprintf(txt, sizeof txt, "version %llu\nchain %016llx\n", (unsigned long long)s->have,
 			 (unsigned long long)s->have_chain);
-	return xfer_write_file_atomic(rdir, rid, txt, (size_t)n, err);
+	int rc = xfer_write_file_atomic_at(rfd, rid, txt, (size_t)n, err);
+	if (rc != 0) xfer_err_prefix(err, "%s/receivers", dir);
+	close(rfd);
+	return rc;
 }
 
 /* One attempt; *vanished says the failure came from the sender's gc
@@ -842,14 +913,14 @@ static int disk_receive_once(xfer_endpoint *ep, int wait_ms, uint64_t *version, 
 	double deadline = xfer_now() + (wait_ms < 0 ? 1e12 : wait_ms / 1e3);
 	for (;;) {
 		if (xfer_check_aborted(ep, err) != 0) return -1;
-		if (xfer_disk_latest(dir, &latest, err) != 0) return -1;
+		if (latest_at(s->dfd, dir, &latest, err) != 0) return -1;
 		if (ep->target) { /* exactly the version told: never past it */
-			char vd[4096];
-			vdir(vd, sizeof vd, dir, ep->target);
+			char vn[32];
+			vname(vn, sizeof vn, ep->target);
 			if (ep->target <= s->have)
 				return xfer_fail(err, XFER_EINVAL, "told to receive version %llu, this receiver holds %llu",
 						 (unsigned long long)ep->target, (unsigned long long)s->have);
-			if (access(vd, F_OK) == 0) {
+			if (exists_at(s->dfd, vn)) {
 				latest = ep->target;
 				break;
 			}
@@ -871,7 +942,7 @@ static int disk_receive_once(xfer_endpoint *ep, int wait_ms, uint64_t *version, 
 		disk_index *np_ = realloc(plan, (np + 1) * sizeof *plan);
 		if (!np_) { xfer_fail(err, XFER_ENOMEM, "out of memory"); goto err; }
 		plan = np_;
-		if (index_read(dir, v, &plan[np], err) != 0) {
+		if (index_read(s->dfd, dir, v, &plan[np], err) != 0) {
 			if (np) xfer_err_prefix(err, "version %llu needs version %llu", (unsigned long long)plan[np - 1].version,
 						(unsigned long long)v);
 			goto err;
@@ -928,9 +999,9 @@ static int disk_receive_once(xfer_endpoint *ep, int wait_ms, uint64_t *version, 
 	return 0;
 err:
 	if (np && clean) {
-		char vd[4096];
-		vdir(vd, sizeof vd, dir, plan[np - 1].version);
-		*vanished = access(vd, F_OK) != 0;
+		char vn[32];
+		vname(vn, sizeof vn, plan[np - 1].version);
+		*vanished = !exists_at(s->dfd, vn);
 	}
 	for (size_t i = 0; i < np; i++) xfer_disk_index_free(&plan[i]);
 	free(plan);
@@ -979,11 +1050,12 @@ int xfer_disk_drop(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 {
 	disk_state *s = ep->impl;
 	if (ep->ops != &xfer_disk_ops || !s) return 0;
-	char vd[4096];
-	vdir(vd, sizeof vd, ep->cfg.disk.dir, v);
+	char vn[32];
+	vname(vn, sizeof vn, v);
 	s->have_shadow = 0; /* the next version is full: no chain passes through v */
-	if (access(vd, F_OK) == 0 && xfer_rmtree(vd) != 0) return xfer_fail_errno(err, XFER_EIO, "remove %s", vd);
-	return xfer_fsync_dir(ep->cfg.disk.dir, err);
+	if (xfer_rmtree_at(s->dfd, vn) != 0) return xfer_fail_errno(err, XFER_EIO, "remove %s/%s", ep->cfg.disk.dir, vn);
+	if (fsync(s->dfd) != 0) return xfer_fail_errno(err, XFER_EIO, "fsync folder %s", ep->cfg.disk.dir);
+	return 0;
 }
 
 const xfer_path_ops xfer_disk_ops = {

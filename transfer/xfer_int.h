@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 
 /* ---- errors ---- */
@@ -122,6 +123,18 @@ int xfer_fsync_dir(const char *dir, xfer_err *err);
 int xfer_write_file_atomic(const char *dir, const char *name, const void *p, size_t n,
 			   xfer_err *err);
 int xfer_rmtree(const char *path);
+/* Under a folder that others may write (xfer_io.c's comment): dirfd-relative,
+ * never through a link.  xfer_open_beneath returns an fd or -1 with errno
+ * (ELOOP for a link on the way, EXDEV for a name escaping dirfd). */
+int xfer_name_ok(const char *name); /* one component: no '/', not . or .. */
+int xfer_dir_open(const char *path, int create, xfer_err *err);
+int xfer_open_beneath(int dirfd, const char *rel, int flags, mode_t mode);
+/* A regular file of at most max bytes (a FIFO or device is an error). */
+int xfer_read_file_at(int dirfd, const char *rel, size_t max, char **out, size_t *len, xfer_err *err);
+int xfer_write_file_atomic_at(int dirfd, const char *name, const void *p, size_t n, xfer_err *err);
+/* Removes name under dirfd: links are unlinked, never followed; stays on
+ * dirfd's filesystem; at most 16 levels. 0, or -1 with errno. */
+int xfer_rmtree_at(int dirfd, const char *name);
 
 /* ---- undo journal (xfer_journal.c) ----
  * Records the bytes a receiver is about to overwrite, host or CUDA device
@@ -417,6 +430,7 @@ typedef struct {
 				    order), not each bucket while the one before moves */
 	int nccl_cpu_hash;       /* NCCL: hash on CPU threads even where the GPU kernels load */
 	int journal_scalar;      /* host journal: the scalar compare even where AVX2 runs */
+	int no_openat2;          /* the disk folder: the O_NOFOLLOW walk, as on a kernel without openat2 */
 } xfer_test_hooks;
 extern xfer_test_hooks xfer_hooks;
 

@@ -5,10 +5,12 @@
  *
  *   skein-forge send ENDPOINT [--key FILE [--operator]] [--cmd CMD] [--arg A]...
  *        [--term T] [--sender S] [--recipient R] [--time-offset-ms N]
- *        [--assign JOB/MEMBER:CMD] [--oneway] [--save FILE]
+ *        [--assign JOB/MEMBER:CMD] [--submit-disk-dir DIR] [--oneway] [--save FILE]
  *     builds one request (sealed when --key is given, addressed to R, by
  *     default the endpoint), sends it, saves the exact bytes sent with
  *     --save, and prints the answer: "code N: error" and the body.
+ *     --submit-disk-dir sends `job submit` of a default job (trainer `true`)
+ *     with that --update-weight-disk-dir, unchecked by skeinctl.
  *   skein-forge replay ENDPOINT FILE [--key FILE [--operator]]
  *     sends saved bytes again, unchanged, and prints the answer.
  *   skein-forge wv ENDPOINT VERB KIND [FIELD=VALUE]...
@@ -37,6 +39,7 @@
 #include "common/sk_time.h"
 #include "agent/agent_wire.h"
 #include "jobs/job_codec.h"
+#include "jobs/job_spec.h"
 #include "proto/control.pb-c.h"
 #include "proto/weights.pb-c.h"
 
@@ -345,7 +348,7 @@ int main(int argc, char **argv)
 	Skein__Control__Request q = SKEIN__CONTROL__REQUEST__INIT;
 	char *args[16];
 	size_t nargs = 0;
-	const char *recipient = ep, *save = NULL, *assign = NULL;
+	const char *recipient = ep, *save = NULL, *assign = NULL, *disk_dir = NULL;
 	long long offset = 0;
 	q.cmd = "info";
 	q.format = "text";
@@ -368,6 +371,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(f, "--time-offset-ms")) offset = strtoll(v, NULL, 10);
 		else if (!strcmp(f, "--save")) save = v;
 		else if (!strcmp(f, "--assign")) assign = v;
+		else if (!strcmp(f, "--submit-disk-dir")) disk_dir = v;
 		else { fprintf(stderr, "skein-forge: unknown flag %s\n", f); return 2; }
 	}
 	if (!strcmp(mode, "replay")) {
@@ -384,6 +388,19 @@ int main(int argc, char **argv)
 	q.args = args;
 	q.n_args = nargs;
 	uint8_t *payload = NULL;
+	if (disk_dir) {
+		static job_spec s;
+		static char *sub[] = { "submit" };
+		job_spec_defaults(&s);
+		snprintf(s.trainer_cmd, sizeof s.trainer_cmd, "true");
+		snprintf(s.transfer_mode, sizeof s.transfer_mode, "disk-delta");
+		snprintf(s.disk_dir, sizeof s.disk_dir, "%s", disk_dir);
+		if (job_codec_spec_pack(&s, &payload, &q.payload.len) < 0) return 2;
+		q.payload.data = payload;
+		q.cmd = "job";
+		q.args = sub;
+		q.n_args = 1;
+	}
 	if (assign) {
 		/* JOB/MEMBER:CMD -> an Assignment of one trainer member */
 		char job[128], id[256];
