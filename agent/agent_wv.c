@@ -67,6 +67,8 @@ typedef struct {
 	/* p2p catch-up: this engine serves `serve_version` to `serve_to`, or is
 	 * served `catchup_version` by `source` */
 	char serve_to[MEMBER_MAX], source[MEMBER_MAX];
+	uint8_t staged_root[WV_DIGEST_LEN]; /* the root it verified `staged` against (EngineStatus.root) */
+	bool has_staged_root;
 	uint64_t serve_version, catchup_version;
 	double catchup_since, retry_at; /* a failed catch-up is asked again after CATCHUP_RETRY_S */
 } wv_eng;
@@ -433,12 +435,29 @@ static void finish(agent *a, wv_open *u, const char *state, const char *cause, c
 	wv_update_free(&f);
 }
 
-/* Committed once the sender is done and no participant is pending. */
+static void lose(agent *a, wv_open *u, wv_engine *p, const char *why, bool fault, bool by_sender);
+
+/* Committed once the sender is done, no participant is pending, and every
+ * verified one verified against the sender's root (when both are known: a
+ * path that keeps no root says none).  An engine whose root differs took
+ * a forged or corrupted version: a checksum failure, whatever it said. */
 static void try_finish(agent *a, wv_open *u)
 {
 	if (!u->begun || u->final_proposed || !u->done) return;
 	for (size_t i = 0; i < u->rec.nengines; i++)
 		if (!strcmp(u->rec.engines[i].state, "pending")) return;
+	for (size_t i = 0; u->rec.has_root && i < u->rec.nengines && !u->final_proposed; i++) {
+		wv_engine *p = &u->rec.engines[i];
+		wv_eng *e = eng_find(a->wv, p->member);
+		if (strcmp(p->state, "verified") || !e || e->staged != u->rec.version || !e->has_staged_root ||
+		    !memcmp(e->staged_root, u->rec.root, WV_DIGEST_LEN))
+			continue;
+		char why[REASON_MAX];
+		snprintf(why, sizeof why, "version %llu: root mismatch: the checksums it verified against are not the "
+			 "sender's (a forged or corrupted data path): checksum refused", (unsigned long long)u->rec.version);
+		lose(a, u, p, why, true, true);
+	}
+	if (u->final_proposed) return;
 	finish(a, u, "committed", NULL, NULL);
 }
 
@@ -547,6 +566,10 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 		in->rank = (int32_t)(p - u->rec.engines) + 1;
 		in->nranks = (int32_t)u->rec.nengines + 1;
 		in->timeout_ms = u->timeout_ms;
+		if (u->rec.has_root) {
+			in->root.data = u->rec.root;
+			in->root.len = WV_DIGEST_LEN;
+		}
 		return true;
 	}
 	if (e->serve_to[0]) {
@@ -566,6 +589,12 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 	const job_state *js = agent_head_jobs(a);
 	const job_rec *j = js ? job_state_get(js, e->job) : NULL;
 	if (!j) return false;
+	/* the committed record's root: what the catch-up's sums must hash to */
+	const wv_update *lrec = wv_state_get(ws, e->job, L);
+	if (lrec && lrec->has_root) {
+		in->root.data = (uint8_t *)lrec->root;
+		in->root.len = WV_DIGEST_LEN;
+	}
 	if (!is_full_copy(j->spec.transfer_mode)) {
 		in->kind = "catchup";
 		in->version = L;
@@ -728,6 +757,7 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 		return fail_client(a, c, "mode %s: job %s moves weights with %s", b->mode, b->job, s.transfer_mode);
 	if (b->digest.len != 0 && b->digest.len != 16) return fail_client(a, c, "manifest digest: 16 bytes expected");
 	if (b->setup.len > SETUP_MAX) return fail_client(a, c, "setup: at most %d bytes", SETUP_MAX);
+	if (b->root.len != 0 && b->root.len != WV_DIGEST_LEN) return fail_client(a, c, "root: 16 bytes expected");
 	wv_open *u = open_find(W, b->job);
 	if (u) {
 		if (u->rec.version == b->version && !strcmp(u->rec.sender, b->member) && !u->final_proposed) {
@@ -765,6 +795,7 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 	r->base_version = L;
 	snprintf(r->mode, sizeof r->mode, "%s", b->mode);
 	if (b->digest.len == 16) memcpy(r->digest, b->digest.data, 16), r->has_digest = true;
+	if (b->root.len == WV_DIGEST_LEN) memcpy(r->root, b->root.data, WV_DIGEST_LEN), r->has_root = true;
 	r->bytes = b->bytes;
 	r->tensors = b->tensors;
 	snprintf(r->sender, sizeof r->sender, "%s", b->member);
@@ -816,6 +847,7 @@ static void cmd_done(agent *a, const Skein__Control__Request *q, const agent_cli
 		return fail_client(a, c, "%s sends v%llu from %s, not from %s", d->member, (unsigned long long)d->version,
 				   u->rec.sender_node, origin(a, q, c));
 	if (d->setup.len > SETUP_MAX) return fail_client(a, c, "setup: at most %d bytes", SETUP_MAX);
+	if (d->root.len != 0 && d->root.len != WV_DIGEST_LEN) return fail_client(a, c, "root: 16 bytes expected");
 	u->done_client = *c;
 	u->done_waiting = true;
 	u->t_progress = u->t_last_word = sk_mono_s();
@@ -840,6 +872,16 @@ static void cmd_done(agent *a, const Skein__Control__Request *q, const agent_cli
 		char why[REASON_MAX];
 		snprintf(why, sizeof why, "%s (sender) on %s: %s", u->rec.sender, u->rec.sender_node, d->reason);
 		return finish(a, u, "aborted", "sender", why);
+	}
+	if (d->root.len == WV_DIGEST_LEN) {
+		if (u->rec.has_root && memcmp(u->rec.root, d->root.data, WV_DIGEST_LEN)) {
+			char why[REASON_MAX];
+			snprintf(why, sizeof why, "%s (sender) on %s: the root in its done differs from its begin's",
+				 u->rec.sender, u->rec.sender_node);
+			return finish(a, u, "aborted", "sender", why);
+		}
+		memcpy(u->rec.root, d->root.data, WV_DIGEST_LEN); /* into the final record */
+		u->rec.has_root = true;
 	}
 	/* at most one entry per participant counts: a longer list is not read */
 	for (size_t i = 0; i < d->n_failed && i < u->rec.nengines && !u->final_proposed; i++) {
@@ -889,6 +931,7 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 		return fail_client(a, c, "%s runs on %s, not on %s", st->member, node, origin(a, q, c));
 	if (strlen(st->endpoint) >= ENDPOINT_MAX || !endpoint_ok(a, node, st->endpoint))
 		return fail_client(a, c, "endpoint '%.64s' is not on %s's address", st->endpoint, node);
+	if (st->root.len != 0 && st->root.len != WV_DIGEST_LEN) return fail_client(a, c, "root: 16 bytes expected");
 	wv_eng *e = eng_get(W, st->member);
 	if (!e) return fail_client(a, c, "too many engines");
 	if (e->waiting) { /* the older wait gives way */
@@ -908,6 +951,8 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 	e->pid = ms ? ms->pid : 0;
 	e->held = st->held;
 	e->staged = st->staged;
+	e->has_staged_root = st->staged && st->root.len == WV_DIGEST_LEN;
+	if (e->has_staged_root) memcpy(e->staged_root, st->root.data, WV_DIGEST_LEN);
 	e->failed = st->failed;
 	snprintf(e->reason, sizeof e->reason, "%s", st->reason);
 	snprintf(e->endpoint, sizeof e->endpoint, "%s", st->endpoint);
