@@ -45,6 +45,7 @@ static const double WAIT_HOLD_S = 1.0;      /* a wait with nothing to do is answ
 static const double ENGINE_FORGET_S = 10.0; /* an engine not heard from for this long is forgotten */
 static const double CATCHUP_STALL_S = 30.0; /* a peer catch-up without news is given up */
 static const double CATCHUP_RETRY_S = 1.0;
+static const double RETRY_S = 0.1;          /* a refused final/measured proposal is made again after this */
 enum {
 	MEMBER_MAX = JOB_NAME_MAX + 32,
 	ENDPOINT_MAX = 64,
@@ -66,6 +67,8 @@ typedef struct {
 	/* p2p catch-up: this engine serves `serve_version` to `serve_to`, or is
 	 * served `catchup_version` by `source` */
 	char serve_to[MEMBER_MAX], source[MEMBER_MAX];
+	uint8_t staged_root[WV_DIGEST_LEN]; /* the root it verified `staged` against (EngineStatus.root) */
+	bool has_staged_root;
 	uint64_t serve_version, catchup_version;
 	double catchup_since, retry_at; /* a failed catch-up is asked again after CATCHUP_RETRY_S */
 } wv_eng;
@@ -98,6 +101,15 @@ struct agent_wv {
 	size_t neng, engcap;
 	wv_open *open;
 	size_t nopen, opencap;
+	/* final and measured records Raft refused (a handover in progress, the
+	 * lease lapsing): proposed again every RETRY_S until one is taken or the
+	 * head steps down (forget_all; the next head adopts what is open) */
+	wv_update *retry;
+	size_t nretry, retrycap;
+	double retry_at;
+	size_t engines_max;            /* WV_ENGINES_MAX; SKEIN_TEST_WV_ENGINES_MAX lowers it (tests) */
+	int test_refuse;               /* SKEIN_TEST_WV_REFUSE=N: the first N final/measured
+					  proposals refused as Raft refuses them in a handover */
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -298,18 +310,74 @@ static bool is_full_copy(const char *mode)
 static void arm(agent *a);
 static void catch_up(agent *a);
 
-static void propose(agent *a, const wv_update *u, const char *what)
+/* 0 proposed, -1 not (said in the log). */
+static int propose(agent *a, const wv_update *u, const char *what)
 {
 	uint8_t *data;
 	size_t len;
+	int rc = -1;
 	agent_reply r = { 0 };
 	sk_buf_init(&r.body);
+	bool final = strcmp(u->state, "preparing") != 0;
 	if (wv_update_encode(u, &data, &len) < 0) {
 		SK_WARN("wv", "%s of %s v%llu: out of memory", what, u->job, (unsigned long long)u->version);
+	} else if (final && a->wv->test_refuse > 0) {
+		a->wv->test_refuse--;
+		free(data);
+		SK_WARN("wv", "%s of %s v%llu not proposed: refused (SKEIN_TEST_WV_REFUSE)", what, u->job,
+			(unsigned long long)u->version);
 	} else if (agent_head_propose(a, NULL, &r, WV_ENTRY_PUT, data, len, NULL, NULL) < 0) {
 		SK_WARN("wv", "%s of %s v%llu not proposed: %s", what, u->job, (unsigned long long)u->version, r.error);
+	} else {
+		rc = 0;
 	}
 	sk_buf_free(&r.body);
+	return rc;
+}
+
+/* A final or measured record: proposed, or queued to be proposed again
+ * (a refusal must not leave the update stuck open on this head). */
+static void propose_final(agent *a, const wv_update *u, const char *what)
+{
+	agent_wv *W = a->wv;
+	if (propose(a, u, what) == 0) return;
+	wv_update *q = grow_one((void **)&W->retry, &W->retrycap, W->nretry, sizeof *q, OPEN_MAX * 2);
+	if (!q || wv_update_copy(q, u) < 0) {
+		SK_WARN("wv", "%s of %s v%llu: cannot queue its retry", what, u->job, (unsigned long long)u->version);
+		return;
+	}
+	W->nretry++;
+	if (W->retry_at <= 0) W->retry_at = sk_mono_s() + RETRY_S;
+}
+
+/* The queue's records not yet in the state: proposed again; the first one
+ * refused again stops this round (Raft refuses them all alike). */
+static void retry_finals(agent *a, double now)
+{
+	agent_wv *W = a->wv;
+	const wv_state *ws = state_of(a);
+	if (!W->nretry || now < W->retry_at || !ws) return;
+	W->retry_at = now + RETRY_S;
+	for (size_t i = 0; i < W->nretry;) {
+		wv_update *q = &W->retry[i];
+		const wv_update *rec = wv_state_get(ws, q->job, q->version);
+		/* taken already (or gone with its job): nothing to do */
+		bool done = !rec || (q->measured ? rec->measured : !wv_update_open(rec));
+		if (!done && propose(a, q, q->measured ? "timings (again)" : "final record (again)") < 0) break;
+		if (!done) SK_INFO("wv", "%s v%llu: the refused %s record proposed again", q->job,
+				   (unsigned long long)q->version, q->measured ? "measured" : q->state);
+		wv_update_free(q);
+		memmove(q, q + 1, (W->nretry - i - 1) * sizeof *q);
+		W->nretry--;
+	}
+	if (!W->nretry) W->retry_at = 0;
+}
+
+static void retry_clear(agent_wv *W)
+{
+	for (size_t i = 0; i < W->nretry; i++) wv_update_free(&W->retry[i]);
+	W->nretry = 0;
+	W->retry_at = 0;
 }
 
 /* Seconds from u's begin to now: the head's monotonic clock when it saw the
@@ -334,7 +402,7 @@ static double measure_commit(agent *a, wv_open *u, const wv_update *rec)
 	f.measured = true;
 	f.update_seconds = update_s;
 	f.commit_seconds = u->t_last_word > 0 ? now - u->t_last_word : 0;
-	propose(a, &f, "timings");
+	propose_final(a, &f, "timings");
 	wv_update_free(&f);
 	return update_s;
 }
@@ -358,7 +426,7 @@ static void finish(agent *a, wv_open *u, const char *state, const char *cause, c
 	/* to the proposal; the amendment (measure_commit) runs them to the commit */
 	f.update_seconds = since_begin(u, now);
 	f.commit_seconds = u->t_last_word > 0 ? now - u->t_last_word : 0;
-	if (f.reason) propose(a, &f, state);
+	if (f.reason) propose_final(a, &f, state);
 	u->final_proposed = true;
 	snprintf(u->final_state, sizeof u->final_state, "%s", state);
 	snprintf(u->final_reason, sizeof u->final_reason, "%s", reason ? reason : "");
@@ -367,20 +435,40 @@ static void finish(agent *a, wv_open *u, const char *state, const char *cause, c
 	wv_update_free(&f);
 }
 
-/* Committed once the sender is done and no participant is pending. */
+static void lose(agent *a, wv_open *u, wv_engine *p, const char *why, bool fault, bool by_sender);
+
+/* Committed once the sender is done, no participant is pending, and every
+ * verified one verified against the sender's root (when both are known: a
+ * path that keeps no root says none).  An engine whose root differs took
+ * a forged or corrupted version: a checksum failure, whatever it said. */
 static void try_finish(agent *a, wv_open *u)
 {
 	if (!u->begun || u->final_proposed || !u->done) return;
 	for (size_t i = 0; i < u->rec.nengines; i++)
 		if (!strcmp(u->rec.engines[i].state, "pending")) return;
+	for (size_t i = 0; u->rec.has_root && i < u->rec.nengines && !u->final_proposed; i++) {
+		wv_engine *p = &u->rec.engines[i];
+		wv_eng *e = eng_find(a->wv, p->member);
+		if (strcmp(p->state, "verified") || !e || e->staged != u->rec.version || !e->has_staged_root ||
+		    !memcmp(e->staged_root, u->rec.root, WV_DIGEST_LEN))
+			continue;
+		char why[REASON_MAX];
+		snprintf(why, sizeof why, "version %llu: root mismatch: the checksums it verified against are not the "
+			 "sender's (a forged or corrupted data path): checksum refused", (unsigned long long)u->rec.version);
+		lose(a, u, p, why, true, true);
+	}
+	if (u->final_proposed) return;
 	finish(a, u, "committed", NULL, NULL);
 }
 
 /* A participant is gone or failed: dropped (drop mode, not a data fault),
- * or the update aborts. */
-static void lose(agent *a, wv_open *u, wv_engine *p, const char *why, bool fault)
+ * or the update aborts.  by_sender: the sender's done lists it as failed or
+ * never served; that holds even over an earlier "verified" (what it staged
+ * did not come from the sender: issue 23, the head's cross-check). */
+static void lose(agent *a, wv_open *u, wv_engine *p, const char *why, bool fault, bool by_sender)
 {
-	if (u->final_proposed || strcmp(p->state, "pending")) return;
+	if (u->final_proposed) return;
+	if (strcmp(p->state, "pending") && !(by_sender && !strcmp(p->state, "verified"))) return;
 	snprintf(p->state, sizeof p->state, "%s", fault || !u->drop ? "failed" : "dropped");
 	free(p->reason);
 	p->reason = strdup(why);
@@ -418,6 +506,15 @@ static bool abort_of(const wv_update *rec, const wv_open *u, uint64_t v, Skein__
 	return true;
 }
 
+/* rec committed without member's staged copy: it took part and ended
+ * failed or dropped (the sender did not serve it, whatever it staged).  An
+ * engine rec does not list never staged rec (a catch-up lands as held). */
+static bool staged_refused(const wv_update *rec, const char *member)
+{
+	const wv_engine *p = wv_update_engine(rec, member);
+	return p && strcmp(p->state, "verified") != 0;
+}
+
 /* What engine e must do now; false: nothing yet (its wait is held). */
 static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *reason, size_t rcap)
 {
@@ -428,11 +525,21 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 	uint64_t L = wv_state_committed(ws, e->job);
 	if (e->staged) {
 		const wv_update *rec = wv_state_get(ws, e->job, e->staged);
-		if (rec && !strcmp(rec->state, "committed")) {
+		if (rec && !strcmp(rec->state, "committed") && !staged_refused(rec, e->member)) {
 			in->kind = "commit";
 			in->version = e->staged;
 			e->held = e->staged; /* it holds it once it reads this (its next wait says so) */
 			e->staged = 0;
+			return true;
+		}
+		if (rec && !strcmp(rec->state, "committed")) {
+			/* committed without it: what it staged is discarded (v-1 back),
+			 * then it is caught up like any engine behind */
+			in->kind = "abort";
+			in->version = e->staged;
+			snprintf(reason, rcap, "v%llu committed without %s: %s", (unsigned long long)e->staged, e->member,
+				 wv_update_engine(rec, e->member)->reason);
+			in->reason = reason;
 			return true;
 		}
 		return abort_of(rec, u, e->staged, in, reason, rcap); /* else open: wait for the verdict */
@@ -459,6 +566,10 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 		in->rank = (int32_t)(p - u->rec.engines) + 1;
 		in->nranks = (int32_t)u->rec.nengines + 1;
 		in->timeout_ms = u->timeout_ms;
+		if (u->rec.has_root) {
+			in->root.data = u->rec.root;
+			in->root.len = WV_DIGEST_LEN;
+		}
 		return true;
 	}
 	if (e->serve_to[0]) {
@@ -478,6 +589,12 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 	const job_state *js = agent_head_jobs(a);
 	const job_rec *j = js ? job_state_get(js, e->job) : NULL;
 	if (!j) return false;
+	/* the committed record's root: what the catch-up's sums must hash to */
+	const wv_update *lrec = wv_state_get(ws, e->job, L);
+	if (lrec && lrec->has_root) {
+		in->root.data = (uint8_t *)lrec->root;
+		in->root.len = WV_DIGEST_LEN;
+	}
 	if (!is_full_copy(j->spec.transfer_mode)) {
 		in->kind = "catchup";
 		in->version = L;
@@ -603,7 +720,8 @@ static size_t pick_participants(agent *a, const char *job, const char *mode, uin
 	for (size_t i = 0; i < W->neng; i++) {
 		wv_eng *e = &W->eng[i];
 		/* verified the version that just committed: it holds it once told */
-		uint64_t held = e->staged && e->staged == L ? L : e->held;
+		const wv_update *lr = e->staged && e->staged == L ? wv_state_get(state_of(a), job, L) : NULL;
+		uint64_t held = lr && !staged_refused(lr, e->member) ? L : e->held;
 		if (strcmp(e->job, job) || (e->staged && e->staged != L)) continue;
 		const job_member_status *st = aj_status_of(a, e->node, e->member);
 		if (!st || strcmp(st->state, "running") || st->pid != e->pid || !node_alive(a, e->node)) continue;
@@ -639,6 +757,7 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 		return fail_client(a, c, "mode %s: job %s moves weights with %s", b->mode, b->job, s.transfer_mode);
 	if (b->digest.len != 0 && b->digest.len != 16) return fail_client(a, c, "manifest digest: 16 bytes expected");
 	if (b->setup.len > SETUP_MAX) return fail_client(a, c, "setup: at most %d bytes", SETUP_MAX);
+	if (b->root.len != 0 && b->root.len != WV_DIGEST_LEN) return fail_client(a, c, "root: 16 bytes expected");
 	wv_open *u = open_find(W, b->job);
 	if (u) {
 		if (u->rec.version == b->version && !strcmp(u->rec.sender, b->member) && !u->final_proposed) {
@@ -676,6 +795,7 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 	r->base_version = L;
 	snprintf(r->mode, sizeof r->mode, "%s", b->mode);
 	if (b->digest.len == 16) memcpy(r->digest, b->digest.data, 16), r->has_digest = true;
+	if (b->root.len == WV_DIGEST_LEN) memcpy(r->root, b->root.data, WV_DIGEST_LEN), r->has_root = true;
 	r->bytes = b->bytes;
 	r->tensors = b->tensors;
 	snprintf(r->sender, sizeof r->sender, "%s", b->member);
@@ -684,6 +804,14 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 	r->reason = strdup("");
 	r->started_ms = sk_wall_ms();
 	r->nengines = pick_participants(a, b->job, b->mode, L, &r->engines);
+	if (r->nengines > W->engines_max) {
+		/* every voter refuses such a record at apply (wv_codec.c): say so now
+		 * rather than let the update time out */
+		size_t n = r->nengines;
+		open_free(W, u);
+		return fail_client(a, c, "update v%llu of %s: %zu engines would take part, at most %zu per update",
+				   (unsigned long long)b->version, b->job, n, W->engines_max);
+	}
 	if (b->setup.len && (u->setup = malloc(b->setup.len))) {
 		memcpy(u->setup, b->setup.data, b->setup.len);
 		u->setup_len = b->setup.len;
@@ -719,6 +847,7 @@ static void cmd_done(agent *a, const Skein__Control__Request *q, const agent_cli
 		return fail_client(a, c, "%s sends v%llu from %s, not from %s", d->member, (unsigned long long)d->version,
 				   u->rec.sender_node, origin(a, q, c));
 	if (d->setup.len > SETUP_MAX) return fail_client(a, c, "setup: at most %d bytes", SETUP_MAX);
+	if (d->root.len != 0 && d->root.len != WV_DIGEST_LEN) return fail_client(a, c, "root: 16 bytes expected");
 	u->done_client = *c;
 	u->done_waiting = true;
 	u->t_progress = u->t_last_word = sk_mono_s();
@@ -744,6 +873,16 @@ static void cmd_done(agent *a, const Skein__Control__Request *q, const agent_cli
 		snprintf(why, sizeof why, "%s (sender) on %s: %s", u->rec.sender, u->rec.sender_node, d->reason);
 		return finish(a, u, "aborted", "sender", why);
 	}
+	if (d->root.len == WV_DIGEST_LEN) {
+		if (u->rec.has_root && memcmp(u->rec.root, d->root.data, WV_DIGEST_LEN)) {
+			char why[REASON_MAX];
+			snprintf(why, sizeof why, "%s (sender) on %s: the root in its done differs from its begin's",
+				 u->rec.sender, u->rec.sender_node);
+			return finish(a, u, "aborted", "sender", why);
+		}
+		memcpy(u->rec.root, d->root.data, WV_DIGEST_LEN); /* into the final record */
+		u->rec.has_root = true;
+	}
 	/* at most one entry per participant counts: a longer list is not read */
 	for (size_t i = 0; i < d->n_failed && i < u->rec.nengines && !u->final_proposed; i++) {
 		wv_engine *p = part_of(u, d->failed[i]->member);
@@ -754,7 +893,7 @@ static void cmd_done(agent *a, const Skein__Control__Request *q, const agent_cli
 		bool fault = d->failed[i]->verdict;
 		char why[REASON_MAX];
 		snprintf(why, sizeof why, "%s%s", fault ? "" : "the sender could not reach it: ", d->failed[i]->reason);
-		if (p) lose(a, u, p, why, fault);
+		if (p) lose(a, u, p, why, fault, true);
 	}
 	try_finish(a, u);
 }
@@ -792,6 +931,7 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 		return fail_client(a, c, "%s runs on %s, not on %s", st->member, node, origin(a, q, c));
 	if (strlen(st->endpoint) >= ENDPOINT_MAX || !endpoint_ok(a, node, st->endpoint))
 		return fail_client(a, c, "endpoint '%.64s' is not on %s's address", st->endpoint, node);
+	if (st->root.len != 0 && st->root.len != WV_DIGEST_LEN) return fail_client(a, c, "root: 16 bytes expected");
 	wv_eng *e = eng_get(W, st->member);
 	if (!e) return fail_client(a, c, "too many engines");
 	if (e->waiting) { /* the older wait gives way */
@@ -811,6 +951,8 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 	e->pid = ms ? ms->pid : 0;
 	e->held = st->held;
 	e->staged = st->staged;
+	e->has_staged_root = st->staged && st->root.len == WV_DIGEST_LEN;
+	if (e->has_staged_root) memcpy(e->staged_root, st->root.data, WV_DIGEST_LEN);
 	e->failed = st->failed;
 	snprintf(e->reason, sizeof e->reason, "%s", st->reason);
 	snprintf(e->endpoint, sizeof e->endpoint, "%s", st->endpoint);
@@ -838,7 +980,7 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 			u->t_progress = sk_mono_s();
 			p->seconds = secs(st->seconds);
 			p->t = timings_of(st->timings);
-			lose(a, u, p, st->reason[0] ? st->reason : "failed", true);
+			lose(a, u, p, st->reason[0] ? st->reason : "failed", true, false);
 		}
 	}
 	e->waiting = true;
@@ -930,15 +1072,15 @@ static void check_open(agent *a, double now)
 			if (strcmp(p->state, "pending")) continue;
 			wv_eng *e = eng_find(W, p->member);
 			const job_member_status *st = aj_status_of(a, p->node, p->member);
-			if (!node_alive(a, p->node)) lose(a, u, p, "its node failed", false);
+			if (!node_alive(a, p->node)) lose(a, u, p, "its node failed", false, false);
 			else if (!st && !aj_node_reported(a, p->node))
 				continue; /* a new head, not yet told of the node's members: the watchdog bounds this */
 			else if (!st || strcmp(st->state, "running")) {
 				char why[160];
 				snprintf(why, sizeof why, "its process exited (%s)", st ? st->state : "gone");
-				lose(a, u, p, why, false);
+				lose(a, u, p, why, false, false);
 			} else if (e && e->pid && st->pid != e->pid) {
-				lose(a, u, p, "its process restarted", false);
+				lose(a, u, p, "its process restarted", false, false);
 			}
 		}
 		if (u->final_proposed) continue;
@@ -1002,6 +1144,7 @@ static void forget_all(agent *a)
 	}
 	W->nopen = 0;
 	W->neng = 0;
+	retry_clear(W);
 }
 
 /* A head that became ready (adopting what the last one left open), or
@@ -1021,6 +1164,7 @@ static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	} else {
 		double now = sk_mono_s();
 		catch_up(a);
+		retry_finals(a, now);
 		check_open(a, now);
 		check_waits(a, now);
 	}
@@ -1031,7 +1175,7 @@ static void arm(agent *a)
 {
 	agent_wv *W = a->wv;
 	if (!W) return;
-	double want = W->nopen || W->changed ? TICK_S : IDLE_TICK_S;
+	double want = W->nopen || W->changed || W->nretry ? TICK_S : IDLE_TICK_S;
 	for (size_t i = 0; i < W->neng && want > TICK_S; i++)
 		if (W->eng[i].waiting) want = 0.1;
 	if (ev_is_active(&W->tick) && ev_timer_remaining(a->loop, &W->tick) <= want) return;
@@ -1249,6 +1393,17 @@ int agent_wv_open(agent *a, char *err, size_t errlen)
 		return -1;
 	}
 	a->wv = W;
+	const char *refuse = getenv("SKEIN_TEST_WV_REFUSE"); /* tests of the retry queue (issue 23) */
+	if (refuse && *refuse) {
+		W->test_refuse = atoi(refuse);
+		SK_WARN("wv", "SKEIN_TEST_WV_REFUSE: the first %d final records are refused (a test)", W->test_refuse);
+	}
+	W->engines_max = WV_ENGINES_MAX;
+	const char *emax = getenv("SKEIN_TEST_WV_ENGINES_MAX");
+	if (emax && atoi(emax) > 0 && (size_t)atoi(emax) < WV_ENGINES_MAX) {
+		W->engines_max = (size_t)atoi(emax);
+		SK_WARN("wv", "SKEIN_TEST_WV_ENGINES_MAX: at most %zu engines per update (a test)", W->engines_max);
+	}
 	ev_timer_init(&W->tick, tick_cb, IDLE_TICK_S, 0.0);
 	W->tick.data = a;
 	ev_timer_start(a->loop, &W->tick);
@@ -1263,6 +1418,7 @@ void agent_wv_close(agent *a)
 	forget_all(a);
 	free(W->eng);
 	free(W->open);
+	free(W->retry);
 	free(W);
 	a->wv = NULL;
 }

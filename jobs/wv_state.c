@@ -326,7 +326,8 @@ static void retain(wv_job *j)
  * going on, ending, or failing. */
 static bool may_replace(const wv_update *old, const wv_update *u)
 {
-	return wv_update_open(old) && old->base_version == u->base_version && !strcmp(old->sender, u->sender);
+	return wv_update_open(old) && old->base_version == u->base_version && !strcmp(old->sender, u->sender) &&
+	       (!old->has_root || (u->has_root && !memcmp(old->root, u->root, WV_DIGEST_LEN)));
 }
 
 /* The final record's one amendment: the same ending, measured. */

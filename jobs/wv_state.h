@@ -15,7 +15,7 @@
  *     WV_JOBS_MAX is refused;
  *   - an existing record must be open; the new one keeps its job, version,
  *     base and sender, and is preparing (engines updated), committed or
- *     aborted: those two are final, but for one amendment: a record with
+ *     aborted (a root, once set, stays): those two are final, but for one amendment: a record with
  *     `measured` set may replace a final one without it, and only its
  *     update_seconds and commit_seconds are taken (the head learns how long
  *     the final record took to commit only once it applies).
@@ -94,6 +94,8 @@ typedef struct {
 	double density, update_seconds, implementation_seconds, prepare_seconds, commit_seconds;
 	wv_timings sender_t;                 /* the sender's split */
 	bool measured;                       /* the final record's amendment (below) */
+	uint8_t root[WV_DIGEST_LEN];         /* the sender's root of v's checksums (transfer/xfer_root.c) */
+	bool has_root;                       /* set once: a replacing record keeps it */
 } wv_update;
 
 /* A packed skein.weights.Update (*out malloc'd): 0, -1 when memory runs out

@@ -491,11 +491,13 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 	const char **fm = NULL, **fr = NULL;
 	int *fv = NULL;
 	size_t nf = 0;
+	const unsigned char *root = NULL; /* the root of the sums we sent (xfer_root.c): Done.root */
 	if (ep->ops == &xfer_disk_ops) {
 		if (xfer_path_send(ep, v, &derr) != 0) ok = 0; /* a delta on the last version written */
 		wire = ep->stats.bytes_moved;
 		density = ep->m->bytes ? (double)wire / (double)ep->m->bytes : 0;
 		split = xfer_coord_timings(&ep->stats);
+		if (ok && ep->root_version == v) root = ep->root;
 	} else if (xfer_coord_nccl(ep)) {
 		if (nccl_ready(ep, &r, fresh, &derr) != 0 || xfer_path_send(c->nccl, v, &derr) != 0) ok = 0;
 		if (c->nccl) xfer_rearm(c->nccl), split = xfer_coord_timings(&c->nccl->stats);
@@ -513,6 +515,8 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 		for (size_t i = 0; i < c->npeers; i++) {
 			wire += c->peers[i].wire;
 			if (c->peers[i].sub && !c->peers[i].failed) timings_max(&split, xfer_coord_timings(&c->peers[i].sub->stats));
+			if (!root && c->peers[i].sub && !c->peers[i].failed && c->peers[i].sub->root_version == v)
+				root = c->peers[i].sub->root; /* every peer's sub hashed the same bytes */
 			if (c->peers[i].failed && fm && fr && fv) {
 				xfer_code code = c->peers[i].err.code;
 				fm[nf] = c->peers[i].member;
@@ -535,7 +539,8 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 	xfer_wv_done d = { .job = job, .member = me, .version = v, .ok = ok, .reason = ok ? "" : derr.msg,
 			   .implementation_seconds = impl, .density = density, .wire_bytes = wire,
 			   .failed_member = fm, .failed_reason = fr, .failed_verdict = fv,
-			   .nfailed = nf, .timings = split, .setup = handoff, .setup_len = handoff ? b.setup_len : 0 };
+			   .nfailed = nf, .timings = split, .setup = handoff, .setup_len = handoff ? b.setup_len : 0,
+			   .root = root };
 	req = xfer_wv_done_pack(&d, &len);
 	free(fm);
 	free(fv);

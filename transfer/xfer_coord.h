@@ -73,6 +73,8 @@ typedef struct {
 	int rank, nranks;
 	char reason[512];
 	int timeout_ms;
+	unsigned char root[16]; /* the sender's root of version (xfer_root.c) ... */
+	int has_root;           /* ... when the head has it */
 } xfer_wv_instr;
 
 typedef struct {
@@ -97,6 +99,7 @@ typedef struct {
 	xfer_timings timings;       /* the sender's data path split */
 	const unsigned char *setup; /* colocated: the handoff again, for a head that took over */
 	size_t setup_len;
+	const unsigned char *root;  /* 16 bytes: the root of the sums it sent (xfer_root.c); NULL: none */
 } xfer_wv_done;
 
 typedef struct {
@@ -104,6 +107,7 @@ typedef struct {
 	uint64_t held, staged, failed, generation;
 	double seconds;
 	xfer_timings timings;       /* of its last receive */
+	const unsigned char *root;  /* 16 bytes: the root `staged` was verified against; NULL: none */
 } xfer_wv_status;
 
 /* Packed messages, malloc'd (NULL: out of memory). */
@@ -150,6 +154,8 @@ struct xfer_coord {
 	double seconds;
 	char endpoint[XFER_WV_STR];
 	xfer_timings timings;   /* the last receive's split, told with seconds */
+	unsigned char staged_root[16]; /* the root `staged` was verified against (xfer_root.c) ... */
+	int has_staged_root;    /* ... when its path keeps one: told to the head in every wait */
 	xfer_endpoint *side;    /* a catch-up's disk-delta receiver, or a serve's sender, while it runs */
 };
 /* broadcast or broadcast_packed */
@@ -204,6 +210,9 @@ xfer_endpoint *xfer_peer_open(xfer_endpoint *parent, const char *host, int port,
 void xfer_peer_close(xfer_endpoint **sub);
 /* disk-delta sender: removes version v (aborted) and makes the next full. */
 int xfer_disk_drop(xfer_endpoint *ep, uint64_t v, xfer_err *err);
+/* disk-delta receiver: what it holds is no version (a forged one was
+ * refused after it landed): the next receive plans from a full version. */
+void xfer_disk_forget(xfer_endpoint *ep);
 /* disk-delta receiver: receivers/<id> says it holds v (committed). */
 int xfer_disk_record(xfer_endpoint *ep, uint64_t v, xfer_err *err);
 /* colocated sender: hashes version v where it lies and packs the handoff

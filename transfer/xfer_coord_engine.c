@@ -127,6 +127,24 @@ static xfer_endpoint *nccl_rx(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_e
 	return sub;
 }
 
+/* The root of what rx just received as version v against the sender's, when
+ * the head sent it: 0 when they agree or either is unknown, else -1 with a
+ * checksum error, the buffers put back where the path can (a catch-up or a
+ * first version has no journal: its bytes stay, never held). */
+static int check_root(xfer_endpoint *ep, xfer_endpoint *rx, const xfer_wv_instr *in, uint64_t v, xfer_err *err)
+{
+	if (!in->has_root || rx->root_version != v || !memcmp(rx->root, in->root, 16)) return 0;
+	char mine[33], want[33];
+	xfer_root_hex(rx->root, mine);
+	xfer_root_hex(in->root, want);
+	xfer_err e;
+	if (xfer_rollback(rx, &e) != 0) rx->stats.version = ep->coord->held;
+	xfer_disk_forget(rx); /* disk-delta: the next receive plans from a full version */
+	return xfer_fail(err, XFER_ECHECKSUM, "version %llu: root mismatch: the checksums it was verified against "
+			 "(root %.12s) are not the sender's (root %.12s): a forged or corrupted data path",
+			 (unsigned long long)v, mine, want);
+}
+
 /* receive v: staged, or failed with the reason. */
 static void do_receive(xfer_endpoint *ep, const xfer_wv_instr *in)
 {
@@ -173,10 +191,13 @@ static void do_receive(xfer_endpoint *ep, const xfer_wv_instr *in)
 		if (f && fscanf(f, "%llu", &sv) == 1 && sv == v) xfer_coord_sleep_ms(xfer_hooks.stall_ms);
 		if (f) fclose(f);
 	}
+	if (rc == 0 && rx && check_root(ep, rx, in, v, &e) != 0) rc = -1;
 	if (rc == 0) {
 		c->staged = v;
 		c->failed = 0;
 		c->reason[0] = 0;
+		c->has_staged_root = rx && rx->root_version == v;
+		if (c->has_staged_root) memcpy(c->staged_root, rx->root, 16);
 	} else {
 		c->failed = v;
 		snprintf(c->reason, sizeof c->reason, "%s", e.msg);
@@ -213,7 +234,10 @@ static int do_abort(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 			return xfer_fail(err, XFER_EIO, "version %llu aborted (%s) and %s", (unsigned long long)v,
 					 in->reason, c->reason);
 		}
-		if (e.code == XFER_EUNAVAIL) ep->stats.version = c->held;
+		if (e.code == XFER_EUNAVAIL) {
+			ep->stats.version = c->held;
+			xfer_disk_forget(ep); /* its bytes are no version any more */
+		}
 		c->staged = 0;
 	}
 	if (c->failed == v) {
@@ -249,7 +273,8 @@ static int do_catchup(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 			pthread_mutex_lock(&c->mu);
 			c->side = d;
 			pthread_mutex_unlock(&c->mu);
-			rc = receive_exact(NULL, d, L, to, err);
+			rc = receive_exact(NULL, d, L, to, err); /* its sums are the folder's kind, not the
+								    p2p sender's: no root to hold them to */
 			pthread_mutex_lock(&c->mu);
 			c->side = NULL;
 			pthread_mutex_unlock(&c->mu);
@@ -263,6 +288,7 @@ static int do_catchup(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 		rc = xfer_fail(err, XFER_EUNAVAIL, "catch-up from the disk chain, but %s has no disk folder",
 			       xfer_endpoint_path(ep));
 	}
+	if (rc == 0 && (*in->peer || ep->ops == &xfer_disk_ops)) rc = check_root(ep, ep, in, L, err);
 	xfer_rearm(ep);
 	c->seconds = xfer_now() - t0;
 	c->timings = xfer_coord_timings(&ep->stats);
@@ -324,7 +350,8 @@ static int engine_loop(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_w
 		xfer_wv_status s = { .job = ep->cfg.coord.job, .member = ep->cfg.coord.member, .endpoint = c->endpoint,
 				     .reason = c->reason, .held = c->held, .staged = c->staged, .failed = c->failed,
 				     .generation = ep->cfg.coord.generation, .seconds = c->seconds,
-				     .timings = c->timings };
+				     .timings = c->timings,
+				     .root = c->staged && c->has_staged_root ? c->staged_root : NULL };
 		size_t len;
 		uint8_t *req = xfer_wv_status_pack(&s, &len);
 		if (!req) return xfer_fail(err, XFER_ENOMEM, "out of memory");

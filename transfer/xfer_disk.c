@@ -671,6 +671,17 @@ out:
 	return rc;
 }
 
+/* ep->root for version x->version from x's sums (xfer_root.c). */
+static int keep_root(xfer_endpoint *ep, const disk_index *x, xfer_err *err)
+{
+	xfer_sum *sums = calloc(x->n + 1, sizeof *sums);
+	if (!sums) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	for (size_t i = 0; i < x->n; i++) sums[i] = x->t[i].sum;
+	int rc = xfer_root_keep(ep, x->version, x->sum_kind, sums, err);
+	free(sums);
+	return rc;
+}
+
 static int disk_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 {
 	disk_state *s = ep->impl;
@@ -712,6 +723,7 @@ static int disk_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 	close(fd);
 	fd = -1;
 	x.data_bytes = off;
+	if (keep_root(ep, &x, err) != 0) goto err;
 	size_t ilen;
 	itxt = xfer_disk_index_format(&x, &ilen);
 	if (!itxt) { xfer_fail(err, XFER_ENOMEM, "out of memory"); goto err; }
@@ -971,6 +983,23 @@ static int disk_receive_once(xfer_endpoint *ep, int wait_ms, uint64_t *version, 
 		if (i == 0 && xfer_hooks.crash_receiving_version && xfer_hooks.crash_receiving_version == latest)
 			_exit(3); /* test hook: dies with the version landed, not verified by anyone */
 	}
+	/* a chain: a tensor an earlier step changed and the newest did not was
+	 * checked against that step's sum only; the root covers the newest
+	 * index's sums, so every such tensor must match those too (a forged
+	 * intermediate version would pass otherwise) */
+	for (size_t k = 0; rc == 0 && np > 1 && !plan[0].full && k < plan[0].n; k++) {
+		if (plan[0].t[k].changed) continue;
+		bool touched = false;
+		for (size_t i = 1; i < np && !touched; i++) touched = plan[i].full || plan[i].t[k].changed;
+		if (!touched) continue;
+		const xfer_tensor *t = &ep->m->t[k];
+		xfer_sum got = plan[0].sum_kind == XFER_SUM_TREE ? xfer_tree_checksum(t->ptr, t->nbytes, 0)
+								 : xfer_checksum(t->ptr, t->nbytes);
+		if (!xfer_sum_equal(got, plan[0].t[k].sum))
+			rc = xfer_fail(err, XFER_ECHECKSUM, "version %llu tensor %s: checksum differs from the chain's "
+				       "newest index", (unsigned long long)latest, t->name);
+	}
+	if (rc == 0) rc = keep_root(ep, &plan[0], err);
 	ep->stats.journal_bytes = 0;
 	for (int i = 0; i < s->threads; i++) ep->stats.journal_bytes += xfer_journal_bytes(s->j[i]);
 	if (rc != 0) {
@@ -1044,6 +1073,14 @@ int xfer_disk_record(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 		return xfer_fail(err, XFER_EINVAL, "disk-delta: recording version %llu, the receiver holds %llu",
 				 (unsigned long long)v, (unsigned long long)s->have);
 	return record_receiver(ep, err);
+}
+
+void xfer_disk_forget(xfer_endpoint *ep)
+{
+	disk_state *s = ep ? ep->impl : NULL;
+	if (!ep || ep->ops != &xfer_disk_ops || !s) return;
+	s->have = 0;
+	s->have_chain = 0;
 }
 
 int xfer_disk_drop(xfer_endpoint *ep, uint64_t v, xfer_err *err)

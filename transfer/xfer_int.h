@@ -99,7 +99,22 @@ struct xfer_endpoint {
 	int coord_record;      /* disk-delta receiver: receivers/<id> written at commit, not at receive */
 	atomic_int user_aborted; /* xfer_abort was called (xfer_rearm leaves it) */
 	xfer_update_stats update;
+	/* the root (xfer_root.c) of the sums the last send computed or the last
+	 * receive verified against, for root_version (0: none, the path keeps none) */
+	unsigned char root[16], mdigest[16];
+	uint64_t root_version;
+	int have_mdigest;      /* mdigest: xfer_wv_digest of m, computed once */
 };
+
+/* ---- the root of a version's checksums (xfer_root.c) ----
+ * XXH3-128 over a fixed tag, the manifest digest, the sum kind and every
+ * tensor's sum in manifest order: what the sender declares to the head and
+ * what a receiver's verified sums must hash to. */
+int xfer_root_of(const unsigned char digest[16], xfer_sum_kind kind, const xfer_sum *sums, size_t n,
+		 unsigned char out[16], xfer_err *err);
+/* ep->root for version v from the m->n sums of ep's manifest. */
+int xfer_root_keep(xfer_endpoint *ep, uint64_t v, xfer_sum_kind kind, const xfer_sum *sums, xfer_err *err);
+void xfer_root_hex(const unsigned char root[16], char out[33]);
 
 /* A path's endpoint inside another (the p2p chooser's): shares the parent's
  * config, manifest and offsets; listens on shared_lfd when >= 0. */

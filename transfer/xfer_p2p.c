@@ -95,8 +95,11 @@ static int run_sub(xfer_endpoint *ep, xfer_endpoint *sub, int wait_ms, uint64_t 
 	sub->target = ep->target;
 	sub->undo_ready = 0;
 	atomic_store(&sub->aborted, atomic_load(&ep->aborted)); /* xfer_rearm of the parent reaches it */
+	sub->root_version = 0;
 	int rc = ep->cfg.role == XFER_SENDER ? sub->ops->send(sub, v, err) : sub->ops->receive(sub, wait_ms, got, err);
 	ep->stats = sub->stats;
+	memcpy(ep->root, sub->root, sizeof ep->root);
+	ep->root_version = rc == 0 ? sub->root_version : 0;
 	ep->undo_ready = sub->undo_ready;
 	if (rc == 0) ep->run_path = sub->ops->name;
 	return rc;

@@ -254,6 +254,7 @@ int xfer_path_send(xfer_endpoint *ep, uint64_t version, xfer_err *err)
 	ep->stats.journal_seconds = 0;
 	ep->stats.undo_seconds = 0;
 	ep->stats.data_seconds = 0;
+	ep->root_version = 0; /* the path sets it (xfer_root_keep) */
 	if (ep->ops->send(ep, version, err) != 0) {
 		xfer_err_prefix(err, "%s send v%llu", ep->ops->name, (unsigned long long)version);
 		return -1;
@@ -286,6 +287,7 @@ int xfer_path_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_er
 	ep->stats.versions_applied = 0;
 	ep->stats.full_loaded = 0;
 	ep->stats.data_seconds = 0;
+	ep->root_version = 0; /* the path sets it (xfer_root_keep) */
 	if (ep->ops->receive(ep, wait_ms, &v, err) != 0) {
 		/* nothing arrived: the last receive's journal is still whole */
 		if (err && err->code == XFER_ENOVERSION) ep->undo_ready = had_undo;

@@ -795,6 +795,7 @@ join:
 		goto err;
 	}
 	if (xfer_sock_recv_status(s->ctl, "receiver", to, err) != 0) goto err;
+	if (xfer_root_keep(ep, v, XFER_SUM_TREE, s->sums, err) != 0) goto err; /* its sums: Done.root */
 	ep->stats.bytes_moved = ep->m->bytes;
 	ep->stats.staging_peak = s->any_cuda ? 2 * s->slot_bytes : 0;
 	return 0;
@@ -1214,6 +1215,13 @@ join:
 	receiver_stats(ep, s);
 	if (s->failed) {
 		*err = s->ferr;
+		undo_version(ep, s, err);
+		xfer_sock_send_status(s->ctl, err, to < 1000 ? to : 1000, NULL);
+		goto err;
+	}
+	/* the sums every tensor matched: their root goes to the head, which
+	 * commits only when it is the sender's (a forged sender's differs) */
+	if (xfer_root_keep(ep, hv, XFER_SUM_TREE, s->sums, err) != 0) {
 		undo_version(ep, s, err);
 		xfer_sock_send_status(s->ctl, err, to < 1000 ? to : 1000, NULL);
 		goto err;

@@ -67,6 +67,10 @@ uint8_t *xfer_wv_done_pack(const xfer_wv_done *d, size_t *len)
 	m.density = d->density;
 	Skein__Weights__Timings tm;
 	m.timings = timings_pb(&d->timings, &tm);
+	if (d->root) {
+		m.root.data = (uint8_t *)d->root;
+		m.root.len = 16;
+	}
 	if (d->setup) {
 		m.setup.data = (uint8_t *)d->setup;
 		m.setup.len = d->setup_len;
@@ -115,6 +119,10 @@ uint8_t *xfer_wv_status_pack(const xfer_wv_status *s, size_t *len)
 	m.generation = s->generation;
 	Skein__Weights__Timings tm;
 	m.timings = timings_pb(&s->timings, &tm);
+	if (s->root) {
+		m.root.data = (uint8_t *)s->root;
+		m.root.len = 16;
+	}
 	PACK(engine_status, &m, len);
 }
 
@@ -260,6 +268,12 @@ int xfer_wv_instr_parse(const uint8_t *p, size_t n, xfer_wv_instr *out, xfer_err
 			  !strcmp(out->mode, "colocated") ? "at most 512 KiB" : "0 or 128");
 		goto out;
 	}
+	if (m->root.len != 0 && m->root.len != 16) {
+		xfer_fail(err, XFER_EFORMAT, "the head's Instruction: a root of %zu bytes (0 or 16)", m->root.len);
+		goto out;
+	}
+	out->has_root = m->root.len == 16;
+	if (out->has_root) memcpy(out->root, m->root.data, 16);
 	if (strcmp(out->kind, "idle") != 0 && m->version == 0) {
 		xfer_fail(err, XFER_EFORMAT, "the head's Instruction: %s of version 0", out->kind);
 		goto out;

@@ -740,3 +740,42 @@ T_TEST(final_record_amended_once)
 	refused(s, &u);
 	wv_state_free(&s);
 }
+
+/* Issue 23: the sender's root travels in the record, 0 or 16 bytes, and once
+ * set it stays: a replacing record with another root (or none) is refused. */
+T_TEST(root_set_once)
+{
+	wv_state *s = wv_state_new();
+	wv_update u, d;
+	char err[200];
+	rec(&u, "j1", 1, "preparing");
+	memset(u.root, 0x5a, sizeof u.root);
+	u.has_root = true;
+	uint8_t *b;
+	size_t n;
+	T_EQ(wv_update_encode(&u, &b, &n), 0);
+	T_EQ(wv_update_decode(&d, b, n, err, sizeof err), 0);
+	T_CHECK(d.has_root && !memcmp(d.root, u.root, sizeof u.root));
+	wv_update_free(&d);
+	free(b);
+	T_EQ(put(s, &u), 0);
+	rec(&u, "j1", 1, "committed");
+	refused(s, &u); /* the root dropped */
+	memset(u.root, 0x5b, sizeof u.root);
+	u.has_root = true;
+	refused(s, &u); /* another root */
+	memset(u.root, 0x5a, sizeof u.root);
+	T_EQ(put(s, &u), 0);
+	T_CHECK(wv_state_get(s, "j1", 1)->has_root);
+	/* a record without a root may get one (a sender that hashes while it sends: its done) */
+	rec(&u, "j1", 2, "preparing");
+	u.base_version = 1;
+	T_EQ(put(s, &u), 0);
+	rec(&u, "j1", 2, "committed");
+	u.base_version = 1;
+	memset(u.root, 0x11, sizeof u.root);
+	u.has_root = true;
+	T_EQ(put(s, &u), 0);
+	T_CHECK(wv_state_get(s, "j1", 2)->has_root && wv_state_get(s, "j1", 2)->root[0] == 0x11);
+	wv_state_free(&s);
+}
