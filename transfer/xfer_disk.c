@@ -428,7 +428,7 @@ int xfer_disk_gc(const char *dir, int keep_newest, int *deleted, xfer_err *err)
 
 /* ---- setup / teardown ---- */
 
-static int disk_setup(xfer_endpoint *ep, xfer_err *err)
+static int disk_setup_state(xfer_endpoint *ep, xfer_err *err)
 {
 	const char *dir = ep->cfg.disk.dir;
 	if (!dir || !*dir) return xfer_fail(err, XFER_EINVAL, "disk-delta needs cfg.disk.dir");
@@ -477,6 +477,14 @@ static void disk_teardown(xfer_endpoint *ep)
 	for (int i = 0; i < MAX_THREADS; i++) xfer_journal_free(&s->j[i]);
 	free(s);
 	ep->impl = NULL;
+}
+
+/* xfer_open does not tear down an endpoint whose setup failed: we do. */
+static int disk_setup(xfer_endpoint *ep, xfer_err *err)
+{
+	if (disk_setup_state(ep, err) == 0) return 0;
+	disk_teardown(ep);
+	return -1;
 }
 
 static void disk_abort(xfer_endpoint *ep) { (void)ep; }

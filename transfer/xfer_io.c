@@ -244,7 +244,7 @@ static int rmtree_at(int dirfd, const char *name, dev_t dev, int depth)
 	/* a link, FIFO or file: the name goes, whatever it points to stays */
 	if (!S_ISDIR(st.st_mode)) return unlinkat(dirfd, name, 0) == 0 || errno == ENOENT ? 0 : -1;
 	if (st.st_dev != dev || depth >= RMTREE_DEPTH_MAX) {
-		errno = EXDEV; /* a mount point, or deeper than anything we make */
+		errno = st.st_dev != dev ? EXDEV : ELOOP; /* a mount point, or deeper than anything we make */
 		return -1;
 	}
 	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
