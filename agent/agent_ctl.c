@@ -247,7 +247,7 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 			      addr, a->rpc_bound, a->opts.profile, (unsigned long long)a->generation,
 			      0u, a->gpus);
 		sk_buf_json_str(&r->body, a->gpu_source);
-		sk_buf_printf(&r->body, ",\"control_socket\":");
+		sk_buf_printf(&r->body, ",\"members_in\":\"%s\",\"control_socket\":", a->members_in ? a->members_in : "none");
 		sk_buf_json_str(&r->body, a->control_socket);
 		sk_buf_printf(&r->body, ",\"insecure\":%s,\"operator_keys\":%d,\"operator_read_keys\":%d",
 			      a->opts.insecure ? "true" : "false", a->op_rw.n, a->op_ro.n);
@@ -263,8 +263,8 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 	}
 	if (a->opts.insecure)
 		sk_buf_printf(&r->body, "WARNING: --insecure: anyone who reaches %s may run any command\n", a->rpc_bound);
-	sk_buf_printf(&r->body, "control socket: %s\noperator keys: %d (%d read-only)\n", a->control_socket,
-		      a->op_rw.n + a->op_ro.n, a->op_ro.n);
+	sk_buf_printf(&r->body, "control socket: %s\noperator keys: %d (%d read-only)\nmembers in: %s\n", a->control_socket,
+		      a->op_rw.n + a->op_ro.n, a->op_ro.n, a->members_in ? a->members_in : "none");
 	sk_buf_printf(&r->body,
 		      "name: %s\naddress: %s\nrpc: %s\nprofile: %s\ngeneration: %llu\ngpus: %d (%s)\n"
 		      "encrypted: %s (%d keys)\nmembers: %zu (%zu alive)\nhealth: %u\nuptime_ms: %llu\n",

@@ -107,6 +107,7 @@ trap 'kill_ours; cleanup' EXIT
 start4
 wait_until 15 bash -c "'$SKEINCTL' --rpc unix:$T_DIR/n4/control.sock head 2>/dev/null | grep -q '^head: n4'"
 ALL="$N|$((N + 1))|$((N + 2))|$((N + 3))"
+check "info says members are held by their process tree" bash -c "'$SKEINCTL' --rpc unix:$T_DIR/n4/control.sock info | grep -q '^members in: process tree'"
 c4 job submit --name esc --actor-num-nodes 1 --actor-num-gpus-per-node 1 --rollout-num-gpus 0 --stop-grace 1s \
 	--trainer-cmd "setsid sleep $((N + 1)) & (setsid sleep $((N + 2)) &); env -i setsid sleep $((N + 3)) & sleep $N" \
 	>/dev/null 2>&1
