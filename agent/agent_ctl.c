@@ -555,6 +555,14 @@ static void replay_floor_load(agent *a)
 	if (!f) return;
 	unsigned long long v;
 	if (fscanf(f, "%llu", &v) == 1) {
+		/* no stamp the previous run took lies further ahead than this,
+		 * unless our clock stepped back: then do not lock everyone out */
+		uint64_t most = a->replay_floor_ms + AUTH_WINDOW_MS + REPLAY_SAVE_AHEAD_MS;
+		if (v > most) {
+			SK_WARN("agent", "%s: %.0f s ahead of this clock (did it step back?): taken as %d s", path,
+				(double)(v - a->replay_floor_ms) / 1000.0, (AUTH_WINDOW_MS + REPLAY_SAVE_AHEAD_MS) / 1000);
+			v = most;
+		}
 		a->replay_saved_ms = v;
 		if (v > a->replay_floor_ms) a->replay_floor_ms = v;
 	} else {
