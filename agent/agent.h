@@ -198,6 +198,7 @@ typedef struct agent {
 	double drop_in, drop_out;
 	agent_counters cnt;
 	uint64_t started_ms;
+	const char *members_in;     /* "cgroup" or "process tree" (no cgroup v2), for info */
 
 	agent_head *head;          /* every agent forwards; voters (--head-eligible) also elect */
 	agent_peers *peers;        /* connections to other agents, forwards in flight */

@@ -285,7 +285,7 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 			      addr, a->rpc_bound, a->opts.profile, (unsigned long long)a->generation,
 			      0u, a->gpus);
 		sk_buf_json_str(&r->body, a->gpu_source);
-		sk_buf_printf(&r->body, ",\"control_socket\":");
+		sk_buf_printf(&r->body, ",\"members_in\":\"%s\",\"control_socket\":", a->members_in ? a->members_in : "none");
 		sk_buf_json_str(&r->body, a->control_socket);
 		sk_buf_printf(&r->body, ",\"insecure\":%s,\"operator_keys\":%d,\"operator_read_keys\":%d",
 			      a->opts.insecure ? "true" : "false", a->op_rw.n, a->op_ro.n);
@@ -303,8 +303,8 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 	if (a->opts.insecure)
 		sk_buf_printf(&r->body, "WARNING: --insecure: anyone who reaches %s may run any command\n", a->rpc_bound);
 	info_disk_warnings(a, r, false);
-	sk_buf_printf(&r->body, "control socket: %s\noperator keys: %d (%d read-only)\n", a->control_socket,
-		      a->op_rw.n + a->op_ro.n, a->op_ro.n);
+	sk_buf_printf(&r->body, "control socket: %s\noperator keys: %d (%d read-only)\nmembers in: %s\n", a->control_socket,
+		      a->op_rw.n + a->op_ro.n, a->op_ro.n, a->members_in ? a->members_in : "none");
 	sk_buf_printf(&r->body,
 		      "name: %s\naddress: %s\nrpc: %s\nprofile: %s\ngeneration: %llu\ngpus: %d (%s)\n"
 		      "encrypted: %s (%d keys)\nmembers: %zu (%zu alive)\nhealth: %u\nuptime_ms: %llu\n",
@@ -595,6 +595,14 @@ static void replay_floor_load(agent *a)
 	if (!f) return;
 	unsigned long long v;
 	if (fscanf(f, "%llu", &v) == 1) {
+		/* no stamp the previous run took lies further ahead than this,
+		 * unless our clock stepped back: then do not lock everyone out */
+		uint64_t most = a->replay_floor_ms + AUTH_WINDOW_MS + REPLAY_SAVE_AHEAD_MS;
+		if (v > most) {
+			SK_WARN("agent", "%s: %.0f s ahead of this clock (did it step back?): taken as %d s", path,
+				(double)(v - a->replay_floor_ms) / 1000.0, (AUTH_WINDOW_MS + REPLAY_SAVE_AHEAD_MS) / 1000);
+			v = most;
+		}
 		a->replay_saved_ms = v;
 		if (v > a->replay_floor_ms) a->replay_floor_ms = v;
 	} else {

@@ -786,12 +786,15 @@ int agent_jobs_open(agent *a, char *err, size_t errlen)
 	 * SKEIN_NO_CGROUP=1 keeps to process groups (tests of that path) */
 	char cg[PATH_MAX], why[PATH_MAX + 64];
 	const char *no_cg = getenv("SKEIN_NO_CGROUP");
+	a->members_in = "process tree";
 	if (no_cg && *no_cg && strcmp(no_cg, "0"))
-		SK_INFO("jobs", "members in process groups (SKEIN_NO_CGROUP)");
+		SK_INFO("jobs", "members in process groups and their /proc descendants (SKEIN_NO_CGROUP)");
 	else if (agent_cg_agent_dir(a->opts.name, a->run_dir, cg, sizeof cg, why, sizeof why) != 0)
-		SK_INFO("jobs", "members in process groups: %s", why);
-	else if (sup_set_cgroup(J->sup, cg) == 0)
+		SK_INFO("jobs", "members in process groups and their /proc descendants, no cgroup: %s", why);
+	else if (sup_set_cgroup(J->sup, cg) == 0) {
 		SK_INFO("jobs", "members in cgroups under %s", cg);
+		a->members_in = "cgroup";
+	}
 	ev_init(&J->kick, kick_cb);
 	J->kick.data = a;
 	ev_init(&J->grace, grace_cb);

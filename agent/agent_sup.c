@@ -340,6 +340,14 @@ static bool sup_env_has(pid_t pid, const char *kv, char *buf, size_t cap)
 	return false;
 }
 
+/* Whether pid leads one of the agent's members (not an orphan). */
+static bool sup_is_leader(const sup *s, pid_t pid)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (s->m[i]->st.pid == pid) return true;
+	return false;
+}
+
 /* in[]: member m's processes in the snapshot (see above). */
 static void sup_member_tree(const sup_member *m, const sup_proc *ps, size_t n, bool *in, char *envbuf)
 {
@@ -350,20 +358,18 @@ static void sup_member_tree(const sup_member *m, const sup_proc *ps, size_t n, b
 		in[i] = (m->pgid > 1 && ps[i].pgid == m->pgid) || (m->st.pid && ps[i].pid == m->st.pid);
 		for (size_t k = 0; k < m->nkn && !in[i]; k++)
 			in[i] = m->kn[k].pid == ps[i].pid && m->kn[k].stt == ps[i].stt;
-		if (!in[i] && ps[i].ppid == self && envbuf) in[i] = sup_env_has(ps[i].pid, kv, envbuf, SUP_ENVIRON_MAX);
+		if (!in[i] && ps[i].ppid == self && !sup_is_leader(m->s, ps[i].pid))
+			in[i] = sup_env_has(ps[i].pid, kv, envbuf, SUP_ENVIRON_MAX);
 	}
 	sup_proc_close(ps, n, in);
 }
 
-/* Walks /proc for m's processes: remembers them (true when that changed
- * what it knew) and sends them sig (0: none). */
-static bool sup_member_walk(sup_member *m, int sig)
+/* m's processes in the snapshot ps: remembered (true when that changed
+ * what m knew) and sent sig (0: none).  false, nothing done, without
+ * memory. */
+static bool sup_member_walk_in(sup_member *m, const sup_proc *ps, size_t n, int sig, bool *in, char *envbuf)
 {
-	size_t n;
-	sup_proc *ps = sup_procs(&n);
-	bool *in = ps ? calloc(n ? n : 1, sizeof *in) : NULL;
-	char *envbuf = in ? malloc(SUP_ENVIRON_MAX) : NULL;
-	sup_known *kn = envbuf ? malloc((n ? n : 1) * sizeof *kn) : NULL;
+	sup_known *kn = malloc((n ? n : 1) * sizeof *kn);
 	bool changed = false;
 	if (kn) {
 		sup_member_tree(m, ps, n, in, envbuf);
@@ -373,13 +379,23 @@ static bool sup_member_walk(sup_member *m, int sig)
 			if (sig) kill(ps[i].pid, sig);
 			if (k < SUP_KNOWN_MAX) kn[k++] = (sup_known){ ps[i].pid, ps[i].stt };
 		}
-		changed = k != m->nkn || (k && memcmp(kn, m->kn, k * sizeof *kn) != 0);
+		changed = k != m->nkn;
+		for (size_t j = 0; j < k && !changed; j++) changed = kn[j].pid != m->kn[j].pid || kn[j].stt != m->kn[j].stt;
 		free(m->kn);
 		m->kn = kn;
 		m->nkn = k;
-		kn = NULL;
 	}
-	free(kn);
+	return changed;
+}
+
+/* sup_member_walk_in over a fresh snapshot. */
+static bool sup_member_walk(sup_member *m, int sig)
+{
+	size_t n;
+	sup_proc *ps = sup_procs(&n);
+	bool *in = ps ? calloc(n ? n : 1, sizeof *in) : NULL;
+	char *envbuf = in ? malloc(SUP_ENVIRON_MAX) : NULL;
+	bool changed = envbuf && sup_member_walk_in(m, ps, n, sig, in, envbuf);
 	free(envbuf);
 	free(in);
 	free(ps);
@@ -1145,11 +1161,20 @@ static void sup_child_cb(struct ev_loop *loop, ev_child *w, int revents)
 static void sup_track_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	sup *s = w->data;
-	bool dirty = false;
-	for (size_t i = 0; i < s->n; i++) {
+	bool any = false, dirty = false;
+	for (size_t i = 0; i < s->n && !any; i++) any = !s->m[i]->cg[0] && (s->m[i]->st.pid || s->m[i]->stopping);
+	if (!any) return;
+	size_t n; /* one snapshot for all of them */
+	sup_proc *ps = sup_procs(&n);
+	bool *in = ps ? calloc(n ? n : 1, sizeof *in) : NULL;
+	char *envbuf = in ? malloc(SUP_ENVIRON_MAX) : NULL;
+	for (size_t i = 0; envbuf && i < s->n; i++) {
 		sup_member *m = s->m[i];
-		if (!m->cg[0] && (m->st.pid || m->stopping) && sup_member_walk(m, 0)) dirty = true;
+		if (!m->cg[0] && (m->st.pid || m->stopping) && sup_member_walk_in(m, ps, n, 0, in, envbuf)) dirty = true;
 	}
+	free(envbuf);
+	free(in);
+	free(ps);
 	if (dirty) sup_state_write(s);
 }
 

@@ -88,7 +88,7 @@ start_agent 2 --profile fast --gpus 1 --head-eligible --bootstrap-expect 1
 INSECURE=--insecure start_agent 3 --profile fast --join "127.0.0.1:$(gport 2)"
 u2() { "$SKEINCTL" --rpc "unix:$T_DIR/n2/control.sock" --timeout 3000 "$@"; }
 keyless_drops() { u2 info --format json | grep -o '"dropped_keyless":[0-9]*' | cut -d: -f2; }
-wait_until 10 bash -c "[ \"\$('$SKEINCTL' --rpc unix:$T_DIR/n2/control.sock info --format json | grep -o '\"dropped_keyless\":[0-9]*' | cut -d: -f2)\" -ge 3 ]"
+wait_until 10 bash -c "[ \"\$('$SKEINCTL' --rpc unix:$T_DIR/n2/control.sock info --format json | grep -o '\"dropped_keyless\":[0-9]*' | cut -d: -f2)\" -ge 3 ] 2>/dev/null"
 sleep 1 # (joins are retried: give the stranger its chance)
 check "the keyless agent dropped the stranger's gossip ($(keyless_drops) dropped)" [ "$(keyless_drops)" -ge 3 ]
 check "the keyless agent lists only itself" bash -c "[ \"\$('$SKEINCTL' --rpc unix:$T_DIR/n2/control.sock members | tail -n +2 | awk '{print \$1}' | tr '\n' ' ')\" = 'n2 ' ]"
@@ -107,6 +107,7 @@ trap 'kill_ours; cleanup' EXIT
 start4
 wait_until 15 bash -c "'$SKEINCTL' --rpc unix:$T_DIR/n4/control.sock head 2>/dev/null | grep -q '^head: n4'"
 ALL="$N|$((N + 1))|$((N + 2))|$((N + 3))"
+check "info says members are held by their process tree" bash -c "'$SKEINCTL' --rpc unix:$T_DIR/n4/control.sock info | grep -q '^members in: process tree'"
 c4 job submit --name esc --actor-num-nodes 1 --actor-num-gpus-per-node 1 --rollout-num-gpus 0 --stop-grace 1s \
 	--trainer-cmd "setsid sleep $((N + 1)) & (setsid sleep $((N + 2)) &); env -i setsid sleep $((N + 3)) & sleep $N" \
 	>/dev/null 2>&1

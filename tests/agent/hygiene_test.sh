@@ -174,7 +174,7 @@ check "a tag with invalid UTF-8: exit 2, one line" expect_err $rc 2 "$out" "UTF-
 out=$("$SKEIND" --name n8 --bind "127.0.0.1:$(gport 8)" --rpc "127.0.0.1:$(rport 8)" --tag "k=$(head -c 300 /dev/zero | tr '\0' v)" 2>&1); rc=$?
 check "a tag too long: exit 2, one line" expect_err $rc 2 "$out" "longer than"
 echo "tag = rack=r1" > "$T_DIR/n9.conf"
-"$SKEIND" --name "$(printf 'n9\302\233\377z')" --bind "127.0.0.1:$(gport 9)" --rpc "127.0.0.1:$(rport 9)" --config "$T_DIR/n9.conf" \
+"$SKEIND" --insecure --name "$(printf 'n9\302\233\377z')" --bind "127.0.0.1:$(gport 9)" --rpc "127.0.0.1:$(rport 9)" --config "$T_DIR/n9.conf" \
 	--profile fast >>"$T_DIR/n9.log" 2>&1 &
 PIDS[9]=$!
 start_agent 10 --profile fast --join "127.0.0.1:$(gport 9)"
