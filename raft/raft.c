@@ -711,9 +711,12 @@ static void on_vote_req(raft_t *r, uint64_t now, const raft_msg *m)
 	 * our vote.  One vote per term still holds, and it counts only where
 	 * we are in the candidate's set; a removed voter that is behind stays
 	 * ignored (pre-vote and stickiness keep a current one harmless). */
-	if (!raft_voters_has(&r->voters, m->from) && (!r->voters.n || !log_ok(r, m->last_index, m->last_term))) {
-		r->stats.drop_not_voter++;
-		return;
+	if (!raft_voters_has(&r->voters, m->from)) {
+		if (!r->voters.n || !log_ok(r, m->last_index, m->last_term)) {
+			r->stats.drop_not_voter++;
+			return;
+		}
+		r->stats.votes_outside_set++;
 	}
 	if (m->prevote) {
 		if (m->term > r->term && !sticky && log_ok(r, m->last_index, m->last_term)) {

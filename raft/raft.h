@@ -377,6 +377,7 @@ typedef struct {
 	uint64_t drop_bad_state;    /* valid bytes that make no sense here */
 	uint64_t elections, prevotes, leaderships, stepdowns_lease; /* (no majority for a heartbeat timeout) */
 	uint64_t votes_refused_sticky;
+	uint64_t votes_outside_set; /* (pre-)vote requests heard from outside our voter set */
 	uint64_t snapshots_taken, snapshots_sent, snapshots_installed, snapshot_chunks_sent;
 	uint64_t truncations;
 	uint64_t transfers, transfers_failed, transfers_received; /* handovers sent, abandoned, answered */

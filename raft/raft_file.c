@@ -232,12 +232,13 @@ static int load_hard(file_store *f, raft_loaded *out, char *err, size_t errlen)
 	return 0;
 }
 
-/* Makes the appends so far durable. */
+/* Forgets the records at or after offset off (a record boundary). */
 static void drop_recs_from(file_store *f, uint64_t off)
 {
 	while (f->n && f->recs[f->n - 1].off >= off) f->n--;
 }
 
+/* Makes the appends so far durable. */
 static int file_sync(void *ctx, char *err, size_t errlen)
 {
 	file_store *f = ctx;

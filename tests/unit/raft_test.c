@@ -18,6 +18,7 @@ static struct {
 	uint64_t acked, proposed, elections, snaps, truncs, restarts, handovers, abandoned, chunks;
 	uint64_t held, syncing, undurable_lost;
 	uint64_t torn, power, cut_bytes;
+	uint64_t changes, outside;
 } chaos_tot;
 
 static void chaos_report(const char *what)
@@ -253,6 +254,8 @@ T_TEST(raft_restart_mid_write)
 
 /* lag: 0 = synchronous storage, else asynchronous storage durable up to
  * lag ms late (raft_cluster.h), crashes losing what was not yet durable */
+static bool chaos_changes;   /* chaos_run_pl: random voter changes too */
+
 static void chaos_run_pl(uint64_t seed, int n, uint64_t ms, bool file, uint32_t lag, bool power)
 {
 	cluster_init_lagging(n, seed, "default", lag);
@@ -279,7 +282,7 @@ static void chaos_run_pl(uint64_t seed, int n, uint64_t ms, bool file, uint32_t 
 	if (seed % 3 == 0) c.cfg.max_append_entries = 1;
 	c.lat_min = 1;
 	c.lat_max = 30;
-	cluster_start(n);
+	cluster_start(chaos_changes ? 3 : n);
 	uint64_t end = c.now + ms;
 	while (c.now < end) {
 		uint64_t r = sk_rng_below(&c.rng, 100);
@@ -305,6 +308,22 @@ static void chaos_run_pl(uint64_t seed, int n, uint64_t ms, bool file, uint32_t 
 				if (c.r[i] && !paused(i) && raft_is_leader(c.r[i])) {
 					char err[256];
 					raft_transfer(c.r[i], c.now, r < 32 ? c.names[x] : NULL, NULL, 0, err, sizeof err);
+					drain(i);
+				}
+		}
+		if (chaos_changes && sk_rng_below(&c.rng, 3) == 0) {
+			/* a voter change by the leader, whatever the links say:
+			 * voters cut off during it keep a stale set, and must
+			 * still hear a candidate of the newer one */
+			for (int i = 0; i < n; i++)
+				if (c.r[i] && !paused(i) && raft_is_leader(c.r[i])) {
+					char err[256];
+					const raft_voters *v = raft_get_voters(c.r[i]);
+					bool has = raft_voters_has(v, c.names[x]);
+					if ((!has || v->n > 2) &&
+					    (has ? raft_voter_remove(c.r[i], c.now, c.names[x], err, sizeof err)
+						 : raft_voter_add(c.r[i], c.now, c.names[x], err, sizeof err)) == 0)
+						chaos_tot.changes++;
 					drain(i);
 				}
 		}
@@ -335,6 +354,7 @@ static void chaos_run_pl(uint64_t seed, int n, uint64_t ms, bool file, uint32_t 
 		chaos_tot.abandoned += st->transfers_failed;
 		chaos_tot.held += st->replies_held;
 		chaos_tot.syncing += st->replies_syncing;
+		chaos_tot.outside += st->votes_outside_set;
 	}
 	chaos_tot.undurable_lost += c.lost_writes;
 	chaos_tot.acked += acked_count();
@@ -390,6 +410,22 @@ T_TEST(raft_randomized_file_storage)
 	/* half of them through lagging asynchronous storage */
 	for (uint64_t s = 0; s < 6; s++) chaos_run(t_seed() * 977 + s, 3, 20000, true, s % 2 ? 100 : 0);
 	chaos_report("file storage");
+}
+
+/* Voter changes among chaos (partitions, crashes, pauses, loss): a voter
+ * cut off during a change keeps a stale set and hears candidates outside
+ * it; one leader per term, linearizable reads and no lost write must hold
+ * (the harness checks them after every step). */
+T_TEST_TIMEOUT(raft_randomized_voter_changes, 120)
+{
+	chaos_changes = true;
+	memset(&chaos_tot, 0, sizeof chaos_tot);
+	for (uint64_t s = 0; s < 200; s++) chaos_run(t_seed() * 104729 + s, 5, 30000, false, s % 2 ? 200 : 0);
+	chaos_changes = false;
+	printf("  %llu voter changes started, %llu vote requests heard from outside a voter's set\n",
+	       (unsigned long long)chaos_tot.changes, (unsigned long long)chaos_tot.outside);
+	CHECK(chaos_tot.changes > 0 && chaos_tot.outside > 0);
+	chaos_report("voter changes");
 }
 
 /* Power losses on file storage through the seam (raft_cluster.h): crashes
