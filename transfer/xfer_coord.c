@@ -53,6 +53,7 @@ int xfer_coord_open(xfer_endpoint *ep, xfer_err *err)
 	if (!(c->agent = xfer_agent_new(ep->cfg.coord.rpc, err))) return -1;
 	if (ep->cfg.role == XFER_RECEIVER && !ep->fanout && ep->port)
 		snprintf(c->endpoint, sizeof c->endpoint, "%s:%d", ep->cfg.p2p.host, ep->port);
+	if (ep->cfg.role == XFER_RECEIVER) ep->journal_first = 1; /* issue 23: a forged first version is undone */
 	return 0;
 }
 
