@@ -502,6 +502,7 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 	} else if (xfer_coord_nccl(ep)) {
 		if (nccl_ready(ep, &r, fresh, &derr) != 0 || xfer_path_send(c->nccl, v, &derr) != 0) ok = 0;
 		if (c->nccl) xfer_rearm(c->nccl), split = xfer_coord_timings(&c->nccl->stats);
+		if (ok && c->nccl && c->nccl->root_version == v) root = c->nccl->root;
 		wire = ok ? ep->m->bytes : 0;
 	} else if (ep->ops == &xfer_ipc_ops) {
 		wire = ep->m->bytes * r.npeers; /* each engine copies it all, device to device */
