@@ -158,6 +158,31 @@ if [ "$(q pf engine 2 pf/engine-0)" = pending ]; then
 	check "pf: ... weight_version 0" holds 0
 else fail "pf: v2 did not take pf/engine-0" "$out"; ctl 1 transfers pf; ctl 1 placement pf; fi
 
+# v3: a root in the begin reaches the engine (Instruction.root), which refuses
+# the attacker's bytes itself before it says staged; v4: a done whose root is
+# not its begin's
+R1=hex:0123456789abcdef0123456789abcdef
+wait_until 10 waiting pf 1
+askv pf begin begin $G version=3 mode=p2p bytes=262144 tensors=8 root=$R1
+if [ "$(q pf engine 3 pf/engine-0)" = pending ]; then
+	attack "$PORT" 3
+	wait_until 10 eng_left pf 3 pf/engine-0 pending
+	askv pf done done $G version=3 ok=true root=$R1
+	wait_until 10 closed pf 3
+	r=$(q pf get 3 reason)
+	if state_is pf 3 aborted && has "$r" "pf/engine-0 on n1: version 3: root mismatch: .*(root 0123456789ab)"; then
+		pass "pf: the begin's root: the engine refused the forged v3 itself ($r)"
+	else fail "pf: the begin's root" "state $(q pf get 3 state), reason '$r'"; fi
+	check "pf: ... and keeps its initial weights" wait_until 10 initial 3
+else fail "pf: v3 did not take pf/engine-0" "$out"; fi
+askv pf begin begin $G version=4 mode=p2p bytes=262144 tensors=8 root=$R1
+askv pf done done $G version=4 ok=true root=hex:00000000000000000000000000000001
+wait_until 10 closed pf 4
+r=$(q pf get 4 reason)
+if state_is pf 4 aborted && [ "$(q pf get 4 cause)" = sender ] && has "$r" "the root in its done differs from its begin's"; then
+	pass "pf: a done whose root is not its begin's: aborted ($r)"
+else fail "pf: a done with another root" "state $(q pf get 4 state), reason '$r'"; fi
+
 # ---- cp: over the engine cap, refused at begin
 wait_until 20 waiting cp 3 || fail "cp: 3 engines never asked the head"
 askv cp begin begin job=cp member=cp/trainer-0 version=1 mode=p2p
