@@ -493,6 +493,7 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 	int *fv = NULL;
 	size_t nf = 0;
 	const unsigned char *root = NULL; /* the root of the sums we sent (xfer_root.c): Done.root */
+	int no_root = 0;                  /* a peer served over a path that keeps none */
 	if (ep->ops == &xfer_disk_ops) {
 		if (xfer_path_send(ep, v, &derr) != 0) ok = 0; /* a delta on the last version written */
 		wire = ep->stats.bytes_moved;
@@ -517,8 +518,13 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 		for (size_t i = 0; i < c->npeers; i++) {
 			wire += c->peers[i].wire;
 			if (c->peers[i].sub && !c->peers[i].failed) timings_max(&split, xfer_coord_timings(&c->peers[i].sub->stats));
-			if (!root && c->peers[i].sub && !c->peers[i].failed && c->peers[i].sub->root_version == v)
-				root = c->peers[i].sub->root; /* every peer's sub hashed the same bytes */
+			/* every peer's sub hashed the same bytes; a root only when every
+			 * peer served kept one (p2p-ucx keeps none): the head then holds
+			 * every verified engine to it, and one without it refused */
+			if (c->peers[i].sub && !c->peers[i].failed) {
+				if (c->peers[i].sub->root_version != v) no_root = 1;
+				else if (!root) root = c->peers[i].sub->root;
+			}
 			if (c->peers[i].failed && fm && fr && fv) {
 				xfer_code code = c->peers[i].err.code;
 				fm[nf] = c->peers[i].member;
@@ -542,7 +548,7 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 			   .implementation_seconds = impl, .density = density, .wire_bytes = wire,
 			   .failed_member = fm, .failed_reason = fr, .failed_verdict = fv,
 			   .nfailed = nf, .timings = split, .setup = handoff, .setup_len = handoff ? b.setup_len : 0,
-			   .root = root };
+			   .root = no_root ? NULL : root };
 	req = xfer_wv_done_pack(&d, &len);
 	free(fm);
 	free(fv);
