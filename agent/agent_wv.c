@@ -450,8 +450,10 @@ static void try_finish(agent *a, wv_open *u)
 		wv_engine *p = &u->rec.engines[i];
 		wv_eng *e = eng_find(a->wv, p->member);
 		if (strcmp(p->state, "verified") || !e || e->staged != u->rec.version) continue;
-		/* NCCL ranks with verify_device off check nothing and say no root */
-		if (!e->has_staged_root && (!strcmp(u->rec.mode, "broadcast") || !strcmp(u->rec.mode, "broadcast_packed")))
+		/* NCCL ranks and colocated engines with verify_device off check
+		 * nothing and say no root (their bytes come only from the sender) */
+		if (!e->has_staged_root && (!strcmp(u->rec.mode, "broadcast") || !strcmp(u->rec.mode, "broadcast_packed") ||
+					    !strcmp(u->rec.mode, "colocated")))
 			continue;
 		if (e->has_staged_root && !memcmp(e->staged_root, u->rec.root, WV_DIGEST_LEN)) continue;
 		char why[REASON_MAX];

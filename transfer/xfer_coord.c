@@ -441,9 +441,11 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 		/* colocated: no bytes move here; the engines copy from our memory
 		 * with what the handoff says, and we hold it still until the verdict */
 		double th = xfer_now();
+		ep->root_version = 0;
 		if (xfer_ipc_handoff(ep, v, &handoff, &b.setup_len, err) != 0) return -1;
 		handoff_s = xfer_now() - th;
 		b.setup = handoff;
+		if (ep->root_version == v) b.root = ep->root; /* the handoff's sums: known before any copy */
 	}
 	if (xfer_coord_nccl(ep)) {
 		if (!c->nccl) {
@@ -508,6 +510,7 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 	} else if (ep->ops == &xfer_ipc_ops) {
 		wire = ep->m->bytes * r.npeers; /* each engine copies it all, device to device */
 		split.hash_seconds = ep->stats.hash_seconds; /* the handoff's sums; the engines move the bytes */
+		if (ep->root_version == v) root = ep->root;
 	} else if (sync_peers(c, &r, &derr) != 0) {
 		ok = 0;
 	} else {
