@@ -449,12 +449,18 @@ static void try_finish(agent *a, wv_open *u)
 	for (size_t i = 0; u->rec.has_root && i < u->rec.nengines && !u->final_proposed; i++) {
 		wv_engine *p = &u->rec.engines[i];
 		wv_eng *e = eng_find(a->wv, p->member);
-		if (strcmp(p->state, "verified") || !e || e->staged != u->rec.version || !e->has_staged_root ||
-		    !memcmp(e->staged_root, u->rec.root, WV_DIGEST_LEN))
+		if (strcmp(p->state, "verified") || !e || e->staged != u->rec.version) continue;
+		/* NCCL ranks and colocated engines with verify_device off check
+		 * nothing and say no root (their bytes come only from the sender) */
+		if (!e->has_staged_root && (!strcmp(u->rec.mode, "broadcast") || !strcmp(u->rec.mode, "broadcast_packed") ||
+					    !strcmp(u->rec.mode, "colocated")))
 			continue;
+		if (e->has_staged_root && !memcmp(e->staged_root, u->rec.root, WV_DIGEST_LEN)) continue;
 		char why[REASON_MAX];
-		snprintf(why, sizeof why, "version %llu: root mismatch: the checksums it verified against are not the "
-			 "sender's (a forged or corrupted data path): checksum refused", (unsigned long long)u->rec.version);
+		snprintf(why, sizeof why, "version %llu: root mismatch: %s (a forged or corrupted data path): checksum "
+			 "refused", (unsigned long long)u->rec.version,
+			 e->has_staged_root ? "the checksums it verified against are not the sender's"
+					    : "it verified against no root, the sender declared one");
 		lose(a, u, p, why, true, true);
 	}
 	if (u->final_proposed) return;

@@ -53,6 +53,7 @@ int xfer_coord_open(xfer_endpoint *ep, xfer_err *err)
 	if (!(c->agent = xfer_agent_new(ep->cfg.coord.rpc, err))) return -1;
 	if (ep->cfg.role == XFER_RECEIVER && !ep->fanout && ep->port)
 		snprintf(c->endpoint, sizeof c->endpoint, "%s:%d", ep->cfg.p2p.host, ep->port);
+	if (ep->cfg.role == XFER_RECEIVER) ep->journal_first = 1; /* issue 23: a forged first version is undone */
 	return 0;
 }
 
@@ -440,9 +441,11 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 		/* colocated: no bytes move here; the engines copy from our memory
 		 * with what the handoff says, and we hold it still until the verdict */
 		double th = xfer_now();
+		ep->root_version = 0;
 		if (xfer_ipc_handoff(ep, v, &handoff, &b.setup_len, err) != 0) return -1;
 		handoff_s = xfer_now() - th;
 		b.setup = handoff;
+		if (ep->root_version == v) b.root = ep->root; /* the handoff's sums: known before any copy */
 	}
 	if (xfer_coord_nccl(ep)) {
 		if (!c->nccl) {
@@ -492,6 +495,7 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 	int *fv = NULL;
 	size_t nf = 0;
 	const unsigned char *root = NULL; /* the root of the sums we sent (xfer_root.c): Done.root */
+	int no_root = 0;                  /* a peer served over a path that keeps none */
 	if (ep->ops == &xfer_disk_ops) {
 		if (xfer_path_send(ep, v, &derr) != 0) ok = 0; /* a delta on the last version written */
 		wire = ep->stats.bytes_moved;
@@ -501,10 +505,12 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 	} else if (xfer_coord_nccl(ep)) {
 		if (nccl_ready(ep, &r, fresh, &derr) != 0 || xfer_path_send(c->nccl, v, &derr) != 0) ok = 0;
 		if (c->nccl) xfer_rearm(c->nccl), split = xfer_coord_timings(&c->nccl->stats);
+		if (ok && c->nccl && c->nccl->root_version == v) root = c->nccl->root;
 		wire = ok ? ep->m->bytes : 0;
 	} else if (ep->ops == &xfer_ipc_ops) {
 		wire = ep->m->bytes * r.npeers; /* each engine copies it all, device to device */
 		split.hash_seconds = ep->stats.hash_seconds; /* the handoff's sums; the engines move the bytes */
+		if (ep->root_version == v) root = ep->root;
 	} else if (sync_peers(c, &r, &derr) != 0) {
 		ok = 0;
 	} else {
@@ -515,8 +521,13 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 		for (size_t i = 0; i < c->npeers; i++) {
 			wire += c->peers[i].wire;
 			if (c->peers[i].sub && !c->peers[i].failed) timings_max(&split, xfer_coord_timings(&c->peers[i].sub->stats));
-			if (!root && c->peers[i].sub && !c->peers[i].failed && c->peers[i].sub->root_version == v)
-				root = c->peers[i].sub->root; /* every peer's sub hashed the same bytes */
+			/* every peer's sub hashed the same bytes; a root only when every
+			 * peer served kept one (p2p-ucx keeps none): the head then holds
+			 * every verified engine to it, and one without it refused */
+			if (c->peers[i].sub && !c->peers[i].failed) {
+				if (c->peers[i].sub->root_version != v) no_root = 1;
+				else if (!root) root = c->peers[i].sub->root;
+			}
 			if (c->peers[i].failed && fm && fr && fv) {
 				xfer_code code = c->peers[i].err.code;
 				fm[nf] = c->peers[i].member;
@@ -540,7 +551,7 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 			   .implementation_seconds = impl, .density = density, .wire_bytes = wire,
 			   .failed_member = fm, .failed_reason = fr, .failed_verdict = fv,
 			   .nfailed = nf, .timings = split, .setup = handoff, .setup_len = handoff ? b.setup_len : 0,
-			   .root = root };
+			   .root = no_root ? NULL : root };
 	req = xfer_wv_done_pack(&d, &len);
 	free(fm);
 	free(fv);

@@ -84,6 +84,8 @@ typedef struct {
 	unsigned char digest[16];
 	const unsigned char *setup; /* NULL, NCCL's unique id or colocated's handoff */
 	size_t setup_len;
+	const unsigned char *root;  /* 16 bytes: the root of v's sums when known before the bytes move
+				       (colocated: the handoff's; xfer_root.c); NULL: none */
 } xfer_wv_begin;
 
 typedef struct {

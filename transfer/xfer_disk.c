@@ -981,7 +981,7 @@ static int disk_receive_once(xfer_endpoint *ep, int wait_ms, uint64_t *version, 
 	}
 	if (xfer_hooks.disk_after_plan) xfer_hooks.disk_after_plan(xfer_hooks.disk_after_plan_arg);
 	/* Apply oldest first, with the journals when there is a version to keep. */
-	int use_journal = s->have && ep->cfg.keep_previous;
+	int use_journal = (s->have || ep->journal_first) && ep->cfg.keep_previous;
 	for (int i = 0; i < s->threads; i++)
 		if (s->j[i]) xfer_journal_reset(s->j[i]);
 	int rc = 0;

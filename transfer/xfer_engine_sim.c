@@ -44,6 +44,18 @@ static int compare(xfer_sim_model *mine, xfer_sim_model *ref, uint64_t v)
 	return -1;
 }
 
+/* After an aborted first version: still the initial weights (the poison
+ * xfer_sim_model_poison wrote)? */
+static int initial_intact(xfer_sim_model *mine)
+{
+	xfer_err e = { 0 };
+	if (mine->dev && xfer_sim_model_download(mine, &e) != 0) return 0;
+	for (size_t i = 0; i < mine->n; i++)
+		for (uint64_t k = 0; k < mine->elems[i] * 2; k++)
+			if (((const unsigned char *)mine->w[i])[k] != 0xA5) return 0;
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
 	sim_opts o;
@@ -85,8 +97,13 @@ int main(int argc, char **argv)
 				rc = 4;
 				goto out;
 			}
-			printf("engine: v%llu aborted (%s): back on v%llu, verified bit for bit\n", (unsigned long long)u.version,
-			       u.reason, (unsigned long long)back);
+			if (back == 0)
+				printf("engine: v%llu aborted (%s): back on v0, its initial weights %s\n",
+				       (unsigned long long)u.version, u.reason,
+				       initial_intact(&mine) ? "intact bit for bit" : "NOT intact");
+			else
+				printf("engine: v%llu aborted (%s): back on v%llu, verified bit for bit\n",
+				       (unsigned long long)u.version, u.reason, (unsigned long long)back);
 			fflush(stdout);
 			continue;
 		}

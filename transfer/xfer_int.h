@@ -97,6 +97,8 @@ struct xfer_endpoint {
 	int keep_listener;     /* receiver: an abort ends the session, the listening socket stays */
 	int fanout;            /* coordinated sender on a peer path: sub-endpoints per peer, no setup here */
 	int coord_record;      /* disk-delta receiver: receivers/<id> written at commit, not at receive */
+	int journal_first;     /* coordinated receiver: the first version is journaled too, so that
+				  an abort (a forged first version) puts the initial weights back */
 	atomic_int user_aborted; /* xfer_abort was called (xfer_rearm leaves it) */
 	xfer_update_stats update;
 	/* the root (xfer_root.c) of the sums the last send computed or the last

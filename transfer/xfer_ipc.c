@@ -649,6 +649,7 @@ int xfer_ipc_handoff(xfer_endpoint *ep, uint64_t v, unsigned char **out, size_t 
 	if (ep->ops != &xfer_ipc_ops || !s || ep->cfg.role != XFER_SENDER)
 		return xfer_fail(err, XFER_EINVAL, "a handoff is a colocated sender's");
 	if (export_handles(ep, s, err) != 0 || hash_version(ep, s, err) != 0) return -1;
+	if (ep->cfg.verify_device && xfer_root_keep(ep, v, XFER_SUM_TREE, s->sums, err) != 0) return -1;
 	size_t n = sizeof(ipc_handoff_head) + s->nhx * sizeof *s->hx + m->n * (sizeof *s->place + sizeof *s->sums);
 	if (n > XFER_WV_SETUP_MAX)
 		return xfer_fail(err, XFER_EINVAL, "colocated: the handoff of %zu tensors needs %zu bytes (at most %d)",
@@ -783,6 +784,8 @@ static int handoff_receive(xfer_endpoint *ep, ipc_state *s, uint64_t *version, x
 		return -1;
 	}
 	ep->undo_ready = s->gpu && s->dj && journaled;
+	/* the handoff's sums every tensor matched: their root goes to the head */
+	if (ep->cfg.verify_device && xfer_root_keep(ep, h.version, XFER_SUM_TREE, s->sums, err) != 0) return -1;
 	*version = h.version;
 	return version_done(ep, dsec);
 }

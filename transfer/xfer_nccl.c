@@ -691,6 +691,9 @@ static int run_version(xfer_endpoint *ep, uint64_t *version, int journaled, xfer
 		if (flip >= 0 && last && flip_last(ep, s, flip, err) != 0) goto out;
 		if (!root && bucket_land(ep, s, b, v, journaled, check, at, &moving, err) != 0) goto out;
 	}
+	/* the root (xfer_root.c) of the sums hashed here (root) or checked
+	 * against the buckets' records (a rank): the head holds them together */
+	if ((root ? verify : check) && xfer_root_keep(ep, v, XFER_SUM_TREE, s->got, err) != 0) goto out;
 	*version = v;
 	ep->stats.bytes_moved = m->bytes;
 	ep->stats.data_seconds = moving;

@@ -96,6 +96,7 @@ static int run_sub(xfer_endpoint *ep, xfer_endpoint *sub, int wait_ms, uint64_t 
 	sub->undo_ready = 0;
 	atomic_store(&sub->aborted, atomic_load(&ep->aborted)); /* xfer_rearm of the parent reaches it */
 	sub->root_version = 0;
+	sub->journal_first = ep->journal_first;
 	int rc = ep->cfg.role == XFER_SENDER ? sub->ops->send(sub, v, err) : sub->ops->receive(sub, wait_ms, got, err);
 	ep->stats = sub->stats;
 	memcpy(ep->root, sub->root, sizeof ep->root);

@@ -894,7 +894,7 @@ err:
  * journal (else the streams place them). */
 static int device_commit(const xfer_endpoint *ep, const tcp_state *s)
 {
-	return s->dj && ep->stats.version && !s->direct;
+	return s->dj && (ep->stats.version || ep->journal_first) && !s->direct;
 }
 
 /* Where chunk k's bytes from its first CUDA tensor byte on (*first) lie
@@ -958,7 +958,7 @@ static void *recv_worker(void *arg)
 	struct iovec *iov = NULL;
 	int cap = 0, n = 0, to = ep->cfg.timeout_ms, fd = s->data[w->idx];
 	int dev = device_commit(ep, s);
-	xfer_journal *j = ep->stats.version ? s->j[w->idx] : NULL;
+	xfer_journal *j = ep->stats.version || ep->journal_first ? s->j[w->idx] : NULL;
 	xfer_err e = { 0 };
 	/* the CUDA current device is per thread */
 	if (s->gpu && xfer_cuda_check(s->gpu->cu, s->gpu->cu->SetDevice(s->gpu->device), "cudaSetDevice", &e) != 0)
@@ -1128,7 +1128,7 @@ static void undo_version(xfer_endpoint *ep, tcp_state *s, xfer_err *err)
 		ep->stats.undo_seconds += xfer_now() - u0;
 	}
 	/* nothing said: every journal replayed (a first version has none) */
-	if (ep->stats.version && s->j[0] && !strcmp(before, err->msg))
+	if ((ep->stats.version || ep->journal_first) && s->j[0] && !strcmp(before, err->msg))
 		xfer_err_prefix(err, "(the previous version was put back)");
 }
 
@@ -1154,7 +1154,7 @@ static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	pthread_t th[MAX_STREAMS];
 	worker w[MAX_STREAMS];
 	double t0 = xfer_now();
-	int journaled = ep->stats.version && !s->direct && ep->cfg.keep_previous; /* recv_worker's choice */
+	int journaled = (ep->stats.version || ep->journal_first) && !s->direct && ep->cfg.keep_previous; /* recv_worker's */
 	if (on_device(s, err) != 0) return -1;
 	if (s->connected && sender_gone(s)) close_session(s); /* not this version's failure: accept the next */
 	if (!s->connected && receiver_accept(ep, s, wait_ms, err) != 0) return -1;

@@ -51,6 +51,10 @@ uint8_t *xfer_wv_begin_pack(const xfer_wv_begin *b, size_t *len)
 		m.setup.data = (uint8_t *)b->setup;
 		m.setup.len = b->setup_len;
 	}
+	if (b->root) {
+		m.root.data = (uint8_t *)b->root;
+		m.root.len = 16;
+	}
 	PACK(begin, &m, len);
 }
 

@@ -24,7 +24,7 @@
  * where the kernels load.  Its RESULT lines are the root's figures. */
 #include "tests/unit/xfer_testlib.h"
 #include "transfer/xfer_hash.h"
-#include "transfer/xfer_int.h"
+#include "transfer/xfer_coord.h"
 
 #include <dlfcn.h>
 #include <signal.h>
@@ -155,6 +155,25 @@ static void expect_version(const nmodel *nm, uint64_t seed, uint64_t v, const ch
 	}
 }
 
+/* The receiver's root (transfer/xfer_root.c) of version v is the one of
+ * v's tree sums computed here from what v holds: what the root rank's done
+ * declares to the head. */
+static void expect_root(const xfer_endpoint *ep, const nmodel *nm, uint64_t seed, uint64_t v)
+{
+	xfer_sum sums[NT_MAX];
+	unsigned char dg[16], want[16];
+	for (int i = 0; i < nm->sp->nt; i++) {
+		unsigned char *h = malloc(nm->n[i] + 1);
+		content(seed, i, v, h, nm->n[i]);
+		sums[i] = xfer_tree_checksum(h, nm->n[i], 1);
+		free(h);
+	}
+	T_XOK(xfer_wv_digest(nm->m, dg, err_));
+	T_XOK(xfer_root_of(dg, XFER_SUM_TREE, sums, (size_t)nm->sp->nt, want, err_));
+	T_EQ(ep->root_version, v);
+	T_CHECK(!memcmp(ep->root, want, 16));
+}
+
 static void config(xfer_config *c, const char *path, xfer_role role, const unsigned char *id, uint64_t bucket)
 {
 	xfer_config_init(c);
@@ -272,12 +291,14 @@ static void scenario(const char *path, const nspec *sp)
 	T_XOK(xfer_receive(ep, 20000, &v, err_));
 	T_EQ(v, 1);
 	expect_version(&nm, seed, 1, "version 1");
+	expect_root(ep, &nm, seed, 1);
 	xfer_err e = { 0 };
 	T_EQ(xfer_rollback(ep, &e), -1); /* the first version has no journal */
 	T_EQ(e.code, XFER_EUNAVAIL);
 	T_XOK(xfer_receive(ep, 20000, &v, err_));
 	T_EQ(v, 2);
 	expect_version(&nm, seed, 2, "version 2");
+	expect_root(ep, &nm, seed, 2);
 	xfer_stats st = xfer_endpoint_stats(ep);
 	printf("  %s v2: %llu bytes in %zu buckets, %.4f s: data %.4f, hash %.4f, journal %.4f (%llu bytes, device peak "
 	       "%llu); note: %s\n",

@@ -4,6 +4,7 @@
  * one when a forged version that is consistent with itself is swapped in. */
 #include "tests/unit/xfer_testlib.h"
 #include "transfer/xfer_coord.h"
+#include "transfer/xfer_hash.h"
 
 #include <stdio.h>
 #include <sys/stat.h>
@@ -101,4 +102,64 @@ T_TEST(xfer_root_disk_sender_receiver_and_forgery)
 		t_rmdir(dir);
 		t_rmdir(fdir);
 	}
+}
+
+/* A chain (catch-up over several versions) with a forged version under it:
+ * v1 (full) has one tensor rewritten, its index made consistent again; v2
+ * and v3 change nothing, so that tensor is checked only against v1's own
+ * sum along the way.  The chain's newest index (what the root covers) must
+ * still hold it to the sender's sum. */
+T_TEST(xfer_root_disk_chain_checks_the_newest_index)
+{
+	sk_rng r;
+	sk_rng_seed(&r, t_seed());
+	char *dir = t_tmpdir();
+	tmodel tr, en;
+	tm_make(&tr, &r, 3000, 1);
+	tm_make(&en, &r, 3000, 0);
+	xfer_endpoint *snd = NULL, *rcv = NULL;
+	open_disk(&snd, dir, &tr, XFER_SENDER, XFER_SUM_XXH3_128);
+	open_disk(&rcv, dir, &en, XFER_RECEIVER, XFER_SUM_XXH3_128);
+	for (uint64_t v = 1; v <= 3; v++) T_XOK(xfer_send(snd, v, err_)); /* v2, v3: nothing changed */
+	char ipath[4200], dpath[4200];
+	snprintf(ipath, sizeof ipath, "%s/weight_v000001/index", dir);
+	snprintf(dpath, sizeof dpath, "%s/weight_v000001/data", dir);
+	char *text;
+	size_t len;
+	T_XOK(xfer_read_file(ipath, &text, &len, err_));
+	xfer_disk_index x;
+	T_XOK(xfer_disk_index_parse(text, len, 1, ipath, &x, err_));
+	free(text);
+	size_t k = x.n - 1; /* the largest tensor: raw bytes in a full version */
+	T_CHECK(x.full && x.t[k].stored == x.t[k].nbytes && x.t[k].nbytes > 0);
+	unsigned char *b = malloc(x.t[k].stored);
+	FILE *f = fopen(dpath, "r+b");
+	T_CHECK(f != NULL);
+	T_EQ(fseek(f, (long)x.t[k].offset, SEEK_SET), 0);
+	T_EQ(fread(b, 1, x.t[k].stored, f), x.t[k].stored);
+	b[0] ^= 0x55;
+	T_EQ(fseek(f, (long)x.t[k].offset, SEEK_SET), 0);
+	T_EQ(fwrite(b, 1, x.t[k].stored, f), x.t[k].stored);
+	fclose(f);
+	x.t[k].sum = xfer_checksum(b, x.t[k].stored);
+	x.t[k].stored_sum = XXH3_64bits(b, x.t[k].stored);
+	free(b);
+	char *itxt = xfer_disk_index_format(&x, &len);
+	T_CHECK(itxt != NULL);
+	f = fopen(ipath, "wb");
+	T_CHECK(f != NULL);
+	T_EQ(fwrite(itxt, 1, len, f), len);
+	fclose(f);
+	free(itxt);
+	xfer_disk_index_free(&x);
+	uint64_t got = 0;
+	xfer_err e = { 0 };
+	T_EQ(xfer_receive(rcv, 0, &got, &e), -1);
+	T_EQ(e.code, XFER_ECHECKSUM);
+	T_CHECK(strstr(e.msg, "newest index") != NULL);
+	xfer_close(&snd);
+	xfer_close(&rcv);
+	tm_free(&tr);
+	tm_free(&en);
+	t_rmdir(dir);
 }
