@@ -147,6 +147,8 @@ static void do_receive(xfer_endpoint *ep, const xfer_wv_instr *in)
 				  "a head that took over mid-update has none");
 		}
 	}
+	/* p2p: only a hello with the head's ticket for v opens the session */
+	xfer_p2p_ticket(ep, ep->cfg.coord.job, v, in->has_nonce ? in->nonce : NULL, NULL);
 	if (rx) {
 		xfer_endpoint *self = ep;
 		xfer_heartbeat *hb = xfer_heartbeat_start(ep->cfg.coord.rpc, ep->cfg.coord.job, ep->cfg.coord.member, v,
@@ -236,6 +238,8 @@ static int do_catchup(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 	int to = timeout_of(ep, in), rc;
 	double t0 = xfer_now();
 	if (*in->peer || ep->ops == &xfer_disk_ops) {
+		/* p2p: the serving peer's hello carries the pairing's ticket */
+		xfer_p2p_ticket(ep, ep->cfg.coord.job, L, in->has_nonce ? in->nonce : NULL, NULL);
 		rc = receive_exact(NULL, ep, L, to, err); /* disk-delta: its own chain; p2p: the peer connects */
 	} else if (ep->cfg.disk.dir) {
 		/* a p2p engine catching up from the folder the job also writes */
@@ -294,6 +298,7 @@ static void do_serve(xfer_endpoint *ep, const xfer_wv_instr *in)
 	xfer_endpoint *s = NULL;
 	xfer_err e;
 	if (xfer_open(&s, &sc, ep->m, &e) != 0) return;
+	xfer_p2p_ticket(s, ep->cfg.coord.job, in->version, in->has_nonce ? in->nonce : NULL, NULL);
 	pthread_mutex_lock(&c->mu);
 	c->side = s;
 	pthread_mutex_unlock(&c->mu);
