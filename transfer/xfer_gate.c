@@ -248,6 +248,29 @@ int xfer_gate_next(xfer_gate *g, int lfd, int wait_ms, int timeout_ms, xfer_gate
 	}
 }
 
+typedef struct {
+	xfer_gate_judge judge;
+	void *ctx;
+} sweep_ctx;
+
+static xfer_gate_verdict sweep_judge(void *ctx, const unsigned char *buf, size_t n, size_t *need, char *why,
+				     size_t whyn)
+{
+	const sweep_ctx *w = ctx;
+	xfer_gate_verdict v = w->judge(w->ctx, buf, n, need, why, whyn);
+	return v == XFER_GATE_TAKE ? XFER_GATE_KEEP : v;
+}
+
+void xfer_gate_sweep(xfer_gate *g, int lfd, xfer_gate_judge judge, void *ctx)
+{
+	if (!g || lfd < 0) return;
+	sweep_ctx w = { judge, ctx };
+	unsigned char out[XFER_GATE_HELLO_MAX];
+	size_t n;
+	xfer_err ignored;
+	xfer_gate_next(g, lfd, 0, 0, sweep_judge, &w, out, &n, &ignored); /* never takes: KEEP instead */
+}
+
 /* ---- the ticket ---- */
 
 uint64_t xfer_ticket_job(const char *job)

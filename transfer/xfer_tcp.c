@@ -1202,6 +1202,10 @@ static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	if (on_device(s, err) != 0) return -1;
 	if (s->connected && sender_gone(s)) close_session(s); /* not this version's failure: accept the next */
 	if (!s->connected && receiver_accept(ep, s, wait_ms, err) != 0) return -1;
+	if (!s->lfd_shared) { /* the connections that came with or after our sender's: judged meanwhile */
+		tcp_judge_ctx j = { ep, 0, 0, 0 };
+		xfer_gate_sweep(ep->gate, s->lfd, tcp_judge, &j);
+	}
 	uint64_t hv = 0;
 	int got = xfer_sock_recv_vhead(s->ctl, ep, wait_ms, t0, &hv, err);
 	if (got > 0) return -1; /* no version yet: the session stays */
