@@ -60,6 +60,7 @@ static int receive_exact(xfer_endpoint *ep, xfer_endpoint *rx, uint64_t v, int t
 	uint8_t *q = ep ? xfer_wv_query_pack(ep->cfg.coord.job, v, ep->cfg.coord.member, &qlen) : NULL;
 	char why[512];
 	double asked = xfer_now();
+	uint64_t refused0 = xfer_p2p_refused(rx);
 	rx->target = v;
 	int rc;
 	for (;;) {
@@ -77,8 +78,16 @@ static int receive_exact(xfer_endpoint *ep, xfer_endpoint *rx, uint64_t v, int t
 			break;
 		}
 		if (xfer_now() >= deadline) {
-			rc = xfer_fail(err, XFER_ETIMEOUT, "version %llu did not arrive within %d ms", (unsigned long long)v,
-				       timeout_ms);
+			uint64_t refused = xfer_p2p_refused(rx) - refused0;
+			if (refused) /* someone knocked without the head's ticket: say so */
+				rc = xfer_fail(err, XFER_ETIMEOUT,
+					       "version %llu did not arrive within %d ms (%llu connection(s) refused meanwhile, "
+					       "the last: %s)",
+					       (unsigned long long)v, timeout_ms, (unsigned long long)refused,
+					       xfer_gate_last(rx->gate));
+			else
+				rc = xfer_fail(err, XFER_ETIMEOUT, "version %llu did not arrive within %d ms",
+					       (unsigned long long)v, timeout_ms);
 			break;
 		}
 	}
