@@ -415,3 +415,45 @@ T_TEST(xfer_tcp_gate_silent_connection_does_not_stall_an_open_receiver)
 	tm_free(&tr);
 	tm_free(&en);
 }
+
+/* A flood: 100 silent connections (more than the gate holds) opened before
+ * the real sender: the oldest are evicted as newer ones come, the real
+ * sender's hello is read the round after it is accepted, and it delivers. */
+T_TEST(xfer_tcp_gate_survives_a_flood_of_silent_connections)
+{
+	enum { FLOOD = 100 };
+	sk_rng r;
+	sk_rng_seed(&r, t_seed() + 2);
+	tmodel tr, en;
+	tm_make(&tr, &r, 1000, 1);
+	tm_make(&en, &r, 1000, 0);
+	unsigned char nonce[XFER_NONCE_BYTES];
+	for (int i = 0; i < XFER_NONCE_BYTES; i++) nonce[i] = (unsigned char)sk_rng_next(&r);
+	xfer_endpoint *rcv = open_ep(XFER_RECEIVER, en.m, 0, 1, 2, 1 << 20, 5000);
+	T_XOK(xfer_p2p_ticket(rcv, "job-f", 1, nonce, err_));
+	int port = xfer_endpoint_port(rcv);
+	xfer_err e;
+	int fl[FLOOD];
+	for (int i = 0; i < FLOOD; i++) T_CHECK((fl[i] = xfer_sock_connect("127.0.0.1", port, 5000, &e)) >= 0);
+	real_sender s = { .port = port };
+	s.snd = open_ep(XFER_SENDER, tr.m, port, 1, 2, 1 << 20, 5000);
+	T_XOK(xfer_p2p_ticket(s.snd, "job-f", 1, nonce, err_));
+	double t0 = xfer_now();
+	pthread_t th;
+	pthread_create(&th, NULL, send_v1, &s);
+	uint64_t got = 0;
+	int rc = xfer_receive(rcv, 10000, &got, &e);
+	double took = xfer_now() - t0;
+	pthread_join(th, NULL);
+	if (rc != 0) T_FAIL("receiver: %s", e.msg);
+	if (s.rc != 0) T_FAIL("sender: %s", s.e.msg);
+	T_CHECK(tm_equal(&tr, &en));
+	printf("  through %d silent connections in %.3f s (%llu evicted)\n", FLOOD, took,
+	       (unsigned long long)xfer_p2p_refused(rcv));
+	T_LE(took, XFER_GATE_HELLO_MS / 1e3 * 0.9);
+	for (int i = 0; i < FLOOD; i++) close(fl[i]);
+	xfer_close(&s.snd);
+	xfer_close(&rcv);
+	tm_free(&tr);
+	tm_free(&en);
+}
