@@ -268,7 +268,8 @@ void xfer_gate_sweep(xfer_gate *g, int lfd, xfer_gate_judge judge, void *ctx)
 	unsigned char out[XFER_GATE_HELLO_MAX];
 	size_t n;
 	xfer_err ignored;
-	xfer_gate_next(g, lfd, 0, 0, sweep_judge, &w, out, &n, &ignored); /* never takes: KEEP instead */
+	/* a few rounds: accept, read the magic, read the rest (never takes: KEEP instead) */
+	for (int round = 0; round < 3; round++) xfer_gate_next(g, lfd, 0, 0, sweep_judge, &w, out, &n, &ignored);
 }
 
 /* ---- the ticket ---- */

@@ -138,7 +138,7 @@ void xfer_gate_free(xfer_gate **g);
  * XFER_EABORTED when lfd was shut down. */
 int xfer_gate_next(xfer_gate *g, int lfd, int wait_ms, int timeout_ms, xfer_gate_judge judge, void *ctx,
 		   unsigned char out[XFER_GATE_HELLO_MAX], size_t *outn, xfer_err *err);
-/* One round without waiting, while a session runs: what is pending is read
+/* A few rounds without waiting, while a session runs: what is pending is read
  * and judged (refused, or kept when the judge would take it), the silent
  * ones past their time closed, so none of them waits for the session's end. */
 void xfer_gate_sweep(xfer_gate *g, int lfd, xfer_gate_judge judge, void *ctx);

@@ -189,6 +189,8 @@ static int p2p_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 			s->active = -1;
 			continue;
 		}
+		if (rc == 0) /* what came with or after this sender: judged now, not at the session's end */
+			xfer_gate_sweep(ep->gate, s->lfd, chooser_judge, ep);
 		if (rc == 0 && s->active == SUB_UCX) snprintf(ep->note, sizeof ep->note, "%s", sub->note);
 		else if (rc == 0 && strncmp(ep->note, "p2p-tcp", 7) != 0)
 			snprintf(ep->note, sizeof ep->note, "p2p-tcp: the sender runs p2p-tcp (it has no UCX, or asked for it)");
