@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "agent/agent_jobs_int.h"
 #include "agent/agent_stats.h"
@@ -70,6 +71,7 @@ typedef struct {
 	uint8_t staged_root[WV_DIGEST_LEN]; /* the root it verified `staged` against (EngineStatus.root) */
 	bool has_staged_root;
 	uint64_t serve_version, catchup_version;
+	uint8_t serve_nonce[WV_NONCE_LEN], catchup_nonce[WV_NONCE_LEN]; /* the pairing's p2p ticket (both ends) */
 	double catchup_since, retry_at; /* a failed catch-up is asked again after CATCHUP_RETRY_S */
 } wv_eng;
 
@@ -569,6 +571,10 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 		in->mode = u->rec.mode;
 		in->setup.data = u->setup;
 		in->setup.len = u->setup_len;
+		if (u->rec.has_nonce) {
+			in->nonce.data = u->rec.nonce;
+			in->nonce.len = WV_NONCE_LEN;
+		}
 		in->rank = (int32_t)(p - u->rec.engines) + 1;
 		in->nranks = (int32_t)u->rec.nengines + 1;
 		in->timeout_ms = u->timeout_ms;
@@ -584,6 +590,8 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 			in->kind = "serve";
 			in->version = e->serve_version;
 			in->peer = t->endpoint;
+			in->nonce.data = e->serve_nonce;
+			in->nonce.len = WV_NONCE_LEN;
 			e->serve_to[0] = 0;
 			return true;
 		}
@@ -617,6 +625,9 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 		    !s->endpoint[0] || !e->endpoint[0])
 			continue;
 		if (u && part_of(u, s->member) && !strcmp(part_of(u, s->member)->state, "pending")) continue;
+		/* the p2p hello of this pairing: only the server knows it */
+		if (getrandom(e->catchup_nonce, WV_NONCE_LEN, 0) != WV_NONCE_LEN) return false;
+		memcpy(s->serve_nonce, e->catchup_nonce, WV_NONCE_LEN);
 		snprintf(s->serve_to, sizeof s->serve_to, "%s", e->member);
 		s->serve_version = L;
 		snprintf(e->source, sizeof e->source, "%s", s->member);
@@ -625,6 +636,8 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 		in->kind = "catchup";
 		in->version = L;
 		in->peer = s->member;
+		in->nonce.data = e->catchup_nonce;
+		in->nonce.len = WV_NONCE_LEN;
 		in->mode = (char *)j->spec.transfer_mode;
 		return true;
 	}
@@ -663,6 +676,10 @@ static void begin_reply(agent *a, wv_open *u)
 	br.version = u->rec.version;
 	br.base_version = u->rec.base_version;
 	br.timeout_ms = u->timeout_ms;
+	if (u->rec.has_nonce) {
+		br.nonce.data = u->rec.nonce;
+		br.nonce.len = WV_NONCE_LEN;
+	}
 	for (size_t i = 0; i < n; i++) {
 		wv_engine *p = &u->rec.engines[i];
 		wv_eng *e = eng_find(W, p->member);
@@ -711,6 +728,7 @@ static void answer_outcome(agent *a, const agent_client *c, const wv_open *u, co
 	size_t len;
 	if (rec && strcmp(rec->state, "preparing") && wv_update_encode(rec, &data, &len) == 0)
 		o.record = skein__weights__update__unpack(NULL, len, data);
+	if (o.record) o.record->nonce.len = 0; /* the ticket goes to participants only */
 	answer(a, c, 0, NULL, &o.base);
 	if (o.record) skein__weights__update__free_unpacked(o.record, NULL);
 	free(data);
@@ -809,6 +827,9 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 	snprintf(r->state, sizeof r->state, "preparing");
 	r->reason = strdup("");
 	r->started_ms = sk_wall_ms();
+	/* the p2p hello's ticket: in the record, so a head that adopts the
+	 * update hands out the same one */
+	r->has_nonce = getrandom(r->nonce, WV_NONCE_LEN, 0) == WV_NONCE_LEN;
 	r->nengines = pick_participants(a, b->job, b->mode, L, &r->engines);
 	if (r->nengines > W->engines_max) {
 		/* every voter refuses such a record at apply (wv_codec.c): say so now

@@ -98,6 +98,10 @@ static int pb_rec_fill(pb_rec *r, const wv_update *u)
 		p->root.data = (uint8_t *)u->root;
 		p->root.len = WV_DIGEST_LEN;
 	}
+	if (u->has_nonce) {
+		p->nonce.data = (uint8_t *)u->nonce;
+		p->nonce.len = WV_NONCE_LEN;
+	}
 	if (!(r->times = calloc(u->nengines + 1, sizeof *r->times))) goto fail;
 	p->sender_timings = timings_to_pb(&u->sender_t, &r->times[0]);
 	if (!u->nengines) return 0;
@@ -167,6 +171,10 @@ static int from_pb(wv_update *u, const Skein__Weights__Update *p, char *err, siz
 		snprintf(err, errlen, "root: %zu bytes, not 0 or %d", p->root.len, WV_DIGEST_LEN);
 		return -1;
 	}
+	if (p->nonce.len != 0 && p->nonce.len != WV_NONCE_LEN) {
+		snprintf(err, errlen, "nonce: %zu bytes, not 0 or %d", p->nonce.len, WV_NONCE_LEN);
+		return -1;
+	}
 	if (p->n_engines > WV_ENGINES_MAX) {
 		snprintf(err, errlen, "%zu engines, at most %d", p->n_engines, WV_ENGINES_MAX);
 		return -1;
@@ -188,6 +196,8 @@ static int from_pb(wv_update *u, const Skein__Weights__Update *p, char *err, siz
 	u->measured = p->measured;
 	u->has_root = p->root.len == WV_DIGEST_LEN;
 	if (u->has_root) memcpy(u->root, p->root.data, WV_DIGEST_LEN);
+	u->has_nonce = p->nonce.len == WV_NONCE_LEN;
+	if (u->has_nonce) memcpy(u->nonce, p->nonce.data, WV_NONCE_LEN);
 	timings_from_pb(&u->sender_t, p->sender_timings);
 	u->reason = strdup(p->reason ? p->reason : "");
 	if (!u->reason) goto oom;

@@ -53,6 +53,7 @@ enum {
 	WV_REASON_MAX = 512,       /* bytes of a reason */
 	WV_STATE_NAME_MAX = 11,    /* "preparing", "committed", ... */
 	WV_DIGEST_LEN = 16,        /* xxh3-128 of the manifest */
+	WV_NONCE_LEN = 16,         /* the p2p hello's ticket */
 };
 
 /* Where one side's data path spent a version's time (proto Timings; all 0
@@ -96,6 +97,8 @@ typedef struct {
 	bool measured;                       /* the final record's amendment (below) */
 	uint8_t root[WV_DIGEST_LEN];         /* the sender's root of v's checksums (transfer/xfer_root.c) */
 	bool has_root;                       /* set once: a replacing record keeps it */
+	uint8_t nonce[WV_NONCE_LEN];         /* drawn by the head at begin: the p2p hello's ticket */
+	bool has_nonce;                      /* (records of older heads have none) */
 } wv_update;
 
 /* A packed skein.weights.Update (*out malloc'd): 0, -1 when memory runs out

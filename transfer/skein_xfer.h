@@ -337,6 +337,24 @@ const char *xfer_endpoint_note(const xfer_endpoint *ep);  /* why it fell back, o
 int xfer_endpoint_port(const xfer_endpoint *ep);          /* p2p/colocated receiver */
 xfer_stats xfer_endpoint_stats(const xfer_endpoint *ep);
 
+/* ---- p2p: who may open a session (issue 23) ----
+ * A ticket is the job, the version and a 128-bit nonce the head drew for
+ * that update or catch-up.  A p2p-tcp / p2p-ucx sender puts its ticket in
+ * its hello; a receiver given one reads every connection's hello
+ * concurrently (each within 2 s) and refuses, before reading any data,
+ * every connection whose hello does not carry the same ticket: it is
+ * answered, closed, logged on stderr in one line and counted
+ * (xfer_p2p_refused).  Without a ticket a receiver takes any sender of its
+ * wire, still never stalled by a silent connection.  Coordinated endpoints
+ * get theirs from the head (BeginReply.nonce, Instruction.nonce): call this
+ * only outside a coordinated job.  nonce NULL: no ticket. */
+#define XFER_NONCE_BYTES 16
+int xfer_p2p_ticket(xfer_endpoint *ep, const char *job, uint64_t version, const unsigned char *nonce,
+		    xfer_err *err);
+/* Receiver: connections refused so far (a bad or missing ticket, a hello
+ * that never came or another wire). */
+uint64_t xfer_p2p_refused(const xfer_endpoint *ep);
+
 /* ---- disk-delta extras ---- */
 /* Deletes versions that every receiver listed in dir/receivers/ has applied
  * and that no catch-up needs (those before the newest full version they all

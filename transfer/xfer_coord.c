@@ -322,6 +322,8 @@ static void *serve_peer(void *arg)
 		if (atomic_load(&a->ep->aborted)) xfer_abort_data(sub); /* the head aborted while it opened */
 		pthread_mutex_unlock(&c->mu);
 	}
+	p->sub->has_ticket = a->ep->has_ticket; /* this version's, from the head */
+	p->sub->ticket = a->ep->ticket;
 	if (xfer_path_send(p->sub, a->v, &p->err) != 0) p->failed = 1;
 	else p->wire = p->sub->stats.bytes_moved;
 	return NULL;
@@ -481,6 +483,8 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 		return -1;
 	}
 	if (r.timeout_ms > 0) to = r.timeout_ms;
+	/* p2p: our hellos carry the head's ticket for v; receivers take no other */
+	xfer_p2p_ticket(ep, job, v, r.has_nonce ? r.nonce : NULL, NULL);
 
 	/* move the bytes, the heartbeat listening for an abort */
 	xfer_endpoint *self = ep;

@@ -50,6 +50,8 @@ typedef struct {
 	xfer_wv_peer *peers; /* malloc'd: xfer_wv_begin_reply_free */
 	size_t npeers;
 	int timeout_ms;
+	int has_nonce;       /* the p2p hello's ticket (an older head sends none) */
+	unsigned char nonce[XFER_NONCE_BYTES];
 } xfer_wv_begin_reply;
 
 typedef struct {
@@ -75,6 +77,8 @@ typedef struct {
 	int timeout_ms;
 	unsigned char root[16]; /* the sender's root of version (xfer_root.c) ... */
 	int has_root;           /* ... when the head has it */
+	int has_nonce;       /* receive, catchup, serve: the p2p hello's ticket */
+	unsigned char nonce[XFER_NONCE_BYTES];
 } xfer_wv_instr;
 
 typedef struct {

@@ -60,6 +60,7 @@ static int receive_exact(xfer_endpoint *ep, xfer_endpoint *rx, uint64_t v, int t
 	uint8_t *q = ep ? xfer_wv_query_pack(ep->cfg.coord.job, v, ep->cfg.coord.member, &qlen) : NULL;
 	char why[512];
 	double asked = xfer_now();
+	uint64_t refused0 = xfer_p2p_refused(rx);
 	rx->target = v;
 	int rc;
 	for (;;) {
@@ -77,8 +78,16 @@ static int receive_exact(xfer_endpoint *ep, xfer_endpoint *rx, uint64_t v, int t
 			break;
 		}
 		if (xfer_now() >= deadline) {
-			rc = xfer_fail(err, XFER_ETIMEOUT, "version %llu did not arrive within %d ms", (unsigned long long)v,
-				       timeout_ms);
+			uint64_t refused = xfer_p2p_refused(rx) - refused0;
+			if (refused) /* someone knocked without the head's ticket: say so */
+				rc = xfer_fail(err, XFER_ETIMEOUT,
+					       "version %llu did not arrive within %d ms (%llu connection(s) refused meanwhile, "
+					       "the last: %s)",
+					       (unsigned long long)v, timeout_ms, (unsigned long long)refused,
+					       xfer_gate_last(rx->gate));
+			else
+				rc = xfer_fail(err, XFER_ETIMEOUT, "version %llu did not arrive within %d ms",
+					       (unsigned long long)v, timeout_ms);
 			break;
 		}
 	}
@@ -165,6 +174,8 @@ static void do_receive(xfer_endpoint *ep, const xfer_wv_instr *in)
 				  "a head that took over mid-update has none");
 		}
 	}
+	/* p2p: only a hello with the head's ticket for v opens the session */
+	xfer_p2p_ticket(ep, ep->cfg.coord.job, v, in->has_nonce ? in->nonce : NULL, NULL);
 	if (rx) {
 		xfer_endpoint *self = ep;
 		xfer_heartbeat *hb = xfer_heartbeat_start(ep->cfg.coord.rpc, ep->cfg.coord.job, ep->cfg.coord.member, v,
@@ -260,6 +271,8 @@ static int do_catchup(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 	int to = timeout_of(ep, in), rc;
 	double t0 = xfer_now();
 	if (*in->peer || ep->ops == &xfer_disk_ops) {
+		/* p2p: the serving peer's hello carries the pairing's ticket */
+		xfer_p2p_ticket(ep, ep->cfg.coord.job, L, in->has_nonce ? in->nonce : NULL, NULL);
 		rc = receive_exact(NULL, ep, L, to, err); /* disk-delta: its own chain; p2p: the peer connects */
 	} else if (ep->cfg.disk.dir) {
 		/* a p2p engine catching up from the folder the job also writes */
@@ -320,6 +333,7 @@ static void do_serve(xfer_endpoint *ep, const xfer_wv_instr *in)
 	xfer_endpoint *s = NULL;
 	xfer_err e;
 	if (xfer_open(&s, &sc, ep->m, &e) != 0) return;
+	xfer_p2p_ticket(s, ep->cfg.coord.job, in->version, in->has_nonce ? in->nonce : NULL, NULL);
 	pthread_mutex_lock(&c->mu);
 	c->side = s;
 	pthread_mutex_unlock(&c->mu);

@@ -68,6 +68,15 @@ extern const xfer_path_ops xfer_ipc_ops;
 extern const xfer_path_ops xfer_ucx_ops;
 extern const xfer_path_ops xfer_p2p_ops; /* "p2p": UCX or p2p-tcp, chosen per peer */
 
+/* The ticket in a p2p hello (wire: p2p-tcp 4, p2p-ucx 3), host order. */
+enum { XFER_TICKET_SET = 1 };
+typedef struct {
+	uint32_t flags, pad;  /* XFER_TICKET_SET: the rest is meant */
+	uint64_t job;         /* XXH3-64 of the job's name */
+	uint64_t version;     /* the update's, or the catch-up's */
+	unsigned char nonce[XFER_NONCE_BYTES]; /* the head's, for that update or catch-up */
+} xfer_ticket;
+
 struct xfer_endpoint {
 	const xfer_path_ops *ops;
 	xfer_config cfg;       /* strings below are copies */
@@ -83,7 +92,9 @@ struct xfer_endpoint {
 	void *impl;            /* the path's own state */
 	/* p2p paths run under the p2p chooser (xfer_p2p.c) */
 	int shared_lfd;        /* receiver: listen here (the chooser's), not on a socket of its own; -1 */
-	int pending_ctl;       /* receiver: a control connection the chooser accepted; -1 */
+	int pending_ctl;       /* receiver: a control connection the chooser accepted; -1 ... */
+	unsigned char pending_hello[256]; /* ... and its hello, read off it by the gate */
+	size_t pending_hello_len;
 	int p2p_auto;          /* p2p-ucx: the peer may be told to use p2p-tcp instead */
 	const char *run_path;  /* the path that runs when not ops->name */
 	/* coordinated updates (xfer_coord.h) */
@@ -106,6 +117,12 @@ struct xfer_endpoint {
 	unsigned char root[16], mdigest[16];
 	uint64_t root_version;
 	int have_mdigest;      /* mdigest: xfer_wv_digest of m, computed once */
+	/* p2p hellos (xfer_gate.c): the ticket a sender presents and a receiver
+	 * requires (has_ticket 0: none); a receiver's gate on its listener, the
+	 * listener's owner's (subs under the chooser share it) */
+	int has_ticket;
+	xfer_ticket ticket;
+	struct xfer_gate *gate;
 };
 
 /* ---- the root of a version's checksums (xfer_root.c) ----
@@ -117,6 +134,37 @@ int xfer_root_of(const unsigned char digest[16], xfer_sum_kind kind, const xfer_
 /* ep->root for version v from the m->n sums of ep's manifest. */
 int xfer_root_keep(xfer_endpoint *ep, uint64_t v, xfer_sum_kind kind, const xfer_sum *sums, xfer_err *err);
 void xfer_root_hex(const unsigned char root[16], char out[33]);
+
+/* ---- p2p hellos: the ticket and the receiver's gate (xfer_gate.c) ---- */
+enum {
+	XFER_GATE_HELLO_MS = 2000, /* a connection says who it is within this, or is closed */
+	XFER_GATE_HELLO_MAX = 256, /* the largest hello a judge may ask for */
+};
+/* Wire verdicts of a judge on the n bytes of hello read so far. */
+typedef enum { XFER_GATE_MORE, XFER_GATE_TAKE, XFER_GATE_KEEP, XFER_GATE_REFUSE } xfer_gate_verdict;
+/* MORE: read up to *need bytes, then ask again; KEEP: a hello for another
+ * caller (left in the gate for it); REFUSE: why says why (sent back). */
+typedef xfer_gate_verdict (*xfer_gate_judge)(void *ctx, const unsigned char *buf, size_t n, size_t *need, char *why,
+					     size_t whyn);
+typedef struct xfer_gate xfer_gate;
+xfer_gate *xfer_gate_new(void);
+void xfer_gate_free(xfer_gate **g);
+/* The next connection on lfd (or kept in the gate) whose hello the judge
+ * takes, within wait_ms (-1: forever): its fd (blocking, timeout_ms on it)
+ * with the hello's bytes, read off it, in out and *outn; -1 with
+ * XFER_ENOVERSION when wait_ms passed (the message names the last refusal),
+ * XFER_EABORTED when lfd was shut down. */
+int xfer_gate_next(xfer_gate *g, int lfd, int wait_ms, int timeout_ms, xfer_gate_judge judge, void *ctx,
+		   unsigned char out[XFER_GATE_HELLO_MAX], size_t *outn, xfer_err *err);
+/* A few rounds without waiting, while a session runs: what is pending is read
+ * and judged (refused, or kept when the judge would take it), the silent
+ * ones past their time closed, so none of them waits for the session's end. */
+void xfer_gate_sweep(xfer_gate *g, int lfd, xfer_gate_judge judge, void *ctx);
+uint64_t xfer_gate_refused(const xfer_gate *g);
+const char *xfer_gate_last(const xfer_gate *g);
+uint64_t xfer_ticket_job(const char *job);
+/* 0 when ep requires no ticket or t is its ticket; -1 with why. */
+int xfer_ticket_check(const xfer_endpoint *ep, const xfer_ticket *t, char *why, size_t n);
 
 /* A path's endpoint inside another (the p2p chooser's): shares the parent's
  * config, manifest and offsets; listens on shared_lfd when >= 0. */
@@ -304,11 +352,12 @@ void xfer_disk_index_free(xfer_disk_index *x);
 
 /* ---- p2p-tcp wire (xfer_tcp.c): the structs, in host order, and the pure
  * checks a receiver makes of what a sender sends before any of it is used ---- */
-enum { XFER_TCP_HELLO_BYTES = 48, XFER_TCP_CONTROL = 0, XFER_TCP_DATA = 1, XFER_TCP_MAX_STREAMS = 64 };
+enum { XFER_TCP_HELLO_BYTES = 88, XFER_TCP_CONTROL = 0, XFER_TCP_DATA = 1, XFER_TCP_MAX_STREAMS = 64 };
 typedef struct {
 	char magic[8];
 	uint32_t kind, stream, nstreams, pad;
 	uint64_t session, bucket_bytes, manifest_len;
+	xfer_ticket ticket;  /* wire 4 */
 } xfer_tcp_hello;
 /* Wire 3: after chunk k's stripes, on the control stream, the tree chunk
  * hashes (XXH3-64 of 256 KiB) that chunk k holds, then the tree sums of the
@@ -324,7 +373,7 @@ typedef struct {
 	uint64_t version, chunk, off, len;
 } xfer_tcp_shead;
 
-/* Sets the magic and writes the 48 bytes. */
+/* Sets the magic and writes the 88 bytes. */
 void xfer_tcp_hello_pack(const xfer_tcp_hello *h, unsigned char out[XFER_TCP_HELLO_BYTES]);
 /* A hello of either kind; a control hello's stream count and sizes are
  * checked.  An older sender's hello (wire 2, "SKXFER2") is refused with
@@ -332,6 +381,11 @@ void xfer_tcp_hello_pack(const xfer_tcp_hello *h, unsigned char out[XFER_TCP_HEL
  * apart so that the receiver can answer it. */
 int xfer_tcp_hello_is_v2(const void *buf, size_t n);
 int xfer_tcp_hello_parse(const void *buf, size_t n, xfer_tcp_hello *h, xfer_err *err);
+/* The gate's judge of a p2p-tcp hello (n bytes so far): a control one
+ * (want_data 0) or a data stream of session with nstreams; the other kind,
+ * ticket right, is kept; a wrong or missing ticket (ep's) refused. */
+xfer_gate_verdict xfer_tcp_judge(const xfer_endpoint *ep, int want_data, uint64_t session, uint32_t nstreams,
+				 const unsigned char *buf, size_t n, size_t *need, char *why, size_t whyn);
 /* (The receiver's plan from a control hello: xfer_chunk_plan_cut, tree
  * cuts.)  A stripe header must be the one want says; so must a chunk's
  * hash record header (chunk, nhash, ntops). */
@@ -340,16 +394,18 @@ int xfer_tcp_hrec_parse(const void *buf, size_t n, const xfer_tcp_hrec *want, xf
 
 /* ---- p2p-ucx wire (xfer_ucx.c): the sender's hello, in host order, and
  * the receiver's pure check of it (built with or without UCX) ---- */
-enum { XFER_UCX_HELLO_BYTES = 144, XFER_UCX_MAX_STRIPES = 16, XFER_UCX_F_AUTO = 1 /* under the p2p chooser */ };
-#define XFER_UCX_MAGIC "SKUCX2" /* a hello's first 8 bytes (NUL-padded); 2: lanes and a ring of slots */
+enum { XFER_UCX_HELLO_BYTES = 184, XFER_UCX_MAX_STRIPES = 16, XFER_UCX_F_AUTO = 1 /* under the p2p chooser */ };
+#define XFER_UCX_MAGIC "SKUCX3" /* a hello's first 8 bytes (NUL-padded); 2: lanes and a ring of slots;
+				   3: the ticket */
 typedef struct {
 	char magic[8];
 	uint32_t flags, kinds, nstripes, pad; /* kinds: XFER_UCX_RDMA etc. (xfer_ucp.h) */
 	uint64_t bucket_bytes, manifest_len;
 	char boot_id[40]; /* /proc/sys/kernel/random/boot_id: one host when equal */
 	char host[64];
+	xfer_ticket ticket;
 } xfer_ucx_hello;
-/* Sets the magic and writes the 144 bytes. */
+/* Sets the magic and writes the 184 bytes. */
 void xfer_ucx_hello_pack(const xfer_ucx_hello *h, unsigned char out[XFER_UCX_HELLO_BYTES]);
 /* Checks the magic, stripe count and sizes; boot_id and host come back
  * NUL-terminated.  The plan from it: xfer_chunk_plan. */

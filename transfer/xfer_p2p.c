@@ -12,7 +12,9 @@
  * socket to the path that speaks it.  A sender told "p2p-tcp" reconnects
  * with p2p-tcp's hello and stays on it; its note, and the receiver's, say
  * what was chosen and why (xfer_endpoint_note), and xfer_endpoint_path the
- * path that ran last. */
+ * path that ran last.  The chooser's door is the gate (xfer_gate.c): each
+ * connection's hello is read concurrently and judged by its path's rules,
+ * the ticket included, before the socket is handed over. */
 #include "transfer/xfer_sock.h"
 #include "transfer/xfer_ucp.h"
 
@@ -88,12 +90,43 @@ static void p2p_abort(xfer_endpoint *ep)
 	if (s->lfd >= 0 && !ep->keep_listener) shutdown(s->lfd, SHUT_RDWR);
 }
 
+/* A hello of either path; a p2p-tcp data stream is kept for the tcp sub. */
+static xfer_gate_verdict chooser_judge(void *ctx, const unsigned char *buf, size_t n, size_t *need, char *why,
+				       size_t whyn)
+{
+	const xfer_endpoint *ep = ctx;
+	if (n < 8) {
+		*need = 8;
+		return XFER_GATE_MORE;
+	}
+	if (memcmp(buf, XFER_UCX_MAGIC "\0", 8) == 0) {
+		xfer_ucx_hello h;
+		xfer_err e;
+		if (n < sizeof h) {
+			*need = sizeof h;
+			return XFER_GATE_MORE;
+		}
+		if (xfer_ucx_hello_parse(buf, n, &h, &e) != 0) {
+			snprintf(why, whyn, "%s", e.msg);
+			return XFER_GATE_REFUSE;
+		}
+		return xfer_ticket_check(ep, &h.ticket, why, whyn) == 0 ? XFER_GATE_TAKE : XFER_GATE_REFUSE;
+	}
+	if (memcmp(buf, "SKUCX", 5) == 0) {
+		snprintf(why, whyn, "an older p2p-ucx sender (no ticket in its hello): upgrade its libskein");
+		return XFER_GATE_REFUSE;
+	}
+	return xfer_tcp_judge(ep, 0, 0, 0, buf, n, need, why, whyn);
+}
+
 /* One call on a sub-endpoint, its figures passed through. */
 static int run_sub(xfer_endpoint *ep, xfer_endpoint *sub, int wait_ms, uint64_t v, uint64_t *got, xfer_err *err)
 {
 	sub->stats = ep->stats;
 	sub->target = ep->target;
 	sub->undo_ready = 0;
+	sub->has_ticket = ep->has_ticket;
+	sub->ticket = ep->ticket;
 	atomic_store(&sub->aborted, atomic_load(&ep->aborted)); /* xfer_rearm of the parent reaches it */
 	sub->root_version = 0;
 	sub->journal_first = ep->journal_first;
@@ -139,17 +172,13 @@ static int p2p_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 		}
 		if (s->active < 0 || !s->sub[s->active]->ops->connected(s->sub[s->active])) {
 			/* the next sender: which path does it speak? */
-			int fd = xfer_sock_accept(s->lfd, left, to, err);
-			if (fd < 0) {
-				if (err->code == XFER_ETIMEOUT) err->code = XFER_ENOVERSION;
-				return -1;
-			}
-			char magic[8];
-			if (xfer_sock_peek(fd, magic, sizeof magic, "sender", to, err) != 0) {
-				close(fd);
-				return -1;
-			}
-			s->active = memcmp(magic, XFER_UCX_MAGIC "\0", 8) == 0 ? SUB_UCX : SUB_TCP;
+			unsigned char raw[XFER_GATE_HELLO_MAX];
+			size_t rn = 0;
+			int fd = xfer_gate_next(ep->gate, s->lfd, left, to, chooser_judge, ep, raw, &rn, err);
+			if (fd < 0) return -1;
+			s->active = memcmp(raw, XFER_UCX_MAGIC "\0", 8) == 0 ? SUB_UCX : SUB_TCP;
+			memcpy(s->sub[s->active]->pending_hello, raw, rn);
+			s->sub[s->active]->pending_hello_len = rn;
 			s->sub[s->active]->pending_ctl = fd;
 		}
 		xfer_endpoint *sub = s->sub[s->active];
@@ -164,6 +193,8 @@ static int p2p_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 			s->active = -1;
 			continue;
 		}
+		if (rc == 0) /* what came with or after this sender: judged now, not at the session's end */
+			xfer_gate_sweep(ep->gate, s->lfd, chooser_judge, ep);
 		if (rc == 0 && s->active == SUB_UCX) snprintf(ep->note, sizeof ep->note, "%s", sub->note);
 		else if (rc == 0 && strncmp(ep->note, "p2p-tcp", 7) != 0)
 			snprintf(ep->note, sizeof ep->note, "p2p-tcp: the sender runs p2p-tcp (it has no UCX, or asked for it)");

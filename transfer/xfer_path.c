@@ -109,6 +109,10 @@ int xfer_open(xfer_endpoint **out, const xfer_config *cfg, const xfer_manifest *
 	ep->cfg.coord.member = ep->s_member;
 	ep->m = m;
 	ep->shared_lfd = ep->pending_ctl = -1;
+	if (cfg->role == XFER_RECEIVER && !(ep->gate = xfer_gate_new())) {
+		xfer_fail(err, XFER_ENOMEM, "xfer_open: out of memory");
+		goto err;
+	}
 	const char *name = cfg->path ? cfg->path : "(null)";
 	char why[256] = "";
 	if (strcmp(name, "p2p") == 0) {
@@ -169,6 +173,9 @@ static xfer_endpoint *sub_open(xfer_endpoint *parent, const xfer_path_ops *ops, 
 	ep->offsets = parent->offsets;
 	ep->shared_lfd = shared_lfd;
 	ep->pending_ctl = -1;
+	ep->gate = parent->gate; /* the parent's to free */
+	ep->has_ticket = parent->has_ticket;
+	ep->ticket = parent->ticket;
 	ep->p2p_auto = p2p_auto;
 	ep->ops = ops;
 	if (host) {
@@ -341,6 +348,8 @@ void xfer_close(xfer_endpoint **epp)
 	xfer_endpoint *ep = *epp;
 	if (ep->coord) xfer_coord_close(ep);
 	if (ep->ops && ep->ops->teardown && !ep->fanout) ep->ops->teardown(ep);
+	if (ep->pending_ctl >= 0) close(ep->pending_ctl);
+	xfer_gate_free(&ep->gate);
 	free(ep->s_rpc);
 	free(ep->s_job);
 	free(ep->s_member);

@@ -6,7 +6,8 @@
  * chunk with one header and one large sendmsg straight from the sender's
  * tensors (no per-tensor round trip, no copy on the sender for host memory).
  *
- *   control  sender: hello ("SKXFER3": wire 3) + manifest text; receiver:
+ *   control  sender: hello ("SKXFER4": wire 4, its ticket: xfer_gate.c)
+ *            + manifest text; receiver:
  *            status (manifest check)
  *            per version: sender: header; per chunk k, once it has hashed
  *            it: the tree chunk hashes chunk k holds and the tree sums of
@@ -83,17 +84,19 @@ enum {
 	TREE = XFER_TREE_CHUNK,
 };
 
-static const char HELLO_MAGIC[8] = "SKXFER3"; /* 3: tree checksums per chunk; 2: one xxh3-128 per tensor */
+/* 4: the hello's ticket; 3: tree checksums per chunk; 2: one xxh3-128 per tensor */
+static const char HELLO_MAGIC[8] = "SKXFER4";
 static const char HELLO_MAGIC_V2[8] = "SKXFER2";
+static const char HELLO_MAGIC_V3[8] = "SKXFER3";
 static const char OLD_RECEIVER_HINT[] = "no answer to the hello: a receiver of an older libskein "
-					"(p2p-tcp wire 2) drops a wire 3 sender so; upgrade it";
+					"(p2p-tcp wire 2 or 3) drops a wire 4 sender so; upgrade it";
 
 /* The wire structs (xfer_int.h), in host order: both ends are one build. */
 typedef xfer_tcp_hello hello;
 typedef xfer_tcp_hrec hrec;
 typedef xfer_tcp_shead shead;
 
-_Static_assert(sizeof(hello) == XFER_TCP_HELLO_BYTES, "hello is 48 bytes on the wire");
+_Static_assert(sizeof(hello) == XFER_TCP_HELLO_BYTES, "hello is 88 bytes on the wire");
 _Static_assert(sizeof(shead) == 40, "shead is 40 bytes on the wire");
 _Static_assert(sizeof(hrec) == 24, "a hash record header is 24 bytes on the wire");
 
@@ -280,8 +283,11 @@ int xfer_tcp_hello_parse(const void *buf, size_t n, xfer_tcp_hello *h, xfer_err 
 	memcpy(h, buf, sizeof *h);
 	if (xfer_tcp_hello_is_v2(buf, n))
 		return xfer_fail(err, XFER_EFORMAT, "the sender speaks p2p-tcp wire 2 (an older libskein: one "
-				 "xxh3-128 per tensor after the data); this receiver speaks wire 3 (tree checksums "
-				 "checked chunk by chunk): upgrade the sender's libskein");
+				 "xxh3-128 per tensor after the data); this receiver speaks wire 4 (tree checksums "
+				 "checked chunk by chunk, a ticket in the hello): upgrade the sender's libskein");
+	if (memcmp(buf, HELLO_MAGIC_V3, 8) == 0)
+		return xfer_fail(err, XFER_EFORMAT, "the sender speaks p2p-tcp wire 3 (an older libskein: no ticket in "
+				 "its hello); this receiver speaks wire 4: upgrade the sender's libskein");
 	if (memcmp(h->magic, HELLO_MAGIC, 8) != 0 || (h->kind != KIND_CONTROL && h->kind != KIND_DATA))
 		return xfer_fail(err, XFER_EFORMAT, "not a skein p2p sender's hello");
 	if (h->kind == KIND_CONTROL && (h->nstreams < 1 || h->nstreams > MAX_STREAMS ||
@@ -289,6 +295,52 @@ int xfer_tcp_hello_parse(const void *buf, size_t n, xfer_tcp_hello *h, xfer_err 
 		return xfer_fail(err, XFER_EFORMAT, "a control hello with %u streams, %llu manifest bytes, buckets of %llu",
 				 h->nstreams, (unsigned long long)h->manifest_len, (unsigned long long)h->bucket_bytes);
 	return 0;
+}
+
+xfer_gate_verdict xfer_tcp_judge(const xfer_endpoint *ep, int want_data, uint64_t session, uint32_t nstreams,
+				 const unsigned char *buf, size_t n, size_t *need, char *why, size_t whyn)
+{
+	hello h;
+	xfer_err e;
+	if (n < 8) {
+		*need = 8;
+		return XFER_GATE_MORE;
+	}
+	if (memcmp(buf, HELLO_MAGIC_V2, 8) != 0 && memcmp(buf, HELLO_MAGIC_V3, 8) != 0 && memcmp(buf, HELLO_MAGIC, 8) != 0) {
+		snprintf(why, whyn, "not a skein p2p sender's hello");
+		return XFER_GATE_REFUSE;
+	}
+	if (n < sizeof h && memcmp(buf, HELLO_MAGIC, 8) == 0) {
+		*need = sizeof h;
+		return XFER_GATE_MORE;
+	}
+	unsigned char full[sizeof h] = { 0 }; /* older wires: named by the magic alone */
+	memcpy(full, buf, n < sizeof full ? n : sizeof full);
+	if (xfer_tcp_hello_parse(full, sizeof full, &h, &e) != 0) {
+		snprintf(why, whyn, "%s", e.msg);
+		return XFER_GATE_REFUSE;
+	}
+	if (xfer_ticket_check(ep, &h.ticket, why, whyn) != 0) return XFER_GATE_REFUSE;
+	if (h.kind == KIND_CONTROL) return want_data ? XFER_GATE_KEEP : XFER_GATE_TAKE;
+	if (!want_data) return XFER_GATE_KEEP; /* the chooser's: for the session about to start */
+	if (h.session != session || h.stream >= nstreams) {
+		snprintf(why, whyn, "a data stream of another session");
+		return XFER_GATE_REFUSE;
+	}
+	return XFER_GATE_TAKE;
+}
+
+typedef struct {
+	const xfer_endpoint *ep;
+	int want_data;
+	uint64_t session;
+	uint32_t nstreams;
+} tcp_judge_ctx;
+
+static xfer_gate_verdict tcp_judge(void *ctx, const unsigned char *buf, size_t n, size_t *need, char *why, size_t whyn)
+{
+	const tcp_judge_ctx *j = ctx;
+	return xfer_tcp_judge(j->ep, j->want_data, j->session, j->nstreams, buf, n, need, why, whyn);
 }
 
 void xfer_tcp_hello_pack(const xfer_tcp_hello *h, unsigned char out[XFER_TCP_HELLO_BYTES])
@@ -533,6 +585,7 @@ static int sender_connect(xfer_endpoint *ep, tcp_state *s, xfer_err *err)
 	if (!desc) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	hello h = { .kind = KIND_CONTROL, .nstreams = (uint32_t)s->nstreams, .session = s->session,
 		    .bucket_bytes = s->bucket_bytes, .manifest_len = dlen };
+	if (ep->has_ticket) h.ticket = ep->ticket;
 	xfer_tcp_hello_pack(&h, (unsigned char *)&h);
 	s->ctl = xfer_sock_connect(ep->cfg.p2p.host, ep->cfg.p2p.port, to, err);
 	if (s->ctl < 0) goto err;
@@ -806,40 +859,27 @@ err:
 
 /* ---- receiver ---- */
 
-/* An older sender (wire 2) waits for our status after its manifest: read
- * the manifest (as long as it claims to be) and answer with err. */
-static void answer_old_sender(tcp_state *s, const unsigned char *raw, int to, const xfer_err *err)
-{
-	hello h;
-	memcpy(&h, raw, sizeof h);
-	char buf[4096];
-	for (uint64_t left = h.manifest_len <= XFER_P2P_MANIFEST_MAX ? h.manifest_len : 0; left;) {
-		size_t k = left < sizeof buf ? (size_t)left : sizeof buf;
-		if (xfer_sock_recv(s->ctl, buf, k, "manifest", "sender", to, NULL) != 0) return;
-		left -= k;
-	}
-	xfer_sock_send_status(s->ctl, err, to, NULL);
-}
-
+/* The control connection, then the data streams, through the gate: every
+ * connection's hello is read concurrently, within XFER_GATE_HELLO_MS, and
+ * one without this receiver's ticket (or of another wire) is refused
+ * before a byte of data is read; an older sender hears why. */
 static int receiver_accept(xfer_endpoint *ep, tcp_state *s, int wait_ms, xfer_err *err)
 {
 	int to = ep->cfg.timeout_ms, fd = -1;
 	char *desc = NULL;
 	hello h;
-	if (ep->pending_ctl >= 0) { /* accepted by the p2p chooser */
+	unsigned char raw[XFER_GATE_HELLO_MAX];
+	size_t rn = 0;
+	if (ep->pending_ctl >= 0) { /* accepted, and its hello judged, by the p2p chooser */
 		s->ctl = ep->pending_ctl;
 		ep->pending_ctl = -1;
-	} else if ((s->ctl = xfer_sock_accept(s->lfd, wait_ms, to, err)) < 0) {
-		if (err->code == XFER_ETIMEOUT) err->code = XFER_ENOVERSION;
-		return -1;
+		rn = ep->pending_hello_len < sizeof raw ? ep->pending_hello_len : sizeof raw;
+		memcpy(raw, ep->pending_hello, rn);
+	} else {
+		tcp_judge_ctx j = { ep, 0, 0, 0 };
+		if ((s->ctl = xfer_gate_next(ep->gate, s->lfd, wait_ms, to, tcp_judge, &j, raw, &rn, err)) < 0) return -1;
 	}
-	unsigned char raw[sizeof h];
-	if (xfer_sock_recv(s->ctl, raw, sizeof raw, "hello", "sender", to, err) != 0) goto err;
-	if (xfer_tcp_hello_parse(raw, sizeof raw, &h, err) != 0 || h.kind != KIND_CONTROL) {
-		if (xfer_tcp_hello_is_v2(raw, sizeof raw)) {
-			answer_old_sender(s, raw, to, err);
-			goto err;
-		}
+	if (rn != sizeof h || xfer_tcp_hello_parse(raw, rn, &h, err) != 0 || h.kind != KIND_CONTROL) {
 		xfer_fail(err, XFER_EFORMAT, "the first connection is not a skein p2p sender's control stream");
 		goto err;
 	}
@@ -851,13 +891,18 @@ static int receiver_accept(xfer_endpoint *ep, tcp_state *s, int wait_ms, xfer_er
 	int seen = 0;
 	while (seen < s->nstreams) {
 		hello d;
-		fd = xfer_sock_accept(s->lfd, to, to, err);
-		if (fd < 0) goto err;
-		xfer_err ignored;
-		if (xfer_sock_recv(fd, raw, sizeof raw, "hello", "sender", to, err) != 0) goto err;
-		if (xfer_tcp_hello_parse(raw, sizeof raw, &d, &ignored) != 0 || d.kind != KIND_DATA ||
-		    d.session != s->session || d.stream >= h.nstreams || s->data[d.stream] >= 0) {
-			close(fd); /* a stale or foreign connection */
+		tcp_judge_ctx j = { ep, 1, s->session, h.nstreams };
+		fd = xfer_gate_next(ep->gate, s->lfd, to, to, tcp_judge, &j, raw, &rn, err);
+		if (fd < 0) {
+			if (err->code == XFER_ENOVERSION) {
+				err->code = XFER_ETIMEOUT;
+				xfer_err_prefix(err, "the sender's data streams");
+			}
+			goto err;
+		}
+		memcpy(&d, raw, sizeof d);
+		if (s->data[d.stream] >= 0) {
+			close(fd); /* a stream twice */
 			fd = -1;
 			continue;
 		}
@@ -1158,6 +1203,10 @@ static int tcp_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	if (on_device(s, err) != 0) return -1;
 	if (s->connected && sender_gone(s)) close_session(s); /* not this version's failure: accept the next */
 	if (!s->connected && receiver_accept(ep, s, wait_ms, err) != 0) return -1;
+	if (!s->lfd_shared) { /* the connections that came with or after our sender's: judged meanwhile */
+		tcp_judge_ctx j = { ep, 0, 0, 0 };
+		xfer_gate_sweep(ep->gate, s->lfd, tcp_judge, &j);
+	}
 	uint64_t hv = 0;
 	int got = xfer_sock_recv_vhead(s->ctl, ep, wait_ms, t0, &hv, err);
 	if (got > 0) return -1; /* no version yet: the session stays */

@@ -47,7 +47,7 @@
 
 static const char HELLO_MAGIC[8] = XFER_UCX_MAGIC;
 
-_Static_assert(sizeof(xfer_ucx_hello) == XFER_UCX_HELLO_BYTES, "hello is 144 bytes on the wire");
+_Static_assert(sizeof(xfer_ucx_hello) == XFER_UCX_HELLO_BYTES, "hello is 184 bytes on the wire");
 
 void xfer_ucx_hello_pack(const xfer_ucx_hello *h, unsigned char out[XFER_UCX_HELLO_BYTES])
 {
@@ -469,6 +469,7 @@ int xfer_ucx_connect(xfer_endpoint *ep, ucx_state *s, xfer_err *err)
 		     .bucket_bytes = s->bucket_bytes, .manifest_len = dlen };
 	read_boot_id(h.boot_id);
 	gethostname(h.host, sizeof h.host - 1);
+	if (ep->has_ticket) h.ticket = ep->ticket;
 	xfer_ucx_hello_pack(&h, (unsigned char *)&h);
 	s->ctl = xfer_sock_connect(ep->cfg.p2p.host, ep->cfg.p2p.port, to, err);
 	if (s->ctl < 0) goto err;
@@ -582,6 +583,31 @@ static int decide(const ucx_state *s, const uhello *h, char *why, size_t n)
 	return MODE_TCP;
 }
 
+/* p2p-ucx alone (not under the chooser): its hello and the ticket. */
+static xfer_gate_verdict ucx_judge(void *ctx, const unsigned char *buf, size_t n, size_t *need, char *why, size_t whyn)
+{
+	const xfer_endpoint *ep = ctx;
+	uhello h;
+	xfer_err e;
+	if (n < 8) {
+		*need = 8;
+		return XFER_GATE_MORE;
+	}
+	if (memcmp(buf, HELLO_MAGIC, sizeof HELLO_MAGIC) != 0) {
+		snprintf(why, whyn, "not a skein p2p-ucx sender's hello (or an older one, without a ticket)");
+		return XFER_GATE_REFUSE;
+	}
+	if (n < sizeof h) {
+		*need = sizeof h;
+		return XFER_GATE_MORE;
+	}
+	if (xfer_ucx_hello_parse(buf, n, &h, &e) != 0) {
+		snprintf(why, whyn, "%s", e.msg);
+		return XFER_GATE_REFUSE;
+	}
+	return xfer_ticket_check(ep, &h.ticket, why, whyn) == 0 ? XFER_GATE_TAKE : XFER_GATE_REFUSE;
+}
+
 int xfer_ucx_accept(xfer_endpoint *ep, ucx_state *s, int wait_ms, xfer_err *err)
 {
 	const xfer_ucp_api *u = s->u;
@@ -590,16 +616,17 @@ int xfer_ucx_accept(xfer_endpoint *ep, ucx_state *s, int wait_ms, xfer_err *err)
 	void **tkeys = NULL;
 	size_t *tklen = NULL, nkeys = 0;
 	uhello h;
-	if (ep->pending_ctl >= 0) {
+	unsigned char raw[XFER_GATE_HELLO_MAX];
+	size_t rn = 0;
+	if (ep->pending_ctl >= 0) { /* accepted, and its hello judged, by the p2p chooser */
 		s->ctl = ep->pending_ctl;
 		ep->pending_ctl = -1;
-	} else if ((s->ctl = xfer_sock_accept(s->lfd, wait_ms, to, err)) < 0) {
-		if (err->code == XFER_ETIMEOUT) err->code = XFER_ENOVERSION;
+		rn = ep->pending_hello_len < sizeof raw ? ep->pending_hello_len : sizeof raw;
+		memcpy(raw, ep->pending_hello, rn);
+	} else if ((s->ctl = xfer_gate_next(ep->gate, s->lfd, wait_ms, to, ucx_judge, ep, raw, &rn, err)) < 0) {
 		return -1;
 	}
-	unsigned char raw[sizeof h];
-	if (xfer_sock_recv(s->ctl, raw, sizeof raw, "hello", "sender", to, err) != 0) goto err;
-	if (xfer_ucx_hello_parse(raw, sizeof raw, &h, err) != 0) {
+	if (xfer_ucx_hello_parse(raw, rn, &h, err) != 0) {
 		xfer_fail(err, XFER_EFORMAT, "the first connection is not a skein p2p-ucx sender's control stream");
 		goto err;
 	}

@@ -171,6 +171,11 @@ int xfer_wv_begin_reply_parse(const uint8_t *p, size_t n, xfer_wv_begin_reply *o
 		goto out;
 	}
 	if (bad_int(m->timeout_ms, 0, 24 * 3600 * 1000, "BeginReply", "timeout_ms", err) != 0) goto out;
+	if (m->nonce.len != 0 && m->nonce.len != XFER_NONCE_BYTES) {
+		xfer_fail(err, XFER_EFORMAT, "the head's BeginReply: a nonce of %zu bytes (0 or %d)", m->nonce.len,
+			  XFER_NONCE_BYTES);
+		goto out;
+	}
 	out->peers = calloc(m->n_peers + 1, sizeof *out->peers);
 	if (!out->peers) { xfer_fail(err, XFER_ENOMEM, "out of memory"); goto out; }
 	for (size_t i = 0; i < m->n_peers; i++) {
@@ -187,6 +192,8 @@ int xfer_wv_begin_reply_parse(const uint8_t *p, size_t n, xfer_wv_begin_reply *o
 	out->version = m->version;
 	out->base_version = m->base_version;
 	out->timeout_ms = m->timeout_ms;
+	out->has_nonce = m->nonce.len == XFER_NONCE_BYTES;
+	if (out->has_nonce) memcpy(out->nonce, m->nonce.data, XFER_NONCE_BYTES);
 	rc = 0;
 out:
 	if (rc != 0) xfer_wv_begin_reply_free(out);
@@ -278,6 +285,11 @@ int xfer_wv_instr_parse(const uint8_t *p, size_t n, xfer_wv_instr *out, xfer_err
 	}
 	out->has_root = m->root.len == 16;
 	if (out->has_root) memcpy(out->root, m->root.data, 16);
+	if (m->nonce.len != 0 && m->nonce.len != XFER_NONCE_BYTES) {
+		xfer_fail(err, XFER_EFORMAT, "the head's Instruction: a nonce of %zu bytes (0 or %d)", m->nonce.len,
+			  XFER_NONCE_BYTES);
+		goto out;
+	}
 	if (strcmp(out->kind, "idle") != 0 && m->version == 0) {
 		xfer_fail(err, XFER_EFORMAT, "the head's Instruction: %s of version 0", out->kind);
 		goto out;
@@ -295,6 +307,8 @@ int xfer_wv_instr_parse(const uint8_t *p, size_t n, xfer_wv_instr *out, xfer_err
 	out->rank = m->rank;
 	out->nranks = m->nranks;
 	out->timeout_ms = m->timeout_ms;
+	out->has_nonce = m->nonce.len == XFER_NONCE_BYTES;
+	if (out->has_nonce) memcpy(out->nonce, m->nonce.data, XFER_NONCE_BYTES);
 	copy_reason(out->reason, sizeof out->reason, m->reason);
 	rc = 0;
 out:

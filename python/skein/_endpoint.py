@@ -198,6 +198,18 @@ class _Endpoint:
         """libskein's statistics of the last version (an XferStats)."""
         return self._lib.xfer_endpoint_stats(self._call())
 
+    def ticket(self, job, version, nonce):
+        """p2p outside a job: the hello's ticket (job name, version, 16-byte
+        nonce, bytes).  A publisher presents it; a receiver given one refuses,
+        before reading any data, every sender whose hello lacks it.  None as
+        nonce: no ticket.  Inside a job the head gives both ends theirs."""
+        if nonce is not None and (not isinstance(nonce, (bytes, bytearray)) or len(nonce) != 16):
+            raise L.InvalidArgument("ticket: the nonce is 16 bytes")
+        with self._lock:
+            if self._lib.xfer_p2p_ticket(self._call(), str(job).encode(), int(version),
+                                         None if nonce is None else bytes(nonce), ctypes.byref(self._err)) != 0:
+                self._err.raise_()
+
     def abort(self):
         """From any thread: the call in flight returns with skein.Aborted."""
         if not self._closed and self._ep.value:
@@ -314,6 +326,12 @@ class Receiver(_Endpoint):
     def port(self):
         """The port a p2p-tcp or colocated receiver listens on."""
         return int(self._lib.xfer_endpoint_port(self._call()))
+
+    @property
+    def refused(self):
+        """p2p: connections refused at the door so far (no or a wrong ticket,
+        no hello within 2 s, another wire)."""
+        return int(self._lib.xfer_p2p_refused(self._call()))
 
     def wait(self, timeout=None):
         """Waits up to timeout seconds (None: forever) for a version newer than

@@ -197,6 +197,8 @@ def _declare(lib):
         "xfer_endpoint_path": (S, [P]),
         "xfer_endpoint_note": (S, [P]),
         "xfer_endpoint_port": (I, [P]),
+        "xfer_p2p_ticket": (I, [P, S, U64, S, E]),
+        "xfer_p2p_refused": (U64, [P]),
         "xfer_endpoint_stats": (XferStats, [P]),
         "xfer_disk_latest": (I, [S, ctypes.POINTER(U64), E]),
         "xfer_disk_gc": (I, [S, I, ctypes.POINTER(I), E]),

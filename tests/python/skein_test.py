@@ -309,6 +309,37 @@ def gil_released_during_transfers():
 
 
 @test
+def p2p_ticket_refuses_another_sender():
+    """Issue 23: a receiver given a ticket refuses a publisher with another
+    nonce (before any byte of its data) and takes the one with its own."""
+    src = {"w": random_like((64, 3), torch.float32)}
+    dst = {"w": torch.zeros(64, 3)}
+    nonce, other = os.urandom(16), os.urandom(16)
+    recv = skein.Receiver(dst, mode="p2p-tcp", port=0, timeout=10)
+    recv.ticket("job", 1, nonce)
+    with skein.Publisher(src, mode="p2p-tcp", host="127.0.0.1", port=recv.port, timeout=3) as bad:
+        bad.ticket("job", 1, other)
+        t = threading.Thread(target=lambda: recv.wait(timeout=1))
+        t.start()
+        try:
+            bad.publish(1)
+            raise AssertionError("a publisher with another nonce was taken")
+        except skein.Error as e:
+            assert "nonce" in str(e), str(e)
+        t.join(10)
+    assert recv.refused == 1 and bool((dst["w"] == 0).all())
+    got = []
+    t = threading.Thread(target=lambda: got.append(recv.wait(timeout=10)))
+    t.start()
+    with skein.Publisher(src, mode="p2p-tcp", host="127.0.0.1", port=recv.port, timeout=10) as pub:
+        pub.ticket("job", 1, nonce)
+        pub.publish(1)
+    t.join(20)
+    recv.close()
+    assert got == [1] and same_bytes(src["w"], dst["w"])
+
+
+@test
 def close_from_another_thread_aborts_a_wait():
     rec = skein.Receiver({"w": torch.zeros(3)}, mode="p2p-tcp", port=0)
     out = []

@@ -779,3 +779,47 @@ T_TEST(root_set_once)
 	T_CHECK(wv_state_get(s, "j1", 2)->has_root && wv_state_get(s, "j1", 2)->root[0] == 0x11);
 	wv_state_free(&s);
 }
+
+/* Issue 23: the p2p hello's nonce lives in the record (Update.nonce = 25),
+ * so a head that adopts an open update hands out the same one; a nonce of
+ * another size is refused. */
+T_TEST(codec_keeps_the_nonce)
+{
+	wv_update u, d;
+	rec(&u, "j1", 7, "preparing");
+	u.has_nonce = true;
+	for (int i = 0; i < WV_NONCE_LEN; i++) u.nonce[i] = (uint8_t)(0xa5 ^ i);
+	uint8_t *b;
+	size_t n;
+	char err[200];
+	T_EQ(wv_update_encode(&u, &b, &n), 0);
+	T_EQ(wv_update_decode(&d, b, n, err, sizeof err), 0);
+	free(b);
+	T_CHECK(d.has_nonce && !memcmp(d.nonce, u.nonce, WV_NONCE_LEN));
+	wv_update c;
+	T_EQ(wv_update_copy(&c, &d), 0);
+	T_CHECK(c.has_nonce && !memcmp(c.nonce, u.nonce, WV_NONCE_LEN));
+	wv_update_free(&c);
+	wv_update_free(&d);
+	/* none: none */
+	u.has_nonce = false;
+	T_EQ(wv_update_encode(&u, &b, &n), 0);
+	T_EQ(wv_update_decode(&d, b, n, err, sizeof err), 0);
+	free(b);
+	T_CHECK(!d.has_nonce);
+	wv_update_free(&d);
+	/* 5 bytes: refused */
+	Skein__Weights__Update p = SKEIN__WEIGHTS__UPDATE__INIT;
+	uint8_t five[5] = { 1, 2, 3, 4, 5 }, buf[512];
+	p.job = (char *)"j1";
+	p.version = 1;
+	p.mode = (char *)"p2p";
+	p.sender = (char *)"j1/trainer-0";
+	p.sender_node = (char *)"n1";
+	p.state = (char *)"preparing";
+	p.nonce.data = five;
+	p.nonce.len = sizeof five;
+	n = skein__weights__update__pack(&p, buf);
+	T_EQ(wv_update_decode(&d, buf, n, err, sizeof err), -1);
+	T_CHECK(strstr(err, "nonce") != NULL);
+}

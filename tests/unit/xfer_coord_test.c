@@ -15,6 +15,7 @@
  * engine compares what it holds with what the version must be. */
 #include "tests/unit/xfer_testlib.h"
 #include "transfer/xfer_coord.h"
+#include "transfer/xfer_sock.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -28,6 +29,16 @@
 enum { FE_MAX = 4, FCONN_MAX = 64, NV = 6, BIG = 192 << 10 };
 
 /* ---------------------------------------------------------------- fake agent */
+
+/* The p2p hello's nonce the fake hands out (issue 23): per update v, or
+ * per catch-up pairing to v (salt 1), as the head draws one for each. */
+static uint8_t f_nonces[2][64][XFER_NONCE_BYTES];
+static uint8_t *f_nonce(uint64_t v, int salt)
+{
+	uint8_t *n = f_nonces[salt][v % 64];
+	for (int i = 0; i < XFER_NONCE_BYTES; i++) n[i] = (uint8_t)(v * 37 + (uint64_t)i * 11 + (uint64_t)salt * 101);
+	return n;
+}
 
 typedef struct {
 	char member[64], endpoint[64], reason[256];
@@ -154,6 +165,8 @@ static void f_instr(fake *f, int i, Skein__Weights__Instruction *in)
 		in->kind = "serve";
 		in->version = e->serve_v;
 		in->peer = e->serve_peer;
+		in->nonce.data = f_nonce(e->serve_v, 1);
+		in->nonce.len = XFER_NONCE_BYTES;
 		e->serve_v = 0;
 		return;
 	}
@@ -176,6 +189,8 @@ static void f_instr(fake *f, int i, Skein__Weights__Instruction *in)
 			in->version = f->v;
 			in->base_version = f->base;
 			in->mode = f->mode;
+			in->nonce.data = f_nonce(f->v, 0);
+			in->nonce.len = XFER_NONCE_BYTES;
 			return;
 		}
 	}
@@ -192,6 +207,8 @@ static void f_instr(fake *f, int i, Skein__Weights__Instruction *in)
 			f->eng[h].serve_v = f->committed;
 			memcpy(f->eng[h].serve_peer, e->endpoint, sizeof e->endpoint); /* both 64 bytes */
 			in->peer = f->eng[h].endpoint;
+			in->nonce.data = f_nonce(f->committed, 1);
+			in->nonce.len = XFER_NONCE_BYTES;
 			pthread_cond_broadcast(&f->cv);
 		}
 		e->told_catchup = f->committed;
@@ -278,6 +295,8 @@ static void f_handle(fake *f, const Skein__Control__Request *q, f_answer *a)
 			r.version = f->v;
 			r.base_version = f->base;
 			r.timeout_ms = f->timeout_ms;
+			r.nonce.data = f_nonce(f->v, 0);
+			r.nonce.len = XFER_NONCE_BYTES;
 			a->len = skein__weights__begin_reply__get_packed_size(&r);
 			a->payload = malloc(a->len + 1);
 			skein__weights__begin_reply__pack(&r, a->payload);
@@ -657,9 +676,40 @@ static void w_engines(world *w, int n)
 
 /* ---------------------------------------------------------------- cases */
 
+/* An attacker at engine i's p2p listener before the first version: a
+ * silent connection and a forged version's hello (no ticket), which it
+ * would follow with its data.  fds[2] for the test to close. */
+static void attack_engine(world *w, int i, int fds[2])
+{
+	char ep[64];
+	pthread_mutex_lock(&w->f->mu);
+	memcpy(ep, w->f->eng[i].endpoint, sizeof ep);
+	pthread_mutex_unlock(&w->f->mu);
+	const char *colon = strrchr(ep, ':');
+	T_CHECK(colon != NULL);
+	int port = atoi(colon + 1);
+	xfer_err e;
+	fds[0] = xfer_sock_connect("127.0.0.1", port, 5000, &e);
+	fds[1] = xfer_sock_connect("127.0.0.1", port, 5000, &e);
+	T_CHECK(fds[0] >= 0 && fds[1] >= 0);
+	xfer_tcp_hello h = { .kind = XFER_TCP_CONTROL, .nstreams = 1, .session = 5, .bucket_bytes = 1 << 20,
+			     .manifest_len = 8 };
+	unsigned char raw[XFER_TCP_HELLO_BYTES + 8];
+	xfer_tcp_hello_pack(&h, raw);
+	memcpy(raw + XFER_TCP_HELLO_BYTES, "x f32 1\n", 8);
+	T_XOK(xfer_sock_send(fds[1], raw, sizeof raw, "hello", "receiver", 5000, err_));
+}
+
 /* v1..3 commit on two engines; v2 can be corrupted (aborted, both back on
- * v1, the sender told why, v3 commits: full on disk). */
+ * v1, the sender told why, v3 commits: full on disk).  attack: p2p, an
+ * attacker's connections on each engine first (attack_engine). */
+static void commit_run_with(const char *path, uint64_t corrupt, int attack);
 static void commit_run(const char *path, uint64_t corrupt)
+{
+	commit_run_with(path, corrupt, 0);
+}
+
+static void commit_run_with(const char *path, uint64_t corrupt, int attack)
 {
 	world w;
 	w_init(&w, 5000);
@@ -669,6 +719,23 @@ static void commit_run(const char *path, uint64_t corrupt)
 	e_open(&e[1], &w, path, "j/engine-1", 3);
 	for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, e_main, &e[i]);
 	w_engines(&w, 2);
+	int afd[2][2];
+	if (attack) {
+		for (int i = 0; i < 2; i++) {
+			/* its endpoint is known once it asked again */
+			double end = t_now() + 10;
+			for (;;) {
+				pthread_mutex_lock(&w.f->mu);
+				int known = w.f->eng[i].endpoint[0] != 0;
+				pthread_mutex_unlock(&w.f->mu);
+				if (known) break;
+				if (t_now() > end) T_FAIL("engine %d told no endpoint", i);
+				struct timespec ts = { 0, 5 * 1000000L };
+				nanosleep(&ts, NULL);
+			}
+			attack_engine(&w, i, afd[i]);
+		}
+	}
 	sender s;
 	s_open(&s, &w, path);
 	xfer_hooks.corrupt_version = corrupt;
@@ -695,6 +762,18 @@ static void commit_run(const char *path, uint64_t corrupt)
 			continue;
 		}
 		if (rc != 0) T_FAIL("publish v%llu: %s (%s)", (unsigned long long)v, er.msg, xfer_code_name(er.code));
+		if (attack && v == 1) {
+			/* not held off by the silent connections (their 2 s), and
+			 * each forged hello refused before its data */
+			printf("  v1 past the attackers: update_weights_time %.1f ms\n", u.update_seconds * 1e3);
+			T_LE(u.update_seconds, 0.9 * XFER_GATE_HELLO_MS / 1e3);
+			for (int i = 0; i < 2; i++) {
+				T_LE(1, xfer_p2p_refused(e[i].ep));
+				xfer_err st;
+				T_EQ(xfer_sock_recv_status(afd[i][1], "receiver", 5000, &st), -1);
+				if (!strstr(st.msg, "carries no ticket")) T_FAIL("attacker at engine %d heard: %s", i, st.msg);
+			}
+		}
 		T_STREQ(u.state, "committed");
 		T_EQ(u.version, v);
 		T_EQ(u.participants, 2);
@@ -711,6 +790,16 @@ static void commit_run(const char *path, uint64_t corrupt)
 		}
 	}
 	xfer_hooks.corrupt_version = 0;
+	if (strcmp(path, "disk-delta") != 0) {
+		/* the head's nonce for v3 reached the sender and both engines */
+		T_CHECK(s.ep->has_ticket && s.ep->ticket.version == 3 &&
+			!memcmp(s.ep->ticket.nonce, f_nonce(3, 0), XFER_NONCE_BYTES));
+		for (int i = 0; i < 2; i++)
+			T_CHECK(e[i].ep->has_ticket && e[i].ep->ticket.version == 3 &&
+				!memcmp(e[i].ep->ticket.nonce, f_nonce(3, 0), XFER_NONCE_BYTES));
+	}
+	if (attack)
+		for (int i = 0; i < 2; i++) close(afd[i][0]), close(afd[i][1]);
 	int heard = 0;
 	for (int i = 0; i < 2; i++) {
 		pthread_join(th[i], NULL);
@@ -727,6 +816,7 @@ T_TEST(xfer_coord_commit_disk_delta) { commit_run("disk-delta", 0); }
 T_TEST(xfer_coord_commit_p2p_tcp) { commit_run("p2p-tcp", 0); }
 T_TEST(xfer_coord_corrupt_aborts_disk_delta) { commit_run("disk-delta", 2); }
 T_TEST(xfer_coord_corrupt_aborts_p2p_tcp) { commit_run("p2p-tcp", 2); }
+T_TEST(xfer_coord_p2p_tcp_attackers_first_do_not_stall_v1) { commit_run_with("p2p-tcp", 0, 1); }
 
 /* Engine 0 takes v1, v2; engine 1 starts then and catches up to v2: from
  * the disk chain, or (p2p-tcp) from engine 0, which serves it. */
@@ -907,6 +997,35 @@ T_TEST(xfer_coord_malformed_answers)
 	if (!strstr(er.msg, "at most 512 KiB")) T_FAIL("%s", er.msg);
 	free(packed);
 	free(big);
+	/* issue 23: the p2p hello's nonce, 16 bytes or none */
+	Skein__Weights__Instruction rc = SKEIN__WEIGHTS__INSTRUCTION__INIT;
+	uint8_t nonce[XFER_NONCE_BYTES];
+	for (int i = 0; i < XFER_NONCE_BYTES; i++) nonce[i] = (uint8_t)(i * 7 + 1);
+	rc.kind = "receive";
+	rc.version = 4;
+	rc.nonce.data = nonce;
+	rc.nonce.len = sizeof nonce;
+	n = skein__weights__instruction__pack(&rc, buf);
+	T_EQ(xfer_wv_instr_parse(buf, n, &got, &er), 0);
+	T_CHECK(got.has_nonce && !memcmp(got.nonce, nonce, sizeof nonce));
+	xfer_wv_instr_free(&got);
+	rc.nonce.len = 5;
+	n = skein__weights__instruction__pack(&rc, buf);
+	T_EQ(xfer_wv_instr_parse(buf, n, &got, &er), -1);
+	if (!strstr(er.msg, "nonce of 5 bytes")) T_FAIL("%s", er.msg);
+	Skein__Weights__BeginReply br = SKEIN__WEIGHTS__BEGIN_REPLY__INIT;
+	xfer_wv_begin_reply gb;
+	br.version = 4;
+	br.nonce.data = nonce;
+	br.nonce.len = sizeof nonce;
+	n = skein__weights__begin_reply__pack(&br, buf);
+	T_EQ(xfer_wv_begin_reply_parse(buf, n, &gb, &er), 0);
+	T_CHECK(gb.has_nonce && !memcmp(gb.nonce, nonce, sizeof nonce));
+	xfer_wv_begin_reply_free(&gb);
+	br.nonce.len = 3;
+	n = skein__weights__begin_reply__pack(&br, buf);
+	T_EQ(xfer_wv_begin_reply_parse(buf, n, &gb, &er), -1);
+	if (!strstr(er.msg, "nonce of 3 bytes")) T_FAIL("%s", er.msg);
 	w_free(&w);
 }
 

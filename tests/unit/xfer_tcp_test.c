@@ -134,10 +134,13 @@ T_TEST(xfer_tcp_refuses_wire2_sender)
 	pthread_t th;
 	pthread_create(&th, NULL, old_sender, &o);
 	xfer_err e;
-	T_EQ(xfer_receive(rcv, 10000, NULL, &e), -1);
+	/* refused at the gate: the receiver goes on waiting for a real sender,
+	 * and its "nothing came" names the refusal */
+	T_EQ(xfer_receive(rcv, 1500, NULL, &e), -1);
 	pthread_join(th, NULL);
-	T_EQ(e.code, XFER_EFORMAT);
+	T_EQ(e.code, XFER_ENOVERSION);
 	if (!strstr(e.msg, "wire 2") || !strstr(e.msg, "upgrade the sender")) T_FAIL("receiver: %s", e.msg);
+	T_EQ(xfer_p2p_refused(rcv), 1);
 	/* the old sender hears why */
 	if (!strstr(o.got.msg, "receiver reported") || !strstr(o.got.msg, "wire 2")) T_FAIL("old sender: %s", o.got.msg);
 	xfer_close(&rcv);
@@ -260,4 +263,197 @@ T_TEST(xfer_tcp_cuda_without_kernels_roundtrip_and_undo)
 	xfer_manifest_free(&tm);
 	xfer_manifest_free(&rm);
 	xfer_manifest_free(&hm);
+}
+
+/* ---- the hello gate (issue 23): the ticket, concurrent hellos ---- */
+
+typedef struct {
+	int port;
+	xfer_endpoint *snd;
+	xfer_err e;
+	int rc;
+} real_sender;
+
+static void *send_v1(void *arg)
+{
+	real_sender *s = arg;
+	s->rc = xfer_send(s->snd, 1, &s->e);
+	return NULL;
+}
+
+/* An attacker's control hello (ticket t, or none) and a manifest; its fd. */
+static int attacker_hello(int port, const xfer_manifest *m, const xfer_ticket *t)
+{
+	xfer_err e;
+	size_t dl;
+	char *desc = xfer_manifest_describe(m, &dl);
+	xfer_tcp_hello h = { .kind = XFER_TCP_CONTROL, .nstreams = 1, .session = 99, .bucket_bytes = 1 << 20,
+			     .manifest_len = dl };
+	if (t) h.ticket = *t;
+	unsigned char raw[XFER_TCP_HELLO_BYTES];
+	xfer_tcp_hello_pack(&h, raw);
+	int fd = xfer_sock_connect("127.0.0.1", port, 5000, &e);
+	T_CHECK(fd >= 0);
+	T_XOK(xfer_sock_send(fd, raw, sizeof raw, "hello", "receiver", 5000, err_));
+	T_XOK(xfer_sock_send(fd, desc, dl, "manifest", "receiver", 5000, err_));
+	free(desc);
+	return fd;
+}
+
+/* A receiver given a ticket: an attacker's silent connection, one with a
+ * forged version (no ticket), one with a wrong nonce and one with the right
+ * nonce for another version all connect first; then the real sender.  The
+ * real version arrives whole, well before the silent one's 2 s are up, and
+ * every forged hello was answered with a refusal and no byte of its data
+ * read (the receiver never answered its manifest with an OK). */
+T_TEST(xfer_tcp_gate_refuses_forged_hellos_and_takes_the_real_sender)
+{
+	sk_rng r;
+	sk_rng_seed(&r, t_seed());
+	tmodel tr, en;
+	tm_make(&tr, &r, 1000, 1);
+	tm_make(&en, &r, 1000, 0);
+	unsigned char nonce[XFER_NONCE_BYTES], other[XFER_NONCE_BYTES];
+	for (int i = 0; i < XFER_NONCE_BYTES; i++) {
+		nonce[i] = (unsigned char)sk_rng_next(&r);
+		other[i] = (unsigned char)(nonce[i] ^ (i == 7 ? 1 : 0)); /* one bit off */
+	}
+	xfer_endpoint *rcv = open_ep(XFER_RECEIVER, en.m, 0, 1, 2, 1 << 20, 5000);
+	T_XOK(xfer_p2p_ticket(rcv, "job-a", 1, nonce, err_));
+	int port = xfer_endpoint_port(rcv);
+	xfer_err e;
+	int silent = xfer_sock_connect("127.0.0.1", port, 5000, &e);
+	T_CHECK(silent >= 0);
+	xfer_ticket bad = { .flags = XFER_TICKET_SET, .job = xfer_ticket_job("job-a"), .version = 1 };
+	memcpy(bad.nonce, other, sizeof other);
+	xfer_ticket wrong_v = bad;
+	memcpy(wrong_v.nonce, nonce, sizeof nonce);
+	wrong_v.version = 2;
+	xfer_ticket wrong_job = wrong_v;
+	wrong_job.version = 1;
+	wrong_job.job = xfer_ticket_job("job-b");
+	int forged = attacker_hello(port, tr.m, NULL);
+	int badnonce = attacker_hello(port, tr.m, &bad);
+	int badver = attacker_hello(port, tr.m, &wrong_v);
+	int badjob = attacker_hello(port, tr.m, &wrong_job);
+
+	real_sender s = { .port = port };
+	s.snd = open_ep(XFER_SENDER, tr.m, port, 1, 2, 1 << 20, 5000);
+	T_XOK(xfer_p2p_ticket(s.snd, "job-a", 1, nonce, err_));
+	double t0 = xfer_now();
+	pthread_t th;
+	pthread_create(&th, NULL, send_v1, &s);
+	uint64_t got = 0;
+	int rc = xfer_receive(rcv, 10000, &got, &e);
+	double took = xfer_now() - t0;
+	pthread_join(th, NULL);
+	if (rc != 0) T_FAIL("receiver: %s", e.msg);
+	if (s.rc != 0) T_FAIL("sender: %s", s.e.msg);
+	T_EQ(got, 1);
+	T_CHECK(tm_equal(&tr, &en));
+	printf("  the real version in %.3f s past a silent connection (its hello time: %d ms)\n", took,
+	       XFER_GATE_HELLO_MS);
+	T_LE(took, XFER_GATE_HELLO_MS / 1e3 * 0.9);
+	/* four refused (the silent one is still waiting out its time) */
+	T_EQ(xfer_p2p_refused(rcv), 4);
+	const char *want[] = { "carries no ticket", "nonce", "names version 2", "another job" };
+	int fds[] = { forged, badnonce, badver, badjob };
+	for (int i = 0; i < 4; i++) {
+		xfer_err st;
+		T_EQ(xfer_sock_recv_status(fds[i], "receiver", 5000, &st), -1);
+		if (!strstr(st.msg, "receiver reported") || !strstr(st.msg, want[i]))
+			T_FAIL("attacker %d heard: %s", i, st.msg);
+		close(fds[i]);
+	}
+	/* the silent one is closed once its time is up, by the gate of a later
+	 * receive (after this session ends): its peer sees the end of the stream */
+	xfer_close(&s.snd);
+	double t1 = xfer_now();
+	while (xfer_now() - t1 < XFER_GATE_HELLO_MS / 1e3 + 0.3) {
+		T_EQ(xfer_receive(rcv, 300, &got, &e), -1);
+		T_CHECK(e.code == XFER_ENOVERSION || e.code == XFER_EPEER);
+	}
+	T_EQ(xfer_p2p_refused(rcv), 5);
+	char c;
+	T_EQ(recv(silent, &c, 1, 0), 0);
+	close(silent);
+	xfer_close(&rcv);
+	tm_free(&tr);
+	tm_free(&en);
+}
+
+/* Without a ticket the receiver takes a sender that presents none (as
+ * before), but a silent connection opened first still does not stall it. */
+T_TEST(xfer_tcp_gate_silent_connection_does_not_stall_an_open_receiver)
+{
+	sk_rng r;
+	sk_rng_seed(&r, t_seed() + 1);
+	tmodel tr, en;
+	tm_make(&tr, &r, 1000, 1);
+	tm_make(&en, &r, 1000, 0);
+	xfer_endpoint *rcv = open_ep(XFER_RECEIVER, en.m, 0, 1, 2, 1 << 20, 5000);
+	int port = xfer_endpoint_port(rcv);
+	xfer_err e;
+	int silent[3];
+	for (int i = 0; i < 3; i++) T_CHECK((silent[i] = xfer_sock_connect("127.0.0.1", port, 5000, &e)) >= 0);
+	real_sender s = { .port = port };
+	s.snd = open_ep(XFER_SENDER, tr.m, port, 1, 2, 1 << 20, 5000);
+	double t0 = xfer_now();
+	pthread_t th;
+	pthread_create(&th, NULL, send_v1, &s);
+	uint64_t got = 0;
+	int rc = xfer_receive(rcv, 10000, &got, &e);
+	double took = xfer_now() - t0;
+	pthread_join(th, NULL);
+	if (rc != 0) T_FAIL("receiver: %s", e.msg);
+	if (s.rc != 0) T_FAIL("sender: %s", s.e.msg);
+	T_CHECK(tm_equal(&tr, &en));
+	T_LE(took, XFER_GATE_HELLO_MS / 1e3 * 0.9);
+	for (int i = 0; i < 3; i++) close(silent[i]);
+	xfer_close(&s.snd);
+	xfer_close(&rcv);
+	tm_free(&tr);
+	tm_free(&en);
+}
+
+/* A flood: 100 silent connections (more than the gate holds) opened before
+ * the real sender: the oldest are evicted as newer ones come, the real
+ * sender's hello is read the round after it is accepted, and it delivers. */
+T_TEST(xfer_tcp_gate_survives_a_flood_of_silent_connections)
+{
+	enum { FLOOD = 100 };
+	sk_rng r;
+	sk_rng_seed(&r, t_seed() + 2);
+	tmodel tr, en;
+	tm_make(&tr, &r, 1000, 1);
+	tm_make(&en, &r, 1000, 0);
+	unsigned char nonce[XFER_NONCE_BYTES];
+	for (int i = 0; i < XFER_NONCE_BYTES; i++) nonce[i] = (unsigned char)sk_rng_next(&r);
+	xfer_endpoint *rcv = open_ep(XFER_RECEIVER, en.m, 0, 1, 2, 1 << 20, 5000);
+	T_XOK(xfer_p2p_ticket(rcv, "job-f", 1, nonce, err_));
+	int port = xfer_endpoint_port(rcv);
+	xfer_err e;
+	int fl[FLOOD];
+	for (int i = 0; i < FLOOD; i++) T_CHECK((fl[i] = xfer_sock_connect("127.0.0.1", port, 5000, &e)) >= 0);
+	real_sender s = { .port = port };
+	s.snd = open_ep(XFER_SENDER, tr.m, port, 1, 2, 1 << 20, 5000);
+	T_XOK(xfer_p2p_ticket(s.snd, "job-f", 1, nonce, err_));
+	double t0 = xfer_now();
+	pthread_t th;
+	pthread_create(&th, NULL, send_v1, &s);
+	uint64_t got = 0;
+	int rc = xfer_receive(rcv, 10000, &got, &e);
+	double took = xfer_now() - t0;
+	pthread_join(th, NULL);
+	if (rc != 0) T_FAIL("receiver: %s", e.msg);
+	if (s.rc != 0) T_FAIL("sender: %s", s.e.msg);
+	T_CHECK(tm_equal(&tr, &en));
+	printf("  through %d silent connections in %.3f s (%llu evicted)\n", FLOOD, took,
+	       (unsigned long long)xfer_p2p_refused(rcv));
+	T_LE(took, XFER_GATE_HELLO_MS / 1e3 * 0.9);
+	for (int i = 0; i < FLOOD; i++) close(fl[i]);
+	xfer_close(&s.snd);
+	xfer_close(&rcv);
+	tm_free(&tr);
+	tm_free(&en);
 }

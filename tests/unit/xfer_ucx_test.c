@@ -4,6 +4,7 @@
  * and says, and what xfer_probe("p2p-ucx") lists.  UCX (libucp.so.0) must
  * be installed: tools/deps.sh installs libucx-dev, which brings it. */
 #include "tests/unit/xfer_p2p_cases.h"
+#include "transfer/xfer_sock.h"
 
 #include <stdlib.h>
 #include <time.h>
@@ -175,6 +176,94 @@ T_TEST(xfer_ucx_p2p_next_sender_after_a_tcp_one_ended)
 	T_STREQ(xfer_endpoint_path(snd), "p2p-ucx");
 	T_EQ(t_wait_child(pid, 20000), 0);
 	xfer_close(&snd);
+	tm_free(&tr);
+	tm_free(&en);
+}
+
+/* ---- the hello gate under the p2p chooser (issue 23) ---- */
+
+typedef struct {
+	xfer_endpoint *rcv;
+	uint64_t got;
+	int rc;
+	xfer_err e;
+} gate_rx;
+
+static void *gate_receive(void *arg)
+{
+	gate_rx *g = arg;
+	g->rc = xfer_receive(g->rcv, 10000, &g->got, &g->e);
+	return NULL;
+}
+
+/* A connection that sends hello (n bytes) and a manifest, then waits. */
+static int gate_attacker(int port, const void *hello, size_t n, const xfer_manifest *m)
+{
+	size_t dl;
+	char *desc = xfer_manifest_describe(m, &dl);
+	xfer_err e;
+	int fd = xfer_sock_connect("127.0.0.1", port, 5000, &e);
+	T_CHECK(fd >= 0);
+	T_XOK(xfer_sock_send(fd, hello, n, "hello", "receiver", 5000, err_));
+	T_XOK(xfer_sock_send(fd, desc, dl, "manifest", "receiver", 5000, err_));
+	free(desc);
+	return fd;
+}
+
+/* A "p2p" receiver given a ticket: a silent connection, a p2p-ucx hello
+ * and a p2p-tcp hello without the ticket come first; the sender with it
+ * (p2p-ucx over shared memory) still delivers at once, and both forged
+ * hellos are refused before their data. */
+T_TEST(xfer_ucx_p2p_gate_takes_the_ticketed_sender_past_attackers)
+{
+	setenv("UCX_TLS", "sm,tcp", 1);
+	sk_rng r;
+	tmodel tr, en;
+	xfer_endpoint *rcv = p2p_receiver(&r, &tr, &en);
+	unsigned char nonce[XFER_NONCE_BYTES];
+	for (int i = 0; i < XFER_NONCE_BYTES; i++) nonce[i] = (unsigned char)sk_rng_next(&r);
+	T_XOK(xfer_p2p_ticket(rcv, "job-u", 1, nonce, err_));
+	int port = xfer_endpoint_port(rcv);
+	xfer_err e;
+	int silent = xfer_sock_connect("127.0.0.1", port, 5000, &e);
+	T_CHECK(silent >= 0);
+	xfer_ucx_hello uh = { .nstripes = 2, .bucket_bytes = 8192 };
+	unsigned char uraw[XFER_UCX_HELLO_BYTES];
+	size_t dl;
+	free(xfer_manifest_describe(tr.m, &dl));
+	uh.manifest_len = dl;
+	xfer_ucx_hello_pack(&uh, uraw);
+	int fu = gate_attacker(port, uraw, sizeof uraw, tr.m);
+	xfer_tcp_hello th = { .kind = XFER_TCP_CONTROL, .nstreams = 1, .session = 3, .bucket_bytes = 8192,
+			      .manifest_len = dl };
+	unsigned char traw[XFER_TCP_HELLO_BYTES];
+	xfer_tcp_hello_pack(&th, traw);
+	int ft = gate_attacker(port, traw, sizeof traw, tr.m);
+	gate_rx g = { .rcv = rcv };
+	pthread_t t;
+	double t0 = xfer_now();
+	pthread_create(&t, NULL, gate_receive, &g);
+	xfer_endpoint *snd = open_ep(XFER_SENDER, tr.m, port, 1, 2, 8192, 5000);
+	T_XOK(xfer_p2p_ticket(snd, "job-u", 1, nonce, err_));
+	T_XOK(xfer_send(snd, 1, err_));
+	pthread_join(t, NULL);
+	double took = xfer_now() - t0;
+	if (g.rc != 0) T_FAIL("receiver: %s", g.e.msg);
+	T_EQ(g.got, 1);
+	T_CHECK(tm_equal(&en, &tr));
+	T_STREQ(xfer_endpoint_path(snd), "p2p-ucx");
+	T_LE(took, 0.9 * XFER_GATE_HELLO_MS / 1e3);
+	T_EQ(xfer_p2p_refused(rcv), 2);
+	int fds[2] = { fu, ft };
+	for (int i = 0; i < 2; i++) {
+		xfer_err st;
+		T_EQ(xfer_sock_recv_status(fds[i], "receiver", 5000, &st), -1);
+		if (!strstr(st.msg, "carries no ticket")) T_FAIL("attacker %d heard: %s", i, st.msg);
+		close(fds[i]);
+	}
+	close(silent);
+	xfer_close(&snd);
+	xfer_close(&rcv);
 	tm_free(&tr);
 	tm_free(&en);
 }
