@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent/agent_files.h"
+#include "agent/sup/agent_files.h"
 #include "agent/agent_metrics.h"
 #include "common/sk_time.h"
 #include "common/sk_file.h"

@@ -1,5 +1,5 @@
 /* agent/agent_cgroup: see agent_cgroup.h. */
-#include "agent/agent_cgroup.h"
+#include "agent/sup/agent_cgroup.h"
 
 #include <dirent.h>
 #include <errno.h>

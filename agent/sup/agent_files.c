@@ -1,5 +1,5 @@
 /* agent/agent_files: see agent_files.h. */
-#include "agent/agent_files.h"
+#include "agent/sup/agent_files.h"
 
 #include <errno.h>
 #include <fcntl.h>

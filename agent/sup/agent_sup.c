@@ -1,4 +1,4 @@
-/* agent/agent_sup.c: the member processes of this node (contract in
+/* agent/sup/agent_sup.c: the member processes of this node (contract in
  * agent_sup.h).
  *
  * One sup_member per id, kept sorted by id.  Each embeds three watchers: a
@@ -23,7 +23,7 @@
  *     (STYLE: no callbacks in the middle of handling a request), and events
  *     keep their order. */
 #include "common/sk_time.h"
-#include "agent/agent_sup.h"
+#include "agent/sup/agent_sup.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -40,8 +40,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent/agent_cgroup.h"
-#include "agent/agent_files.h"
+#include "agent/sup/agent_cgroup.h"
+#include "agent/sup/agent_files.h"
 #include "common/sk_log.h"
 
 enum {

@@ -1,4 +1,4 @@
-/* agent/ctl_main: skeinctl, the operator's CLI.
+/* ctl/ctl_main.c: skeinctl, the operator's CLI.
  *
  * Thin: it sends the command to an agent's control endpoint and prints the
  * answer, already formatted by the agent.  Cluster-wide commands (keyring)
