@@ -75,15 +75,6 @@ static int next_generation(agent *a, char *err, size_t errlen)
 	return sk_file_write_atomic(a->opts.data_dir, "generation", buf, (size_t)n, 0600, true, err, errlen);
 }
 
-/* A key others can read may have leaked: said at start, in one line. */
-void agent_warn_loose_key(const char *path, const char *what)
-{
-	unsigned mode;
-	if (agent_key_file_loose(path, &mode))
-		SK_WARN("agent", "%s %s is accessible to group/others (mode %04o): chmod 600 it, the key may have leaked",
-			what, path, mode);
-}
-
 static int load_keys(agent *a, char *err, size_t errlen)
 {
 	agent_key given;
