@@ -18,11 +18,14 @@ LIB_XFER_SO := $(O)/libskein.so
 XFER_HAVE_VERBS := $(shell test -e /usr/include/infiniband/verbs.h && echo 1)
 XFER_LIBS := -lxxhash -lzstd -lprotobuf-c -ldl -lpthread -lm
 
-$(XFER_OBJ): CFLAGS += -fPIC $(if $(XFER_HAVE_VERBS),-DXFER_HAVE_VERBS)
+# -fvisibility=hidden: libskein.so exports only what skein_xfer.h marks
+# SKEIN_API (tests/transfer/exports.sh counts them); the static library keeps
+# every symbol for the unit tests and the tools.
+$(XFER_OBJ): CFLAGS += -fPIC -fvisibility=hidden $(if $(XFER_HAVE_VERBS),-DXFER_HAVE_VERBS)
 
 $(XFER_PB_OBJ): $(O)/transfer/pb/%.o: $(O)/gen/proto/%.c | $(DEPS_OK)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-shadow -fPIC -c -o $@ $<
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-shadow -fPIC -fvisibility=hidden -c -o $@ $<
 
 $(LIB_XFER): $(XFER_OBJ) $(XFER_PB_OBJ)
 	$(AR) rcs $@ $^
@@ -44,5 +47,5 @@ PROGRAMS += $(LIB_XFER) $(LIB_XFER_SO) $(BIN)/skein-xfer-bench $(BIN)/skein-trai
 # tests/unit/*_test.c with $(TEST_EXTRA_LIBS) and $(LDLIBS).
 TEST_EXTRA_LIBS += $(LIB_XFER)
 LDLIBS += $(XFER_LIBS)
-TEST_SCRIPTS += tests/transfer/sims.sh tests/transfer/gpu_kernels_fresh.sh
+TEST_SCRIPTS += tests/transfer/sims.sh tests/transfer/gpu_kernels_fresh.sh tests/transfer/exports.sh
 BENCH_SCRIPTS += tests/transfer/bench.sh

@@ -37,6 +37,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* What libskein.so exports: exactly the functions below (it is built with
+ * -fvisibility=hidden; its other functions are internal and reach tests
+ * through the static library). */
+#ifndef SKEIN_API
+#define SKEIN_API __attribute__((visibility("default")))
+#endif
+
 #define XFER_DEFAULT_BUCKET_BYTES (512ull << 20)
 #define XFER_DEFAULT_TIMEOUT_MS 30000
 #define XFER_NAME_MAX 255
@@ -65,7 +72,7 @@ typedef struct {
 	char msg[512];
 } xfer_err;
 
-const char *xfer_code_name(xfer_code c);
+SKEIN_API const char *xfer_code_name(xfer_code c);
 
 /* ---- dtypes ---- */
 typedef enum {
@@ -74,10 +81,10 @@ typedef enum {
 	XFER_DTYPE_COUNT
 } xfer_dtype;
 
-size_t xfer_dtype_size(xfer_dtype dt);
-const char *xfer_dtype_name(xfer_dtype dt);
+SKEIN_API size_t xfer_dtype_size(xfer_dtype dt);
+SKEIN_API const char *xfer_dtype_name(xfer_dtype dt);
 /* Parses "bf16", "f32", ...; returns 0 or -1. */
-int xfer_dtype_parse(const char *s, xfer_dtype *out);
+SKEIN_API int xfer_dtype_parse(const char *s, xfer_dtype *out);
 
 typedef enum { XFER_MEM_HOST = 0, XFER_MEM_CUDA = 1 } xfer_mem;
 
@@ -95,22 +102,22 @@ typedef struct {
 
 typedef struct xfer_manifest xfer_manifest;
 
-xfer_manifest *xfer_manifest_new(void);
+SKEIN_API xfer_manifest *xfer_manifest_new(void);
 /* Frees and sets *m to NULL; safe on NULL and twice. */
-void xfer_manifest_free(xfer_manifest **m);
+SKEIN_API void xfer_manifest_free(xfer_manifest **m);
 /* Names are 1..255 printable characters without spaces, unique. */
-int xfer_manifest_add(xfer_manifest *m, const char *name, xfer_dtype dt, int ndim,
+SKEIN_API int xfer_manifest_add(xfer_manifest *m, const char *name, xfer_dtype dt, int ndim,
 		      const int64_t *shape, void *ptr, xfer_mem mem, xfer_err *err);
 /* Sets the CUDA device of the last tensor added (default 0). */
-void xfer_manifest_set_device(xfer_manifest *m, int device);
-size_t xfer_manifest_count(const xfer_manifest *m);
-uint64_t xfer_manifest_bytes(const xfer_manifest *m);
-const xfer_tensor *xfer_manifest_tensor(const xfer_manifest *m, size_t i);
+SKEIN_API void xfer_manifest_set_device(xfer_manifest *m, int device);
+SKEIN_API size_t xfer_manifest_count(const xfer_manifest *m);
+SKEIN_API uint64_t xfer_manifest_bytes(const xfer_manifest *m);
+SKEIN_API const xfer_tensor *xfer_manifest_tensor(const xfer_manifest *m, size_t i);
 /* Index of the tensor, or -1. */
-long xfer_manifest_find(const xfer_manifest *m, const char *name);
+SKEIN_API long xfer_manifest_find(const xfer_manifest *m, const char *name);
 /* 0 when a and b have the same names, dtypes and shapes in the same order;
  * else -1 with XFER_EMISMATCH naming the first difference. */
-int xfer_manifest_compare(const xfer_manifest *a, const xfer_manifest *b, xfer_err *err);
+SKEIN_API int xfer_manifest_compare(const xfer_manifest *a, const xfer_manifest *b, xfer_err *err);
 
 /* ---- buckets ---- */
 typedef struct {
@@ -123,7 +130,7 @@ typedef struct {
 
 /* Groups the tensors in manifest order into buckets of at most bucket_bytes
  * (0: the default); *out is malloc'd, the caller frees it. */
-int xfer_buckets(const xfer_manifest *m, uint64_t bucket_bytes, xfer_bucket **out,
+SKEIN_API int xfer_buckets(const xfer_manifest *m, uint64_t bucket_bytes, xfer_bucket **out,
 		 size_t *n, xfer_err *err);
 
 /* ---- checksum: xxh3-128 (libxxhash) ---- */
@@ -131,18 +138,18 @@ typedef struct {
 	uint64_t lo, hi;
 } xfer_sum;
 
-xfer_sum xfer_checksum(const void *p, size_t n);
-int xfer_sum_equal(xfer_sum a, xfer_sum b);
+SKEIN_API xfer_sum xfer_checksum(const void *p, size_t n);
+SKEIN_API int xfer_sum_equal(xfer_sum a, xfer_sum b);
 /* 32 hex digits and a NUL. */
-void xfer_sum_hex(xfer_sum s, char out[33]);
-int xfer_sum_parse(const char *hex, xfer_sum *out);
+SKEIN_API void xfer_sum_hex(xfer_sum s, char out[33]);
+SKEIN_API int xfer_sum_parse(const char *hex, xfer_sum *out);
 
 /* ---- the tree checksum (docs/tree-checksum.md) ----
  * XXH3-64 of every 256 KiB chunk, then the XXH3-128 (seeded with the byte
  * count) of those chunk hashes: many CPU threads or GPU blocks compute it,
  * with the same bits.  threads 0: one per CPU, at most 16. */
 #define XFER_TREE_CHUNK (256u << 10)
-xfer_sum xfer_tree_checksum(const void *p, size_t n, int threads);
+SKEIN_API xfer_sum xfer_tree_checksum(const void *p, size_t n, int threads);
 
 /* ---- data paths ---- */
 typedef enum { XFER_SENDER = 0, XFER_RECEIVER = 1 } xfer_role;
@@ -195,13 +202,13 @@ typedef struct {
 /* Defaults: bucket 512 MiB, timeout 30 s, keep_previous 1, overwrite encoding,
  * no zstd, full every 10, gc on, xfer_p2p_default_streams() streams, host
  * 127.0.0.1, verify_device 1, not coordinated. */
-void xfer_config_init(xfer_config *c);
+SKEIN_API void xfer_config_init(xfer_config *c);
 /* Half the online CPUs, at least 4 and at most 8: each stream (lane) is a
  * thread on both ends that copies, hashes and journals its stripe, so a
  * host with cores to spare moves a version faster with more of them (on
  * the H200 host's 16 cores, 2 GiB: p2p-tcp 0.42 s with 4, 0.28 s with 8;
  * p2p-ucx over shared memory 0.23 s and 0.13 s). */
-int xfer_p2p_default_streams(void);
+SKEIN_API int xfer_p2p_default_streams(void);
 /* xfer_config_init, then what the member's agent put in its environment:
  *   SKEIN_TRANSFER_MODE -> path            SKEIN_BUFFER_SIZE -> bucket_bytes
  *   SKEIN_DISK_DIR -> disk.dir             SKEIN_UPDATE_TIMEOUT_MS -> timeout_ms
@@ -214,12 +221,12 @@ int xfer_p2p_default_streams(void);
  * A variable set to a bad value: -1 XFER_EINVAL naming it.  The strings
  * point into the environment: keep it unchanged while c is used (xfer_open
  * copies them). */
-int xfer_config_from_env(xfer_config *c, xfer_role role, xfer_err *err);
+SKEIN_API int xfer_config_from_env(xfer_config *c, xfer_role role, xfer_err *err);
 
 /* The names of the data paths, NULL-terminated. */
-const char *const *xfer_path_names(void);
+SKEIN_API const char *const *xfer_path_names(void);
 /* 0 when the path can run here; -1 with the reason in why. */
-int xfer_probe(const char *path, char *why, size_t why_len);
+SKEIN_API int xfer_probe(const char *path, char *why, size_t why_len);
 
 typedef struct xfer_endpoint xfer_endpoint;
 
@@ -263,13 +270,13 @@ typedef struct {
  * receivers the head names at each version instead (cfg.p2p.port unused); a
  * receiver listens as usual (p2p: on cfg.p2p.host, port 0 allowed) and
  * tells the head its endpoint "host:port" on every wait. */
-int xfer_open(xfer_endpoint **out, const xfer_config *cfg, const xfer_manifest *m,
+SKEIN_API int xfer_open(xfer_endpoint **out, const xfer_config *cfg, const xfer_manifest *m,
 	      xfer_err *err);
 /* Sender: publishes the manifest's current bytes as version v (v > 0,
  * increasing).  Returns when every receiver on the path has it (p2p, NCCL,
  * colocated) or when it is durably in the folder (disk-delta).
  * Coordinated: xfer_publish(ep, version, NULL, err). */
-int xfer_send(xfer_endpoint *ep, uint64_t version, xfer_err *err);
+SKEIN_API int xfer_send(xfer_endpoint *ep, uint64_t version, xfer_err *err);
 /* Receiver: waits up to wait_ms (-1: forever) for a version newer than the
  * one it holds and receives it into the manifest's buffers.
  * Coordinated: runs the engine loop of docs/updates.md (wait, receive,
@@ -279,7 +286,7 @@ int xfer_send(xfer_endpoint *ep, uint64_t version, xfer_err *err);
  * committed; XFER_EABORTED when the head aborted an update this endpoint had
  * received (or was receiving): its buffers are back on the version it held
  * (xfer_endpoint_update says which update and why); call again to go on. */
-int xfer_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err);
+SKEIN_API int xfer_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err);
 
 /* ---- coordinated updates (docs/updates.md) ----
  * Miles's metric names per version: update_seconds is
@@ -312,30 +319,30 @@ typedef struct {
  * the head's reason when aborted (disk-delta then removes v from the
  * folder and writes the next version in full).  Not coordinated: xfer_send,
  * with st from its own figures. */
-int xfer_publish(xfer_endpoint *ep, uint64_t version, xfer_update_stats *st, xfer_err *err);
+SKEIN_API int xfer_publish(xfer_endpoint *ep, uint64_t version, xfer_update_stats *st, xfer_err *err);
 /* The last publish's outcome (sender) or the last commit or abort seen
  * (receiver); zeros before any. */
-xfer_update_stats xfer_endpoint_update(const xfer_endpoint *ep);
+SKEIN_API xfer_update_stats xfer_endpoint_update(const xfer_endpoint *ep);
 /* A coordinated sender: the newest version its job ever began (committed
  * or not; 0: none), asked of the head.  A restarted trainer numbers its next
  * version above it (versions only grow, an aborted one is spent).
  * XFER_EINVAL on an endpoint that is not coordinated. */
-int xfer_job_newest(xfer_endpoint *ep, uint64_t *newest, xfer_err *err);
+SKEIN_API int xfer_job_newest(xfer_endpoint *ep, uint64_t *newest, xfer_err *err);
 /* Receiver: puts back the version it held before its last receive, from
  * that receive's undo journal (disk-delta, p2p-tcp, p2p-ucx, colocated with
  * the GPU kernels, broadcast and broadcast_packed, keep_previous on).  -1
  * XFER_EUNAVAIL where there is none (the first version received,
  * keep_previous off, rolled back already). */
-int xfer_rollback(xfer_endpoint *ep, xfer_err *err);
+SKEIN_API int xfer_rollback(xfer_endpoint *ep, xfer_err *err);
 /* From any thread: makes a blocked send/receive return XFER_EABORTED. */
-void xfer_abort(xfer_endpoint *ep);
+SKEIN_API void xfer_abort(xfer_endpoint *ep);
 /* Frees and sets *ep to NULL; safe on NULL and twice. */
-void xfer_close(xfer_endpoint **ep);
+SKEIN_API void xfer_close(xfer_endpoint **ep);
 
-const char *xfer_endpoint_path(const xfer_endpoint *ep);  /* the path that runs */
-const char *xfer_endpoint_note(const xfer_endpoint *ep);  /* why it fell back, or "" */
-int xfer_endpoint_port(const xfer_endpoint *ep);          /* p2p/colocated receiver */
-xfer_stats xfer_endpoint_stats(const xfer_endpoint *ep);
+SKEIN_API const char *xfer_endpoint_path(const xfer_endpoint *ep);  /* the path that runs */
+SKEIN_API const char *xfer_endpoint_note(const xfer_endpoint *ep);  /* why it fell back, or "" */
+SKEIN_API int xfer_endpoint_port(const xfer_endpoint *ep);          /* p2p/colocated receiver */
+SKEIN_API xfer_stats xfer_endpoint_stats(const xfer_endpoint *ep);
 
 /* ---- p2p: who may open a session (issue 23) ----
  * A ticket is the job, the version and a 128-bit nonce the head drew for
@@ -349,23 +356,23 @@ xfer_stats xfer_endpoint_stats(const xfer_endpoint *ep);
  * get theirs from the head (BeginReply.nonce, Instruction.nonce): call this
  * only outside a coordinated job.  nonce NULL: no ticket. */
 #define XFER_NONCE_BYTES 16
-int xfer_p2p_ticket(xfer_endpoint *ep, const char *job, uint64_t version, const unsigned char *nonce,
+SKEIN_API int xfer_p2p_ticket(xfer_endpoint *ep, const char *job, uint64_t version, const unsigned char *nonce,
 		    xfer_err *err);
 /* Receiver: connections refused so far (a bad or missing ticket, a hello
  * that never came or another wire). */
-uint64_t xfer_p2p_refused(const xfer_endpoint *ep);
+SKEIN_API uint64_t xfer_p2p_refused(const xfer_endpoint *ep);
 
 /* ---- disk-delta extras ---- */
 /* Deletes versions that every receiver listed in dir/receivers/ has applied
  * and that no catch-up needs (those before the newest full version they all
  * passed); keeps at least keep_newest versions.  *deleted may be NULL. */
-int xfer_disk_gc(const char *dir, int keep_newest, int *deleted, xfer_err *err);
+SKEIN_API int xfer_disk_gc(const char *dir, int keep_newest, int *deleted, xfer_err *err);
 /* The newest published version in dir (0 when none). */
-int xfer_disk_latest(const char *dir, uint64_t *version, xfer_err *err);
+SKEIN_API int xfer_disk_latest(const char *dir, uint64_t *version, xfer_err *err);
 
 /* ---- NCCL ---- */
 /* On the root rank: a fresh 128-byte unique id for the others (to carry out
  * of band, e.g. over the control channel). */
-int xfer_nccl_unique_id(unsigned char id[XFER_NCCL_ID_BYTES], xfer_err *err);
+SKEIN_API int xfer_nccl_unique_id(unsigned char id[XFER_NCCL_ID_BYTES], xfer_err *err);
 
 #endif
