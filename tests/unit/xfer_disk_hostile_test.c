@@ -174,7 +174,7 @@ static void links_removed_not_followed(mode_t mode)
 	/* a version the coordinator drops (an aborted update) */
 	link_arg dl = { "weight_v000005", g.victim };
 	as_attacker(plant_link, &g, &dl);
-	rc = xfer_disk_drop(snd, 5, &e);
+	rc = snd->ops->drop(snd, 5, &e);
 	victim_intact(&g);
 	if (rc != 0) T_FAIL("drop v5: %s", e.msg);
 	struct stat st;

@@ -43,6 +43,13 @@ xfer_manifest *xfer_manifest_parse(const char *text, size_t len, size_t max_tens
 int xfer_shape_format(const xfer_tensor *t, char *out, size_t n);
 
 /* ---- data path table ---- */
+/* How a coordinated sender reaches the participants of an update. */
+typedef enum {
+	XFER_FAN_PEERS,   /* one sub-endpoint per participant (the p2p paths; every table says so) */
+	XFER_FAN_SELF,    /* this endpoint writes the version once for all (disk-delta) */
+	XFER_FAN_HANDOFF, /* the engines copy from the sender's memory (colocated: the begin's setup blob) */
+	XFER_FAN_BCAST,   /* one communicator of the sender and the participants (broadcast*) */
+} xfer_fan;
 typedef struct xfer_path_ops {
 	const char *name;
 	int (*probe)(char *why, size_t n);
@@ -57,6 +64,24 @@ typedef struct xfer_path_ops {
 	/* receiver: the undo journal of the last receive written back (only
 	 * called when it set ep->undo_ready) */
 	int (*rollback)(xfer_endpoint *ep, xfer_err *err);
+
+	/* What the coordinated update (transfer/update/) asks of a path: it
+	 * reads these and never which path it holds.  NULL: nothing to do. */
+	xfer_fan fan;
+	int chain;             /* receiver: catches up from its own chain (disk-delta's folder) */
+	/* sender, at begin: the setup blob for Begin.setup (colocated: the
+	 * handoff of v; broadcast: a fresh NCCL unique id), malloc'd */
+	int (*begin_setup)(xfer_endpoint *ep, uint64_t v, unsigned char **blob, size_t *len, xfer_err *err);
+	/* receiver: the instruction's setup blob for the next receive (len 0:
+	 * the instruction brought none; blob NULL: the receive is over, forget
+	 * it); the path keeps the pointer until then */
+	int (*take_setup)(xfer_endpoint *ep, const unsigned char *blob, size_t len, xfer_err *err);
+	/* receiver: v is held now, committed (disk-delta: receivers/<id>) */
+	int (*commit)(xfer_endpoint *ep, uint64_t v, xfer_err *err);
+	/* receiver: the bytes it holds are no version any more (an abort it could not undo) */
+	void (*forget)(xfer_endpoint *ep);
+	/* sender: v was aborted (disk-delta: removed from the folder, the next one full) */
+	int (*drop)(xfer_endpoint *ep, uint64_t v, xfer_err *err);
 } xfer_path_ops;
 
 extern const xfer_path_ops xfer_disk_ops;
@@ -101,13 +126,11 @@ struct xfer_endpoint {
 	struct xfer_coord *coord; /* NULL: not coordinated */
 	char *s_rpc, *s_job, *s_member;
 	uint64_t target;       /* receiver: receive up to exactly this version (0: the newest) */
-	const unsigned char *handoff; /* colocated receiver: the sender's handoff for target (no socket) */
-	size_t handoff_len;
 	int undo_ready;        /* receiver: the last receive journaled what it overwrote ... */
 	uint64_t undo_to;      /* ... and xfer_rollback puts this version back */
 	int keep_listener;     /* receiver: an abort ends the session, the listening socket stays */
 	int fanout;            /* coordinated sender on a peer path: sub-endpoints per peer, no setup here */
-	int coord_record;      /* disk-delta receiver: receivers/<id> written at commit, not at receive */
+	int commit_later;      /* receiver: a version is recorded held at ops->commit, not at receive */
 	int journal_first;     /* coordinated receiver: the first version is journaled too, so that
 				  an abort (a forged first version) puts the initial weights back */
 	atomic_int user_aborted; /* xfer_abort was called (xfer_rearm leaves it) */
@@ -165,6 +188,19 @@ const char *xfer_gate_last(const xfer_gate *g);
 uint64_t xfer_ticket_job(const char *job);
 /* 0 when ep requires no ticket or t is its ticket; -1 with why. */
 int xfer_ticket_check(const xfer_endpoint *ep, const xfer_ticket *t, char *why, size_t n);
+
+/* ---- endpoints below the public API (xfer_endpoint.c, xfer_paths.c) ----
+ * What the API (xfer_path.c) and the update client (transfer/update/) share
+ * without calling each other's public entry points: an endpoint opened and
+ * closed without its coordinator, its data path aborted, its undo run. */
+int xfer_ep_open(xfer_endpoint **out, const xfer_config *cfg, const xfer_manifest *m, xfer_err *err);
+void xfer_ep_close(xfer_endpoint **ep);
+void xfer_ep_abort(xfer_endpoint *ep);       /* the data path only (xfer_abort: and the coordinator) */
+int xfer_ep_rollback(xfer_endpoint *ep, xfer_err *err);
+int xfer_path_send(xfer_endpoint *ep, uint64_t version, xfer_err *err);
+int xfer_path_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err);
+void xfer_rearm(xfer_endpoint *ep);
+xfer_endpoint *xfer_peer_open(xfer_endpoint *parent, const char *host, int port, xfer_err *err);
 
 /* A path's endpoint inside another (the p2p chooser's): shares the parent's
  * config, manifest and offsets; listens on shared_lfd when >= 0. */

@@ -1029,7 +1029,7 @@ static int disk_receive_once(xfer_endpoint *ep, int wait_ms, uint64_t *version, 
 	s->have_chain = plan[0].chain;
 	ep->stats.versions_applied = np;
 	ep->stats.full_loaded = plan[np - 1].full;
-	if (!ep->coord_record && record_receiver(ep, err) != 0) goto err;
+	if (!ep->commit_later && record_receiver(ep, err) != 0) goto err;
 	*version = latest;
 	for (size_t i = 0; i < np; i++) xfer_disk_index_free(&plan[i]);
 	free(plan);
@@ -1070,31 +1070,33 @@ static int disk_rollback(xfer_endpoint *ep, xfer_err *err)
 	}
 	s->have = s->prev_have;
 	s->have_chain = s->prev_chain;
-	return ep->coord_record ? 0 : record_receiver(ep, err);
+	return ep->commit_later ? 0 : record_receiver(ep, err);
 }
 
-int xfer_disk_record(xfer_endpoint *ep, uint64_t v, xfer_err *err)
+/* The coordinated update's actions (xfer_path_ops): receivers/<id> at
+ * commit, a receiver's bytes that are no version, an aborted version. */
+static int disk_commit(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 {
 	disk_state *s = ep->impl;
-	if (ep->ops != &xfer_disk_ops || !s) return 0;
+	if (!s) return 0;
 	if (s->have != v)
 		return xfer_fail(err, XFER_EINVAL, "disk-delta: recording version %llu, the receiver holds %llu",
 				 (unsigned long long)v, (unsigned long long)s->have);
 	return record_receiver(ep, err);
 }
 
-void xfer_disk_forget(xfer_endpoint *ep)
+static void disk_forget(xfer_endpoint *ep)
 {
-	disk_state *s = ep ? ep->impl : NULL;
-	if (!ep || ep->ops != &xfer_disk_ops || !s) return;
+	disk_state *s = ep->impl;
+	if (!s) return;
 	s->have = 0;
 	s->have_chain = 0;
 }
 
-int xfer_disk_drop(xfer_endpoint *ep, uint64_t v, xfer_err *err)
+static int disk_drop(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 {
 	disk_state *s = ep->impl;
-	if (ep->ops != &xfer_disk_ops || !s) return 0;
+	if (!s) return 0;
 	char vn[32];
 	vname(vn, sizeof vn, v);
 	s->have_shadow = 0; /* the next version is full: no chain passes through v */
@@ -1112,4 +1114,9 @@ const xfer_path_ops xfer_disk_ops = {
 	.abort = disk_abort,
 	.teardown = disk_teardown,
 	.rollback = disk_rollback,
+	.fan = XFER_FAN_SELF,
+	.chain = 1,
+	.commit = disk_commit,
+	.forget = disk_forget,
+	.drop = disk_drop,
 };

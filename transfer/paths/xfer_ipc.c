@@ -112,6 +112,10 @@ typedef struct {
 	void **bdst;            /* per bucket: destinations, sources, sizes */
 	const void **bsrc;
 	uint64_t *bn;
+	/* coordinated receiver: the sender's handoff for the next receive (the
+	 * instruction's, ipc_take_setup), read where it lies: no socket */
+	const unsigned char *handoff;
+	size_t handoff_len;
 } ipc_state;
 
 static int ipc_probe(char *why, size_t n)
@@ -599,7 +603,7 @@ static int ipc_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 	ipc_state *s = ep->impl;
 	const xfer_manifest *m = ep->m;
 	int to = ep->cfg.timeout_ms;
-	if (ep->handoff) return handoff_receive(ep, s, version, err);
+	if (s->handoff) return handoff_receive(ep, s, version, err);
 	if (s->lfd < 0) return xfer_fail(err, XFER_EINVAL, "colocated: a coordinated receiver receives from a handoff");
 	if (s->ctl < 0 && receiver_accept(ep, s, wait_ms, err) != 0) return -1;
 	if (xfer_sock_wait(s->ctl, wait_ms, err) != 0) return -1;
@@ -641,12 +645,31 @@ err:
 
 /* ---- the coordinated handoff ---- */
 
-int xfer_ipc_handoff(xfer_endpoint *ep, uint64_t v, unsigned char **out, size_t *len, xfer_err *err)
+/* A coordinated receiver's handoff for its next receive (blob NULL: the
+ * receive is over; 0 bytes: the instruction brought none). */
+static int ipc_take_setup(xfer_endpoint *ep, const unsigned char *blob, size_t len, xfer_err *err)
+{
+	ipc_state *s = ep->impl;
+	if (!s) return xfer_fail(err, XFER_EINVAL, "colocated: not set up");
+	s->handoff = blob && len ? blob : NULL;
+	s->handoff_len = blob ? len : 0;
+	if (blob && !len)
+		return xfer_fail(err, XFER_EINVAL, "colocated: the head sent no handoff (the sender's handles); "
+				 "a head that took over mid-update has none");
+	return 0;
+}
+
+/* A coordinated sender's begin: hashes version v where it lies and packs
+ * the handoff the engines need to copy it with no socket (its CUDA IPC
+ * handles, where each tensor lies in them, the sums, its pid); *out
+ * malloc'd.  It travels in Begin.setup; an engine's receive given it
+ * (ipc_take_setup) maps and copies from it. */
+static int ipc_begin_setup(xfer_endpoint *ep, uint64_t v, unsigned char **out, size_t *len, xfer_err *err)
 {
 	ipc_state *s = ep->impl;
 	const xfer_manifest *m = ep->m;
 	*out = NULL;
-	if (ep->ops != &xfer_ipc_ops || !s || ep->cfg.role != XFER_SENDER)
+	if (!s || ep->cfg.role != XFER_SENDER)
 		return xfer_fail(err, XFER_EINVAL, "a handoff is a colocated sender's");
 	if (export_handles(ep, s, err) != 0 || hash_version(ep, s, err) != 0) return -1;
 	if (ep->cfg.verify_device && xfer_root_keep(ep, v, XFER_SUM_TREE, s->sums, err) != 0) return -1;
@@ -705,18 +728,18 @@ static int map_handle(ipc_state *s, const xfer_cuda_ipc_handle *hx, void **nb, x
 static int handoff_open(xfer_endpoint *ep, ipc_state *s, ipc_handoff_head *h, xfer_err *err)
 {
 	const xfer_manifest *m = ep->m;
-	const unsigned char *p = ep->handoff;
-	if (ep->handoff_len < sizeof *h) return xfer_fail(err, XFER_EFORMAT, "colocated handoff: %zu bytes", ep->handoff_len);
+	const unsigned char *p = s->handoff;
+	if (s->handoff_len < sizeof *h) return xfer_fail(err, XFER_EFORMAT, "colocated handoff: %zu bytes", s->handoff_len);
 	memcpy(h, p, sizeof *h);
 	p += sizeof *h;
 	if (memcmp(h->magic, "SKIPCH1", 8) != 0)
 		return xfer_fail(err, XFER_EFORMAT, "colocated handoff: not a skein colocated sender's");
 	if (h->ntensors != m->n || h->total != m->bytes || h->nallocs > h->ntensors ||
-	    ep->handoff_len != sizeof *h + (size_t)h->nallocs * sizeof(xfer_cuda_ipc_handle) +
+	    s->handoff_len != sizeof *h + (size_t)h->nallocs * sizeof(xfer_cuda_ipc_handle) +
 				       m->n * (sizeof *s->place + sizeof *s->sums))
 		return xfer_fail(err, XFER_EFORMAT, "colocated handoff: %u tensors, %llu bytes, %u allocations in %zu "
 				 "bytes; this engine has %zu tensors, %llu bytes", h->ntensors,
-				 (unsigned long long)h->total, h->nallocs, ep->handoff_len, m->n,
+				 (unsigned long long)h->total, h->nallocs, s->handoff_len, m->n,
 				 (unsigned long long)m->bytes);
 	if (h->pid <= 0)
 		return xfer_fail(err, XFER_EFORMAT, "colocated handoff: sender pid %d", h->pid);
@@ -809,4 +832,7 @@ const xfer_path_ops xfer_ipc_ops = {
 	.abort = ipc_abort,
 	.teardown = ipc_teardown,
 	.rollback = ipc_rollback,
+	.fan = XFER_FAN_HANDOFF,
+	.begin_setup = ipc_begin_setup,
+	.take_setup = ipc_take_setup,
 };

@@ -787,9 +787,23 @@ static int nccl_rollback(xfer_endpoint *ep, xfer_err *err)
 	return 0;
 }
 
-#define NCCL_OPS(pathname)                                                        \
-	{ .name = pathname, .probe = nccl_probe, .setup = nccl_setup, .send = nccl_send, \
-	  .receive = nccl_receive, .abort = nccl_abort, .teardown = nccl_teardown, .rollback = nccl_rollback }
+/* A coordinated sender's begin: a fresh unique id for a new communicator. */
+static int nccl_begin_setup(xfer_endpoint *ep, uint64_t v, unsigned char **blob, size_t *len, xfer_err *err)
+{
+	if (!(*blob = malloc(XFER_NCCL_ID_BYTES))) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	if (xfer_nccl_unique_id(*blob, err) != 0) {
+		free(*blob);
+		*blob = NULL;
+		return -1;
+	}
+	*len = XFER_NCCL_ID_BYTES;
+	return 0;
+}
+
+#define NCCL_OPS(pathname)                                                                           \
+	{ .name = pathname, .probe = nccl_probe, .setup = nccl_setup, .send = nccl_send,                    \
+	  .receive = nccl_receive, .abort = nccl_abort, .teardown = nccl_teardown, .rollback = nccl_rollback, \
+	  .fan = XFER_FAN_BCAST, .begin_setup = nccl_begin_setup }
 
 const xfer_path_ops xfer_bcast_ops = NCCL_OPS("broadcast");
 const xfer_path_ops xfer_bcast_packed_ops = NCCL_OPS("broadcast_packed");

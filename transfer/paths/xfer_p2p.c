@@ -221,4 +221,5 @@ const xfer_path_ops xfer_p2p_ops = {
 	.abort = p2p_abort,
 	.teardown = p2p_teardown,
 	.rollback = p2p_rollback,
+	.fan = XFER_FAN_PEERS,
 };

@@ -57,4 +57,5 @@ const xfer_path_ops xfer_rdma_ops = {
 	.receive = rdma_receive,
 	.abort = rdma_noop,
 	.teardown = rdma_noop,
+	.fan = XFER_FAN_PEERS,
 };

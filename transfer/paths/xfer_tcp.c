@@ -1322,4 +1322,5 @@ const xfer_path_ops xfer_tcp_ops = {
 	.teardown = tcp_teardown,
 	.connected = tcp_connected,
 	.rollback = tcp_rollback,
+	.fan = XFER_FAN_PEERS,
 };

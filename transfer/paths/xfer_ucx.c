@@ -767,4 +767,5 @@ const xfer_path_ops xfer_ucx_ops = {
 	.teardown = ucx_teardown,
 	.connected = ucx_connected,
 	.rollback = ucx_rollback,
+	.fan = XFER_FAN_PEERS,
 };

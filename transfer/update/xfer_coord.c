@@ -61,10 +61,10 @@ void xfer_coord_close(xfer_endpoint *ep)
 {
 	xfer_coord *c = ep->coord;
 	if (!c) return;
-	for (size_t i = 0; i < c->npeers; i++) xfer_peer_close(&c->peers[i].sub);
+	for (size_t i = 0; i < c->npeers; i++) xfer_sub_close(&c->peers[i].sub);
 	free(c->peers);
 	xfer_sub_close(&c->nccl);
-	xfer_close(&c->side);
+	xfer_ep_close(&c->side);
 	xfer_agent_free(&c->agent);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
@@ -76,10 +76,16 @@ void xfer_coord_abort(xfer_endpoint *ep)
 	xfer_coord *c = ep->coord;
 	pthread_mutex_lock(&c->mu);
 	for (size_t i = 0; i < c->npeers; i++)
-		if (c->peers[i].sub) xfer_abort_data(c->peers[i].sub);
-	if (c->nccl) xfer_abort_data(c->nccl);
-	if (c->side) xfer_abort_data(c->side);
+		if (c->peers[i].sub) xfer_ep_abort(c->peers[i].sub);
+	if (c->nccl) xfer_ep_abort(c->nccl);
+	if (c->side) xfer_ep_abort(c->side);
 	pthread_mutex_unlock(&c->mu);
+}
+
+void xfer_coord_stop(xfer_endpoint *ep)
+{
+	xfer_ep_abort(ep);
+	if (ep->coord) xfer_coord_abort(ep);
 }
 
 /* ---- calls ---- */
@@ -180,7 +186,7 @@ static void *heartbeat_main(void *arg)
 		if (aborted && !h->stop) {
 			h->aborted = 1;
 			memcpy(h->reason, reason, sizeof h->reason);
-			for (size_t i = 0; i < h->neps; i++) xfer_abort_data(h->eps[i]);
+			for (size_t i = 0; i < h->neps; i++) xfer_coord_stop(h->eps[i]);
 		}
 	}
 	pthread_mutex_unlock(&h->mu);
@@ -270,7 +276,7 @@ static int sync_peers(xfer_coord *c, const xfer_wv_begin_reply *r, xfer_err *err
 		coord_peer *p = &c->peers[i];
 		if (strcmp(p->endpoint, q->endpoint) != 0) { /* a restarted engine listens elsewhere */
 			pthread_mutex_lock(&c->mu);
-			xfer_peer_close(&p->sub);
+			xfer_sub_close(&p->sub);
 			pthread_mutex_unlock(&c->mu);
 			snprintf(p->endpoint, sizeof p->endpoint, "%s", q->endpoint);
 		}
@@ -283,7 +289,7 @@ static int sync_peers(xfer_coord *c, const xfer_wv_begin_reply *r, xfer_err *err
 	size_t k = 0;
 	for (size_t i = 0; i < c->npeers; i++) {
 		if (!c->peers[i].in_reply) {
-			xfer_peer_close(&c->peers[i].sub);
+			xfer_sub_close(&c->peers[i].sub);
 			continue;
 		}
 		c->peers[k++] = c->peers[i];
@@ -319,7 +325,7 @@ static void *serve_peer(void *arg)
 		}
 		pthread_mutex_lock(&c->mu);
 		p->sub = sub;
-		if (atomic_load(&a->ep->aborted)) xfer_abort_data(sub); /* the head aborted while it opened */
+		if (atomic_load(&a->ep->aborted)) xfer_ep_abort(sub); /* the head aborted while it opened */
 		pthread_mutex_unlock(&c->mu);
 	}
 	p->sub->has_ticket = a->ep->has_ticket; /* this version's, from the head */
@@ -399,7 +405,7 @@ static int nccl_ready(xfer_endpoint *ep, const xfer_wv_begin_reply *r, int fresh
 
 int xfer_coord_nccl(const xfer_endpoint *ep)
 {
-	return ep->ops == &xfer_bcast_ops || ep->ops == &xfer_bcast_packed_ops;
+	return ep->ops->fan == XFER_FAN_BCAST;
 }
 
 xfer_timings xfer_coord_timings(const xfer_stats *st)
@@ -416,60 +422,90 @@ static void timings_max(xfer_timings *to, xfer_timings from)
 	if (from.undo_seconds > to->undo_seconds) to->undo_seconds = from.undo_seconds;
 }
 
-/* ---- publish ---- */
+/* ---- publish ----
+ *
+ * xfer_coord_publish runs four steps over one pub_state: begin (the
+ * path's setup blob, the head's reply), move (the bytes, as the path's fan
+ * says, under the heartbeat), done (our figures; the head's verdict) and
+ * the record of it (ep->update; an aborted version dropped). */
 
-int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfer_err *err)
+typedef struct {
+	uint64_t v;
+	double t0;
+	int to;                    /* the watchdog: ours, or the head's */
+	int fresh;                 /* NCCL: a new communicator for this version */
+	xfer_wv_begin b;
+	xfer_wv_begin_reply r;
+	unsigned char *setup;      /* the begin's setup blob when the path made one (ours to free) */
+	double setup_s;            /* its making is part of the data path's time */
+	/* what the move did */
+	int ok;
+	xfer_err derr;
+	double impl, density;
+	uint64_t wire;
+	xfer_timings split;
+	const char **fm, **fr;     /* the peers we could not serve: Done.failed */
+	int *fv;
+	size_t nf;
+	const unsigned char *root; /* the root of the sums we sent (xfer_root.c): Done.root */
+	int no_root;               /* a peer served over a path that keeps none */
+	int head_aborted;
+	char hreason[512];
+	xfer_wv_outcome o;
+} pub_state;
+
+/* The path's setup blob for Begin.setup: a fresh NCCL id when the
+ * communicator is to be made again, a colocated sender's handoff. */
+static int pub_setup(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 {
 	xfer_coord *c = ep->coord;
-	double t0 = xfer_now();
-	if (v == 0 || v <= ep->stats.version)
-		return xfer_fail(err, XFER_EINVAL, "version %llu: versions start at 1 and increase (last %llu)",
-				 (unsigned long long)v, (unsigned long long)ep->stats.version);
-	if (xfer_check_aborted(ep, err) != 0) return -1;
-	const char *job = ep->cfg.coord.job, *me = ep->cfg.coord.member;
-	int to = ep->cfg.timeout_ms, fresh = 0, rc = -1;
-	xfer_wv_begin b = { .job = job, .member = me, .mode = ep->cfg.path, .version = v, .bytes = ep->m->bytes,
-			    .tensors = (uint32_t)ep->m->n };
-	xfer_wv_begin_reply r = { 0 };
-	xfer_wv_outcome o = { 0 };
-	uint8_t *req = NULL;
-	size_t len;
-	memset(&ep->update, 0, sizeof ep->update);
-	ep->update.version = v;
-	if (xfer_wv_digest(ep->m, b.digest, err) != 0) return -1;
-	unsigned char *handoff = NULL;
-	double handoff_s = 0;
-	if (ep->ops == &xfer_ipc_ops) {
-		/* colocated: no bytes move here; the engines copy from our memory
-		 * with what the handoff says, and we hold it still until the verdict */
-		double th = xfer_now();
-		ep->root_version = 0;
-		if (xfer_ipc_handoff(ep, v, &handoff, &b.setup_len, err) != 0) return -1;
-		handoff_s = xfer_now() - th;
-		b.setup = handoff;
-		if (ep->root_version == v) b.root = ep->root; /* the handoff's sums: known before any copy */
-	}
-	if (xfer_coord_nccl(ep)) {
+	const xfer_path_ops *ops = ep->ops;
+	if (!ops->begin_setup) return 0;
+	if (ops->fan == XFER_FAN_BCAST) {
 		if (!c->nccl) {
-			if (xfer_nccl_unique_id(c->nccl_id, err) != 0) return -1;
-			fresh = 1;
+			unsigned char *id = NULL;
+			size_t n = 0;
+			if (ops->begin_setup(ep, P->v, &id, &n, err) != 0) return -1;
+			if (n != XFER_NCCL_ID_BYTES) {
+				free(id);
+				return xfer_fail(err, XFER_EINVAL, "%s: a setup of %zu bytes, not an NCCL id", ops->name, n);
+			}
+			memcpy(c->nccl_id, id, n);
+			free(id);
+			P->fresh = 1;
 		}
-		b.setup = c->nccl_id;
-		b.setup_len = XFER_NCCL_ID_BYTES;
+		P->b.setup = c->nccl_id;
+		P->b.setup_len = XFER_NCCL_ID_BYTES;
+		return 0;
 	}
-	req = xfer_wv_begin_pack(&b, &len);
-	if (!req) {
-		free(handoff);
-		return xfer_fail(err, XFER_ENOMEM, "out of memory");
-	}
-	rc = xfer_coord_call(c->agent, "begin", req, len, XFER_COORD_CALL_MS, t0 + to / 1e3, parse_begin, &r, err);
+	/* colocated: no bytes move here; the engines copy from our memory
+	 * with what the handoff says, and we hold it still until the verdict */
+	double th = xfer_now();
+	ep->root_version = 0;
+	if (ops->begin_setup(ep, P->v, &P->setup, &P->b.setup_len, err) != 0) return -1;
+	P->setup_s = xfer_now() - th;
+	P->b.setup = P->setup;
+	if (ep->root_version == P->v) P->b.root = ep->root; /* the handoff's sums: known before any copy */
+	return 0;
+}
+
+/* begin: the head opens v and answers with the participants. */
+static int pub_begin(xfer_endpoint *ep, pub_state *P, xfer_err *err)
+{
+	xfer_coord *c = ep->coord;
+	const char *job = ep->cfg.coord.job, *me = ep->cfg.coord.member;
+	if (xfer_wv_digest(ep->m, P->b.digest, err) != 0 || pub_setup(ep, P, err) != 0) return -1;
+	size_t len;
+	uint8_t *req = xfer_wv_begin_pack(&P->b, &len);
+	if (!req) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	int rc = xfer_coord_call(c->agent, "begin", req, len, XFER_COORD_CALL_MS, P->t0 + P->to / 1e3, parse_begin,
+				 &P->r, err);
 	free(req);
-	req = NULL;
 	if (rc != 0) {
 		if (err->code != XFER_EINVAL) {
 			/* the head may have opened v and its answer was lost or
 			 * spoiled: say at once that this sender gives it up */
-			xfer_wv_done d = { .job = job, .member = me, .version = v, .reason = err->msg };
+			xfer_wv_done d = { .job = job, .member = me, .version = P->v, .reason = err->msg };
 			xfer_err ignored;
 			uint8_t *out = NULL;
 			size_t olen;
@@ -478,146 +514,183 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 				free(out);
 			free(req);
 		}
-		xfer_err_prefix(err, "version %llu: begin", (unsigned long long)v);
-		free(handoff);
+		xfer_err_prefix(err, "version %llu: begin", (unsigned long long)P->v);
 		return -1;
 	}
-	if (r.timeout_ms > 0) to = r.timeout_ms;
+	if (P->r.timeout_ms > 0) P->to = P->r.timeout_ms;
 	/* p2p: our hellos carry the head's ticket for v; receivers take no other */
-	xfer_p2p_ticket(ep, job, v, r.has_nonce ? r.nonce : NULL, NULL);
+	xfer_p2p_ticket(ep, job, P->v, P->r.has_nonce ? P->r.nonce : NULL, NULL);
+	return 0;
+}
 
-	/* move the bytes, the heartbeat listening for an abort */
-	xfer_endpoint *self = ep;
-	xfer_heartbeat *hb = xfer_heartbeat_start(ep->cfg.coord.rpc, job, me, v, &self, 1);
-	double ti = xfer_now();
-	xfer_err derr = { 0 };
-	int ok = 1;
-	uint64_t wire = 0;
-	double density = 0;
-	xfer_timings split = { 0 };
-	const char **fm = NULL, **fr = NULL;
-	int *fv = NULL;
-	size_t nf = 0;
-	const unsigned char *root = NULL; /* the root of the sums we sent (xfer_root.c): Done.root */
-	int no_root = 0;                  /* a peer served over a path that keeps none */
-	if (ep->ops == &xfer_disk_ops) {
-		if (xfer_path_send(ep, v, &derr) != 0) ok = 0; /* a delta on the last version written */
-		wire = ep->stats.bytes_moved;
-		density = ep->m->bytes ? (double)wire / (double)ep->m->bytes : 0;
-		split = xfer_coord_timings(&ep->stats);
-		if (ok && ep->root_version == v) root = ep->root;
-	} else if (xfer_coord_nccl(ep)) {
-		if (nccl_ready(ep, &r, fresh, &derr) != 0 || xfer_path_send(c->nccl, v, &derr) != 0) ok = 0;
-		if (c->nccl) xfer_rearm(c->nccl), split = xfer_coord_timings(&c->nccl->stats);
-		if (ok && c->nccl && c->nccl->root_version == v) root = c->nccl->root;
-		wire = ok ? ep->m->bytes : 0;
-	} else if (ep->ops == &xfer_ipc_ops) {
-		wire = ep->m->bytes * r.npeers; /* each engine copies it all, device to device */
-		split.hash_seconds = ep->stats.hash_seconds; /* the handoff's sums; the engines move the bytes */
-		if (ep->root_version == v) root = ep->root;
-	} else if (sync_peers(c, &r, &derr) != 0) {
-		ok = 0;
-	} else {
-		send_peers(ep, v);
-		fm = calloc(c->npeers + 1, sizeof *fm);
-		fr = calloc(c->npeers + 1, sizeof *fr);
-		fv = calloc(c->npeers + 1, sizeof *fv);
-		for (size_t i = 0; i < c->npeers; i++) {
-			wire += c->peers[i].wire;
-			if (c->peers[i].sub && !c->peers[i].failed) timings_max(&split, xfer_coord_timings(&c->peers[i].sub->stats));
+/* The peers' results: wire bytes, the slowest split, the root, the failed. */
+static void pub_peers(xfer_endpoint *ep, pub_state *P)
+{
+	xfer_coord *c = ep->coord;
+	send_peers(ep, P->v);
+	P->fm = calloc(c->npeers + 1, sizeof *P->fm);
+	P->fr = calloc(c->npeers + 1, sizeof *P->fr);
+	P->fv = calloc(c->npeers + 1, sizeof *P->fv);
+	for (size_t i = 0; i < c->npeers; i++) {
+		coord_peer *p = &c->peers[i];
+		P->wire += p->wire;
+		if (p->sub && !p->failed) {
+			timings_max(&P->split, xfer_coord_timings(&p->sub->stats));
 			/* every peer's sub hashed the same bytes; a root only when every
 			 * peer served kept one (p2p-ucx keeps none): the head then holds
 			 * every verified engine to it, and one without it refused */
-			if (c->peers[i].sub && !c->peers[i].failed) {
-				if (c->peers[i].sub->root_version != v) no_root = 1;
-				else if (!root) root = c->peers[i].sub->root;
-			}
-			if (c->peers[i].failed && fm && fr && fv) {
-				xfer_code code = c->peers[i].err.code;
-				fm[nf] = c->peers[i].member;
-				fv[nf] = code == XFER_ECHECKSUM || code == XFER_EMISMATCH;
-				fr[nf++] = c->peers[i].err.msg;
-			}
+			if (p->sub->root_version != P->v) P->no_root = 1;
+			else if (!P->root) P->root = p->sub->root;
+		}
+		if (p->failed && P->fm && P->fr && P->fv) {
+			xfer_code code = p->err.code;
+			P->fm[P->nf] = p->member;
+			P->fv[P->nf] = code == XFER_ECHECKSUM || code == XFER_EMISMATCH;
+			P->fr[P->nf++] = p->err.msg;
 		}
 	}
-	double impl = xfer_now() - ti + handoff_s;
-	ep->stats.version = v; /* the job's versions only go up, committed or not */
-	char hreason[512] = "";
-	int head_aborted = xfer_heartbeat_stop(&hb, hreason, sizeof hreason);
-	xfer_rearm(ep);
+}
 
-	/* done -> the verdict.  A lost answer (the head died, a forward timed
-	 * out) is replaced by saying done again: the head answers a repeated
-	 * done at once when the verdict is in, and a new head that adopted the
-	 * update learns only from it that the bytes moved (polling outcome
-	 * would wait for a verdict that needs this word) */
-	xfer_wv_done d = { .job = job, .member = me, .version = v, .ok = ok, .reason = ok ? "" : derr.msg,
-			   .implementation_seconds = impl, .density = density, .wire_bytes = wire,
-			   .failed_member = fm, .failed_reason = fr, .failed_verdict = fv,
-			   .nfailed = nf, .timings = split, .setup = handoff, .setup_len = handoff ? b.setup_len : 0,
-			   .root = no_root ? NULL : root };
-	req = xfer_wv_done_pack(&d, &len);
-	free(fm);
-	free(fv);
-	free(fr);
-	free(handoff);
-	if (!req) {
-		xfer_fail(err, XFER_ENOMEM, "out of memory");
-		goto out;
+/* move the bytes, as the path reaches the participants, the heartbeat
+ * listening for an abort */
+static void pub_move(xfer_endpoint *ep, pub_state *P)
+{
+	xfer_coord *c = ep->coord;
+	uint64_t v = P->v;
+	xfer_endpoint *self = ep;
+	xfer_heartbeat *hb = xfer_heartbeat_start(ep->cfg.coord.rpc, ep->cfg.coord.job, ep->cfg.coord.member, v,
+						  &self, 1);
+	double ti = xfer_now();
+	P->ok = 1;
+	switch (ep->ops->fan) {
+	case XFER_FAN_SELF: /* disk-delta: a delta on the last version written */
+		if (xfer_path_send(ep, v, &P->derr) != 0) P->ok = 0;
+		P->wire = ep->stats.bytes_moved;
+		P->density = ep->m->bytes ? (double)P->wire / (double)ep->m->bytes : 0;
+		P->split = xfer_coord_timings(&ep->stats);
+		if (P->ok && ep->root_version == v) P->root = ep->root;
+		break;
+	case XFER_FAN_BCAST:
+		if (nccl_ready(ep, &P->r, P->fresh, &P->derr) != 0 || xfer_path_send(c->nccl, v, &P->derr) != 0) P->ok = 0;
+		if (c->nccl) xfer_rearm(c->nccl), P->split = xfer_coord_timings(&c->nccl->stats);
+		if (P->ok && c->nccl && c->nccl->root_version == v) P->root = c->nccl->root;
+		P->wire = P->ok ? ep->m->bytes : 0;
+		break;
+	case XFER_FAN_HANDOFF:
+		P->wire = ep->m->bytes * P->r.npeers; /* each engine copies it all, device to device */
+		P->split.hash_seconds = ep->stats.hash_seconds; /* the handoff's sums; the engines move the bytes */
+		if (ep->root_version == v) P->root = ep->root;
+		break;
+	case XFER_FAN_PEERS:
+		if (sync_peers(c, &P->r, &P->derr) != 0) P->ok = 0;
+		else pub_peers(ep, P);
+		break;
 	}
-	double deadline = xfer_now() + to / 1e3 + XFER_COORD_CALL_MS / 1e3;
+	P->impl = xfer_now() - ti + P->setup_s;
+	ep->stats.version = v; /* the job's versions only go up, committed or not */
+	P->head_aborted = xfer_heartbeat_stop(&hb, P->hreason, sizeof P->hreason);
+	xfer_rearm(ep);
+}
+
+/* done -> the verdict.  A lost answer (the head died, a forward timed
+ * out) is replaced by saying done again: the head answers a repeated
+ * done at once when the verdict is in, and a new head that adopted the
+ * update learns only from it that the bytes moved (polling outcome
+ * would wait for a verdict that needs this word) */
+static int pub_done(xfer_endpoint *ep, pub_state *P, xfer_err *err)
+{
+	xfer_coord *c = ep->coord;
+	uint64_t v = P->v;
+	xfer_wv_done d = { .job = ep->cfg.coord.job, .member = ep->cfg.coord.member, .version = v, .ok = P->ok,
+			   .reason = P->ok ? "" : P->derr.msg, .implementation_seconds = P->impl,
+			   .density = P->density, .wire_bytes = P->wire, .failed_member = P->fm,
+			   .failed_reason = P->fr, .failed_verdict = P->fv, .nfailed = P->nf, .timings = P->split,
+			   .setup = P->setup, .setup_len = P->setup ? P->b.setup_len : 0,
+			   .root = P->no_root ? NULL : P->root };
+	size_t len;
+	uint8_t *req = xfer_wv_done_pack(&d, &len);
+	if (!req) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	double deadline = xfer_now() + P->to / 1e3 + XFER_COORD_CALL_MS / 1e3;
+	int rc;
 	for (;;) {
 		xfer_err e = { 0 };
 		int left = (int)((deadline - xfer_now()) * 1e3);
-		rc = xfer_coord_call(c->agent, "done", req, len, left > 1 ? left : 1, deadline, parse_outcome, &o, &e);
-		if (rc == 0 && o.version == v && final_state(&o)) break;
+		rc = xfer_coord_call(c->agent, "done", req, len, left > 1 ? left : 1, deadline, parse_outcome, &P->o, &e);
+		if (rc == 0 && P->o.version == v && final_state(&P->o)) break;
 		if (rc != 0 && e.code == XFER_EFORMAT) {
 			*err = e;
 			break;
 		}
 		if (xfer_now() + XFER_COORD_POLL_MS / 1e3 >= deadline) {
 			rc = xfer_fail(err, XFER_ETIMEOUT, "no verdict from the head in time (last: %s)",
-				       rc == 0 ? (*o.state ? o.state : "unknown") : e.msg);
+				       rc == 0 ? (*P->o.state ? P->o.state : "unknown") : e.msg);
 			break;
 		}
 		xfer_coord_sleep_ms(XFER_COORD_POLL_MS);
 	}
-	if (rc != 0) {
-		if (head_aborted) { /* the heartbeat heard the verdict already */
-			snprintf(o.state, sizeof o.state, "aborted");
-			snprintf(o.reason, sizeof o.reason, "%s", hreason);
-		} else {
-			xfer_err_prefix(err, "version %llu: done", (unsigned long long)v);
-			goto out;
-		}
+	free(req);
+	if (rc == 0) return 0;
+	if (!P->head_aborted) {
+		xfer_err_prefix(err, "version %llu: done", (unsigned long long)v);
+		return -1;
 	}
+	/* the heartbeat heard the verdict already */
+	snprintf(P->o.state, sizeof P->o.state, "aborted");
+	snprintf(P->o.reason, sizeof P->o.reason, "%s", P->hreason);
+	return 0;
+}
+
+/* The verdict in ep->update (and *st); an aborted version is dropped. */
+static int pub_record(xfer_endpoint *ep, pub_state *P, xfer_update_stats *st, xfer_err *err)
+{
 	xfer_update_stats *u = &ep->update;
-	snprintf(u->state, sizeof u->state, "%s", o.state);
-	snprintf(u->reason, sizeof u->reason, "%s", o.reason);
-	u->update_seconds = xfer_now() - t0;
+	snprintf(u->state, sizeof u->state, "%s", P->o.state);
+	snprintf(u->reason, sizeof u->reason, "%s", P->o.reason);
+	u->update_seconds = xfer_now() - P->t0;
 	/* colocated: the data path ran in the engines (their copy and check),
 	 * after the hashing here; the record's figure is ours alone */
-	u->implementation_seconds = impl + (ep->ops == &xfer_ipc_ops ? o.engine_seconds : 0);
-	u->wire_bytes = wire;
-	u->density = density;
-	u->participants = o.has_record ? o.participants : (uint32_t)r.npeers;
-	u->dropped = o.dropped;
-	u->timings = split;
-	u->engines = o.engines;
+	u->implementation_seconds = P->impl + (ep->ops->fan == XFER_FAN_HANDOFF ? P->o.engine_seconds : 0);
+	u->wire_bytes = P->wire;
+	u->density = P->density;
+	u->participants = P->o.has_record ? P->o.participants : (uint32_t)P->r.npeers;
+	u->dropped = P->o.dropped;
+	u->timings = P->split;
+	u->engines = P->o.engines;
 	ep->stats.seconds = u->update_seconds;
-	ep->stats.bytes_moved = wire;
-	if (!strcmp(o.state, "committed")) {
-		rc = 0;
-	} else {
-		rc = xfer_fail(err, XFER_EABORTED, "version %llu aborted: %s", (unsigned long long)v,
-			       *o.reason ? o.reason : "(no reason given)");
+	ep->stats.bytes_moved = P->wire;
+	int rc = 0;
+	if (strcmp(P->o.state, "committed") != 0) {
+		rc = xfer_fail(err, XFER_EABORTED, "version %llu aborted: %s", (unsigned long long)P->v,
+			       *P->o.reason ? P->o.reason : "(no reason given)");
 		xfer_err de;
-		if (ep->ops == &xfer_disk_ops && xfer_disk_drop(ep, v, &de) != 0)
+		if (ep->ops->drop && ep->ops->drop(ep, P->v, &de) != 0)
 			xfer_err_prefix(err, "(and removing it from the folder failed: %s)", de.msg);
 	}
 	if (st) *st = *u;
-out:
-	free(req);
-	xfer_wv_begin_reply_free(&r);
+	return rc;
+}
+
+int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfer_err *err)
+{
+	if (v == 0 || v <= ep->stats.version)
+		return xfer_fail(err, XFER_EINVAL, "version %llu: versions start at 1 and increase (last %llu)",
+				 (unsigned long long)v, (unsigned long long)ep->stats.version);
+	if (xfer_check_aborted(ep, err) != 0) return -1;
+	pub_state P = { .v = v, .t0 = xfer_now(), .to = ep->cfg.timeout_ms };
+	P.b = (xfer_wv_begin){ .job = ep->cfg.coord.job, .member = ep->cfg.coord.member, .mode = ep->cfg.path,
+			       .version = v, .bytes = ep->m->bytes, .tensors = (uint32_t)ep->m->n };
+	memset(&ep->update, 0, sizeof ep->update);
+	ep->update.version = v;
+	int rc = pub_begin(ep, &P, err);
+	if (rc == 0) {
+		pub_move(ep, &P);
+		rc = pub_done(ep, &P, err);
+		if (rc == 0) rc = pub_record(ep, &P, st, err);
+	}
+	free(P.fm);
+	free(P.fv);
+	free(P.fr);
+	free(P.setup);
+	xfer_wv_begin_reply_free(&P.r);
 	return rc;
 }

@@ -201,31 +201,12 @@ int xfer_coord_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 /* The sender (xfer_coord.c). */
 int xfer_coord_publish(xfer_endpoint *ep, uint64_t version, xfer_update_stats *st, xfer_err *err);
 
-/* ---- the data path's side (xfer_path.c, the paths) ---- */
-/* Stops a send or receive now without spoiling the endpoint: the session
- * ends, a listening socket stays; xfer_rearm makes it usable again. */
-void xfer_abort_data(xfer_endpoint *ep);
-void xfer_rearm(xfer_endpoint *ep);
-/* The path's receive or send with the wrapper's bookkeeping (xfer_receive,
- * xfer_send without the coordination). */
-int xfer_path_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err);
-int xfer_path_send(xfer_endpoint *ep, uint64_t version, xfer_err *err);
-/* A peer's sub-endpoint of a coordinated sender: the parent's path and
- * config, connecting to host:port (host copied into the sub's own). */
-xfer_endpoint *xfer_peer_open(xfer_endpoint *parent, const char *host, int port, xfer_err *err);
-void xfer_peer_close(xfer_endpoint **sub);
-/* disk-delta sender: removes version v (aborted) and makes the next full. */
-int xfer_disk_drop(xfer_endpoint *ep, uint64_t v, xfer_err *err);
-/* disk-delta receiver: what it holds is no version (a forged one was
- * refused after it landed): the next receive plans from a full version. */
-void xfer_disk_forget(xfer_endpoint *ep);
-/* disk-delta receiver: receivers/<id> says it holds v (committed). */
-int xfer_disk_record(xfer_endpoint *ep, uint64_t v, xfer_err *err);
-/* colocated sender: hashes version v where it lies and packs the handoff
- * the engines need to copy it with no socket (its CUDA IPC handles, where
- * each tensor lies in them, the sums, its pid); *out malloc'd.  It travels
- * in Begin.setup; an engine's receive with ep->handoff set maps and copies
- * from it (xfer_ipc.c). */
-int xfer_ipc_handoff(xfer_endpoint *ep, uint64_t v, unsigned char **out, size_t *len, xfer_err *err);
+/* What the update asks of the endpoint and its path lives in xfer_int.h:
+ * xfer_ep_* and the coordinated half of xfer_path_ops (fan, begin_setup,
+ * take_setup, commit, forget, drop); nothing here names a path. */
+/* Stops a coordinated endpoint's data path and its subs now without
+ * spoiling it: the session ends, a listening socket stays; xfer_rearm makes
+ * it usable again. */
+void xfer_coord_stop(xfer_endpoint *ep);
 
 #endif

@@ -147,8 +147,8 @@ static int check_root(xfer_endpoint *ep, xfer_endpoint *rx, const xfer_wv_instr 
 	xfer_root_hex(rx->root, mine);
 	xfer_root_hex(in->root, want);
 	xfer_err e;
-	if (xfer_rollback(rx, &e) != 0) rx->stats.version = ep->coord->held;
-	xfer_disk_forget(rx); /* disk-delta: the next receive plans from a full version */
+	if (xfer_ep_rollback(rx, &e) != 0) rx->stats.version = ep->coord->held;
+	if (rx->ops->forget) rx->ops->forget(rx); /* disk-delta: the next receive plans from a full version */
 	return xfer_fail(err, XFER_ECHECKSUM, "version %llu: root mismatch: the checksums it was verified against "
 			 "(root %.12s) are not the sender's (root %.12s): a forged or corrupted data path",
 			 (unsigned long long)v, mine, want);
@@ -164,16 +164,9 @@ static void do_receive(xfer_endpoint *ep, const xfer_wv_instr *in)
 	double t0 = xfer_now();
 	xfer_endpoint *rx = xfer_coord_nccl(ep) ? nccl_rx(ep, in, &e) : ep;
 	int rc = -1;
-	if (ep->ops == &xfer_ipc_ops) {
-		/* colocated: the sender's handles came with the instruction */
-		ep->handoff = in->setup;
-		ep->handoff_len = in->setup_len;
-		if (!in->setup_len) {
-			rx = NULL;
-			xfer_fail(&e, XFER_EINVAL, "colocated: the head sent no handoff (the sender's handles); "
-				  "a head that took over mid-update has none");
-		}
-	}
+	if (ep->ops->take_setup &&
+	    ep->ops->take_setup(ep, in->setup ? in->setup : (const unsigned char *)"", in->setup_len, &e) != 0)
+		rx = NULL; /* colocated: the sender's handles come with the instruction */
 	/* p2p: only a hello with the head's ticket for v opens the session */
 	xfer_p2p_ticket(ep, ep->cfg.coord.job, v, in->has_nonce ? in->nonce : NULL, NULL);
 	if (rx) {
@@ -191,8 +184,7 @@ static void do_receive(xfer_endpoint *ep, const xfer_wv_instr *in)
 			ep->undo_ready = 0; /* NCCL keeps no journal */
 		}
 	}
-	ep->handoff = NULL;
-	ep->handoff_len = 0;
+	if (ep->ops->take_setup) ep->ops->take_setup(ep, NULL, 0, &e);
 	c->seconds = xfer_now() - t0;
 	/* the split goes with the verdict (a failed receive's undo included) */
 	c->timings = rx ? xfer_coord_timings(&ep->stats) : (xfer_timings){ 0 };
@@ -224,7 +216,7 @@ static void now_holding(xfer_endpoint *ep, uint64_t v)
 	c->staged = 0;
 	c->failed = 0;
 	c->reason[0] = 0;
-	if (ep->ops == &xfer_disk_ops && xfer_disk_record(ep, v, &e) != 0)
+	if (ep->ops->commit && ep->ops->commit(ep, v, &e) != 0)
 		snprintf(c->reason, sizeof c->reason, "recording version %llu: %s", (unsigned long long)v, e.msg);
 }
 
@@ -237,7 +229,7 @@ static int do_abort(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 	int touched = c->staged == v || c->failed == v;
 	if (c->staged == v) {
 		xfer_err e;
-		if (xfer_rollback(ep, &e) != 0 && e.code != XFER_EUNAVAIL) {
+		if (xfer_ep_rollback(ep, &e) != 0 && e.code != XFER_EUNAVAIL) {
 			/* the buffers are damaged: say so to the head and the caller */
 			c->failed = v;
 			snprintf(c->reason, sizeof c->reason, "rollback of version %llu: %s", (unsigned long long)v, e.msg);
@@ -247,7 +239,7 @@ static int do_abort(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 		}
 		if (e.code == XFER_EUNAVAIL) {
 			ep->stats.version = c->held;
-			xfer_disk_forget(ep); /* its bytes are no version any more */
+			if (ep->ops->forget) ep->ops->forget(ep); /* its bytes are no version any more */
 		}
 		c->staged = 0;
 	}
@@ -270,7 +262,7 @@ static int do_catchup(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 	uint64_t L = in->version;
 	int to = timeout_of(ep, in), rc;
 	double t0 = xfer_now();
-	if (*in->peer || ep->ops == &xfer_disk_ops) {
+	if (*in->peer || ep->ops->chain) {
 		/* p2p: the serving peer's hello carries the pairing's ticket */
 		xfer_p2p_ticket(ep, ep->cfg.coord.job, L, in->has_nonce ? in->nonce : NULL, NULL);
 		rc = receive_exact(NULL, ep, L, to, err); /* disk-delta: its own chain; p2p: the peer connects */
@@ -281,7 +273,7 @@ static int do_catchup(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 		dc.coord.rpc = NULL;
 		dc.disk.receiver_id = NULL;
 		xfer_endpoint *d = NULL;
-		rc = xfer_open(&d, &dc, ep->m, err);
+		rc = xfer_ep_open(&d, &dc, ep->m, err);
 		if (rc == 0) {
 			pthread_mutex_lock(&c->mu);
 			c->side = d;
@@ -291,7 +283,7 @@ static int do_catchup(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 			pthread_mutex_lock(&c->mu);
 			c->side = NULL;
 			pthread_mutex_unlock(&c->mu);
-			xfer_close(&d);
+			xfer_ep_close(&d);
 		}
 		if (rc == 0) {
 			ep->stats.version = L; /* a p2p sender's next version must be newer */
@@ -301,7 +293,7 @@ static int do_catchup(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 		rc = xfer_fail(err, XFER_EUNAVAIL, "catch-up from the disk chain, but %s has no disk folder",
 			       xfer_endpoint_path(ep));
 	}
-	if (rc == 0 && (*in->peer || ep->ops == &xfer_disk_ops)) rc = check_root(ep, ep, in, L, err);
+	if (rc == 0 && (*in->peer || ep->ops->chain)) rc = check_root(ep, ep, in, L, err);
 	xfer_rearm(ep);
 	c->seconds = xfer_now() - t0;
 	c->timings = xfer_coord_timings(&ep->stats);
@@ -332,16 +324,16 @@ static void do_serve(xfer_endpoint *ep, const xfer_wv_instr *in)
 	sc.p2p.port = atoi(colon + 1);
 	xfer_endpoint *s = NULL;
 	xfer_err e;
-	if (xfer_open(&s, &sc, ep->m, &e) != 0) return;
+	if (xfer_ep_open(&s, &sc, ep->m, &e) != 0) return;
 	xfer_p2p_ticket(s, ep->cfg.coord.job, in->version, in->has_nonce ? in->nonce : NULL, NULL);
 	pthread_mutex_lock(&c->mu);
 	c->side = s;
 	pthread_mutex_unlock(&c->mu);
-	xfer_send(s, in->version, &e);
+	xfer_path_send(s, in->version, &e);
 	pthread_mutex_lock(&c->mu);
 	c->side = NULL;
 	pthread_mutex_unlock(&c->mu);
-	xfer_close(&s);
+	xfer_ep_close(&s);
 }
 
 static int engine_loop(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_wv_instr *inp, xfer_err *err);
