@@ -5,6 +5,9 @@
 # circle, nothing may call agent_main.c, and agent_metrics.c (which reads
 # the layers) is called only from agent_main.c and agent_ctl.c.  The check
 # is first run on a made-up circle, so that it is known to catch one.
+# libskein's files too (issue 26): no circle among transfer/'s files (the
+# two files of p2p-ucx, which share xfer_ucx.h, count as one), and no data
+# path (paths/, gpu/) calls the update client (update/).
 . "$(dirname "$0")/lib.sh"
 command -v nm >/dev/null && command -v tsort >/dev/null || skip_all "needs nm and tsort (binutils, coreutils)"
 OBJ=$(cd "$BIN/.." 2>/dev/null && pwd)/agent
@@ -33,4 +36,19 @@ up=$(awk '$2 == "agent_main"' <<<"$E" | tr '\n' ';')
 check "nothing calls agent_main.c${up:+ ($up)}" test -z "$up"
 met=$(awk '$2 == "agent_metrics" && $1 != "agent_main" && $1 != "agent_ctl"' <<<"$E" | tr '\n' ';')
 check "only main and ctl call agent_metrics.c${met:+ ($met)}" test -z "$met"
+
+X=$(dirname "$OBJ")/transfer
+if [ -d "$X/core" ]; then
+	XE=$(edges $(ls "$X"/core/*.o "$X"/paths/*.o "$X"/gpu/*.o "$X"/gpu/gen/*.o "$X"/update/*.o "$X"/engine/*.o 2>/dev/null) |
+		sed 's/xfer_ucx_data/xfer_ucx/g' | awk '$1 != $2')
+	[ -n "$XE" ] || fail "no edges read from $X"
+	xcircle=$(tsort 2>&1 >/dev/null <<<"$XE")
+	check "no circle among transfer/'s files${xcircle:+ ($xcircle)}" test -z "$xcircle"
+	upd=$(for f in "$X"/update/*.o; do basename "$f" .o; done | tr '\n' ' ')
+	low=$(for f in "$X"/paths/*.o "$X"/gpu/*.o "$X"/gpu/gen/*.o; do basename "$f" .o; done | tr '\n' ' ')
+	up=$(awk -v u=" $upd" -v l=" $low" 'index(u, " " $2 " ") && index(l, " " $1 " ")' <<<"$XE" | tr '\n' ';')
+	check "no data path calls transfer/update/${up:+ ($up)}" test -z "$up"
+else
+	fail "no transfer objects in $X (run make)"
+fi
 finish

@@ -294,7 +294,7 @@ int xfer_delta_apply(xfer_encoding enc, size_t esz, void *dst_, size_t n, const 
 		XXH3_128bits_reset(st);
 	}
 	if (j && enc == XFER_ENC_XOR &&
-	    xfer_journal_blob(j, enc, esz, dst, n, p, plen, NULL, 0, err) != 0) {
+	    xfer_journal_blob(j, xfer_delta_apply, enc, esz, dst, n, p, plen, NULL, 0, err) != 0) {
 		if (st) XXH3_freeState(st);
 		return -1;
 	}
@@ -313,7 +313,7 @@ int xfer_delta_apply(xfer_encoding enc, size_t esz, void *dst_, size_t n, const 
 			for (size_t b = 0; b < esz; b++) undo[b * cnt + i] = dst[idx * esz + b];
 			idx++;
 		}
-		int rc = xfer_journal_blob(j, enc, esz, dst, n, p, HEAD_BYTES + glen, undo, cnt * esz, err);
+		int rc = xfer_journal_blob(j, xfer_delta_apply, enc, esz, dst, n, p, HEAD_BYTES + glen, undo, cnt * esz, err);
 		free(undo);
 		if (rc != 0) {
 			if (st) XXH3_freeState(st);

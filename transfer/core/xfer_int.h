@@ -256,8 +256,12 @@ int xfer_journal_copy(xfer_journal *j, void *dst, const void *src, size_t n, xfe
 int xfer_journal_copy_device(xfer_journal *j, void *dst, const void *src, size_t n, xfer_err *err);
 /* Journals the bytes of dst[0..n) that are about to change, without copying. */
 int xfer_journal_save(xfer_journal *j, const void *dst, size_t n, xfer_err *err);
-/* Journals a delta payload that undoes a change (see xfer_delta_apply). */
-int xfer_journal_blob(xfer_journal *j, xfer_encoding enc, size_t esz, void *dst, size_t n,
+/* Journals a delta payload that undoes a change; the undo hands it to
+ * apply (xfer_delta_apply, with no journal and no sum: passed in, so that
+ * the journal and the codec do not call each other). */
+typedef int (*xfer_blob_apply_fn)(xfer_encoding enc, size_t esz, void *dst, size_t n, const void *payload,
+				  size_t plen, xfer_journal *j, xfer_sum *sum, xfer_err *err);
+int xfer_journal_blob(xfer_journal *j, xfer_blob_apply_fn apply, xfer_encoding enc, size_t esz, void *dst, size_t n,
 		      const void *head, size_t hlen, const void *payload, size_t plen, xfer_err *err);
 int xfer_journal_undo(xfer_journal *j, xfer_err *err);
 void xfer_journal_reset(xfer_journal *j);

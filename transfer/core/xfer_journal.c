@@ -97,6 +97,7 @@ struct xfer_journal {
 	unsigned char *scr;
 	int scr_pinned;
 	double seconds;
+	xfer_blob_apply_fn apply; /* what undoes a blob record (the delta codec's apply) */
 };
 
 xfer_journal *xfer_journal_new(const char *dir, xfer_err *err)
@@ -640,9 +641,12 @@ int xfer_journal_save(xfer_journal *j, const void *dst, size_t n, xfer_err *err)
 	return add_run(j, (const unsigned char *)dst, n, err);
 }
 
-int xfer_journal_blob(xfer_journal *j, xfer_encoding enc, size_t esz, void *dst, size_t n,
+int xfer_journal_blob(xfer_journal *j, xfer_blob_apply_fn apply, xfer_encoding enc, size_t esz, void *dst, size_t n,
 		      const void *head, size_t hlen, const void *payload, size_t plen, xfer_err *err)
 {
+	if (!apply || (j->apply && j->apply != apply))
+		return xfer_fail(err, XFER_EINVAL, "journal: a blob needs its one apply function");
+	j->apply = apply;
 	rec_head h = { .type = REC_BLOB, .enc = (uint8_t)enc, .esz = (uint8_t)esz,
 		       .plen = (uint32_t)(hlen + plen), .addr = (uint64_t)(uintptr_t)dst, .n = n };
 	if (hlen + plen > UINT32_MAX - 64)
@@ -675,8 +679,9 @@ static int undo_chunk(xfer_journal *j, const unsigned char *p, size_t len, xfer_
 			if (undo_sparse_device(j, r + sizeof h, h.plen, h.addr, err) != 0) return -1;
 		} else if (h.type != REC_BLOB) {
 			return xfer_fail(err, XFER_EFORMAT, "journal: damaged record (type %u)", h.type);
-		} else if (xfer_delta_apply((xfer_encoding)h.enc, h.esz, addr, h.n, r + sizeof h, h.plen,
-					    NULL, NULL, err) != 0) {
+		} else if (!j->apply) {
+			return xfer_fail(err, XFER_EFORMAT, "journal: a blob record and nothing to apply it");
+		} else if (j->apply((xfer_encoding)h.enc, h.esz, addr, h.n, r + sizeof h, h.plen, NULL, NULL, err) != 0) {
 			xfer_err_prefix(err, "journal undo");
 			return -1;
 		}
