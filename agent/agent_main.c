@@ -429,57 +429,55 @@ static void raise_nofile(void)
 		(unsigned long long)was);
 }
 
-static int setup(agent *a, int argc, char **argv, int *exit_code)
+/* The options past their parse, checked before anything is created: the
+ * log, the membership profile and --set, the addresses, the GPUs.  -1 with
+ * err set: a usage error. */
+static int check_opts(agent *a, char *err, size_t errlen)
 {
-	char err[600];
-	*exit_code = AGENT_EXIT_USAGE;
-	int pr = agent_opts_parse(&a->opts, argc, argv, err, sizeof err);
-	if (pr == 1) { *exit_code = AGENT_EXIT_OK; return -1; }
-	if (pr < 0) goto usage;
 	sk_log_level lvl;
 	if (sk_log_parse_level(a->opts.log_level, &lvl) < 0) {
-		snprintf(err, sizeof err, "--log-level: expected debug, info, warn or error, got '%s'", a->opts.log_level);
-		goto usage;
+		snprintf(err, errlen, "--log-level: expected debug, info, warn or error, got '%s'", a->opts.log_level);
+		return -1;
 	}
 	sk_log_set_level(lvl);
 	if (!strcmp(a->opts.log_format, "json")) sk_log_set_format(SK_LOG_JSON);
 	else if (strcmp(a->opts.log_format, "text")) {
-		snprintf(err, sizeof err, "--log-format: expected text or json, got '%s'", a->opts.log_format);
-		goto usage;
+		snprintf(err, errlen, "--log-format: expected text or json, got '%s'", a->opts.log_format);
+		return -1;
 	}
 	sk_log_set_name(a->opts.name);
 	if (strcmp(a->opts.profile, "lan") && strcmp(a->opts.profile, "fast")) {
-		snprintf(err, sizeof err, "--profile: expected lan or fast, got '%s'", a->opts.profile);
-		goto usage;
+		snprintf(err, errlen, "--profile: expected lan or fast, got '%s'", a->opts.profile);
+		return -1;
 	}
 	mbr_config_profile(&a->mcfg, a->opts.profile);
 	for (int i = 0; i < a->opts.nset; i++) {
 		char kv[OPTS_STR], why[200];
 		snprintf(kv, sizeof kv, "%s", a->opts.set[i]);
 		char *eq = strchr(kv, '=');
-		if (!eq) { snprintf(err, sizeof err, "--set: expected KEY=VALUE, got '%s'", kv); goto usage; }
+		if (!eq) { snprintf(err, errlen, "--set: expected KEY=VALUE, got '%s'", kv); return -1; }
 		*eq = 0;
 		if (mbr_config_set(&a->mcfg, kv, eq + 1, why, sizeof why) < 0) {
-			snprintf(err, sizeof err, "--set: %s", why);
-			goto usage;
+			snprintf(err, errlen, "--set: %s", why);
+			return -1;
 		}
 	}
-	if (mbr_config_check(&a->mcfg, err, sizeof err) < 0) goto usage;
+	if (mbr_config_check(&a->mcfg, err, errlen) < 0) return -1;
 	if (mbr_addr_parse(a->opts.bind, &a->bind) < 0) {
-		snprintf(err, sizeof err, "--bind: expected IP:PORT, got '%s'", a->opts.bind);
-		goto usage;
+		snprintf(err, errlen, "--bind: expected IP:PORT, got '%s'", a->opts.bind);
+		return -1;
 	}
-	if (pick_advertise(a, err, sizeof err) < 0) goto usage;
+	if (pick_advertise(a, err, errlen) < 0) return -1;
 	mbr_addr rpc;
 	if (mbr_addr_parse(a->opts.rpc, &rpc) < 0) {
-		snprintf(err, sizeof err, "--rpc: expected IP:PORT, got '%s'", a->opts.rpc);
-		goto usage;
+		snprintf(err, errlen, "--rpc: expected IP:PORT, got '%s'", a->opts.rpc);
+		return -1;
 	}
 	struct sockaddr_storage mss;
 	unsigned msl;
 	if (a->opts.metrics[0] && wire_parse_addr(a->opts.metrics, &mss, &msl) < 0) {
-		snprintf(err, sizeof err, "--metrics: expected IP:PORT, got '%s'", a->opts.metrics);
-		goto usage;
+		snprintf(err, errlen, "--metrics: expected IP:PORT, got '%s'", a->opts.metrics);
+		return -1;
 	}
 	if (!strcmp(a->opts.gpus, "auto")) {
 		a->gpus = agent_gpu_count(a->gpu_source, sizeof a->gpu_source);
@@ -487,12 +485,23 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 		char *end;
 		long g = strtol(a->opts.gpus, &end, 10);
 		if (*end || end == a->opts.gpus || g < 0 || g > 1024) {
-			snprintf(err, sizeof err, "--gpus: expected a number from 0 to 1024 or auto, got '%s'", a->opts.gpus);
-			goto usage;
+			snprintf(err, errlen, "--gpus: expected a number from 0 to 1024 or auto, got '%s'", a->opts.gpus);
+			return -1;
 		}
 		a->gpus = (int)g;
 		snprintf(a->gpu_source, sizeof a->gpu_source, "declared");
 	}
+	return 0;
+}
+
+static int setup(agent *a, int argc, char **argv, int *exit_code)
+{
+	char err[600];
+	*exit_code = AGENT_EXIT_USAGE;
+	int pr = agent_opts_parse(&a->opts, argc, argv, err, sizeof err);
+	if (pr == 1) { *exit_code = AGENT_EXIT_OK; return -1; }
+	if (pr < 0) goto usage;
+	if (check_opts(a, err, sizeof err) < 0) goto usage;
 	/* validate the tags before anything is created (a->mbr is still NULL) */
 	if (agent_update_meta(a) < 0) { *exit_code = AGENT_EXIT_USAGE; return -1; }
 

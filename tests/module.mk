@@ -20,6 +20,9 @@ $(O)/tests/tools/%: $(O)/tests/tools/%.o $(SK_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $< $(SK_LIBS) -lev $(LDLIBS)
 all: $(TOOL_BIN)
 
+# Style: no function over 120 lines (tools/fnlen.sh).
+TEST_SCRIPTS += tests/style/fnlen_test.sh
+
 -include tests/sim/module.mk
 -include tests/fuzz/module.mk
 -include tests/tools/module.mk

@@ -4,7 +4,9 @@
 # generated code.  The tree's style makes this a plain scan: a function's
 # body opens with "{" alone at column 0 and closes with "}" at column 0, and
 # its name is the last "name(" before the brace.  Prints "LINES FILE:LINE
-# NAME" per offender, longest first; exits 1 when there is one.
+# NAME" per offender, longest first; exits 1 when there is one.  Without
+# FILE arguments, tools/fnlen.allow names ("FILE NAME" a line) functions
+# waiting for another branch to split them: said, not counted.
 #   tools/fnlen.sh [-n LIMIT] [-a] [FILE...]   (-a: every function, no limit)
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -21,10 +23,13 @@ if [ $# -eq 0 ]; then
 	# every tracked C file but tests, generated code and the codecs (their
 	# length is one case per field of a message: splitting them hides it)
 	mapfile -t files < <(git ls-files '*.c' | grep -vE '^tests/|/gen/|_codec\.c$|^examples/')
+	allow=tools/fnlen.allow
 else
 	files=("$@")
+	allow=/dev/null
 fi
-awk -v limit="$limit" -v all="$all" '
+awk -v limit="$limit" -v all="$all" -v allow="$allow" '
+BEGIN { while ((getline l < allow) > 0) if (l !~ /^#/ && split(l, a, " ") == 2) ok[a[1] " " a[2]] = 1 }
 FNR == 1 { name = ""; start = 0 }
 /^[A-Za-z_].*[A-Za-z_0-9]+\(/ && !/;[ \t]*$/ {
 	s = $0; sub(/\(.*/, "", s); n = split(s, w, /[ \t*]+/); name = w[n]; sig = FNR
@@ -32,6 +37,8 @@ FNR == 1 { name = ""; start = 0 }
 /^\{/ { start = FNR }
 /^\}/ && start {
 	len = FNR - start + 1
-	if (all || len > limit) printf "%d %s:%d %s\n", len, FILENAME, sig, name
+	if (!all && len > limit && ((FILENAME " " name) in ok)) {
+		printf "(allowed for now: %d %s:%d %s)\n", len, FILENAME, sig, name > "/dev/stderr"
+	} else if (all || len > limit) printf "%d %s:%d %s\n", len, FILENAME, sig, name
 	start = 0
 }' "${files[@]}" | sort -rn | { out=$(cat); [ -n "$out" ] && echo "$out"; [ -z "$out" ] || [ "$all" = 1 ]; }

@@ -918,6 +918,27 @@ static int record_receiver(xfer_endpoint *ep, xfer_err *err)
 	return rc;
 }
 
+/* A chain (plan[0] the newest, np > 1): a tensor an earlier step changed
+ * and the newest did not was checked against that step's sum only; the
+ * root covers the newest index's sums, so every such tensor must match
+ * those too (a forged intermediate version would pass otherwise). */
+static int check_chain(xfer_endpoint *ep, const disk_index *plan, size_t np, xfer_err *err)
+{
+	for (size_t k = 0; np > 1 && !plan[0].full && k < plan[0].n; k++) {
+		if (plan[0].t[k].changed) continue;
+		bool touched = false;
+		for (size_t i = 1; i < np && !touched; i++) touched = plan[i].full || plan[i].t[k].changed;
+		if (!touched) continue;
+		const xfer_tensor *t = &ep->m->t[k];
+		xfer_sum got = plan[0].sum_kind == XFER_SUM_TREE ? xfer_tree_checksum(t->ptr, t->nbytes, 0)
+								 : xfer_checksum(t->ptr, t->nbytes);
+		if (!xfer_sum_equal(got, plan[0].t[k].sum))
+			return xfer_fail(err, XFER_ECHECKSUM, "version %llu tensor %s: checksum differs from the chain's "
+					 "newest index", (unsigned long long)plan[0].version, t->name);
+	}
+	return 0;
+}
+
 /* One attempt; *vanished says the failure came from the sender's gc
  * deleting the oldest version of our plan while we read it (a receiver
  * catching up races the publication of a newer full version). */
@@ -991,22 +1012,7 @@ static int disk_receive_once(xfer_endpoint *ep, int wait_ms, uint64_t *version, 
 		if (i == 0 && xfer_hooks.crash_receiving_version && xfer_hooks.crash_receiving_version == latest)
 			_exit(3); /* test hook: dies with the version landed, not verified by anyone */
 	}
-	/* a chain: a tensor an earlier step changed and the newest did not was
-	 * checked against that step's sum only; the root covers the newest
-	 * index's sums, so every such tensor must match those too (a forged
-	 * intermediate version would pass otherwise) */
-	for (size_t k = 0; rc == 0 && np > 1 && !plan[0].full && k < plan[0].n; k++) {
-		if (plan[0].t[k].changed) continue;
-		bool touched = false;
-		for (size_t i = 1; i < np && !touched; i++) touched = plan[i].full || plan[i].t[k].changed;
-		if (!touched) continue;
-		const xfer_tensor *t = &ep->m->t[k];
-		xfer_sum got = plan[0].sum_kind == XFER_SUM_TREE ? xfer_tree_checksum(t->ptr, t->nbytes, 0)
-								 : xfer_checksum(t->ptr, t->nbytes);
-		if (!xfer_sum_equal(got, plan[0].t[k].sum))
-			rc = xfer_fail(err, XFER_ECHECKSUM, "version %llu tensor %s: checksum differs from the chain's "
-				       "newest index", (unsigned long long)latest, t->name);
-	}
+	if (rc == 0) rc = check_chain(ep, plan, np, err);
 	if (rc == 0) rc = keep_root(ep, &plan[0], err);
 	ep->stats.journal_bytes = 0;
 	for (int i = 0; i < s->threads; i++) ep->stats.journal_bytes += xfer_journal_bytes(s->j[i]);
