@@ -5,6 +5,8 @@
 #   make BUILD=asan   AddressSanitizer + UBSan build, programs in build/asan/bin/
 #   make BUILD=debug  -O0 build, programs in build/debug/bin/
 #   make test         build and run the test suite; last line "N passed, N failed"
+#   make check        the fast part of it (unit and simulator tests, the static
+#                     checks): under 2 minutes, for every edit
 #   make demo         the end-to-end demonstration
 #   make bench        the benchmarks (not part of make test)
 #   make fuzz         short fuzz runs of every decoder
@@ -39,7 +41,7 @@ $(DEPS_OK): tools/deps.sh
 	@tools/deps.sh ensure
 	@mkdir -p $(@D) && touch $@
 
-.PHONY: all deps test demo bench fuzz clean
+.PHONY: all deps test check demo bench fuzz clean
 .SECONDARY:
 all:
 
@@ -49,6 +51,7 @@ deps:
 PROGRAMS :=
 TESTS :=
 TEST_SCRIPTS :=
+CHECK_SCRIPTS :=
 BENCH_SCRIPTS :=
 GEN_HEADERS :=
 OBJS :=
@@ -77,6 +80,11 @@ $(O)/gen/%.o: $(O)/gen/%.c | $(DEPS_OK)
 
 test: $(PROGRAMS) $(TESTS) $(TOOL_BIN)
 	@SKEIN_BIN=$(abspath $(BIN)) SKEIN_TOOLS=$(abspath $(O)/tests/tools) tests/run.sh $(TESTS) $(TEST_SCRIPTS)
+
+# No process of skeind is started: the unit tests (tests/unit), the
+# simulator's (tests/sim) and the checks that read the build (CHECK_SCRIPTS).
+check: $(PROGRAMS) $(TESTS)
+	@SKEIN_BIN=$(abspath $(BIN)) SKEIN_LIB=$(abspath $(LIB_XFER_SO)) tests/run.sh $(TESTS) $(CHECK_SCRIPTS)
 
 # Each module appends its benchmark scripts to BENCH_SCRIPTS; they print tables.
 bench: $(PROGRAMS)

@@ -22,6 +22,7 @@ all: $(TOOL_BIN)
 
 # Style: no function over 120 lines (tools/fnlen.sh).
 TEST_SCRIPTS += tests/style/fnlen_test.sh
+CHECK_SCRIPTS += tests/style/fnlen_test.sh
 
 -include tests/sim/module.mk
 -include tests/fuzz/module.mk

@@ -48,4 +48,5 @@ PROGRAMS += $(LIB_XFER) $(LIB_XFER_SO) $(BIN)/skein-xfer-bench $(BIN)/skein-trai
 TEST_EXTRA_LIBS += $(LIB_XFER)
 LDLIBS += $(XFER_LIBS)
 TEST_SCRIPTS += tests/transfer/sims.sh tests/transfer/gpu_kernels_fresh.sh tests/transfer/exports.sh
+CHECK_SCRIPTS += tests/transfer/gpu_kernels_fresh.sh tests/transfer/exports.sh
 BENCH_SCRIPTS += tests/transfer/bench.sh
