@@ -215,7 +215,7 @@ typedef struct agent {
 	ev_timer wv_changed;       /* weight-update entries were applied (agent_head.c): wv */
 } agent;
 
-/* skeind's exit status (README, "Exit codes"): systemd's Restart=on-failure
+/* skeind's exit status (docs/agent.md, "Exit codes"): systemd's Restart=on-failure
  * restarts it on anything but 0. */
 enum {
 	AGENT_EXIT_OK = 0,        /* left the cluster on SIGTERM/SIGINT, or --help */

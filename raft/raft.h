@@ -31,7 +31,7 @@
  * Time is in milliseconds on a monotonic clock that keeps counting while
  * the host is suspended (the agent feeds it sk_boot_ms, CLOCK_BOOTTIME: on
  * CLOCK_MONOTONIC a head suspended past its lease would wake believing it
- * still held); randomness comes from the seed in raft_self.  The agent feeds it from libev and ZeroMQ exactly like
+ * still held); randomness comes from the seed in raft_self.  The agent feeds it from libev (agent_head.c) exactly like
  * membership; the unit tests from a fake clock and a fake network. */
 #ifndef RAFT_H
 #define RAFT_H

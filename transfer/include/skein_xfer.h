@@ -8,10 +8,13 @@
  *
  *   disk-delta        only what changed, through a shared folder (XOR or
  *                     overwrite encoding, optional zstd, full every K versions)
- *   p2p               RDMA when built with rdma-core and a device is found,
- *                     else TCP (the reason is kept: xfer_endpoint_note)
+ *   p2p               p2p-ucx where UCX loads (agreed with each peer, which
+ *                     may fall back to p2p-tcp), else p2p-tcp (the reason is
+ *                     kept: xfer_endpoint_note)
  *   p2p-tcp           several TCP streams straight from the sender's tensors
- *   p2p-rdma          libibverbs one-sided writes (see xfer_probe for why not)
+ *   p2p-ucx           UCX one-sided puts (dlopen'd: shared memory, TCP, RDMA
+ *                     where UCX finds a device)
+ *   p2p-rdma          hand-written libibverbs: not implemented (its probe says so)
  *   broadcast         NCCL, one broadcast per tensor       (dlopen'd)
  *   broadcast_packed  NCCL, one packed broadcast per bucket (dlopen'd)
  *   colocated         CUDA IPC handles, device-to-device copy (dlopen'd)
@@ -30,7 +33,8 @@
  * computed by libskein's GPU kernels (docs/tree-checksum.md).
  *
  * Every call returns 0 or -1 and fills an xfer_err.  Nothing here needs CUDA,
- * NCCL or rdma-core to build or run: those paths say why they are unavailable. */
+ * NCCL or UCX to build or run (they are loaded with dlopen): those paths say
+ * why they are unavailable. */
 #ifndef SKEIN_XFER_H
 #define SKEIN_XFER_H
 
