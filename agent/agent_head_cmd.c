@@ -143,7 +143,7 @@ static void cmd_state(agent *a, const Skein__Control__Request *q, const agent_cl
 
 /* skeinctl head transfer [NAME]: hands the head to NAME (or the voter alive
  * the longest) without waiting out an election timeout. */
-static void cmd_transfer(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+static void cmd_handover(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
 {
 	if (q->n_args > 2) {
 		agent_reply_fail(r, 2, "usage: skeinctl head transfer [NAME]");
@@ -213,12 +213,14 @@ bool agent_head_dispatch(agent *a, const Skein__Control__Request *q, const agent
 		char head[RAFT_NAME_MAX + 1];
 		uint64_t t;
 		agent_head_known(a, head, sizeof head, &t, NULL, 0);
-		if (q->n_args >= 1 && !strcmp(q->args[0], "transfer")) {
-			cmd_transfer(a, q, c, r);
+		/* "transfer": what skeinctl sends for `head handover` (and sent
+		 * for `head transfer`); "handover" accepted as well */
+		if (q->n_args >= 1 && (!strcmp(q->args[0], "transfer") || !strcmp(q->args[0], "handover"))) {
+			cmd_handover(a, q, c, r);
 			return true;
 		}
 		if (q->n_args) {
-			agent_reply_fail(r, 2, "usage: skeinctl head [--format text|json] | head transfer [NAME]");
+			agent_reply_fail(r, 2, "usage: skeinctl head [--format text|json] | head handover [NAME]");
 			return true;
 		}
 		/* the head knows its voters' last contact: ask it */

@@ -260,60 +260,68 @@ static void histo_put(sk_buf *b, const char *name, const char *mode, const agent
 }
 
 /* Weight updates this agent finished as the head (docs/metrics.md maps
- * them to the perf/update_weights_* names of Miles). */
-static void transfers(agent *a, sk_buf *b)
+ * them to the perf/update_weights_* names of Miles), named skein_update_*
+ * (issue 26: "update" is the transaction).  With old set, the same under
+ * the names of the last release (skein_transfer_*), kept for one release. */
+static void updates(agent *a, sk_buf *b, bool old)
 {
 	const agent_stats *m = a->stats;
 	if (!agent_head_raft(a)) return; /* updates are finished on voters */
 	static const struct {
-		const char *name, *help;
+		const char *name, *old, *help;
 		size_t off;
 	} H[] = {
-		{ "skein_transfer_update_seconds", "Weight updates committed: begin to commit on the head "
+		{ "skein_update_seconds", "skein_transfer_update_seconds", "Weight updates committed: begin to commit on the head "
 						   "(perf/update_weights_time).", offsetof(agent_stats_mode, update) },
-		{ "skein_transfer_implementation_seconds", "Weight updates committed: the sender's data path "
+		{ "skein_update_implementation_seconds", "skein_transfer_implementation_seconds", "Weight updates committed: the sender's data path "
 							   "(perf/update_weights_implementation_time).",
 		  offsetof(agent_stats_mode, impl) },
-		{ "skein_transfer_density", "disk-delta updates committed: stored / total bytes "
+		{ "skein_update_density", "skein_transfer_density", "disk-delta updates committed: stored / total bytes "
 					    "(perf/update_weights_density).", offsetof(agent_stats_mode, density) },
-		{ "skein_transfer_engine_data_seconds", "Weight updates committed: the slowest participant's "
+		{ "skein_update_engine_data_seconds", "skein_transfer_engine_data_seconds", "Weight updates committed: the slowest participant's "
 							"moving of the bytes.", offsetof(agent_stats_mode, eng_data) },
-		{ "skein_transfer_engine_hash_seconds", "Weight updates committed: the slowest participant's "
+		{ "skein_update_engine_hash_seconds", "skein_transfer_engine_hash_seconds", "Weight updates committed: the slowest participant's "
 							"checksums.", offsetof(agent_stats_mode, eng_hash) },
-		{ "skein_transfer_engine_journal_seconds", "Weight updates committed: the slowest participant's "
+		{ "skein_update_engine_journal_seconds", "skein_transfer_engine_journal_seconds", "Weight updates committed: the slowest participant's "
 							   "undo journal.", offsetof(agent_stats_mode, eng_journal) },
-		{ "skein_transfer_sender_hash_seconds", "Weight updates committed: the sender's checksums.",
+		{ "skein_update_sender_hash_seconds", "skein_transfer_sender_hash_seconds", "Weight updates committed: the sender's checksums.",
 		  offsetof(agent_stats_mode, sender_hash) },
 	};
+	char help[512];
 	for (size_t h = 0; h < sizeof H / sizeof H[0]; h++) {
-		family(b, H[h].name, "histogram", H[h].help);
+		const char *name = old ? H[h].old : H[h].name;
+		snprintf(help, sizeof help, "%s%s%s", old ? "Deprecated: " : "", old ? H[h].name : "", old ? ", the same." : H[h].help);
+		family(b, name, "histogram", help);
 		for (int k = 0; k < AGENT_STATS_NMODES; k++) {
 			const agent_stats_histo *hp = (const agent_stats_histo *)((const char *)&m->modes[k] + H[h].off);
 			if (H[h].off == offsetof(agent_stats_mode, density))
-				histo_put(b, H[h].name, agent_stats_modes[k], hp, agent_stats_density, AGENT_STATS_DBUCKETS);
+				histo_put(b, name, agent_stats_modes[k], hp, agent_stats_density, AGENT_STATS_DBUCKETS);
 			else
-				histo_put(b, H[h].name, agent_stats_modes[k], hp, agent_stats_update_s, AGENT_STATS_UBUCKETS);
+				histo_put(b, name, agent_stats_modes[k], hp, agent_stats_update_s, AGENT_STATS_UBUCKETS);
 		}
 	}
 	static const struct {
-		const char *name, *help;
+		const char *name, *old, *help;
 		size_t off;
 	} C[] = {
-		{ "skein_transfer_bytes_total", "Weight bytes of committed updates.", offsetof(agent_stats_mode, bytes) },
-		{ "skein_transfer_wire_bytes_total", "Bytes the data path moved for committed updates "
+		{ "skein_update_bytes_total", "skein_transfer_bytes_total", "Weight bytes of committed updates.", offsetof(agent_stats_mode, bytes) },
+		{ "skein_update_wire_bytes_total", "skein_transfer_wire_bytes_total", "Bytes the data path moved for committed updates "
 						     "(perf/update_weights_wire_bytes).", offsetof(agent_stats_mode, wire_bytes) },
-		{ "skein_transfer_committed_total", "Weight updates committed.", offsetof(agent_stats_mode, committed) },
-		{ "skein_transfer_aborted_total", "Weight updates aborted.", offsetof(agent_stats_mode, aborted) },
+		{ "skein_updates_committed_total", "skein_transfer_committed_total", "Weight updates committed.", offsetof(agent_stats_mode, committed) },
+		{ "skein_updates_aborted_total", "skein_transfer_aborted_total", "Weight updates aborted.", offsetof(agent_stats_mode, aborted) },
 	};
 	for (size_t c = 0; c < sizeof C / sizeof C[0]; c++) {
 		lv v[AGENT_STATS_NMODES];
 		for (int k = 0; k < AGENT_STATS_NMODES; k++)
 			v[k] = (lv){ agent_stats_modes[k], *(const uint64_t *)((const char *)&m->modes[k] + C[c].off) };
-		labelled(b, C[c].name, "counter", C[c].help, "mode", v, AGENT_STATS_NMODES);
+		snprintf(help, sizeof help, "%s%s%s", old ? "Deprecated: " : "", old ? C[c].name : "", old ? ", the same." : C[c].help);
+		labelled(b, old ? C[c].old : C[c].name, "counter", help, "mode", v, AGENT_STATS_NMODES);
 	}
 	lv ab[AGENT_STATS_NCAUSES];
 	for (int k = 0; k < AGENT_STATS_NCAUSES; k++) ab[k] = (lv){ wv_causes[k], m->aborts[k] };
-	labelled(b, "skein_transfer_aborts_total", "counter", "Weight updates aborted, by cause.", "cause", ab, AGENT_STATS_NCAUSES);
+	labelled(b, old ? "skein_transfer_aborts_total" : "skein_update_aborts_total", "counter",
+		 old ? "Deprecated: skein_update_aborts_total, the same." : "Weight updates aborted, by cause.", "cause", ab,
+		 AGENT_STATS_NCAUSES);
 }
 
 static void process(agent *a, sk_buf *b)
@@ -357,7 +365,8 @@ int agent_metrics_render(agent *a, sk_buf *b)
 	control(a, b);
 	head(a, b);
 	jobs(a, b);
-	transfers(a, b);
+	updates(a, b, false);
+	updates(a, b, true); /* the old names, for one release */
 	process(a, b);
 	const agent_http_stats *hs = m->http ? agent_http_get_stats(m->http) : NULL;
 	family(b, "skein_metrics_render_seconds", "gauge", "How long the previous /metrics page took to build.");

@@ -53,9 +53,10 @@ static void usage(FILE *f)
 		"  keygen                 print a new random 32-byte key in base64\n"
 		"  head [--format text|json]\n"
 		"                         the head, its term, and the voters with their last contact\n"
-		"  head transfer [NAME]   hand the head to voter NAME (default: the one with the most of\n"
+		"  head handover [NAME]   hand the head to voter NAME (default: the one with the most of\n"
 		"                         the log) at once, e.g. before restarting the head's node; a\n"
-		"                         head that leaves (SIGTERM, skeinctl leave) does this itself\n"
+		"                         head that leaves (SIGTERM, skeinctl leave) does this itself;\n"
+		"                         `head transfer` is its old name, kept\n"
 		"  state put KEY VALUE | get KEY [--stale] | del KEY | list [--stale] [--format text|json]\n"
 		"                         the replicated cluster state; writes go through the head and\n"
 		"                         return once a majority of voters has them; reads wait for a head\n"
@@ -81,7 +82,7 @@ static void usage(FILE *f)
 		"                         delete forgets a stopped, failed or completed job\n"
 		"  placement [JOB] [--format text|json]\n"
 		"                         every member: role, node, GPUs, pid, state, restarts\n"
-		"  transfers [JOB] [--last N] [--format text|json]\n"
+		"  updates [JOB] [--last N] [--format text|json]   (old name, kept: transfers)\n"
 		"                         weight updates, newest first: version, mode, state (preparing,\n"
 		"                         moving, committed, aborted) and why, bytes, timings (Miles's\n"
 		"                         perf/update_weights_*), each engine's part (docs/updates.md)\n"
@@ -569,6 +570,12 @@ int main(int argc, char **argv)
 	const char *cmd = argv[i++];
 	char **args = argv + i;
 	int nargs = argc - i;
+	/* One vocabulary (issue 26): an "update" is the transaction, "handover"
+	 * Raft's leadership move.  The old words stay aliases, and the wire
+	 * keeps them, so that agents of the last release understand. */
+	if (!strcmp(cmd, "updates")) cmd = "transfers";
+	static char wire_transfer[] = "transfer";
+	if (!strcmp(cmd, "head") && nargs >= 1 && !strcmp(args[0], "handover")) args[0] = wire_transfer;
 	const char *format = "text";
 	if (take_format(args, &nargs, &format) < 0) return die(2, "--format: expected text or json%s", "");
 

@@ -154,9 +154,9 @@ wait_for 10 running 12
 if [ "$(pids)" = "$P0" ]; then echo "all 12 members kept their processes (same pids)"; else echo "pids changed:"; echo "$P0"; pids; fi
 ctl 4 job list
 echo
-echo "== 5b. a planned change of head (say, before the head's node is serviced): skeinctl head transfer"
+echo "== 5b. a planned change of head (say, before the head's node is serviced): skeinctl head handover"
 H=$(head_of 4); t0=$(now_ms)
-ctl 4 head transfer
+ctl 4 head handover
 moved() { local h; h=$(head_of 4); [ -n "$h" ] && [ "$h" != "(none)" ] && [ "$h" != "$H" ]; }
 wait_for 5 moved || { echo "the head did not move"; exit 1; }
 echo "head $H -> $(head_of 4) in $(( $(now_ms) - t0 )) ms, without an election timeout"

@@ -111,7 +111,7 @@ check "v$CORRUPT (a byte changed after its checksum) aborted naming the checksum
 	grep -q "trainer: v$CORRUPT aborted: .*checksum mismatch" <(tlog)
 check "the engine back on v$((CORRUPT - 1)) after the abort, bit for bit" \
 	grep -q "engine: v$CORRUPT aborted (.*): back on v$((CORRUPT - 1)), verified bit for bit" <(elog)
-js=$(ctl 1 transfers colo --format json 2>/dev/null)
+js=$(ctl 1 updates colo --format json 2>/dev/null)
 check "skeinctl transfers: mode colocated, $((ALL - 1)) committed, 1 aborted" \
 	test "$(grep -o '"state":"committed"' <<<"$js" | wc -l)/$(grep -o '"state":"aborted"' <<<"$js" | wc -l)" = "$((ALL - 1))/1"
 why=$(/usr/bin/python3 "$ROOT/tests/agent/wv_json.py" split <<<"$js" 2>&1)

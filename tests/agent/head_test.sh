@@ -148,10 +148,10 @@ term_is() { [ "$(term_of "$1")" = "$2" ]; }
 check "one election: term $T1 -> $((T1 + 1))" term_is "${TO#n}" $((T1 + 1))
 check "the old head logged the handover" grep -q "stepped down as head (term $T1): handing over to $TO" "$T_DIR/$RH.log"
 check "a write right after the handover commits" wait_until 10 put_ok "${TO#n}" after-handover yes
-out=$(ctl "$RHI" head transfer "$TO" 2>&1); rc=$?
-check "head transfer to itself (asked through a follower): exit 1" expect_err $rc 1 "$out" "leader already"
-out=$(ctl "$RHI" head transfer nosuch 2>&1); rc=$?
-check "head transfer to a non-voter: exit 1" expect_err $rc 1 "$out" "not a voter"
+out=$(ctl "$RHI" head handover "$TO" 2>&1); rc=$?
+check "head handover (the new name) to itself (asked through a follower): exit 1" expect_err $rc 1 "$out" "leader already"
+out=$(ctl "$RHI" head handover nosuch 2>&1); rc=$?
+check "head handover to a non-voter: exit 1" expect_err $rc 1 "$out" "not a voter"
 THI=${TO#n}
 kill_agent "$THI" TERM
 wait "${PIDS[$THI]}" 2>/dev/null; unset "PIDS[$THI]"

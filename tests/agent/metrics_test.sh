@@ -76,6 +76,16 @@ check "prometheus: one job running in the voters' replicas" \
 check "prometheus: the head's commit latency histogram has samples" \
 	query_ge 'sum(skein_head_commit_latency_seconds_count)' 1
 check "prometheus: process RSS and CPU exported" query_ge 'count(process_resident_memory_bytes > 0)' 3
+new_and_old_names() {
+	local m
+	m=$(curl -s "127.0.0.1:$(mport 1)/metrics")
+	grep -q '^# TYPE skein_updates_committed_total counter' <<<"$m" &&
+		grep -q '^# TYPE skein_update_seconds histogram' <<<"$m" &&
+		grep -q '^# TYPE skein_transfer_committed_total counter' <<<"$m" &&
+		grep -q '^# HELP skein_transfer_update_seconds Deprecated: skein_update_seconds' <<<"$m"
+}
+check "update metrics under their names (skein_update_*, issue 26) and the old ones, kept one release" \
+	new_and_old_names
 
 # the endpoint's bounds
 code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
