@@ -105,7 +105,7 @@ typedef struct agent_wv agent_wv;
  * write answered once committed, a request forwarded to the head), and
  * what it proved about itself (agent_auth.h). */
 typedef struct {
-	wire_id conn;              /* where the answer goes; 0: nobody waits */
+	agent_wire_id conn;              /* where the answer goes; 0: nobody waits */
 	agent_role role;
 	bool remote;               /* over TCP, not the local Unix socket */
 	bool sealed;               /* answer sealed with `key` (the request's key) */
@@ -186,7 +186,7 @@ typedef struct agent {
 	agent_keyring op_rw, op_ro;/* operator keys (--operator-key-file, --operator-read-key-file) */
 	gid_t operator_gid;        /* --operator-group, or (gid_t)-1 */
 
-	wire *wire;                /* the control endpoints and every control connection */
+	agent_wire *wire;                /* the control endpoints and every control connection */
 	agent_replay *replay;
 	uint64_t replay_floor_ms;  /* wall ms: sealed requests stamped earlier are refused (agent_ctl.c) */
 	uint64_t replay_saved_ms;  /* wall ms: the bound on accepted stamps persisted in the data dir */

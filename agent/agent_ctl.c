@@ -232,7 +232,7 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 {
 	const mbr_stats *s = mbr_get_stats(a->mbr);
 	const agent_counters *c = &a->cnt;
-	const wire_stats *ws = wire_get_stats(a->wire);
+	const agent_wire_stats *ws = agent_wire_get_stats(a->wire);
 	char addr[64];
 	mbr_addr_format(&a->adv, addr, sizeof addr);
 	uint64_t wire_drops = 0, rc[6], tg[4];
@@ -267,8 +267,8 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 		{ "control_refused_clock_skew", c->ctl_refused_skew },
 		{ "control_refused_recipient", c->ctl_refused_recipient },
 		{ "control_refused_order", c->ctl_refused_order },
-		{ "control_connections", (unsigned long long)wire_count(a->wire, false) },
-		{ "control_connections_untrusted", (unsigned long long)wire_count(a->wire, true) },
+		{ "control_connections", (unsigned long long)agent_wire_count(a->wire, false) },
+		{ "control_connections_untrusted", (unsigned long long)agent_wire_count(a->wire, true) },
 		{ "control_accepted", ws->accepted }, { "control_shed_idle", ws->shed_idle },
 		{ "control_shed_bytes", ws->shed_bytes }, { "control_refused_cap", ws->refused_cap },
 		{ "control_timeouts", ws->timeouts }, { "control_oversize", ws->oversize },
@@ -524,7 +524,7 @@ static void follow_cb(struct ev_loop *loop, ev_timer *t, int revents)
 /* May this peer of the Unix socket steer the agent?  root, our own user,
  * and members of --operator-group (the socket's mode says the same; this
  * holds even if someone loosened the mode). */
-static bool local_allowed(agent *a, const wire_peer *p)
+static bool local_allowed(agent *a, const agent_wire_peer *p)
 {
 	if (!p->cred) return false;
 	if (p->uid == 0 || p->uid == geteuid()) return true;
@@ -560,7 +560,7 @@ static int open_sealed(agent *a, agent_client *c, const uint8_t *data, size_t n,
 /* A request names its recipient: this agent's name, or the address the
  * client reached it at (what this end of the connection is bound to, so
  * 0.0.0.0 and several addresses work), or its Unix socket. */
-static bool for_us(agent *a, const wire_peer *p, const char *to)
+static bool for_us(agent *a, const agent_wire_peer *p, const char *to)
 {
 	if (!to[0]) return false;
 	if (!strcmp(to, a->opts.name) || !strcmp(to, a->rpc_advertised)) return true;
@@ -629,7 +629,7 @@ static int replay_floor_save(agent *a, uint64_t t, uint64_t now)
 
 /* The sealed envelope: addressed to us, fresh, never seen.  false with r
  * filled (and counted) otherwise. */
-static bool envelope_ok(agent *a, const wire_peer *p, const Skein__Control__Request *q, reply *r)
+static bool envelope_ok(agent *a, const agent_wire_peer *p, const Skein__Control__Request *q, reply *r)
 {
 	uint64_t now = sk_wall_ms();
 	if (q->nonce.len != AUTH_NONCE) {
@@ -685,7 +685,7 @@ static const char *needs_what(agent_role need)
 				    : "needs a read key (--operator-read-key-file) or better, or this node's control socket";
 }
 
-static void handle_one(agent *a, wire_id id, const wire_peer *p, uint8_t *data, size_t n)
+static void handle_one(agent *a, agent_wire_id id, const agent_wire_peer *p, uint8_t *data, size_t n)
 {
 	reply r = { 0 };
 	sk_buf_init(&r.body);
@@ -749,7 +749,7 @@ static void handle_one(agent *a, wire_id id, const wire_peer *p, uint8_t *data, 
 		fail(&r, 1, "'%s%s%s' %s", q->cmd, q->n_args ? " " : "", q->n_args ? q->args[0] : "", needs_what(need));
 		goto answer;
 	}
-	if (c.sealed || c.role >= ROLE_WRITE) wire_trust(a->wire, id);
+	if (c.sealed || c.role >= ROLE_WRITE) agent_wire_trust(a->wire, id);
 	if (strcmp(q->cmd, "raft") && q->payload.len > CTL_PAYLOAD_MAX) {
 		a->cnt.ctl_rejected++;
 		fail(&r, 1, "'%s' payload of %zu bytes is over the %d MiB limit", q->cmd, q->payload.len,
@@ -766,7 +766,7 @@ answer:
 	sk_buf_free(&r.body);
 }
 
-static void on_request(void *ctx, wire_id id, const wire_peer *p, uint8_t *data, size_t len)
+static void on_request(void *ctx, agent_wire_id id, const agent_wire_peer *p, uint8_t *data, size_t len)
 {
 	handle_one(ctx, id, p, data, len);
 	free(data);
@@ -824,7 +824,7 @@ int agent_ctl_open(agent *a, char *err, size_t errlen)
 {
 	a->replay = agent_replay_new();
 	replay_floor_load(a);
-	a->wire = wire_new(a->loop, a, on_request, on_answer);
+	a->wire = agent_wire_new(a->loop, a, on_request, on_answer);
 	if (!a->replay || !a->wire) { snprintf(err, errlen, "out of memory"); return -1; }
 	ev_timer_init(&a->follow_timer, follow_cb, 0.1, 0.1);
 	a->follow_timer.data = a;
@@ -836,7 +836,7 @@ int agent_ctl_open(agent *a, char *err, size_t errlen)
 		a->operator_gid = g->gr_gid;
 	}
 	if (agent_ctl_load_operator_keys(a, err, errlen) < 0) return -1;
-	if (wire_listen_tcp(a->wire, a->opts.rpc, err, errlen) < 0) return -1;
+	if (agent_wire_listen_tcp(a->wire, a->opts.rpc, err, errlen) < 0) return -1;
 	mbr_addr rpc;
 	mbr_addr_parse(a->opts.rpc, &rpc);
 	snprintf(a->rpc_bound, sizeof a->rpc_bound, "%s", a->opts.rpc);
@@ -848,17 +848,17 @@ int agent_ctl_open(agent *a, char *err, size_t errlen)
 		mbr_addr_format(&c, a->rpc_advertised, sizeof a->rpc_advertised);
 	}
 	if (!any && is_loopback(&rpc) && !is_loopback(&a->adv) &&
-	    wire_listen_tcp(a->wire, a->rpc_advertised, err, errlen) < 0)
+	    agent_wire_listen_tcp(a->wire, a->rpc_advertised, err, errlen) < 0)
 		return -1;
 	if (socket_path(a, err, errlen) < 0) return -1;
 	mode_t mode = a->operator_gid != (gid_t)-1 ? 0660 : 0600;
-	return wire_listen_unix(a->wire, a->control_socket, mode, a->operator_gid, err, errlen);
+	return agent_wire_listen_unix(a->wire, a->control_socket, mode, a->operator_gid, err, errlen);
 }
 
 void agent_ctl_close(agent *a)
 {
 	if (a->loop) ev_timer_stop(a->loop, &a->follow_timer);
-	wire_free(a->wire);
+	agent_wire_free(a->wire);
 	a->wire = NULL;
 	agent_replay_free(a->replay);
 	a->replay = NULL;

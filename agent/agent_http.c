@@ -221,7 +221,7 @@ agent_http *agent_http_new(struct ev_loop *loop, const char *addr, agent_http_fn
 {
 	struct sockaddr_storage ss;
 	unsigned sl;
-	if (wire_parse_addr(addr, &ss, &sl) < 0) {
+	if (agent_wire_parse_addr(addr, &ss, &sl) < 0) {
 		snprintf(err, errlen, "--metrics: expected IP:PORT, got '%s'", addr);
 		return NULL;
 	}

@@ -475,7 +475,7 @@ static int check_opts(agent *a, char *err, size_t errlen)
 	}
 	struct sockaddr_storage mss;
 	unsigned msl;
-	if (a->opts.metrics[0] && wire_parse_addr(a->opts.metrics, &mss, &msl) < 0) {
+	if (a->opts.metrics[0] && agent_wire_parse_addr(a->opts.metrics, &mss, &msl) < 0) {
 		snprintf(err, errlen, "--metrics: expected IP:PORT, got '%s'", a->opts.metrics);
 		return -1;
 	}

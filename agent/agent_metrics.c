@@ -2,7 +2,7 @@
  * Prometheus text format (0.0.4), served by agent_http.c on the agent's loop.
  *
  * Off by default and read-only: the page only reads counters the agent keeps
- * anyway (agent_counters, mbr_get_stats, raft_get_stats, wire_get_stats, the
+ * anyway (agent_counters, mbr_get_stats, raft_get_stats, agent_wire_get_stats, the
  * supervisor's members, the replicated job records).  Names follow
  * Prometheus's conventions: `skein_` prefix, base units (seconds, bytes),
  * `_total` for counters, few labels with bounded values (a status, a reason,
@@ -130,7 +130,7 @@ static void membership(agent *a, sk_buf *b)
 static void control(agent *a, sk_buf *b)
 {
 	const agent_counters *c = &a->cnt;
-	const wire_stats *ws = wire_get_stats(a->wire);
+	const agent_wire_stats *ws = agent_wire_get_stats(a->wire);
 	one(b, "skein_control_requests_total", "counter", "Control requests received (skeinctl, other agents).",
 	    c->ctl_requests);
 	lv rf[] = { { "malformed", c->ctl_rejected }, { "auth", c->ctl_auth_failed }, { "role", c->ctl_refused_role },
@@ -143,7 +143,7 @@ static void control(agent *a, sk_buf *b)
 	labelled(b, "skein_control_connections_closed_total", "counter",
 		 "Control connections the transport closed or refused, by reason.", "reason", sh,
 		 sizeof sh / sizeof sh[0]);
-	one(b, "skein_control_connections", "gauge", "Open control connections.", (uint64_t)wire_count(a->wire, false));
+	one(b, "skein_control_connections", "gauge", "Open control connections.", (uint64_t)agent_wire_count(a->wire, false));
 }
 
 static uint64_t file_size(const char *dir, const char *name)

@@ -35,12 +35,12 @@ static const double FORWARD_TIMEOUT_S = 5.0;
 typedef struct {
 	char name[MBR_NAME_MAX + 1];
 	char rpc[64];
-	wire_id conn;
+	agent_wire_id conn;
 } peer;
 
 typedef struct fwd {
 	agent *a;
-	wire_id conn;             /* the call in flight; 0 when it failed (sent again) */
+	agent_wire_id conn;             /* the call in flight; 0 when it failed (sent again) */
 	uint8_t *req;             /* the packed request, unsealed, to send again to a new head */
 	size_t reqlen;
 	uint8_t nonce[AUTH_NONCE];/* of the copy in flight: its answer must carry it */
@@ -100,9 +100,9 @@ static peer *peer_get(agent *a, const char *name)
 	if (!rpc[0]) return NULL;
 	for (int i = 0; i < h->npeers; i++) {
 		if (strcmp(h->peers[i].name, name)) continue;
-		if (!strcmp(h->peers[i].rpc, rpc) && wire_alive(a->wire, h->peers[i].conn)) return &h->peers[i];
+		if (!strcmp(h->peers[i].rpc, rpc) && agent_wire_alive(a->wire, h->peers[i].conn)) return &h->peers[i];
 		/* it moved (a restart on a new address), or the connection broke: reconnect */
-		wire_close(a->wire, h->peers[i].conn);
+		agent_wire_close(a->wire, h->peers[i].conn);
 		h->peers[i] = h->peers[--h->npeers];
 		break;
 	}
@@ -113,7 +113,7 @@ static peer *peer_get(agent *a, const char *name)
 		h->peers = np;
 		h->peers_cap = cap;
 	}
-	wire_id conn = wire_connect(a->wire, rpc);
+	agent_wire_id conn = agent_wire_connect(a->wire, rpc);
 	if (!conn) return NULL;
 	peer *p = &h->peers[h->npeers++];
 	snprintf(p->name, sizeof p->name, "%s", name);
@@ -139,7 +139,7 @@ int agent_peer_send(agent *a, const char *to, const Skein__Control__Request *q)
 	uint8_t nonce[AUTH_NONCE];
 	size_t len;
 	uint8_t *buf = agent_req_pack(&oq, &cred, to, nonce, &len);
-	int rc = buf ? wire_send(a->wire, p->conn, buf, len) : -1;
+	int rc = buf ? agent_wire_send(a->wire, p->conn, buf, len) : -1;
 	if (rc < 0) h->drop_send++;
 	free(buf);
 	return rc;
@@ -151,7 +151,7 @@ static void fwd_free(fwd *f)
 {
 	agent *a = f->a;
 	ev_timer_stop(a->loop, &f->t);
-	wire_close(a->wire, f->conn); /* its answer, if it comes, goes nowhere */
+	agent_wire_close(a->wire, f->conn); /* its answer, if it comes, goes nowhere */
 	for (fwd **p = &a->peers->fwds; *p; p = &(*p)->next) {
 		if (*p == f) { *p = f->next; break; }
 	}
@@ -199,7 +199,7 @@ static void fwd_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
 static int fwd_send(fwd *f, const char *head, const char *rpc)
 {
 	agent *a = f->a;
-	wire_close(a->wire, f->conn);
+	agent_wire_close(a->wire, f->conn);
 	f->conn = 0;
 	snprintf(f->target, sizeof f->target, "%s", head);
 	if (agent_keyless_closed(a)) { a->cnt.drop_keyless++; return -1; }
@@ -214,7 +214,7 @@ static int fwd_send(fwd *f, const char *head, const char *rpc)
 	q->nonce.len = 0;
 	skein__control__request__free_unpacked(q, NULL);
 	if (!buf) return -1;
-	f->conn = wire_call(a->wire, rpc, buf, len, f);
+	f->conn = agent_wire_call(a->wire, rpc, buf, len, f);
 	free(buf);
 	return f->conn ? 0 : -1;
 }
@@ -330,7 +330,7 @@ void agent_peer_close(agent *a)
 	agent_peers *h = a->peers;
 	if (!h) return;
 	while (h->fwds) fwd_free(h->fwds);
-	for (int i = 0; i < h->npeers; i++) wire_close(a->wire, h->peers[i].conn);
+	for (int i = 0; i < h->npeers; i++) agent_wire_close(a->wire, h->peers[i].conn);
 	free(h->peers);
 	free(h);
 	a->peers = NULL;

@@ -58,6 +58,6 @@ void agent_ctl_send_bin(agent *a, const agent_client *c, int code, const char *e
 	if (c->sealed &&
 	    agent_seal_replace(&c->key, c->operator_key ? AGENT_RPC_AAD_OP_RESP : AGENT_RPC_AAD_RESP, &buf, &len) < 0)
 		return;
-	wire_send(a->wire, c->conn, buf, len);
+	agent_wire_send(a->wire, c->conn, buf, len);
 	free(buf);
 }

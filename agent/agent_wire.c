@@ -20,11 +20,11 @@ enum { K_IN, K_PEER, K_CALL };
 enum { LISTEN_MAX = 4, ACCEPT_BATCH = 64, READ_BATCH = 1 << 20, BACKPRESSURE = 1 << 20 };
 
 typedef struct {
-	wire_id id;
+	agent_wire_id id;
 	int fd;
 	uint8_t kind;
 	bool trusted, connecting, frames;  /* frames: delivered at least one */
-	wire_peer peer;
+	agent_wire_peer peer;
 	char src[48];                       /* the source address without the port */
 	ev_io rio, wio;
 	uint8_t hdr[4];
@@ -35,34 +35,34 @@ typedef struct {
 	size_t olen, ooff, ocap;
 	uint64_t opened, last;
 	void *cookie;
-	struct wire *w;
+	struct agent_wire *w;
 } conn;
 
-struct wire {
+struct agent_wire {
 	struct ev_loop *loop;
 	void *ctx;
-	wire_request_fn on_request;
-	wire_answer_fn on_answer;
+	agent_wire_request_fn on_request;
+	agent_wire_answer_fn on_answer;
 	conn *slots[WIRE_CONNS_MAX];
 	uint64_t gen;
 	int nconns;
-	struct { int fd; ev_io io; wire_transport t; char path[108]; } ls[LISTEN_MAX];
+	struct { int fd; ev_io io; agent_wire_transport t; char path[108]; } ls[LISTEN_MAX];
 	int nls;
 	int reserve_fd;
 	size_t untrusted_bytes;
 	ev_timer sweep;
-	wire_stats st;
+	agent_wire_stats st;
 };
 
 
-static conn *lookup(wire *w, wire_id id)
+static conn *lookup(agent_wire *w, agent_wire_id id)
 {
 	if (!w || !id) return NULL;
 	conn *c = w->slots[id & 0xffff];
 	return c && c->id == id ? c : NULL;
 }
 
-static void conn_free(wire *w, conn *c)
+static void conn_free(agent_wire *w, conn *c)
 {
 	ev_io_stop(w->loop, &c->rio);
 	ev_io_stop(w->loop, &c->wio);
@@ -76,7 +76,7 @@ static void conn_free(wire *w, conn *c)
 }
 
 /* Closes a connection; an outbound call that had no answer learns why. */
-static void conn_fail(wire *w, conn *c, const char *why)
+static void conn_fail(agent_wire *w, conn *c, const char *why)
 {
 	if (c->kind == K_CALL && w->on_answer) {
 		void *cookie = c->cookie;
@@ -90,7 +90,7 @@ static void conn_fail(wire *w, conn *c, const char *why)
 static void read_cb(struct ev_loop *loop, ev_io *io, int revents);
 static void write_cb(struct ev_loop *loop, ev_io *io, int revents);
 
-static conn *conn_new(wire *w, int fd, uint8_t kind)
+static conn *conn_new(agent_wire *w, int fd, uint8_t kind)
 {
 	if (w->nconns >= WIRE_CONNS_MAX) return NULL;
 	int slot = -1;
@@ -117,7 +117,7 @@ static conn *conn_new(wire *w, int fd, uint8_t kind)
 
 /* ---- sending ---- */
 
-static void flush(wire *w, conn *c)
+static void flush(agent_wire *w, conn *c)
 {
 	while (c->ooff < c->olen && !c->connecting) {
 		ssize_t n = send(c->fd, c->out + c->ooff, c->olen - c->ooff, MSG_NOSIGNAL);
@@ -161,7 +161,7 @@ static int queue(conn *c, const uint8_t *data, size_t len)
 	return 0;
 }
 
-int wire_send(wire *w, wire_id id, const uint8_t *data, size_t len)
+int agent_wire_send(agent_wire *w, agent_wire_id id, const uint8_t *data, size_t len)
 {
 	conn *c = lookup(w, id);
 	if (!c || queue(c, data, len) < 0) return -1;
@@ -172,7 +172,7 @@ int wire_send(wire *w, wire_id id, const uint8_t *data, size_t len)
 static void write_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	conn *c = io->data;
-	wire *w = c->w;
+	agent_wire *w = c->w;
 	(void)loop; (void)revents;
 	if (c->connecting) {
 		int err = 0;
@@ -199,7 +199,7 @@ static size_t frame_cap(const conn *c)
 
 /* Frees room in the untrusted budget by closing the untrusted connection
  * holding the most bytes; true when `self` was the one closed. */
-static bool shed_biggest(wire *w, conn *self)
+static bool shed_biggest(agent_wire *w, conn *self)
 {
 	conn *big = NULL;
 	for (int i = 0; i < WIRE_CONNS_MAX; i++) {
@@ -215,7 +215,7 @@ static bool shed_biggest(wire *w, conn *self)
 
 /* Grows the frame buffer for `more` bytes; false when the connection was
  * closed for it. */
-static bool grow(wire *w, conn *c, size_t more)
+static bool grow(agent_wire *w, conn *c, size_t more)
 {
 	if (c->got + more <= c->cap) return true;
 	size_t cap = c->cap ? c->cap : 16384;
@@ -232,7 +232,7 @@ static bool grow(wire *w, conn *c, size_t more)
 	return true;
 }
 
-static void deliver(wire *w, conn *c)
+static void deliver(agent_wire *w, conn *c)
 {
 	uint8_t *data = c->in;
 	size_t len = c->got;
@@ -258,8 +258,8 @@ static void deliver(wire *w, conn *c)
 static void read_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	conn *c = io->data;
-	wire *w = c->w;
-	wire_id id = c->id;
+	agent_wire *w = c->w;
+	agent_wire_id id = c->id;
 	(void)loop; (void)revents;
 	size_t budget = READ_BATCH;
 	while (budget > 0 && (c = lookup(w, id)) != NULL) {
@@ -325,7 +325,7 @@ static void addr_text(const struct sockaddr_storage *ss, char *out, size_t cap, 
 
 /* Makes room for one more untrusted connection from `src`: sheds the
  * oldest untrusted one of that source (per-source cap) or of all (total cap). */
-static bool make_room(wire *w, const char *src)
+static bool make_room(agent_wire *w, const char *src)
 {
 	int per = 0, all = 0;
 	conn *old_src = NULL, *old_all = NULL;
@@ -345,7 +345,7 @@ static bool make_room(wire *w, const char *src)
 	return w->nconns < WIRE_CONNS_MAX;
 }
 
-static void peer_cred(int fd, wire_peer *p)
+static void peer_cred(int fd, agent_wire_peer *p)
 {
 	struct ucred uc;
 	socklen_t sl = sizeof uc;
@@ -363,7 +363,7 @@ static void peer_cred(int fd, wire_peer *p)
 
 static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
-	wire *w = io->data;
+	agent_wire *w = io->data;
 	int li = 0;
 	(void)loop; (void)revents;
 	for (int i = 0; i < LISTEN_MAX; i++)
@@ -413,7 +413,7 @@ static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 
 static void sweep_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
-	wire *w = t->data;
+	agent_wire *w = t->data;
 	(void)loop; (void)revents;
 	uint64_t now = sk_mono_ms();
 	for (int i = 0; i < WIRE_CONNS_MAX; i++) {
@@ -432,9 +432,9 @@ static void sweep_cb(struct ev_loop *loop, ev_timer *t, int revents)
 
 /* ---- set-up ---- */
 
-wire *wire_new(struct ev_loop *loop, void *ctx, wire_request_fn on_request, wire_answer_fn on_answer)
+agent_wire *agent_wire_new(struct ev_loop *loop, void *ctx, agent_wire_request_fn on_request, agent_wire_answer_fn on_answer)
 {
-	wire *w = calloc(1, sizeof *w);
+	agent_wire *w = calloc(1, sizeof *w);
 	if (!w) return NULL;
 	w->loop = loop;
 	w->ctx = ctx;
@@ -448,7 +448,7 @@ wire *wire_new(struct ev_loop *loop, void *ctx, wire_request_fn on_request, wire
 	return w;
 }
 
-void wire_free(wire *w)
+void agent_wire_free(agent_wire *w)
 {
 	if (!w) return;
 	for (int i = 0; i < WIRE_CONNS_MAX; i++)
@@ -464,7 +464,7 @@ void wire_free(wire *w)
 	free(w);
 }
 
-int wire_parse_addr(const char *addr, struct sockaddr_storage *ss, unsigned *sslen)
+int agent_wire_parse_addr(const char *addr, struct sockaddr_storage *ss, unsigned *sslen)
 {
 	char host[80];
 	const char *colon = strrchr(addr, ':');
@@ -493,7 +493,7 @@ int wire_parse_addr(const char *addr, struct sockaddr_storage *ss, unsigned *ssl
 	return 0;
 }
 
-static int listen_add(wire *w, int fd, wire_transport t, const char *path)
+static int listen_add(agent_wire *w, int fd, agent_wire_transport t, const char *path)
 {
 	int i = w->nls++;
 	w->ls[i].fd = fd;
@@ -505,12 +505,12 @@ static int listen_add(wire *w, int fd, wire_transport t, const char *path)
 	return 0;
 }
 
-int wire_listen_tcp(wire *w, const char *addr, char *err, size_t errlen)
+int agent_wire_listen_tcp(agent_wire *w, const char *addr, char *err, size_t errlen)
 {
 	struct sockaddr_storage ss;
 	unsigned sl;
 	if (w->nls >= LISTEN_MAX) { snprintf(err, errlen, "too many control endpoints"); return -1; }
-	if (wire_parse_addr(addr, &ss, &sl) < 0) {
+	if (agent_wire_parse_addr(addr, &ss, &sl) < 0) {
 		snprintf(err, errlen, "control endpoint: expected IP:PORT, got '%s'", addr);
 		return -1;
 	}
@@ -525,7 +525,7 @@ int wire_listen_tcp(wire *w, const char *addr, char *err, size_t errlen)
 	return listen_add(w, fd, WIRE_TCP, NULL);
 }
 
-int wire_listen_unix(wire *w, const char *path, mode_t mode, gid_t group, char *err, size_t errlen)
+int agent_wire_listen_unix(agent_wire *w, const char *path, mode_t mode, gid_t group, char *err, size_t errlen)
 {
 	struct sockaddr_un su = { .sun_family = AF_UNIX };
 	if (w->nls >= LISTEN_MAX) { snprintf(err, errlen, "too many control endpoints"); return -1; }
@@ -558,11 +558,11 @@ int wire_listen_unix(wire *w, const char *path, mode_t mode, gid_t group, char *
 
 /* ---- outbound ---- */
 
-static conn *dial(wire *w, const char *addr, uint8_t kind)
+static conn *dial(agent_wire *w, const char *addr, uint8_t kind)
 {
 	struct sockaddr_storage ss;
 	unsigned sl;
-	if (wire_parse_addr(addr, &ss, &sl) < 0) return NULL;
+	if (agent_wire_parse_addr(addr, &ss, &sl) < 0) return NULL;
 	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) return NULL;
 	int one = 1;
@@ -574,20 +574,20 @@ static conn *dial(wire *w, const char *addr, uint8_t kind)
 	c->trusted = true; /* ours */
 	snprintf(c->peer.addr, sizeof c->peer.addr, "%s", addr);
 	/* the first write happens in the loop (write_cb), never here: a caller
-	 * must not get a failure callback before wire_call has returned */
+	 * must not get a failure callback before agent_wire_call has returned */
 	c->connecting = rc < 0;
 	ev_io_start(w->loop, &c->wio);
 	if (!c->connecting) ev_io_start(w->loop, &c->rio);
 	return c;
 }
 
-wire_id wire_connect(wire *w, const char *addr)
+agent_wire_id agent_wire_connect(agent_wire *w, const char *addr)
 {
 	conn *c = dial(w, addr, K_PEER);
 	return c ? c->id : 0;
 }
 
-wire_id wire_call(wire *w, const char *addr, const uint8_t *data, size_t len, void *cookie)
+agent_wire_id agent_wire_call(agent_wire *w, const char *addr, const uint8_t *data, size_t len, void *cookie)
 {
 	conn *c = dial(w, addr, K_CALL);
 	if (!c) return 0;
@@ -596,7 +596,7 @@ wire_id wire_call(wire *w, const char *addr, const uint8_t *data, size_t len, vo
 	return c->id;
 }
 
-void wire_trust(wire *w, wire_id id)
+void agent_wire_trust(agent_wire *w, agent_wire_id id)
 {
 	conn *c = lookup(w, id);
 	if (!c || c->trusted) return;
@@ -604,23 +604,23 @@ void wire_trust(wire *w, wire_id id)
 	c->trusted = true;
 }
 
-void wire_close(wire *w, wire_id id)
+void agent_wire_close(agent_wire *w, agent_wire_id id)
 {
 	conn *c = lookup(w, id);
 	if (c) conn_free(w, c);
 }
 
-bool wire_alive(wire *w, wire_id id)
+bool agent_wire_alive(agent_wire *w, agent_wire_id id)
 {
 	return lookup(w, id) != NULL;
 }
 
-const wire_stats *wire_get_stats(const wire *w)
+const agent_wire_stats *agent_wire_get_stats(const agent_wire *w)
 {
 	return &w->st;
 }
 
-int wire_count(const wire *w, bool untrusted_only)
+int agent_wire_count(const agent_wire *w, bool untrusted_only)
 {
 	if (!untrusted_only) return w->nconns;
 	int n = 0;

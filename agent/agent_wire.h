@@ -1,5 +1,8 @@
 /* agent/agent_wire: the control channel's transport.
  *
+ * Its names are agent_wire_* (issue 26): wire_* belongs to the frame codec
+ * it uses, proto/wire_frame.h.
+ *
  * Every message is one frame, a 4-byte big-endian length then that many
  * bytes, over TCP (operators elsewhere, and other agents) or a Unix socket
  * (operators on this node).  A client sends a request frame and reads one
@@ -23,7 +26,7 @@
  *     spinning on a listening socket that stays readable.
  *
  * The owner (agent_ctl.c) authenticates each request and marks the
- * connection trusted (wire_trust).  Connections are named by a wire_id that
+ * connection trusted (agent_wire_trust).  Connections are named by an agent_wire_id that
  * is never reused, so an answer for a connection that went away is dropped. */
 #ifndef AGENT_WIRE_H
 #define AGENT_WIRE_H
@@ -46,13 +49,13 @@ enum {
 	WIRE_IDLE_MS = 120000,
 };
 
-typedef uint64_t wire_id;            /* 0 = none */
+typedef uint64_t agent_wire_id;            /* 0 = none */
 
-typedef enum { WIRE_TCP, WIRE_UNIX } wire_transport;
+typedef enum { WIRE_TCP, WIRE_UNIX } agent_wire_transport;
 
 /* What the transport knows of an inbound connection's peer. */
 typedef struct {
-	wire_transport transport;
+	agent_wire_transport transport;
 	char addr[64];                   /* "IP:PORT", or "unix" */
 	char local[64];                  /* the address it reached us at (getsockname): what a
 					  * client names as the recipient of its request */
@@ -62,48 +65,49 @@ typedef struct {
 	pid_t pid;
 	gid_t groups[32];                /* supplementary groups (SO_PEERGROUPS) */
 	int ngroups;
-} wire_peer;
+} agent_wire_peer;
 
 typedef struct {
 	uint64_t accepted, refused_cap, shed_idle, shed_bytes, timeouts, oversize, emfile, errors;
-} wire_stats;
+} agent_wire_stats;
 
-typedef struct wire wire;
+typedef struct agent_wire agent_wire;
 
 /* A frame arrived on an inbound connection: a request.  `data` is the
  * callee's to free. */
-typedef void (*wire_request_fn)(void *ctx, wire_id id, const wire_peer *p, uint8_t *data, size_t len);
-/* A frame arrived on an outbound call (wire_call), or it failed (data NULL,
+typedef void (*agent_wire_request_fn)(void *ctx, agent_wire_id id, const agent_wire_peer *p, uint8_t *data, size_t len);
+/* A frame arrived on an outbound call (agent_wire_call), or it failed (data NULL,
  * `why` says how).  The connection is closed after this returns. */
-typedef void (*wire_answer_fn)(void *ctx, void *cookie, uint8_t *data, size_t len, const char *why);
+typedef void (*agent_wire_answer_fn)(void *ctx, void *cookie, uint8_t *data, size_t len, const char *why);
 
-wire *wire_new(struct ev_loop *loop, void *ctx, wire_request_fn on_request, wire_answer_fn on_answer);
-void wire_free(wire *w);
+agent_wire *agent_wire_new(struct ev_loop *loop, void *ctx, agent_wire_request_fn on_request,
+			   agent_wire_answer_fn on_answer);
+void agent_wire_free(agent_wire *w);
 /* Listens on "IP:PORT" (TCP) or a Unix socket path; -1 with a message. */
-int wire_listen_tcp(wire *w, const char *addr, char *err, size_t errlen);
-int wire_listen_unix(wire *w, const char *path, mode_t mode, gid_t group, char *err, size_t errlen);
+int agent_wire_listen_tcp(agent_wire *w, const char *addr, char *err, size_t errlen);
+int agent_wire_listen_unix(agent_wire *w, const char *path, mode_t mode, gid_t group, char *err, size_t errlen);
 
 /* Queues one frame on a connection (an answer, or a one-way message on a
  * peer connection); -1 when the connection is gone or its queue is full. */
-int wire_send(wire *w, wire_id id, const uint8_t *data, size_t len);
+int agent_wire_send(agent_wire *w, agent_wire_id id, const uint8_t *data, size_t len);
 /* Marks an inbound connection as authenticated: it leaves the untrusted
  * caps, budgets and first-frame deadline. */
-void wire_trust(wire *w, wire_id id);
-void wire_close(wire *w, wire_id id);
-bool wire_alive(wire *w, wire_id id);
+void agent_wire_trust(agent_wire *w, agent_wire_id id);
+void agent_wire_close(agent_wire *w, agent_wire_id id);
+bool agent_wire_alive(agent_wire *w, agent_wire_id id);
 
 /* An outbound connection to "IP:PORT" kept for one-way frames (frames sent
  * while it connects are queued); 0 when it cannot even start. */
-wire_id wire_connect(wire *w, const char *addr);
+agent_wire_id agent_wire_connect(agent_wire *w, const char *addr);
 /* An outbound request: sends `data` to `addr`, hands the answer (or the
  * failure) to on_answer with `cookie`, then closes. */
-wire_id wire_call(wire *w, const char *addr, const uint8_t *data, size_t len, void *cookie);
+agent_wire_id agent_wire_call(agent_wire *w, const char *addr, const uint8_t *data, size_t len, void *cookie);
 
-const wire_stats *wire_get_stats(const wire *w);
-int wire_count(const wire *w, bool untrusted_only);
+const agent_wire_stats *agent_wire_get_stats(const agent_wire *w);
+int agent_wire_count(const agent_wire *w, bool untrusted_only);
 
 /* "IP:PORT" (v4, or [v6]:port) into a sockaddr; -1 when it is not one. */
 struct sockaddr_storage;
-int wire_parse_addr(const char *addr, struct sockaddr_storage *ss, unsigned *sslen);
+int agent_wire_parse_addr(const char *addr, struct sockaddr_storage *ss, unsigned *sslen);
 
 #endif

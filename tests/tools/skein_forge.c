@@ -54,7 +54,7 @@ static int dial(const char *ep)
 	} else {
 		struct sockaddr_storage ss;
 		unsigned sl;
-		if (wire_parse_addr(ep, &ss, &sl) < 0) return -1;
+		if (agent_wire_parse_addr(ep, &ss, &sl) < 0) return -1;
 		fd = socket(ss.ss_family, SOCK_STREAM, 0);
 		if (fd >= 0 && connect(fd, (struct sockaddr *)&ss, sl) == 0) return fd;
 	}
