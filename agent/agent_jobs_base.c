@@ -291,6 +291,7 @@ bool aj_build_order(agent *a, const job_rec *j, const job_spec *s, const job_lay
 		env_add(b, "SKEIN_ROLLOUT_ENGINE=%s", s->rollout_engine);
 		env_add(b, "SKEIN_PAUSE_GENERATION_MODE=%s", s->pause_mode);
 		env_add(b, "SKEIN_ENGINE_LAYOUT=%s", s->engine_layout);
+		env_add(b, "SKEIN_NODE=%s", node);  /* for `skeinctl engines` */
 	}
 	char addr[64];
 	node_addr(a, node, addr, sizeof addr);

@@ -377,7 +377,10 @@ class Sidecar:
         backoff, aborted_at, dirty_since = 1.0, 0, 0.0
         while not self.stop.is_set():
             try:
-                self.recv.wait(timeout=0.2)
+                # not shorter: an answer cut off by our own deadline is lost (a peer
+                # told to serve a catch-up would never hear it); the head answers
+                # idle within a second
+                self.recv.wait(timeout=3.0)
             except L.Aborted as e:
                 aborted_at = self.recv.stats.version
                 log(f"update aborted: {e}")
@@ -463,6 +466,8 @@ class Sidecar:
 
 
 def main():
+    import faulthandler
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID`: every thread's stack in the member's log
     sc = Sidecar()
 
     def term(*_):
