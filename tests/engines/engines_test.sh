@@ -55,6 +55,11 @@ one_mode() {
 	for k in 1 2 3 4 5 6; do served_ok "$j" 0 || served_ok "$j" 0 || bad=$((bad + 1)); served_ok "$j" 1 || served_ok "$j" 1 || bad=$((bad + 1)); sleep 0.2; done
 	check "$mode: 12 generate answers of ready engines carry exactly their committed version's bytes ($bad not)" [ "$bad" = 0 ]
 	check "$mode: engine 2 (no probe answer) is not ready: $(st "$j" 2 state)" [ "$(st "$j" 2 state)" = starting ]
+	# skeinctl engines, asked of the head (n1): each engine's state comes from n2's agent
+	local rl; rl=$(ctl 1 engines "$j" --ready --format json | "$PY" -c 'import json,sys; print(" ".join(e["member"].split("/")[1] + ":" + e["state"] for e in json.load(sys.stdin)["engines"]))')
+	check "$mode: skeinctl engines --ready (from the head): $rl" [ "$rl" = "engine-0:ready engine-1:ready" ]
+	ctl 1 engines "$j" | sed 's/^/  /'
+	check "$mode: skeinctl engines lists engine 2 starting" bash -c "$(printf '%q ' "$SKEINCTL" --rpc "127.0.0.1:$(rport 1)" engines "$j") | grep -q 'engine-2 .* starting '"
 	# --- a failed apply: dirty, then ready after a retry
 	echo 1 >"$T_DIR/fail-$j-1"
 	dirty_seen() { grep -q -- '-> dirty: apply of version' "$T_DIR/n2/logs/$j/engine-1.log"; }
