@@ -12,7 +12,7 @@ it against the trainer's digest of that version.
 
 Faults (tests): FAKE_FAIL_FILE holds N: the next N applies fail in the
 loader (an error answer; N is decremented); FAKE_NO_PROBE=1: the probe
-endpoints never answer.
+endpoints never answer; FAKE_SLOW_LOAD=S: the loader takes S seconds a bucket.
 """
 import hashlib
 import json
@@ -106,6 +106,7 @@ class H(BaseHTTPRequestHandler):
             def load(views):
                 if fail:
                     raise RuntimeError("injected loader failure")
+                time.sleep(float(os.environ.get("FAKE_SLOW_LOAD") or 0))
                 for name, v in views:
                     M.by_name[name].copy_(v)
             try:
