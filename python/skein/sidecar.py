@@ -239,6 +239,9 @@ class Sidecar:
             sys.exit("skein sidecar: $SKEIN_ENGINE_CMD (the job's --rollout-cmd) is empty")
         if not e.get("SKEIN_ENGINE_LAYOUT"):
             sys.exit("skein sidecar: $SKEIN_ENGINE_LAYOUT (the weights' names, shapes, dtypes) is not set")
+        # the engine's admin key (SGLang: --admin-api-key "$SKEIN_ENGINE_API_KEY"):
+        # only skein pauses it or tells it where to load weights from
+        os.environ.setdefault("SKEIN_ENGINE_API_KEY", secrets.token_hex(16))
         self.retries = env_num("SKEIN_ENGINE_APPLY_RETRIES", 3, int)
         self.start_timeout = env_num("SKEIN_ENGINE_START_TIMEOUT", 600.0)
         self.apply_timeout = env_num("SKEIN_ENGINE_APPLY_TIMEOUT", 120.0)
@@ -283,7 +286,7 @@ class Sidecar:
              "state": self.state, "weight_version": self.served or 0, "since_ms": int(self.since * 1000),
              "committed": self.recv.version if hasattr(self, "recv") else 0, "reason": self.reason,
              "applies": self.applies, "failures": self.failures, "restarts": self.restarts,
-             "copy": self.where, "sidecar_pid": os.getpid()}
+             "copy": self.where, "ipc_dir": self.sock_dir, "sidecar_pid": os.getpid()}
         d.update(self.fig)
         tmp = self.state_path + ".tmp"
         with open(tmp, "w") as f:

@@ -17,7 +17,8 @@ E=$ROOT/tests/engines
 export SKEIN_PYTHON=$PY PYTHONPATH=$ROOT/python SKEIN_ENGINE_APPLY_TIMEOUT=10 SKEIN_ENGINE_APPLY_RETRIES=3
 T0=$(now_ms)
 start_agent 1 --profile fast --head-eligible --bootstrap-expect 1 --gpus 1
-start_agent 2 --profile fast --gpus 3 --join "127.0.0.1:$(gport 1)"
+MPORT=$(( $(rport 2) + 100 ))
+start_agent 2 --profile fast --gpus 3 --join "127.0.0.1:$(gport 1)" --metrics "127.0.0.1:$MPORT"
 head_known() { ctl 2 head 2>/dev/null | awk '$1 == "head:" { print $2 }' | grep -q '^n1$'; }
 wait_until 20 head_known || { fail "no head"; finish; }
 SD=$(dirname "$(ctl 2 info | awk '$1 == "control" && $2 == "socket:" { print $3 }')")/engines
@@ -56,9 +57,18 @@ one_mode() {
 	check "$mode: 12 generate answers of ready engines carry exactly their committed version's bytes ($bad not)" [ "$bad" = 0 ]
 	check "$mode: engine 2 (no probe answer) is not ready: $(st "$j" 2 state)" [ "$(st "$j" 2 state)" = starting ]
 	# skeinctl engines, asked of the head (n1): each engine's state comes from n2's agent
-	local rl; rl=$(ctl 1 engines "$j" --ready --format json | "$PY" -c 'import json,sys; print(" ".join(e["member"].split("/")[1] + ":" + e["state"] for e in json.load(sys.stdin)["engines"]))')
-	check "$mode: skeinctl engines --ready (from the head): $rl" [ "$rl" = "engine-0:ready engine-1:ready" ]
+	rl() { ctl 1 engines "$j" --ready --format json | "$PY" -c 'import json,sys; print(" ".join(e["member"].split("/")[1] + ":" + e["state"] for e in json.load(sys.stdin)["engines"]))'; }
+	both_listed() { [ "$(rl)" = "engine-0:ready engine-1:ready" ]; }
+	wait_until 5 both_listed
+	check "$mode: skeinctl engines --ready (from the head): $(rl)" both_listed
 	ctl 1 engines "$j" | sed 's/^/  /'
+	# attacks: the engine's admin endpoints without the sidecar's key; the sidecar's socket folder
+	local code; code=$(curl -s -o /dev/null -w '%{http_code}' -m 2 -X POST -d '{"zmq_handles":{"cpu":"ipc:///tmp/x"}}' "$(st "$j" 0 url)/update_weights_from_ipc")
+	check "$mode: update_weights_from_ipc without the admin key refused ($code)" [ "$code" = 401 ]
+	local sdir; sdir=$(st "$j" 0 ipc_dir)
+	check "$mode: the sidecar's ipc folder $sdir is 0700 ($(stat -c %a "$sdir" 2>/dev/null))" [ "$(stat -c %a "$sdir" 2>/dev/null)" = 700 ]
+	local mr; mr=$(curl -s -m 2 "http://127.0.0.1:$MPORT/metrics" | grep '^skein_engines{state="ready"}' | awk '{ print $2 }')
+	check "$mode: n2's metrics count the ready engines: skein_engines{state=\"ready\"} $mr" [ "$mr" = 2 ]
 	check "$mode: skeinctl engines lists engine 2 starting" bash -c "$(printf '%q ' "$SKEINCTL" --rpc "127.0.0.1:$(rport 1)" engines "$j") | grep -q 'engine-2 .* starting '"
 	# --- a failed apply: dirty, then ready after a retry
 	echo 1 >"$T_DIR/fail-$j-1"

@@ -10,6 +10,9 @@ and copies every tensor into the model (its loader).  /generate answers the
 served weight_version and the sha256 of the model's bytes: the test checks
 it against the trainer's digest of that version.
 
+Like SGLang's --admin-api-key, every POST but /generate needs
+"Authorization: Bearer $SKEIN_ENGINE_API_KEY" (the sidecar's key).
+
 Faults (tests): FAKE_FAIL_FILE holds N: the next N applies fail in the
 loader (an error answer; N is decremented); FAKE_NO_PROBE=1: the probe
 endpoints never answer; FAKE_SLOW_LOAD=S: the loader takes S seconds a bucket.
@@ -87,6 +90,9 @@ class H(BaseHTTPRequestHandler):
 
     def do_POST(self):
         b = self.body()
+        key = os.environ.get("SKEIN_ENGINE_API_KEY")
+        if key and self.path != "/generate" and self.headers.get("Authorization") != f"Bearer {key}":
+            return self.reply(401, {"success": False, "message": "admin API key required"})
         if self.path == "/pause_generation":
             M.paused = True
             return self.reply(200, {"success": True})
