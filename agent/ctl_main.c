@@ -378,9 +378,9 @@ static int cmd_engines(char **args, int nargs, const char *format)
 				       "\"state\":\"%s\",\"weight_version\":%s,\"since_ms\":%s", shown ? "," : "", id, f[0], f[1],
 				       f[2], f[5][0] ? f[5] : "0", state, f[4][0] ? f[4] : "0", f[6][0] ? f[6] : "0");
 				/* the last apply's split (docs/engines.md), when there was one */
-				static const char *const fig[] = { "pause_s", "apply_s", "continue_s", "idle_s", "applies",
-								   "failures", "restarts" };
-				for (int k = 0; k < 7; k++) {
+				static const char *const fig[] = { "pause_s", "apply_s", "continue_s", "idle_s", "step_s",
+								   "commit_to_ready_s", "applies", "failures", "restarts" };
+				for (int k = 0; k < 9; k++) {
 					char v[64];
 					if (have) json_field(c.body, fig[k], v, sizeof v);
 					if (have && v[0]) printf(",\"%s\":%s", fig[k], v);

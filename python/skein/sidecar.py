@@ -268,6 +268,7 @@ class Sidecar:
         self.served = None
         self.failures = self.applies = self.restarts = 0
         self.fig = {}
+        self.commit_at = 0.0
         self.staging = {}
         self.stop = threading.Event()
 
@@ -349,7 +350,7 @@ class Sidecar:
         eng.resume(30)
         t3 = time.perf_counter()
         eng.applied = v
-        self.fig = {"pause_s": round(t1 - t0, 6), "apply_s": round(t2 - t1, 6), "continue_s": round(t3 - t2, 6),
+        self.fig = {**{k: v for k, v in self.fig.items() if k == "step_s"}, "pause_s": round(t1 - t0, 6), "apply_s": round(t2 - t1, 6), "continue_s": round(t3 - t2, 6),
                     "idle_s": round(t3 - t0, 6)}
 
     def _unblock(self, handles):
@@ -383,7 +384,12 @@ class Sidecar:
                 # not shorter: an answer cut off by our own deadline is lost (a peer
                 # told to serve a catch-up would never hear it); the head answers
                 # idle within a second
-                self.recv.wait(timeout=3.0)
+                got_v = self.recv.wait(timeout=3.0)
+                if got_v:
+                    now = time.time()
+                    if self.commit_at:
+                        self.fig["step_s"] = round(now - self.commit_at, 6)  # perf/step_time, as seen here
+                    self.commit_at = now
             except L.Aborted as e:
                 aborted_at = self.recv.stats.version
                 log(f"update aborted: {e}")
@@ -435,6 +441,7 @@ class Sidecar:
                 if got != held:
                     raise L.PeerError(f"the engine reports version {got} after applying {held}")
                 self.failures = 0
+                self.fig["commit_to_ready_s"] = round(time.time() - self.commit_at, 6) if self.commit_at else 0.0
                 log(f"applied version {held}: pause {self.fig['pause_s']:.3f} s, apply {self.fig['apply_s']:.3f} s, "
                     f"continue {self.fig['continue_s']:.3f} s")
                 self.set_state("ready", "")
