@@ -79,8 +79,8 @@ def engine(a):
     def load(views):
         for name, v in views:
             params[name].copy_(v)
-    for line in sys.stdin:
-        w = line.split()
+    for line in iter(sys.stdin.buffer.readline, b""):  # binary: "ipc N" is followed by N pickled bytes
+        w = line.decode().split()
         if not w:
             continue
         t = time.perf_counter()
