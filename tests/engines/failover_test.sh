@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # tests/engines/failover_test.sh: a stock-engine job (--rollout-engine
 # sglang, disk-delta) whose trainer is skein-trainer-sim with one corrupted
-# version (v4: a wrong byte after its checksum), on three head-eligible
+# version (v8: a wrong byte after its checksum), on three head-eligible
 # agents and a GPU node (n4: trainer and two fake SGLang engines; engine 0's
-# loader is slow).  Checked: v4 is aborted and never reaches an engine (no
+# loader is slow after v10).  Checked: v8 is aborted and never reaches an engine (no
 # engine loads it, no sidecar applies it); the head is SIGKILLed while
 # engine 0's apply runs: the apply completes (it needs no head), a new head
 # takes over, versions go on, and both engines are ready at a version newer
@@ -27,27 +27,27 @@ ctl 4 job submit --name fo --actor-num-nodes 1 --actor-num-gpus-per-node 1 --num
 	--rollout-num-gpus 2 --rollout-num-gpus-per-engine 1 --update-weight-transfer-mode disk-delta \
 	--update-weight-disk-dir "$T_DIR/w" --update-weight-timeout 4s --restart-backoff 100ms:1s --stop-grace 1s \
 	--rollout-engine sglang --rollout-engine-layout "$T_DIR/layout.json" \
-	--trainer-cmd "exec $BIN/skein-trainer-sim --bytes 256K --tensors 8 --steps 1000000 --interval-ms 700 --corrupt-version 4" \
-	--rollout-cmd "FAKE_SLOW_LOAD=\$([ \$SKEIN_ENGINE_ID = 0 ] && echo 1) exec $PY $E/fake_sglang.py" >/dev/null ||
+	--trainer-cmd "SKEIN_BIN=$BIN exec $ROOT/tests/agent/wv_member.sh trainer --wait-engines 2 --bytes 256K --tensors 8 --steps 1000000 --interval-ms 700 --corrupt-version 8" \
+	--rollout-cmd "FAKE_SLOW_AFTER=10 FAKE_SLOW_LOAD=\$([ \$SKEIN_ENGINE_ID = 0 ] && echo 1) exec $PY $E/fake_sglang.py" >/dev/null ||
 	{ fail "submit"; finish; }
 SD=$(dirname "$(ctl 4 info | awk '$1 == "control" && $2 == "socket:" { print $3 }')")/engines
 st() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], ""))' "$SD/fo/$1.json" "$2" 2>/dev/null; }
 ready_past() { [ "$(st "$1" state)" = ready ] && [ "$(st "$1" weight_version)" -gt "$2" ]; }
-if wait_until 40 ready_past 0 5 && wait_until 10 ready_past 1 5; then pass "both engines ready past v5 ($(( ($(now_ms) - T0) / 1000 )) s)"
-else fail "engines not ready past v5" "$(st 0 state) $(st 0 weight_version) $(st 1 state) $(st 1 weight_version)"; tail -n 5 "$L"/engine-*.log; finish; fi
-v4=$(ctl 4 transfers fo --last 1000 --format json 2>/dev/null | "$PY" -c '
+if wait_until 40 ready_past 0 9 && wait_until 10 ready_past 1 9; then pass "both engines ready past v9 ($(( ($(now_ms) - T0) / 1000 )) s)"
+else fail "engines not ready past v9" "$(st 0 state) $(st 0 weight_version) $(st 1 state) $(st 1 weight_version)"; tail -n 5 "$L"/engine-*.log; finish; fi
+v8=$(ctl 4 transfers fo --last 1000 --format json 2>/dev/null | "$PY" -c '
 import json, sys
 def walk(o):
     if isinstance(o, dict):
-        if o.get("version") == 4 and "state" in o:
-            print(o["state"], str(o.get("reason", ""))[:90]); sys.exit(0)
+        if o.get("version") == 8 and "state" in o:
+            print(o["state"], str(o.get("reason", ""))[:90], "participants:", o.get("participants", o.get("engines", "?")) if o["state"] != "aborted" else ""); sys.exit(0)
         for v in o.values(): walk(v)
     elif isinstance(o, list):
         for v in o: walk(v)
 walk(json.load(sys.stdin))')
-check "v4 (corrupted) aborted: $v4" bash -c "printf '%s' '$v4' | grep -q '^aborted'"
-check "v4 never reached an engine (no load, no apply of v4)" \
-	bash -c "! grep -h 'version 4 in\|applied version 4:' $L/engine-*.log | grep -q ."
+check "v8 (corrupted) aborted: $v8" bash -c "printf '%s' '$v8' | grep -q '^aborted'"
+check "v8 never reached an engine (no load, no apply of v8)" \
+	bash -c "! grep -h 'version 8 in\|applied version 8:' $L/engine-*.log | grep -q ."
 # --- kill the head while engine 0 applies (its loader takes 1 s a bucket)
 applying() { [ "$(st 0 state)" = updating ]; }
 wait_until 10 applying || fail "engine 0 never seen updating"

@@ -15,7 +15,8 @@ Like SGLang's --admin-api-key, every POST but /generate needs
 
 Faults (tests): FAKE_FAIL_FILE holds N: the next N applies fail in the
 loader (an error answer; N is decremented); FAKE_NO_PROBE=1: the probe
-endpoints never answer; FAKE_SLOW_LOAD=S: the loader takes S seconds a bucket.
+endpoints never answer; FAKE_SLOW_LOAD=S: the loader takes S seconds a bucket
+(for versions above FAKE_SLOW_AFTER).
 """
 import hashlib
 import json
@@ -112,7 +113,8 @@ class H(BaseHTTPRequestHandler):
             def load(views):
                 if fail:
                     raise RuntimeError("injected loader failure")
-                time.sleep(float(os.environ.get("FAKE_SLOW_LOAD") or 0))
+                if int(b.get("weight_version") or 0) > int(os.environ.get("FAKE_SLOW_AFTER") or 0):
+                    time.sleep(float(os.environ.get("FAKE_SLOW_LOAD") or 0))
                 for name, v in views:
                     M.by_name[name].copy_(v)
             try:
