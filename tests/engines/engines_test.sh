@@ -92,6 +92,9 @@ one_mode() {
 	"$PY" -c "import sys, skein; e = skein.engines('$j', wait_for=$(latest "$j"), timeout=10, state_dir_='$SD'); sys.exit(0 if e else 1)" &&
 		pass "$mode: skein.engines(wait_for=v$(latest "$j")) returned ready engines" || fail "$mode: skein.engines long poll"
 	"$PY" -c "import sys, skein; e = skein.engines('$j', ready=False, state_dir_='$SD'); print('  ', e[0])"
+	# the same through skeinctl (every node's): asked of the head
+	SKEIN_RPC=127.0.0.1:$(rport 1) SKEIN_CTL=$SKEINCTL "$PY" -c "import sys, skein; e = skein.engines('$j', wait_for=$(latest "$j"), timeout=10); sys.exit(0 if e and all(x['state'] == 'ready' for x in e) else 1)" &&
+		pass "$mode: skein.engines through skeinctl (from the head) returned ready engines" || fail "$mode: skein.engines through skeinctl"
 	check "$mode: engine 2 still never ready: $(st "$j" 2 state)" [ "$(st "$j" 2 state)" = starting ]
 	grep -h 'applied version' "$T_DIR"/n2/logs/$j/engine-0.log | tail -n 1 | sed 's/^/  /'
 	ctl 1 job stop "$j" >/dev/null
