@@ -591,7 +591,9 @@ static void aj_sidecar_wrap(sup_spec *p, const job_order *o, char **keep)
 	if (!stock || !o->cmd) return;
 	if (p->nenv >= SUP_ENV_MAX || asprintf(keep, "SKEIN_ENGINE_CMD=%s", o->cmd) < 0) {
 		*keep = NULL;
-		SK_ERROR("jobs", "%s: no room for SKEIN_ENGINE_CMD: the engine runs without its sidecar", o->id);
+		SK_ERROR("jobs", "%s: no room for SKEIN_ENGINE_CMD: the engine cannot start", o->id);
+		/* never the stock engine without its sidecar: it would never get weights */
+		p->cmd = "echo 'skein: no room for the sidecar's SKEIN_ENGINE_CMD' >&2; exit 1";
 		return;
 	}
 	p->env[p->nenv++] = *keep;
