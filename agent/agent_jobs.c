@@ -593,7 +593,7 @@ static void aj_sidecar_wrap(sup_spec *p, const job_order *o, char **keep)
 		*keep = NULL;
 		SK_ERROR("jobs", "%s: no room for SKEIN_ENGINE_CMD: the engine cannot start", o->id);
 		/* never the stock engine without its sidecar: it would never get weights */
-		p->cmd = "echo 'skein: no room for the sidecar's SKEIN_ENGINE_CMD' >&2; exit 1";
+		p->cmd = "echo 'skein: no room for SKEIN_ENGINE_CMD, the sidecar cannot start' >&2; exit 1";
 		return;
 	}
 	p->env[p->nenv++] = *keep;
