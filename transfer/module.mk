@@ -7,7 +7,7 @@
 # __has_include) are loaded with dlopen at run time.  Hand-written verbs
 # (p2p-rdma) are not written: its probe says so.
 XFER_PROG_SRC := transfer/xfer_bench.c transfer/xfer_trainer_sim.c transfer/xfer_engine_sim.c
-XFER_SRC := $(filter-out $(XFER_PROG_SRC),$(wildcard transfer/*.c))
+XFER_SRC := $(filter-out $(XFER_PROG_SRC),$(wildcard transfer/*.c transfer/engine/*.c))
 XFER_OBJ := $(XFER_SRC:%.c=$(O)/%.o)
 XFER_PB_OBJ := $(O)/transfer/pb/weights.pb-c.o $(O)/transfer/pb/control.pb-c.o
 LIB_XFER := $(O)/libskein.a
