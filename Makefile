@@ -59,6 +59,7 @@ include membership/module.mk
 include raft/module.mk
 include jobs/module.mk
 include agent/module.mk
+include ctl/module.mk
 -include transfer/module.mk
 -include python/module.mk
 # last: the test rules list every library above as prerequisites

@@ -282,8 +282,6 @@ void agent_ctl_close(agent *a);
 /* (Re)reads --operator-key-file and --operator-read-key-file; on error the
  * keys in use stay. */
 int agent_ctl_load_operator_keys(agent *a, char *err, size_t errlen);
-/* Warns (one line) when the key file at path is open to group/others. */
-void agent_warn_loose_key(const char *path, const char *what);
 
 /* agent_reply.c */
 /* How this agent seals what it sends to other agents. */

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/sk_log.h"
+
 int agent_key_decode(const char *b64, agent_key *k, char *err, size_t errlen)
 {
 	char clean[128];
@@ -238,4 +240,15 @@ bool agent_key_file_loose(const char *path, unsigned *mode)
 	if (stat(path, &st) != 0) return false;
 	*mode = (unsigned)(st.st_mode & 07777);
 	return (st.st_mode & 077) != 0;
+}
+
+/* A key others can read may have leaked: said at start, in one line (here,
+ * not in agent_main.c, so that agent_ctl.c's operator keys need nothing from
+ * the file nobody may call: layers_test.sh). */
+void agent_warn_loose_key(const char *path, const char *what)
+{
+	unsigned mode;
+	if (agent_key_file_loose(path, &mode))
+		SK_WARN("agent", "%s %s is accessible to group/others (mode %04o): chmod 600 it, the key may have leaked",
+			what, path, mode);
 }

@@ -51,6 +51,8 @@ int agent_keyring_read_file(const char *path, agent_keyring *kr, char *err, size
 /* true when the key file at path grants group or others any access (its
  * mode in *mode): the caller warns, the key may have leaked. */
 bool agent_key_file_loose(const char *path, unsigned *mode);
+/* Warns (one line) when the key file at path is open to group/others. */
+void agent_warn_loose_key(const char *path, const char *what);
 /* A fresh random 32-byte key. */
 int agent_key_generate(agent_key *k);
 void agent_key_fingerprint(const agent_key *k, char out[FINGERPRINT_LEN + 1]);

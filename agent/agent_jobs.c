@@ -38,9 +38,9 @@
 #include <unistd.h>
 
 #include "agent/agent_jobs_int.h"
-#include "agent/agent_cgroup.h"
+#include "agent/sup/agent_cgroup.h"
 #include "agent/agent_stats.h"
-#include "agent/agent_sup.h"
+#include "agent/sup/agent_sup.h"
 #include "common/sk_time.h"
 #include "common/sk_log.h"
 #include "jobs/job_place.h"

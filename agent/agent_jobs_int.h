@@ -7,7 +7,7 @@
 #define AGENT_JOBS_INT_H
 
 #include "agent/agent.h"
-#include "agent/agent_sup.h"
+#include "agent/sup/agent_sup.h"
 #include "jobs/job_codec.h"
 #include "jobs/job_model.h"
 #include "jobs/job_place.h"

@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent/agent_files.h"
+#include "agent/sup/agent_files.h"
 #include "agent/agent_metrics.h"
 #include "common/sk_time.h"
 #include "common/sk_file.h"
@@ -73,15 +73,6 @@ static int next_generation(agent *a, char *err, size_t errlen)
 	char buf[32];
 	int n = snprintf(buf, sizeof buf, "%llu\n", (unsigned long long)a->generation);
 	return sk_file_write_atomic(a->opts.data_dir, "generation", buf, (size_t)n, 0600, true, err, errlen);
-}
-
-/* A key others can read may have leaked: said at start, in one line. */
-void agent_warn_loose_key(const char *path, const char *what)
-{
-	unsigned mode;
-	if (agent_key_file_loose(path, &mode))
-		SK_WARN("agent", "%s %s is accessible to group/others (mode %04o): chmod 600 it, the key may have leaked",
-			what, path, mode);
 }
 
 static int load_keys(agent *a, char *err, size_t errlen)

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "agent/agent_sup.h"
+#include "agent/sup/agent_sup.h"
 #include "jobs/wv_state.h"
 #include "membership/mbr.h"
 

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/agent_sup.h"
+#include "agent/sup/agent_sup.h"
 
 enum { GATE_DEPTH_MAX = 32 };
 

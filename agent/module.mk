@@ -1,8 +1,10 @@
-# agent/: skeind and skeinctl.
-AGENT_LIB_SRC := agent/agent_state.c agent/agent_wv_show.c agent/agent_crypto.c agent/agent_rpc.c agent/agent_auth.c agent/agent_wire.c agent/agent_opts.c agent/agent_sup.c agent/agent_files.c agent/agent_cgroup.c
+# agent/: skeind and libskagent (what skeind and skeinctl share); the
+# member supervisor lives in agent/sup/ (it includes only common/), skeinctl
+# in ctl/ (ctl/module.mk).
+AGENT_SUP_SRC := agent/sup/agent_sup.c agent/sup/agent_files.c agent/sup/agent_cgroup.c
+AGENT_LIB_SRC := agent/agent_state.c agent/agent_wv_show.c agent/agent_crypto.c agent/agent_rpc.c agent/agent_auth.c agent/agent_wire.c agent/agent_opts.c $(AGENT_SUP_SRC)
 SKEIND_SRC := agent/agent_main.c agent/agent_pump.c agent/agent_net.c agent/agent_tcp.c agent/agent_net_util.c agent/agent_ctl.c agent/agent_reply.c agent/agent_gpu.c agent/agent_head.c agent/agent_head_cmd.c agent/agent_peer.c agent/agent_jobs.c agent/agent_jobs_base.c agent/agent_jobs_cmd.c \
 	agent/agent_metrics.c agent/agent_stats.c agent/agent_http.c agent/agent_drain.c agent/agent_wv.c agent/agent_wv_gate.c
-SKEINCTL_SRC := agent/ctl_main.c
 LIB_AGENT := $(O)/libskagent.a
 $(LIB_AGENT): $(AGENT_LIB_SRC:%.c=$(O)/%.o)
 	$(AR) rcs $@ $^
@@ -14,11 +16,7 @@ $(BIN)/skeind: $(SKEIND_SRC:%.c=$(O)/%.o) $(LIB_AGENT) $(LIB_JOBS) $(LIB_RAFT) $
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ -lev $(LDLIBS)
 
-$(BIN)/skeinctl: $(SKEINCTL_SRC:%.c=$(O)/%.o) $(LIB_AGENT) $(LIB_JOBS) $(LIB_MEMBERSHIP) $(LIB_PROTO) $(LIB_COMMON)
-	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ -lev $(LDLIBS)
-
-PROGRAMS += $(BIN)/skeind $(BIN)/skeinctl
+PROGRAMS += $(BIN)/skeind
 
 TEST_SCRIPTS += tests/agent/cluster_test.sh tests/agent/security_test.sh tests/agent/auth_test.sh tests/agent/badinput_test.sh tests/agent/head_test.sh \
 	tests/agent/partition_test.sh tests/agent/head_partition_test.sh tests/agent/jobs_test.sh \

@@ -6,7 +6,7 @@
     with skein.Receiver(engine.named_parameters(), mode="disk-delta", dir=d) as recv:
         v = recv.wait(timeout=30)               # the tensors now hold version v
 
-ctypes over libskein.so (transfer/skein_xfer.h): no compiler, no pip; torch is
+ctypes over libskein.so (transfer/include/skein_xfer.h): no compiler, no pip; torch is
 optional (NumPy arrays work too).  Errors are skein.Error subclasses carrying
 libskein's message.  See python/README.md.
 """

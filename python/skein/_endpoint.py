@@ -258,7 +258,7 @@ class Publisher(_Endpoint):
 
     Keywords: dir, host, port, bucket_bytes, timeout (s, no-progress
     watchdog), streams, encoding ("overwrite"|"xor"), zstd (level), full_every,
-    gc, verify_device, threads (see transfer/skein_xfer.h)."""
+    gc, verify_device, threads (see transfer/include/skein_xfer.h)."""
 
     _ROLE = L.SENDER
 

@@ -1,6 +1,6 @@
 """skein._lib: libskein loaded with ctypes, its structs, and skein's errors.
 
-The structs mirror transfer/skein_xfer.h field for field (tests/python checks
+The structs mirror transfer/include/skein_xfer.h field for field (tests/python checks
 sizes and offsets against a C compiler).  libskein is found, in order, at
 $SKEIN_LIB, next to this package (libskein.so), or in the source tree's
 build/release/.  It is loaded on first use, so `import skein` never fails for

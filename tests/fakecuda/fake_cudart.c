@@ -2,7 +2,7 @@
  * machines without a GPU, so that the colocated path's coordination (the
  * handoff through the agents, the engine's copy, verdicts, undo) runs in
  * `make test` (tests/agent/colocated_test.sh).  libskein dlopens it through
- * SKEIN_CUDART_LIB and SKEIN_CUDA_LIB (transfer/xfer_cuda.c).
+ * SKEIN_CUDART_LIB and SKEIN_CUDA_LIB (transfer/gpu/xfer_cuda.c).
  *
  * "Device memory" is host memory in a shared-memory file per allocation
  * (/dev/shm/skein-fakecu-<pid>-<n>); an IPC handle is that file's name, so

@@ -1,5 +1,5 @@
 /* tests/fakecuda/fake_nccl.c: a stand-in libnccl for machines without a GPU,
- * so that the broadcast paths (transfer/xfer_nccl.c) run between processes
+ * so that the broadcast paths (transfer/paths/xfer_nccl.c) run between processes
  * in `make test` (tests/unit/xfer_nccl_test.c).  libskein dlopens it through
  * SKEIN_NCCL_LIB, beside fake_cudart.c through SKEIN_CUDART_LIB (whose
  * "device memory" is plain host memory, so a broadcast is a memcpy).

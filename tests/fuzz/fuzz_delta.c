@@ -1,5 +1,5 @@
 /* tests/fuzz/fuzz_delta: a disk-delta payload applied to a tensor
- * (transfer/xfer_delta.c), the bytes a receiver reads from the shared
+ * (transfer/core/xfer_delta.c), the bytes a receiver reads from the shared
  * folder.
  *
  * Input: 1 byte of options (bit 0 XOR, bits 1-2 the element size 1/2/4/8,
@@ -12,7 +12,7 @@
  * result (overwrite). */
 #include "tests/fuzz/fuzz.h"
 
-#include "transfer/xfer_int.h"
+#include "transfer/core/xfer_int.h"
 
 static void fill(uint8_t *p, size_t n, uint32_t seed)
 {

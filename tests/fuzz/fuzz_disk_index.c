@@ -1,5 +1,5 @@
 /* tests/fuzz/fuzz_disk_index: the disk-delta index file
- * (transfer/xfer_disk.c), which a receiver reads from a shared folder.
+ * (transfer/paths/xfer_disk.c), which a receiver reads from a shared folder.
  *
  * The text is parsed as it comes, and again with a correct "end <xxh3>"
  * line appended, so mutations reach the line parser instead of stopping at
@@ -7,8 +7,8 @@
  * the data, counts the text can hold) and formats back to the same index. */
 #include "tests/fuzz/fuzz.h"
 
-#include "transfer/xfer_hash.h"
-#include "transfer/xfer_int.h"
+#include "transfer/core/xfer_hash.h"
+#include "transfer/core/xfer_int.h"
 
 static void check(const char *text, size_t len, uint64_t v)
 {

@@ -1,5 +1,5 @@
-/* tests/fuzz/fuzz_p2p: what a p2p receiver (p2p-tcp, transfer/xfer_tcp.c,
- * or p2p-ucx, transfer/xfer_ucx.c) reads from a sender before any byte
+/* tests/fuzz/fuzz_p2p: what a p2p receiver (p2p-tcp, transfer/paths/xfer_tcp.c,
+ * or p2p-ucx, transfer/paths/xfer_ucx.c) reads from a sender before any byte
  * lands in its buffers.
  *
  * Input: a hello, then the manifest text.  As the p2p chooser does, the
@@ -17,7 +17,7 @@
 
 #include <string.h>
 
-#include "transfer/xfer_int.h"
+#include "transfer/core/xfer_int.h"
 
 static void plan(const xfer_manifest *m, uint64_t bucket_bytes, uint32_t nstreams, const char *desc, size_t len,
 		 int tree)

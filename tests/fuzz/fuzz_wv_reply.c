@@ -1,5 +1,5 @@
 /* tests/fuzz/fuzz_wv_reply: what libskein reads back from its agent during
- * a coordinated update (transfer/xfer_wv.c): the head's BeginReply to a
+ * a coordinated update (transfer/update/xfer_wv.c): the head's BeginReply to a
  * sender's begin, the Instruction an engine's wait is answered with, and the
  * Outcome of a version.  fuzz_wv covers the head's own table; these are the
  * other end, parsed in the trainer's and the engines' processes.
@@ -13,7 +13,7 @@
  * an idle instruction has version 0. */
 #include "tests/fuzz/fuzz.h"
 
-#include "transfer/xfer_coord.h"
+#include "transfer/update/xfer_coord.h"
 
 static int ends_in(const char *s, size_t cap) { return memchr(s, 0, cap) != NULL; }
 

@@ -21,7 +21,7 @@
 #include "proto/jobs.pb-c.h"
 #include "proto/weights.pb-c.h"
 #include "raft/raft_codec.h"
-#include "transfer/xfer_int.h"
+#include "transfer/core/xfer_int.h"
 #include "tests/unit/wv_fixture.h"
 
 static const char *root;

@@ -30,9 +30,9 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "transfer/skein_xfer.h"
-#include "transfer/xfer_int.h" /* xfer_hooks: a corrupt byte, a sender that dies */
-#include "transfer/xfer_gpu.h" /* the GPU kernels and the device journal, tested directly */
+#include "transfer/include/skein_xfer.h"
+#include "transfer/core/xfer_int.h" /* xfer_hooks: a corrupt byte, a sender that dies */
+#include "transfer/gpu/xfer_gpu.h" /* the GPU kernels and the device journal, tested directly */
 
 #include <arpa/inet.h>
 #include <cuda_runtime.h>
@@ -45,7 +45,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include "transfer/xfer_hash.h"
+#include "transfer/core/xfer_hash.h"
 
 static int g_pass, g_fail;
 #define CHECK(c, ...)                                                         \

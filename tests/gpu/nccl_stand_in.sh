@@ -20,7 +20,7 @@ XLIBS="$PWD/$XSO $PWD/$PSO -Wl,-rpath,$PWD/.gpu-deps/lib .gpu-deps/lib/libzstd.a
 CF="-std=c11 -O2 -g -D_GNU_SOURCE -fPIC -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation"
 echo "== build"
 export CF INC B
-ls transfer/*.c | grep -vE 'xfer_bench.c|trainer_sim.c|engine_sim.c' |
+ls transfer/core/*.c transfer/paths/*.c transfer/gpu/*.c transfer/gpu/gen/*.c transfer/update/*.c $(ls transfer/engine/*.c 2>/dev/null) |
   xargs -P "$(nproc)" -I{} sh -c 'gcc $CF $INC -c {} -o $B/$(basename {} .c).o' || exit 1
 for f in weights control; do gcc $CF -Wno-shadow $INC -c .gpu-deps/gen/proto/$f.pb-c.c -o $B/$f.pb-c.o || exit 1; done
 ar rcs $B/libskein.a $B/*.o

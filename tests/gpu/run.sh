@@ -40,7 +40,7 @@
 #   cp /usr/include/{xxhash,xxh3,xxh_x86dispatch,zstd,zstd_errors}.h .gpu-deps/include/
 #   cp /usr/lib/x86_64-linux-gnu/libzstd.a /usr/lib/x86_64-linux-gnu/libxxhash.so.0* .gpu-deps/lib/
 # and name .gpu-deps in the device call's carry list (libxxhash's shared
-# library, as it alone has the x86 dispatcher; see transfer/xfer_hash.h).
+# library, as it alone has the x86 dispatcher; see transfer/core/xfer_hash.h).
 # libskein also holds the coordinated update's messages (protobuf-c); that
 # machine has neither protoc-c nor libprotobuf-c, so carry them too:
 #   mkdir -p .gpu-deps/include/protobuf-c .gpu-deps/gen/proto
@@ -95,8 +95,8 @@ CFLAGS="-std=c11 -O2 -g -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wn
 
 echo "== build"
 t0=$(date +%s%N)
-for f in transfer/*.c; do
-	case $f in transfer/xfer_bench.c|transfer/xfer_trainer_sim.c|transfer/xfer_engine_sim.c) continue ;; esac
+for f in transfer/core/*.c transfer/paths/*.c transfer/gpu/*.c transfer/gpu/gen/*.c transfer/update/*.c transfer/engine/*.c; do
+	[ -e "$f" ] || continue
 	$CC $CFLAGS $INC -c "$f" -o "$B/$(basename "$f" .c).o" || { echo "build failed: $f"; exit 1; }
 done
 for f in weights control; do
@@ -106,7 +106,7 @@ ar rcs "$B/libskein.a" "$B"/*.o
 $CC $CFLAGS $INC tests/gpu/gpu_xfer_test.c "$B/libskein.a" -L"$CUDA/lib64" -Wl,-rpath,"$CUDA/lib64" -lcudart \
 	$XLIBS -ldl -lpthread -o "$B/gpu_xfer_test" || { echo "build failed: gpu_xfer_test"; exit 1; }
 for p in bench:skein-xfer-bench trainer_sim:skein-trainer-sim engine_sim:skein-engine-sim; do
-	$CC $CFLAGS $INC "transfer/xfer_${p%%:*}.c" "$B/libskein.a" $XLIBS -ldl -lpthread -lm -o "$B/${p##*:}" ||
+	$CC $CFLAGS $INC "transfer/tools/xfer_${p%%:*}.c" transfer/tools/xfer_sim.c "$B/libskein.a" $XLIBS -ldl -lpthread -lm -o "$B/${p##*:}" ||
 		{ echo "build failed: ${p##*:}"; exit 1; }
 done
 echo "built in $((($(date +%s%N) - t0) / 1000000)) ms"

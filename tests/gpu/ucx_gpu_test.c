@@ -14,14 +14,14 @@
  * compares through a pipe.  CUDA comes through libskein's dlopen'd runtime,
  * so this builds without CUDA's headers.  Prints RESULT lines and "# N
  * passed, M failed". */
-#include "transfer/xfer_int.h"
+#include "transfer/core/xfer_int.h"
 
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "transfer/xfer_hash.h"
+#include "transfer/core/xfer_hash.h"
 
 enum { NT = 8, BUCKET = 64 << 20 };
 

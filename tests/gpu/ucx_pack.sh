@@ -14,7 +14,7 @@ mkdir -p "$D/bin" "$D/lib"
 CF="-std=c11 -O2 -g -D_GNU_SOURCE -I."
 LIBS="-lxxhash -lzstd -lprotobuf-c -ldl -lpthread -lm -Wl,-rpath,\$ORIGIN/../lib"
 gcc $CF -o "$D/bin/ucx_gpu_test" tests/gpu/ucx_gpu_test.c $O/libskein.a $LIBS
-gcc -o "$D/bin/skein-xfer-bench" $O/transfer/xfer_bench.o $O/libskein.a $LIBS
+gcc -o "$D/bin/skein-xfer-bench" $O/transfer/tools/xfer_bench.o $O/transfer/tools/xfer_sim.o $O/libskein.a $LIBS
 gcc -o "$D/bin/xfer_ucx_test" $O/tests/unit/xfer_ucx_test.o $O/tests/t_main.o $O/libskein.a $O/libskcommon.a $LIBS
 cp -L /usr/lib/x86_64-linux-gnu/libxxhash.so.0 /usr/lib/x86_64-linux-gnu/libzstd.so.1 \
 	/usr/lib/x86_64-linux-gnu/libprotobuf-c.so.1 "$D/lib/"

@@ -401,7 +401,7 @@ def structs_match_the_c_header():
     sub = {"disk": (L._Disk, "xfer_config", [f for f, _ in L._Disk._fields_]),
            "p2p": (L._P2P, "xfer_config", [f for f, _ in L._P2P._fields_]),
            "nccl": (L._Nccl, "xfer_config", [f for f, _ in L._Nccl._fields_])}
-    lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "transfer/skein_xfer.h"', "int main(void){"]
+    lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "transfer/include/skein_xfer.h"', "int main(void){"]
     want = []
     for t, (cls, fs) in fields.items():
         lines.append(f'printf("%zu\\n", sizeof({t}));')

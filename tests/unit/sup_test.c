@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent/agent_sup.h"
+#include "agent/sup/agent_sup.h"
 #include "common/sk_log.h"
 
 #ifdef __SANITIZE_ADDRESS__

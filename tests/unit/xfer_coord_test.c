@@ -14,8 +14,8 @@
  * own endpoint; every version's bytes are precomputed from the seed so an
  * engine compares what it holds with what the version must be. */
 #include "tests/unit/xfer_testlib.h"
-#include "transfer/xfer_coord.h"
-#include "transfer/xfer_sock.h"
+#include "transfer/update/xfer_coord.h"
+#include "transfer/core/xfer_sock.h"
 
 #include <errno.h>
 #include <poll.h>

@@ -4,7 +4,7 @@
  * the device (xfer_hooks.device_copy), which also checks that every device
  * byte is reached through that copy and nothing else. */
 #include "tests/unit/xfer_testlib.h"
-#include "transfer/xfer_int.h"
+#include "transfer/core/xfer_int.h"
 
 T_TEST(xfer_manifest_rejects_bad_input)
 {

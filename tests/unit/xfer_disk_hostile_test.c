@@ -6,8 +6,8 @@
  * folder and a 0600 file elsewhere must stay as they were, and nothing may
  * hang on a FIFO. */
 #include "tests/unit/xfer_testlib.h"
-#include "transfer/xfer_coord.h"
-#include "transfer/xfer_int.h"
+#include "transfer/update/xfer_coord.h"
+#include "transfer/core/xfer_int.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 /* tests/unit/xfer_disk_test.c: the disk-delta path end to end in one
  * process: a sender and receivers on one temporary folder. */
 #include "tests/unit/xfer_testlib.h"
-#include "transfer/xfer_int.h"
+#include "transfer/core/xfer_int.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -9,7 +9,7 @@
  * is refused before a byte is read or written, both ends say why, and the
  * next sender's version lands. */
 #include "tests/unit/xfer_testlib.h"
-#include "transfer/xfer_int.h"
+#include "transfer/core/xfer_int.h"
 
 #include <sys/wait.h>
 #include <unistd.h>

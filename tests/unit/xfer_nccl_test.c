@@ -23,8 +23,8 @@
  * both orders deliver), SKEIN_NCCL_TEST_BENCH_CPU=1 for CPU threads even
  * where the kernels load.  Its RESULT lines are the root's figures. */
 #include "tests/unit/xfer_testlib.h"
-#include "transfer/xfer_hash.h"
-#include "transfer/xfer_coord.h"
+#include "transfer/core/xfer_hash.h"
+#include "transfer/update/xfer_coord.h"
 
 #include <dlfcn.h>
 #include <signal.h>
@@ -155,7 +155,7 @@ static void expect_version(const nmodel *nm, uint64_t seed, uint64_t v, const ch
 	}
 }
 
-/* The receiver's root (transfer/xfer_root.c) of version v is the one of
+/* The receiver's root (transfer/core/xfer_root.c) of version v is the one of
  * v's tree sums computed here from what v holds: what the root rank's done
  * declares to the head. */
 static void expect_root(const xfer_endpoint *ep, const nmodel *nm, uint64_t seed, uint64_t v)

@@ -9,7 +9,7 @@
 #define XFER_P2P_CASES_H
 
 #include "tests/unit/xfer_testlib.h"
-#include "transfer/xfer_int.h"
+#include "transfer/core/xfer_int.h"
 
 #include <pthread.h>
 

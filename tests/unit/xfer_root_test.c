@@ -1,10 +1,10 @@
 /* tests/unit/xfer_root_test.c: the root of a version's checksums
- * (transfer/xfer_root.c, issue 23): what it covers, and that a disk-delta
+ * (transfer/core/xfer_root.c, issue 23): what it covers, and that a disk-delta
  * and a p2p-tcp receiver end up with the sender's root, and with another
  * one when a forged version that is consistent with itself is swapped in. */
 #include "tests/unit/xfer_testlib.h"
-#include "transfer/xfer_coord.h"
-#include "transfer/xfer_hash.h"
+#include "transfer/update/xfer_coord.h"
+#include "transfer/core/xfer_hash.h"
 
 #include <stdio.h>
 #include <sys/stat.h>

@@ -3,7 +3,7 @@
  * tree checksums checked chunk by chunk, chunks cut on tree boundaries,
  * and senders or receivers of wire 2 told apart. */
 #include "tests/unit/xfer_p2p_cases.h"
-#include "transfer/xfer_sock.h"
+#include "transfer/core/xfer_sock.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

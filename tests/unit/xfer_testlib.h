@@ -10,7 +10,7 @@
 
 #include "common/sk_rng.h"
 #include "tests/t.h"
-#include "transfer/skein_xfer.h"
+#include "transfer/include/skein_xfer.h"
 
 #include <signal.h>
 #include <sys/wait.h>

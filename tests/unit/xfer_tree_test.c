@@ -1,5 +1,5 @@
-/* tests/unit/xfer_tree_test.c: the tree checksum (transfer/xfer_tree.c) and
- * the portable XXH3-64 the GPU kernels share (transfer/xfer_xxh3.h).
+/* tests/unit/xfer_tree_test.c: the tree checksum (transfer/core/xfer_tree.c) and
+ * the portable XXH3-64 the GPU kernels share (transfer/core/xfer_xxh3.h).
  *
  * The portable code is checked against libxxhash at every length class
  * (0..3, 4..8, 9..16, 17..128, 129..240, and long inputs around the block
@@ -8,9 +8,9 @@
  * tensors of every dtype and odd sizes, smaller than a chunk and not; a
  * pinned value guards the format (a change must bump the index version). */
 #include "tests/unit/xfer_testlib.h"
-#include "transfer/xfer_int.h"
-#include "transfer/xfer_xxh3.h"
-#include "transfer/xfer_hash.h"
+#include "transfer/core/xfer_int.h"
+#include "transfer/core/xfer_xxh3.h"
+#include "transfer/core/xfer_hash.h"
 
 T_TEST(xfer_xxh3_portable_matches_libxxhash)
 {

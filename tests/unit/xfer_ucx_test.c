@@ -4,7 +4,7 @@
  * and says, and what xfer_probe("p2p-ucx") lists.  UCX (libucp.so.0) must
  * be installed: tools/deps.sh installs libucx-dev, which brings it. */
 #include "tests/unit/xfer_p2p_cases.h"
-#include "transfer/xfer_sock.h"
+#include "transfer/core/xfer_sock.h"
 
 #include <stdlib.h>
 #include <time.h>

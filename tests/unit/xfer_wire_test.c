@@ -4,9 +4,9 @@
  * plan from them.
  * Each bound here was found missing by the fuzz targets (tests/fuzz/). */
 #include "tests/unit/xfer_testlib.h"
-#include "transfer/xfer_int.h"
+#include "transfer/core/xfer_int.h"
 
-#include "transfer/xfer_hash.h"
+#include "transfer/core/xfer_hash.h"
 
 /* An element count whose product with the element size wraps around to the
  * tensor's size used to pass, and the indexes then ran past the tensor. */

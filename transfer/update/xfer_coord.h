@@ -1,0 +1,231 @@
+/* transfer/update/xfer_coord.h: libskein's side of the coordinated update
+ * (docs/updates.md), shared by its files and the unit tests, nobody else.
+ *
+ *   xfer_agent.c        the blocking client of the agent's Unix socket
+ *   xfer_wv.c           proto/weights.proto <-> the plain structs below (the
+ *                       only files that see protobuf-c are these two)
+ *   xfer_coord.c        the sender: xfer_publish
+ *   xfer_coord_engine.c the receiver: the engine loop behind xfer_receive
+ *   xfer_env.c          xfer_config_from_env */
+#ifndef XFER_COORD_H
+#define XFER_COORD_H
+
+#include "transfer/core/xfer_int.h"
+
+#include <pthread.h>
+
+enum {
+	XFER_AGENT_NONCE = 16,
+	XFER_AGENT_REQUEST_MAX = 1 << 20,   /* what we send: a Done with many failed peers at most */
+	XFER_AGENT_ANSWER_MAX = 4 << 20,    /* an Outcome's record of thousands of engines fits */
+	XFER_WV_PEERS_MAX = 65536,          /* peers in a BeginReply */
+	XFER_WV_STR = 256,                  /* member, node, endpoint, mode, peer: longer is refused */
+	XFER_WV_SETUP_MAX = 512 << 10,      /* colocated: the handoff (handles, places, sums: ~16k tensors) */
+};
+
+/* ---- the client (xfer_agent.c) ---- */
+typedef struct xfer_agent xfer_agent;
+/* "unix:PATH" into path; -1 with a one-line error naming SKEIN_RPC. */
+int xfer_agent_parse(const char *rpc, char *path, size_t n, xfer_err *err);
+xfer_agent *xfer_agent_new(const char *rpc, xfer_err *err);
+void xfer_agent_free(xfer_agent **a);
+/* One request {cmd "wv", args [verb], payload} and its answer's payload
+ * (*out malloc'd, maybe 0 bytes), within timeout_ms.  -1 with err:
+ * XFER_EPEER   ask again: the agent is unreachable, the connection broke, or
+ *              its answer says to retry (no head, a handover);
+ * XFER_ETIMEOUT no answer in time (the connection is dropped);
+ * XFER_EFORMAT a malformed answer: oversize, not a Response, another nonce;
+ * XFER_EINVAL  refused (the answer's code != 0; its error line in msg). */
+int xfer_agent_call(xfer_agent *a, const char *verb, const void *payload, size_t len, int timeout_ms,
+		    uint8_t **out, size_t *olen, xfer_err *err);
+
+/* ---- the messages (xfer_wv.c) ---- */
+typedef struct {
+	char member[XFER_WV_STR], node[XFER_WV_STR], endpoint[XFER_WV_STR];
+	int rank;
+} xfer_wv_peer;
+
+typedef struct {
+	uint64_t version, base_version;
+	xfer_wv_peer *peers; /* malloc'd: xfer_wv_begin_reply_free */
+	size_t npeers;
+	int timeout_ms;
+	int has_nonce;       /* the p2p hello's ticket (an older head sends none) */
+	unsigned char nonce[XFER_NONCE_BYTES];
+} xfer_wv_begin_reply;
+
+typedef struct {
+	uint64_t version;
+	char state[16];      /* preparing, moving, committed, aborted; "" unknown */
+	char reason[512];
+	int has_record;      /* the fields below come from the record */
+	uint64_t wire_bytes;
+	double density, update_seconds, implementation_seconds;
+	double engine_seconds;   /* the slowest verified participant's receive */
+	uint32_t participants, dropped;
+	xfer_timings engines;    /* each figure's largest over the participants (0 when absent) */
+} xfer_wv_outcome;
+
+typedef struct {
+	char kind[16];       /* idle, receive, commit, abort, catchup, serve */
+	uint64_t version, base_version;
+	char mode[XFER_WV_STR], peer[XFER_WV_STR];
+	unsigned char *setup; /* malloc'd (xfer_wv_instr_free): NCCL's unique id, or colocated's handoff */
+	size_t setup_len;    /* NCCL: 0 or XFER_NCCL_ID_BYTES; colocated: 0..XFER_WV_SETUP_MAX */
+	int rank, nranks;
+	char reason[512];
+	int timeout_ms;
+	unsigned char root[16]; /* the sender's root of version (xfer_root.c) ... */
+	int has_root;           /* ... when the head has it */
+	int has_nonce;       /* receive, catchup, serve: the p2p hello's ticket */
+	unsigned char nonce[XFER_NONCE_BYTES];
+} xfer_wv_instr;
+
+typedef struct {
+	const char *job, *member, *mode;
+	uint64_t version, bytes;
+	uint32_t tensors;
+	unsigned char digest[16];
+	const unsigned char *setup; /* NULL, NCCL's unique id or colocated's handoff */
+	size_t setup_len;
+	const unsigned char *root;  /* 16 bytes: the root of v's sums when known before the bytes move
+				       (colocated: the handoff's; xfer_root.c); NULL: none */
+} xfer_wv_begin;
+
+typedef struct {
+	const char *job, *member;
+	uint64_t version;
+	int ok;
+	const char *reason;
+	double implementation_seconds, density;
+	uint64_t wire_bytes;
+	const char *const *failed_member, *const *failed_reason;
+	const int *failed_verdict;  /* the receiver judged the bytes (ECHECKSUM, EMISMATCH) */
+	size_t nfailed;
+	xfer_timings timings;       /* the sender's data path split */
+	const unsigned char *setup; /* colocated: the handoff again, for a head that took over */
+	size_t setup_len;
+	const unsigned char *root;  /* 16 bytes: the root of the sums it sent (xfer_root.c); NULL: none */
+} xfer_wv_done;
+
+typedef struct {
+	const char *job, *member, *endpoint, *reason;
+	uint64_t held, staged, failed, generation;
+	double seconds;
+	xfer_timings timings;       /* of its last receive */
+	const unsigned char *root;  /* 16 bytes: the root `staged` was verified against; NULL: none */
+} xfer_wv_status;
+
+/* Packed messages, malloc'd (NULL: out of memory). */
+uint8_t *xfer_wv_begin_pack(const xfer_wv_begin *b, size_t *len);
+uint8_t *xfer_wv_done_pack(const xfer_wv_done *d, size_t *len);
+uint8_t *xfer_wv_query_pack(const char *job, uint64_t version, const char *member, size_t *len);
+uint8_t *xfer_wv_status_pack(const xfer_wv_status *s, size_t *len);
+/* Each answer checked whole before it is used: every string bounded, the
+ * state or kind one of those named, a setup of 0 or 128 bytes (colocated:
+ * at most XFER_WV_SETUP_MAX, checked whole by xfer_ipc.c); -1 with
+ * XFER_EFORMAT naming the message and the field. */
+int xfer_wv_begin_reply_parse(const uint8_t *p, size_t n, xfer_wv_begin_reply *out, xfer_err *err);
+void xfer_wv_begin_reply_free(xfer_wv_begin_reply *r);
+int xfer_wv_outcome_parse(const uint8_t *p, size_t n, xfer_wv_outcome *out, xfer_err *err);
+int xfer_wv_instr_parse(const uint8_t *p, size_t n, xfer_wv_instr *out, xfer_err *err);
+void xfer_wv_instr_free(xfer_wv_instr *in);
+/* xxh3-128 of xfer_manifest_describe, canonical (big-endian) bytes. */
+int xfer_wv_digest(const xfer_manifest *m, unsigned char out[16], xfer_err *err);
+
+/* ---- shared by the sender and the engine (xfer_coord.c) ---- */
+typedef struct xfer_coord xfer_coord;
+typedef struct {
+	char member[XFER_WV_STR], endpoint[XFER_WV_STR];
+	xfer_endpoint *sub;
+	int in_reply;   /* a participant of the version being published */
+	int failed;
+	xfer_err err;   /* its failure this version */
+	uint64_t wire;
+} coord_peer;
+
+struct xfer_coord {
+	xfer_agent *agent;
+	pthread_mutex_t mu;     /* the sub-endpoints, for xfer_coord_abort from another thread */
+	/* sender */
+	coord_peer *peers;
+	size_t npeers;
+	xfer_endpoint *nccl;    /* the communicator's endpoint (sender and NCCL receivers) */
+	unsigned char nccl_id[XFER_NCCL_ID_BYTES];
+	uint64_t nccl_set;      /* hash of the participants and ranks it was made for */
+	int nccl_rank, nccl_nranks;
+	/* engine: xfer_coord_engine.c keeps its state here */
+	uint64_t held, staged, failed, last_notice;
+	char reason[512];
+	double seconds;
+	char endpoint[XFER_WV_STR];
+	xfer_timings timings;   /* the last receive's split, told with seconds */
+	unsigned char staged_root[16]; /* the root `staged` was verified against (xfer_root.c) ... */
+	int has_staged_root;    /* ... when its path keeps one: told to the head in every wait */
+	xfer_endpoint *side;    /* a catch-up's disk-delta receiver, or a serve's sender, while it runs */
+};
+/* broadcast or broadcast_packed */
+int xfer_coord_nccl(const xfer_endpoint *ep);
+/* The split of a data path's last version, from its stats. */
+xfer_timings xfer_coord_timings(const xfer_stats *st);
+void xfer_coord_sleep_ms(int ms);
+enum {
+	XFER_COORD_HEARTBEAT_MS = 500, /* outcome queries while the data path runs */
+	XFER_COORD_POLL_MS = 50,       /* outcome polls after a lost answer */
+	XFER_COORD_CALL_MS = 5000,     /* a call the head answers at once (wait: within 1 s) */
+};
+/* Sets ep->coord up (xfer_open with cfg.coord.rpc); frees it. */
+int xfer_coord_open(xfer_endpoint *ep, xfer_err *err);
+void xfer_coord_close(xfer_endpoint *ep);
+/* From any thread: stops the data path of a publish or receive under way
+ * (every peer's sub-endpoint, the NCCL communicator). */
+void xfer_coord_abort(xfer_endpoint *ep);
+/* One call with its answer parsed by parse (NULL: none), asked again on
+ * XFER_EPEER every XFER_COORD_POLL_MS until deadline (monotonic seconds). */
+typedef int (*xfer_wv_parse_fn)(const uint8_t *p, size_t n, void *out, xfer_err *err);
+int xfer_coord_call(xfer_agent *a, const char *verb, const uint8_t *req, size_t len, int call_ms, double deadline,
+		    xfer_wv_parse_fn parse, void *out, xfer_err *err);
+/* One `outcome` query (q: xfer_wv_query_pack's): 1 when the head says v was
+ * aborted (its reason copied), 0 when not or when there was no answer. */
+int xfer_coord_aborted(xfer_agent *a, const uint8_t *q, size_t qlen, uint64_t v, char *reason, size_t n);
+/* A thread that asks `outcome` every XFER_COORD_HEARTBEAT_MS and calls
+ * xfer_abort_data on the endpoints given when the answer says aborted. */
+typedef struct xfer_heartbeat xfer_heartbeat;
+xfer_heartbeat *xfer_heartbeat_start(const char *rpc, const char *job, const char *member, uint64_t v,
+				     xfer_endpoint *const *eps, size_t neps);
+/* Stops it; 1 when it saw the update aborted (reason copied), else 0. */
+int xfer_heartbeat_stop(xfer_heartbeat **h, char *reason, size_t n);
+
+/* The engine loop (xfer_coord_engine.c). */
+int xfer_coord_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err);
+/* The sender (xfer_coord.c). */
+int xfer_coord_publish(xfer_endpoint *ep, uint64_t version, xfer_update_stats *st, xfer_err *err);
+
+/* ---- the data path's side (xfer_path.c, the paths) ---- */
+/* Stops a send or receive now without spoiling the endpoint: the session
+ * ends, a listening socket stays; xfer_rearm makes it usable again. */
+void xfer_abort_data(xfer_endpoint *ep);
+void xfer_rearm(xfer_endpoint *ep);
+/* The path's receive or send with the wrapper's bookkeeping (xfer_receive,
+ * xfer_send without the coordination). */
+int xfer_path_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err);
+int xfer_path_send(xfer_endpoint *ep, uint64_t version, xfer_err *err);
+/* A peer's sub-endpoint of a coordinated sender: the parent's path and
+ * config, connecting to host:port (host copied into the sub's own). */
+xfer_endpoint *xfer_peer_open(xfer_endpoint *parent, const char *host, int port, xfer_err *err);
+void xfer_peer_close(xfer_endpoint **sub);
+/* disk-delta sender: removes version v (aborted) and makes the next full. */
+int xfer_disk_drop(xfer_endpoint *ep, uint64_t v, xfer_err *err);
+/* disk-delta receiver: what it holds is no version (a forged one was
+ * refused after it landed): the next receive plans from a full version. */
+void xfer_disk_forget(xfer_endpoint *ep);
+/* disk-delta receiver: receivers/<id> says it holds v (committed). */
+int xfer_disk_record(xfer_endpoint *ep, uint64_t v, xfer_err *err);
+/* colocated sender: hashes version v where it lies and packs the handoff
+ * the engines need to copy it with no socket (its CUDA IPC handles, where
+ * each tensor lies in them, the sums, its pid); *out malloc'd.  It travels
+ * in Begin.setup; an engine's receive with ep->handoff set maps and copies
+ * from it (xfer_ipc.c). */
+int xfer_ipc_handoff(xfer_endpoint *ep, uint64_t v, unsigned char **out, size_t *len, xfer_err *err);
+
+#endif
