@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eng_zmq.h"
+#include "transfer/include/skein_xfer.h"
 
 /* libzmq's ABI (zmq.h, stable since 4.x): constants and the message type */
 enum { ZQ_REQ = 3, ZQ_REP = 4, ZQ_LINGER = 17, ZQ_RCVTIMEO = 27, ZQ_SNDTIMEO = 28 };
