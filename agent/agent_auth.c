@@ -28,7 +28,7 @@ agent_role agent_auth_needs(const char *cmd, const char *const *args, size_t nar
 	    is(cmd, "placement") || is(cmd, "status"))
 		return ROLE_LOOK;
 	/* what members wrote and the state's values may hold secrets */
-	if (is(cmd, "logs") || is(cmd, "transfers")) return ROLE_READ;
+	if (is(cmd, "logs") || is(cmd, "transfers") || is(cmd, "engine")) return ROLE_READ;
 	/* a member's part in a weight update: its node's socket, where the
 	 * agent also checks which process asks (agent_wv_gate.c) */
 	if (is(cmd, "wv")) return is(a0, "outcome") ? ROLE_READ : ROLE_WRITE;

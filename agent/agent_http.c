@@ -24,7 +24,7 @@ typedef struct http_conn {
 	sk_buf out;               /* the whole answer, head and body */
 	size_t off;               /* written so far */
 	bool writing;
-	ev_tstamp born;           /* when accepted: the oldest idle one is shed first */
+	uint64_t born;            /* accept order: the oldest idle one is shed first */
 	struct http_conn *next;
 } http_conn;
 
@@ -37,6 +37,7 @@ struct agent_http {
 	void *ctx;
 	http_conn *conns;
 	int nconns;
+	uint64_t accepted;        /* connections accepted so far (their order) */
 	agent_http_stats st;
 	char addr[64];
 };
@@ -202,7 +203,7 @@ static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 		}
 		c->h = h;
 		c->fd = fd;
-		c->born = ev_now(loop);
+		c->born = ++h->accepted;
 		sk_buf_init(&c->out);
 		ev_io_init(&c->w, conn_cb, fd, EV_READ);
 		c->w.data = c;

@@ -577,6 +577,29 @@ static bool disk_dir_ok(agent *a, const char *job, const char *dir)
 	return ok;
 }
 
+/* A stock engine's member (--rollout-engine sglang|vllm, docs/engines.md) runs
+ * skein's sidecar, which starts the job's --rollout-cmd itself
+ * ($SKEIN_ENGINE_CMD) and outlives its restarts.  SKEIN_PYTHON names the
+ * interpreter (the agent's environment; default python3). */
+static const char SIDECAR_CMD[] = "exec \"${SKEIN_PYTHON:-python3}\" -m skein.sidecar";
+
+static void aj_sidecar_wrap(sup_spec *p, const job_order *o, char **keep)
+{
+	bool stock = false;
+	for (size_t e = 0; e < o->nenv; e++)
+		if (!strncmp(o->env[e], "SKEIN_ROLLOUT_ENGINE=", 21) && strcmp(o->env[e] + 21, "skein")) stock = true;
+	if (!stock || !o->cmd) return;
+	if (p->nenv >= SUP_ENV_MAX || asprintf(keep, "SKEIN_ENGINE_CMD=%s", o->cmd) < 0) {
+		*keep = NULL;
+		SK_ERROR("jobs", "%s: no room for SKEIN_ENGINE_CMD: the engine cannot start", o->id);
+		/* never the stock engine without its sidecar: it would never get weights */
+		p->cmd = "echo 'skein: no room for SKEIN_ENGINE_CMD, the sidecar cannot start' >&2; exit 1";
+		return;
+	}
+	p->env[p->nenv++] = *keep;
+	p->cmd = SIDECAR_CMD;
+}
+
 const char *agent_jobs_disk_note(agent *a) { return a->jobs ? a->jobs->disk_note : ""; }
 
 void aj_assign_local(agent *a, const job_assignment *as)
@@ -590,11 +613,16 @@ void aj_assign_local(agent *a, const job_assignment *as)
 	aj_drained_set(a, as->drained, as->ndrained);
 	size_t n = as->n;
 	sup_spec *sp = calloc(n ? n : 1, sizeof *sp);
+	char **cmds = calloc(n ? n : 1, sizeof *cmds); /* SKEIN_ENGINE_CMD=... of sidecars, until sup_set copies */
 	/* members reach their agent on its Unix socket: they run as its user,
 	 * so they need no key (and get none, see agent_sup.c) */
 	char rpc_env[300];
 	snprintf(rpc_env, sizeof rpc_env, "SKEIN_RPC=unix:%s", a->control_socket);
-	if (!sp) return;
+	if (!sp || !cmds) {
+		free(sp);
+		free(cmds);
+		return;
+	}
 	for (size_t i = 0; i < n; i++) {
 		const job_order *o = as->members[i];
 		sup_spec *p = &sp[i];
@@ -609,6 +637,7 @@ void aj_assign_local(agent *a, const job_assignment *as)
 			p->env[p->nenv++] = o->env[e];
 		}
 		p->env[p->nenv++] = rpc_env;
+		aj_sidecar_wrap(p, o, &cmds[i]);
 		p->gen = o->gen;
 		p->restart_base = o->restart_base;
 		p->local_restart = o->local_restart;
@@ -620,6 +649,8 @@ void aj_assign_local(agent *a, const job_assignment *as)
 		p->hold = o->hold;
 	}
 	sup_set(J->sup, sp, n);
+	for (size_t i = 0; i < n; i++) free(cmds[i]);
+	free(cmds);
 	free(sp);
 	send_report(a);
 }

@@ -285,6 +285,14 @@ bool aj_build_order(agent *a, const job_rec *j, const job_spec *s, const job_lay
 	 * node's engines listen for p2p (its gossip address, as MASTER_ADDR) */
 	env_add(b, "SKEIN_UPDATE_TIMEOUT_MS=%u", s->update_timeout_ms);
 	env_add(b, "SKEIN_ON_ENGINE_LOSS=%s", s->on_engine_loss);
+	/* a stock engine (issue 24): its node's agent runs skein's sidecar,
+	 * which starts the job's --rollout-cmd (agent_jobs.c) */
+	if (!trainer && strcmp(s->rollout_engine, "skein")) {
+		env_add(b, "SKEIN_ROLLOUT_ENGINE=%s", s->rollout_engine);
+		env_add(b, "SKEIN_PAUSE_GENERATION_MODE=%s", s->pause_mode);
+		env_add(b, "SKEIN_ENGINE_LAYOUT=%s", s->engine_layout);
+		env_add(b, "SKEIN_NODE=%s", node);  /* for `skeinctl engines` */
+	}
 	char addr[64];
 	node_addr(a, node, addr, sizeof addr);
 	if (addr[0]) env_add(b, "SKEIN_NODE_ADDR=%s", addr);

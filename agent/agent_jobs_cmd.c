@@ -386,6 +386,67 @@ void aj_cmd_logs(agent *a, const Skein__Control__Request *q, const agent_client 
 	agent_head_forward(a, q, c, r);
 }
 
+/* ---------------------------------------------------------------- engines */
+
+/* engine MEMBER (issue 24, docs/engines.md): a stock engine's state as its
+ * sidecar wrote it beside this agent's control socket
+ * (engines/JOB/K.json), served by the node that runs the member, like logs.
+ * A file whose sidecar is not this member's running process says "gone". */
+static bool serve_engine(agent *a, const char *id, agent_reply *r)
+{
+	const char *slash = strchr(id, '/');
+	char job[JOB_NAME_MAX + 1];
+	unsigned k;
+	char tail;
+	if (!slash || slash - id > JOB_NAME_MAX || sscanf(slash + 1, "engine-%u%c", &k, &tail) != 1) return false;
+	snprintf(job, sizeof job, "%.*s", (int)(slash - id), id);
+	if (!job_name_ok(job)) return false;
+	char dir[sizeof a->control_socket], path[sizeof a->control_socket + JOB_NAME_MAX + 32];
+	snprintf(dir, sizeof dir, "%s", a->control_socket);
+	char *cut = strrchr(dir, '/');
+	if (!cut) return false;
+	*cut = 0;
+	snprintf(path, sizeof path, "%s/engines/%s/%u.json", dir, job, k);
+	char buf[8192];
+	FILE *f = fopen(path, "r");
+	if (!f) return false;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	while (n && (buf[n - 1] == '\n' || buf[n - 1] == ' ')) buf[--n] = 0;
+	if (!n || buf[n - 1] != '}') return false; /* the sidecar renames a whole file in place */
+	const char *sp = strstr(buf, "\"sidecar_pid\": ");
+	long pid = sp ? strtol(sp + strlen("\"sidecar_pid\": "), NULL, 10) : 0;
+	sup_status st;
+	bool live = sup_get(a->jobs->sup, id, &st) == 0 && st.state == SUP_RUNNING && st.pid == pid;
+	buf[n - 1] = 0;
+	sk_buf_printf(&r->body, "%s, \"live\": %s}\n", buf, live ? "true" : "false");
+	return true;
+}
+
+void aj_cmd_engine(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+{
+	if (q->n_args != 1) { agent_reply_fail(r, 2, "usage: engine JOB/engine-K"); return; }
+	const char *id = q->args[0];
+	sup_status st;
+	if (sup_get(a->jobs->sup, id, &st) == 0) {
+		if (!serve_engine(a, id, r)) agent_reply_fail(r, 1, "%s: no state from its sidecar yet", id);
+		return;
+	}
+	if (agent_head_is_head(a) && !q->forwarded) {
+		char node[MBR_NAME_MAX + 1];
+		member_node(a, id, node, sizeof node);
+		if (node[0] && strcmp(node, a->opts.name)) {
+			agent_peer_forward_node(a, q, c, r, node);
+			return;
+		}
+		agent_reply_fail(r, 1, "no such engine running: %s", id);
+		return;
+	}
+	if (q->forwarded) { agent_reply_fail(r, 1, "%s does not run on %s", id, a->opts.name); return; }
+	agent_head_forward(a, q, c, r);
+}
+
 /* ---------------------------------------------------------------- status */
 
 /* skeinctl status: the operator's first screen.  The cluster as this agent
@@ -507,6 +568,10 @@ bool agent_jobs_dispatch(agent *a, const Skein__Control__Request *q, const agent
 	if (!strcmp(cmd, "logs")) {
 		if (a->jobs->closing) agent_reply_fail(r, 1, "the agent is stopping");
 		else aj_cmd_logs(a, q, c, r);
+		return true;
+	}
+	if (!strcmp(cmd, "engine")) {
+		aj_cmd_engine(a, q, c, r);
 		return true;
 	}
 	if (!strcmp(cmd, "status")) {

@@ -139,5 +139,6 @@ void aj_cmd_placement(agent *a, const Skein__Control__Request *q, agent_reply *r
 void aj_cmd_status(agent *a, const Skein__Control__Request *q, agent_reply *r, bool with_jobs);
 /* any agent: served here, or passed to the head / the member's node */
 void aj_cmd_logs(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r);
+void aj_cmd_engine(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r);
 
 #endif

@@ -205,6 +205,42 @@ static void head(agent *a, sk_buf *b)
 	labelled(b, "skein_head_snapshots_total", "counter", "Snapshots, by what happened to them.", "op", sn, 3);
 }
 
+/* Stock engines (docs/engines.md) this agent runs, by the state their
+ * sidecar last wrote beside the control socket (engines/JOB/K.json); a
+ * member without a file from its running process counts as starting. */
+static void engines(agent *a, sk_buf *b, const sup_status *st, size_t n)
+{
+	static const char *const ES[] = { "starting", "syncing", "updating", "dirty", "ready" };
+	lv by[5];
+	for (int i = 0; i < 5; i++) by[i] = (lv){ ES[i], 0 };
+	char dir[sizeof a->control_socket];
+	snprintf(dir, sizeof dir, "%s", a->control_socket);
+	char *cut = strrchr(dir, '/');
+	if (cut) *cut = 0;
+	for (size_t i = 0; cut && i < n; i++) {
+		const char *slash = strchr(st[i].id, '/');
+		unsigned k;
+		char tail;
+		if (st[i].state != SUP_RUNNING || !slash || sscanf(slash + 1, "engine-%u%c", &k, &tail) != 1) continue;
+		char path[sizeof dir + SUP_ID_MAX + 32], buf[4096];
+		snprintf(path, sizeof path, "%s/engines/%.*s/%u.json", dir, (int)(slash - st[i].id), st[i].id, k);
+		FILE *f = fopen(path, "r");
+		if (!f) continue; /* an engine of our own (--rollout-engine skein) */
+		size_t len = fread(buf, 1, sizeof buf - 1, f);
+		fclose(f);
+		buf[len] = 0;
+		const char *sp = strstr(buf, "\"sidecar_pid\": "), *sv = strstr(buf, "\"state\": \"");
+		int which = 0;
+		if (sp && sv && strtol(sp + strlen("\"sidecar_pid\": "), NULL, 10) == (long)st[i].pid)
+			for (int e = 0; e < 5; e++)
+				if (!strncmp(sv + strlen("\"state\": \""), ES[e], strlen(ES[e]))) which = e;
+		by[which].v++;
+	}
+	labelled(b, "skein_engines", "gauge",
+		 "Stock engines (--rollout-engine sglang|vllm) this agent runs, by state; ready: serving the latest "
+		 "committed version.", "state", by, 5);
+}
+
 static void jobs(agent *a, sk_buf *b)
 {
 	const agent_stats *m = a->stats;
@@ -219,6 +255,7 @@ static void jobs(agent *a, sk_buf *b)
 	for (int i = 0; i < 6; i++) by[i] = (lv){ NAMES[i], 0 };
 	for (size_t i = 0; i < n; i++)
 		if ((unsigned)st[i].state < 6) by[st[i].state].v++;
+	engines(a, b, st, n);
 	free(st);
 	labelled(b, "skein_job_members", "gauge", "Job members (trainer ranks, engines) this agent runs, by state.",
 		 "state", by, 6);

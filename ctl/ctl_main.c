@@ -78,6 +78,9 @@ static void usage(FILE *f)
 		"                         this long aborts an update; at least 1s), --update-on-engine-loss\n"
 		"                         drop|abort (drop); a submit retried after a head failover finds\n"
 		"                         the job it made (a random token; SKEIN_SUBMIT_TOKEN sets your own)\n"
+		"                         --rollout-engine skein|sglang|vllm, --rollout-engine-layout FILE,\n"
+		"                         --pause-generation-mode abort|retract|in_place: stock engines\n"
+		"                         behind skein's sidecar (docs/engines.md)\n"
 		"  job list | status [JOB] | stop JOB | delete JOB [--format text|json]\n"
 		"                         delete forgets a stopped, failed or completed job\n"
 		"  placement [JOB] [--format text|json]\n"
@@ -86,7 +89,9 @@ static void usage(FILE *f)
 		"                         weight updates, newest first: version, mode, state (preparing,\n"
 		"                         moving, committed, aborted) and why, bytes, timings (Miles's\n"
 		"                         perf/update_weights_*), each engine's part (docs/updates.md)\n"
-		"  logs MEMBER [--follow] a member's stdout and stderr, from the agent that runs it\n"
+		"  logs MEMBER [--follow] a member's stdout and stderr, from the agent that runs it\n"		"  engines JOB [--ready] [--format text|json]\n"
+		"                         a stock engine job's engines and their state (starting, syncing,\n"
+		"                         updating, dirty, ready: serving the latest committed version)\n"
 		"  status [--format text|json]\n"
 		"                         the cluster at a glance: members by status, drained nodes, the\n"
 		"                         head and its term, jobs with their state and members running\n"
@@ -305,6 +310,93 @@ static int cmd_job_submit(char **args, int nargs, const char *format)
 	char name[JOB_NAME_MAX + 1];
 	if (rc || !wait || sscanf(body, "job %63s submitted", name) != 1) return rc;
 	return wait_running(name, deadline);
+}
+
+/* A string or number field of a flat JSON object written by json.dump
+ * (the sidecar's state, docs/engines.md): "" when absent. */
+static void json_field(const char *obj, const char *key, char *out, size_t cap)
+{
+	char pat[64];
+	snprintf(pat, sizeof pat, "\"%s\": ", key);
+	const char *p = strstr(obj, pat);
+	out[0] = 0;
+	if (!p || !cap) return;
+	p += strlen(pat);
+	size_t n = 0;
+	if (*p == '"') {
+		for (p++; *p && *p != '"' && n + 1 < cap; p++) out[n++] = *p;
+	} else {
+		for (; *p && *p != ',' && *p != '}' && n + 1 < cap; p++) out[n++] = *p;
+	}
+	out[n] = 0;
+}
+
+/* engines JOB [--ready]: every engine member of the job (from the head's
+ * placement), each one's state from the agent that runs it (engine MEMBER:
+ * its sidecar's file).  An engine whose sidecar has written nothing yet, or
+ * does not run, is listed starting or gone, never ready. */
+static int cmd_engines(char **args, int nargs, const char *format)
+{
+	const char *job = NULL;
+	bool ready = false;
+	for (int i = 0; i < nargs; i++) {
+		if (!strcmp(args[i], "--ready")) ready = true;
+		else if (!job && args[i][0] != '-') job = args[i];
+		else return die(2, "usage: skeinctl engines JOB [--ready] [--format text|json]%s", "");
+	}
+	if (!job || !job_name_ok(job)) return die(2, "usage: skeinctl engines JOB [--ready] [--format text|json]%s", "");
+	static char body[1 << 20];
+	char *pa[] = { (char *)job };
+	int rc = call_payload("placement", pa, 1, "json", NULL, 0, true, body, sizeof body);
+	if (rc) return rc;
+	bool json = !strcmp(format, "json");
+	char pat[JOB_NAME_MAX + 32];
+	snprintf(pat, sizeof pat, "\"member\":\"%s/engine-", job);
+	if (json) printf("{\"engines\":[");
+	else printf("%-24s %-7s %-10s %-9s %8s %8s  %s\n", "MEMBER", "ENGINE", "NODE", "STATE", "VERSION", "PID", "URL");
+	int shown = 0;
+	for (const char *p = strstr(body, pat); p; p = strstr(p + 1, pat)) {
+		char id[JOB_NAME_MAX + 32];
+		const char *b = p + strlen("\"member\":\"");
+		const char *e = strchr(b, '"');
+		if (!e || (size_t)(e - b) >= sizeof id) continue;
+		snprintf(id, sizeof id, "%.*s", (int)(e - b), b);
+		const char *a1[] = { id };
+		agent_rpc c = { .endpoint = g_rpc, .cmd = "engine", .args = a1, .nargs = 1, .format = "text" };
+		agent_rpc_run(&c, 1, &g_cred, g_timeout_ms);
+		char state[16] = "starting", f[7][256] = { "", "", "", "", "0", "0", "0" };
+		static const char *const keys[] = { "engine", "node", "url", "state", "weight_version", "pid", "since_ms" };
+		bool have = c.answered && !c.code && c.body;
+		if (have) {
+			for (int k = 0; k < 7; k++) json_field(c.body, keys[k], f[k], sizeof f[k]);
+			char live[8];
+			json_field(c.body, "live", live, sizeof live);
+			snprintf(state, sizeof state, "%s", strcmp(live, "true") ? "gone" : f[3]);
+		}
+		if (!ready || !strcmp(state, "ready")) {
+			if (json) {
+				printf("%s{\"member\":\"%s\",\"engine\":\"%s\",\"node\":\"%s\",\"url\":\"%s\",\"pid\":%s,"
+				       "\"state\":\"%s\",\"weight_version\":%s,\"since_ms\":%s", shown ? "," : "", id, f[0], f[1],
+				       f[2], f[5][0] ? f[5] : "0", state, f[4][0] ? f[4] : "0", f[6][0] ? f[6] : "0");
+				/* the last apply's split (docs/engines.md), when there was one */
+				static const char *const fig[] = { "pause_s", "apply_s", "continue_s", "idle_s", "step_s",
+								   "commit_to_ready_s", "applies", "failures", "restarts" };
+				for (int k = 0; k < 9; k++) {
+					char v[64];
+					if (have) json_field(c.body, fig[k], v, sizeof v);
+					if (have && v[0]) printf(",\"%s\":%s", fig[k], v);
+				}
+				printf("}");
+			} else {
+				printf("%-24s %-7s %-10s %-9s %8s %8s  %s\n", id, f[0][0] ? f[0] : "-", f[1][0] ? f[1] : "-", state,
+				       f[4], f[5], f[2][0] ? f[2] : "-");
+			}
+			shown++;
+		}
+		agent_rpc_free(&c, 1);
+	}
+	if (json) printf("]}\n");
+	return 0;
 }
 
 /* logs MEMBER [--follow]: the agent running the member serves its log file
@@ -622,6 +714,7 @@ int main(int argc, char **argv)
 		return call(cmd, args, nargs, format);
 	}
 	if (!strcmp(cmd, "logs")) return cmd_logs(args, nargs);
+	if (!strcmp(cmd, "engines")) return cmd_engines(args, nargs, format);
 	if (!strcmp(cmd, "join")) {
 		if (nargs != 1) return die(2, "usage: skeinctl join HOST:PORT%s", "");
 		return call(cmd, args, nargs, format);

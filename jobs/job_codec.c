@@ -42,6 +42,9 @@ void job_spec_to_pb(const job_spec *s, struct Skein__Jobs__JobSpec *pb)
 	pb->stop_grace_ms = s->stop_grace_ms;
 	pb->update_timeout_ms = s->update_timeout_ms;
 	pb->on_engine_loss = (char *)s->on_engine_loss;
+	pb->rollout_engine = (char *)s->rollout_engine;
+	pb->pause_mode = (char *)s->pause_mode;
+	pb->engine_layout = (char *)s->engine_layout;
 }
 
 static int job_pb_str(char *dst, size_t cap, const char *src, const char *flag, char *err, size_t errlen)
@@ -71,6 +74,10 @@ int job_spec_from_pb(job_spec *s, const struct Skein__Jobs__JobSpec *pb, char *e
 	    job_pb_str(t.trainer_cmd, sizeof t.trainer_cmd, pb->trainer_cmd, "trainer-cmd", err, errlen) != 0 ||
 	    job_pb_str(t.rollout_cmd, sizeof t.rollout_cmd, pb->rollout_cmd, "rollout-cmd", err, errlen) != 0 ||
 	    job_pb_str(t.on_engine_loss, sizeof t.on_engine_loss, pb->on_engine_loss, "update-on-engine-loss", err,
+		       errlen) != 0 ||
+	    job_pb_str(t.rollout_engine, sizeof t.rollout_engine, pb->rollout_engine, "rollout-engine", err, errlen) != 0 ||
+	    job_pb_str(t.pause_mode, sizeof t.pause_mode, pb->pause_mode, "pause-generation-mode", err, errlen) != 0 ||
+	    job_pb_str(t.engine_layout, sizeof t.engine_layout, pb->engine_layout, "rollout-engine-layout", err,
 		       errlen) != 0)
 		return -1;
 	t.actor_num_nodes = pb->actor_num_nodes;
@@ -88,6 +95,8 @@ int job_spec_from_pb(job_spec *s, const struct Skein__Jobs__JobSpec *pb, char *e
 	 * 0 is below the minimum anyway, so nothing valid is lost */
 	t.update_timeout_ms = pb->update_timeout_ms ? pb->update_timeout_ms : JOB_UPDATE_TIMEOUT_MS;
 	if (!t.on_engine_loss[0]) snprintf(t.on_engine_loss, sizeof t.on_engine_loss, "%s", JOB_ENGINE_LOSS_DEFAULT);
+	if (!t.rollout_engine[0]) snprintf(t.rollout_engine, sizeof t.rollout_engine, "skein");
+	if (!t.pause_mode[0]) snprintf(t.pause_mode, sizeof t.pause_mode, "retract");
 	*s = t;
 	return 0;
 }

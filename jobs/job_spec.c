@@ -56,6 +56,9 @@ static const job_key job_keys[] = {
 	{"stop-grace", K_DUR, JOB_FIELD(stop_grace_ms)},
 	{"update-weight-timeout", K_DUR, JOB_FIELD(update_timeout_ms)},
 	{"update-on-engine-loss", K_STR, JOB_FIELD(on_engine_loss)},
+	{"rollout-engine", K_STR, JOB_FIELD(rollout_engine)},
+	{"pause-generation-mode", K_STR, JOB_FIELD(pause_mode)},
+	{"rollout-engine-layout", K_STR, JOB_FIELD(engine_layout)},
 	{"file", K_FILE, 0, 0},
 };
 enum { JOB_NKEYS = sizeof job_keys / sizeof job_keys[0] };
@@ -64,6 +67,8 @@ _Static_assert(JOB_NKEYS <= 32, "job_yaml_doc's `seen` bitmask holds 32 keys");
 
 static const char *const job_modes[] = {"broadcast", "broadcast_packed", "p2p", "disk-delta", "colocated"};
 static const char *const job_losses[] = {"drop", "abort"};   /* --update-on-engine-loss */
+static const char *const job_engines[] = {"skein", "sglang", "vllm"};          /* --rollout-engine */
+static const char *const job_pauses[] = {"abort", "retract", "in_place"};      /* --pause-generation-mode */
 
 enum {
 	JOB_SHOW_MAX = 48,  /* bytes of a bad value quoted back in an error */
@@ -114,6 +119,8 @@ void job_spec_defaults(job_spec *s)
 	s->stop_grace_ms = 5000;
 	s->update_timeout_ms = JOB_UPDATE_TIMEOUT_MS;
 	snprintf(s->on_engine_loss, sizeof s->on_engine_loss, "%s", JOB_ENGINE_LOSS_DEFAULT);
+	snprintf(s->rollout_engine, sizeof s->rollout_engine, "skein");
+	snprintf(s->pause_mode, sizeof s->pause_mode, "retract");
 }
 
 /* ---- value parsers ---- */
@@ -557,7 +564,9 @@ int job_spec_validate(job_spec *s, char *err, size_t errlen)
 	if (!job_str_ok(s->name, sizeof s->name) || !job_str_ok(s->transfer_mode, sizeof s->transfer_mode) ||
 	    !job_str_ok(s->disk_dir, sizeof s->disk_dir) || !job_str_ok(s->trainer_cmd, sizeof s->trainer_cmd) ||
 	    !job_str_ok(s->rollout_cmd, sizeof s->rollout_cmd) ||
-	    !job_str_ok(s->on_engine_loss, sizeof s->on_engine_loss)) {
+	    !job_str_ok(s->on_engine_loss, sizeof s->on_engine_loss) ||
+	    !job_str_ok(s->rollout_engine, sizeof s->rollout_engine) || !job_str_ok(s->pause_mode, sizeof s->pause_mode) ||
+	    !job_str_ok(s->engine_layout, sizeof s->engine_layout)) {
 		job_err(err, errlen, "a text field is not terminated");
 		return -1;
 	}
@@ -667,6 +676,20 @@ int job_spec_validate(job_spec *s, char *err, size_t errlen)
 	}
 	if (!job_str_in(s->on_engine_loss, job_losses, sizeof job_losses / sizeof job_losses[0])) {
 		job_err(err, errlen, "--update-on-engine-loss: unknown policy '%s' (drop, abort)", s->on_engine_loss);
+		return -1;
+	}
+	if (!job_str_in(s->rollout_engine, job_engines, sizeof job_engines / sizeof job_engines[0])) {
+		job_err(err, errlen, "--rollout-engine: unknown engine '%s' (skein, sglang, vllm)", s->rollout_engine);
+		return -1;
+	}
+	if (!job_str_in(s->pause_mode, job_pauses, sizeof job_pauses / sizeof job_pauses[0])) {
+		job_err(err, errlen, "--pause-generation-mode: unknown mode '%s' (abort, retract, in_place)", s->pause_mode);
+		return -1;
+	}
+	/* the sidecar allocates its copy from the layout before the first version */
+	if (strcmp(s->rollout_engine, "skein") && s->rollout_num_gpus > 0 && s->engine_layout[0] != '/') {
+		job_err(err, errlen, "--rollout-engine %s needs --rollout-engine-layout, an absolute path (the weights' "
+			"names, shapes and dtypes as JSON)", s->rollout_engine);
 		return -1;
 	}
 	return 0;

@@ -53,6 +53,10 @@ typedef struct {
 	uint32_t stop_grace_ms;
 	uint32_t update_timeout_ms;       /* --update-weight-timeout; >= JOB_UPDATE_TIMEOUT_MIN_MS */
 	char on_engine_loss[8];           /* --update-on-engine-loss: drop | abort */
+	/* issue 24, docs/engines.md: stock engines behind skein's sidecar */
+	char rollout_engine[8];           /* --rollout-engine: skein | sglang | vllm */
+	char pause_mode[12];              /* --pause-generation-mode: abort | retract | in_place */
+	char engine_layout[JOB_DIR_MAX];  /* --rollout-engine-layout: the weights' JSON layout */
 } job_spec;
 
 void job_spec_defaults(job_spec *s);

@@ -3,8 +3,8 @@
 # Their tests load $(LIB_XFER_SO) into /usr/bin/python3, which a sanitized
 # library cannot join: BUILD=asan leaves them out.
 ifneq ($(BUILD),asan)
-TEST_SCRIPTS += tests/python/skein_test.py examples/torch/run.sh
-BENCH_SCRIPTS += tests/python/bench.py
+TEST_SCRIPTS += tests/python/skein_test.py examples/torch/run.sh tests/engines/engines_test.sh tests/engines/failover_test.sh
+BENCH_SCRIPTS += tests/python/bench.py tests/engines/bench_cpu.py
 endif
 test: export SKEIN_LIB := $(abspath $(LIB_XFER_SO))
 

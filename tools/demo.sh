@@ -18,7 +18,10 @@
 #  5. the head is SIGKILLed while an update is open: a new head is elected,
 #     finishes the update, and no member restarts; then `skeinctl head
 #     transfer` moves the head on purpose, at once;
-#  6. the simulator runs the same membership code on 100 nodes and kills 3.
+#  6. the simulator runs the same membership code on 100 nodes and kills 3;
+#  7. a stock HTTP engine (SGLang's endpoints: tests/engines/fake_sglang.py)
+#     behind skein's sidecar (--rollout-engine sglang, docs/engines.md) takes
+#     each committed version through checkpoint-engine's ZeroMQ protocol.
 # Everything it started is stopped at the end, and on Ctrl-C (DEMO_KEEP=1
 # keeps the agents' logs and data folders).
 set -u
@@ -44,7 +47,7 @@ ctl() { SKEIN_KEY_FILE="$DIR/cluster.key" "$BIN/skeinctl" --rpc "127.0.0.1:$((BA
 start() {
 	mkdir -p "$DIR/n$1"
 	local gpus=0; [ "$1" -ge 4 ] && gpus=8
-	SKEIN_DEMO_BIN=$BIN DEMO_STALL=$DIR/stall "$BIN/skeind" --name "node$1" --bind "127.0.0.$1:$((BASE + $1))" \
+	SKEIN_DEMO_BIN=$BIN DEMO_STALL=$DIR/stall SKEIN_PYTHON=/usr/bin/python3 PYTHONPATH=$ROOT/python "$BIN/skeind" --name "node$1" --bind "127.0.0.$1:$((BASE + $1))" \
 		--rpc "127.0.0.1:$((BASE + 50 + $1))" --data-dir "$DIR/n$1" --profile fast --gpus $gpus \
 		--key-file "$DIR/cluster.key" \
 		$( [ "$1" -le 3 ] && echo --head-eligible --bootstrap-expect 3 ) \
@@ -167,4 +170,30 @@ echo "== 6. the same membership code in the simulator: 100 nodes, 3 killed"
 "$BIN/skein-sim" --nodes 100 --seed 1 --profile fast --duration 6 --kill 3 --text-every 0.5 --format text | sed -n "1,/^nodes:/p" | sed "$ d"
 echo
 ctl 4 job stop demo
+echo
+echo "== 7. a stock HTTP engine taking versions: --rollout-engine sglang (docs/engines.md)"
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+	E=$ROOT/tests/engines
+	gone() { ! ctl 4 placement demo 2>/dev/null | grep -q running; }
+	wait_for 15 gone
+	mkdir -p "$DIR/http"
+	ctl 4 job submit --name http --actor-num-nodes 1 --actor-num-gpus-per-node 1 --rollout-num-gpus 2 \
+		--rollout-num-gpus-per-engine 1 --update-weight-transfer-mode disk-delta --update-weight-disk-dir "$DIR/http" \
+		--rollout-engine sglang --rollout-engine-layout "$E/layout.json" \
+		--trainer-cmd "exec /usr/bin/python3 $E/trainer.py --layout $E/layout.json --interval-ms 500" \
+		--rollout-cmd "exec /usr/bin/python3 $E/fake_sglang.py" >/dev/null
+	ready2() { [ "$(ctl 4 engines http --ready 2>/dev/null | awk 'NR > 1 && $5 >= 3' | wc -l)" -ge 2 ]; }
+	if wait_for 60 ready2; then
+		ctl 4 engines http
+		url=$(ctl 4 engines http --format json | grep -o '"url":"[^"]*"' | head -n 1 | cut -d'"' -f4)
+		echo "POST $url/generate: $(curl -s -m 2 -X POST "$url/generate")"
+		echo "the sidecar of engine 0 (skeinctl logs http/engine-0):"
+		ctl 4 logs http/engine-0 | grep -E 'copy of|applied version' | tail -n 4 | sed 's/^/  /'
+	else
+		echo "the engines were not ready in 60 s"; ctl 4 engines http
+	fi
+	ctl 4 job stop http
+else
+	echo "(skipped: no torch for /usr/bin/python3)"
+fi
 echo "demo done: stopping the agents"

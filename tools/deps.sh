@@ -22,9 +22,10 @@ PKGS_REQUIRED="$PKGS_REQUIRED python3-torch python3-numpy libopenblas0-serial"
 PKGS_OPTIONAL="serf iproute2 etcd-server etcd-client"
 # Used only by tests, which fail (not skip) without them: prometheus and promtool
 # (tests/agent/metrics_test.sh), curl (metrics), dnsmasq-base (the Kubernetes test's
-# DNS), binutils (readelf: the container test), systemd (systemd-analyze verify; procps
+# DNS), libzmq5 (tests/engines: checkpoint-engine's ZeroMQ protocol; libskein loads it
+# with dlopen, so the build needs no headers), binutils (readelf: the container test), systemd (systemd-analyze verify; procps
 # gives the unit's /bin/kill), faketime (tests/agent/clock_test.sh steps the wall clock).
-PKGS_TEST="prometheus curl dnsmasq-base binutils systemd procps faketime"
+PKGS_TEST="prometheus curl dnsmasq-base binutils systemd procps faketime libzmq5"
 
 missing() { # [LIST]
 	local m=""

@@ -15,11 +15,12 @@ import ctypes as _ctypes
 from ._lib import (Aborted, ChainError, ChecksumError, Error, FormatError, InvalidArgument, IOFailure,
                    MismatchError, NoVersion, OutOfMemory, PeerError, Timeout, Unavailable)
 from ._endpoint import Publisher, Receiver
+from ._engines import engines
 from . import _lib
 
 __all__ = ["Publisher", "Receiver", "Error", "InvalidArgument", "OutOfMemory", "IOFailure", "ChecksumError",
            "Timeout", "PeerError", "Unavailable", "ChainError", "FormatError", "MismatchError", "Aborted",
-           "NoVersion", "probe", "latest_version", "library_path"]
+           "NoVersion", "engines", "probe", "latest_version", "library_path"]
 
 
 def library_path():

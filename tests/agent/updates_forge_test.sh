@@ -12,7 +12,9 @@
 #       bit, and the next versions commit.
 #   pf  p2p (p2p-tcp), its trainer a runner of hand-made requests: v1 is
 #       begun, and a forged v1 is sent first to the engine's listener by a
-#       process of another uid (setpriv); the trainer's done carries its
+#       process of another uid (setpriv): without the head's ticket it is
+#       refused at the hello; with the ticket (an attacker who learned the
+#       nonce) its bytes land and verify; the trainer's done carries its
 #       root: v1 is not committed, the engine keeps its initial weights and
 #       stays syncing.  v2 the same, the sender's done listing the engine as
 #       never served: the engine is not counted verified, it never holds v2.
@@ -77,11 +79,14 @@ if [ "$(id -u)" != 0 ] || ! command -v setpriv >/dev/null; then
 	echo "# no uid switching here (not root, or no setpriv): the attacker runs as uid $(id -u)"
 	AS=(env); TUID=$(id -u)
 fi
-attack() { # PORT VERSION: a forged version from uid TUID, uncoordinated
+attack() { # PORT VERSION [NONCE]: a forged version from uid TUID, uncoordinated;
+	# with NONCE, an attacker who learned the update's ticket (it gets past the
+	# engine's hello gate, so the root is what stops it)
 	env -u SKEIN_JOB -u SKEIN_MEMBER -u SKEIN_RPC "${AS[@]}" \
 		"$BIN/skein-trainer-sim" --path p2p-tcp --host 127.0.0.1 --port "$1" $SIM --changed 0.5 \
-		--first-version "$2" --steps "$2" --timeout-ms 5000 >> "$T_DIR/attack.log" 2>&1
+		--first-version "$2" --steps "$2" --timeout-ms 5000 ${3:+--ticket "pf:$3"} >> "$T_DIR/attack.log" 2>&1
 }
+nonce_of() { echo "$out" | sed -n 's/.* nonce=\([0-9a-f]*\).*/\1/p'; } # of the last begin's answer
 
 # ---- dd: a forged disk-delta version swapped in after the trainer's rename
 if wait_until 40 at_latest dd 2 && wait_until 20 past dd 2; then
@@ -128,7 +133,14 @@ PORT=$(port_of "$PE")
 [ -n "$PORT" ] || fail "pf: the engine's port" "$(ss -Hltnp | head -5)"
 askv pf begin begin $G version=1 mode=p2p bytes=262144 tensors=8
 check "pf: v1 begun with pf/engine-0 ($out)" eng_is pf 1 pf/engine-0 pending
+N1=$(nonce_of)
+check "pf: the head's answer to begin carries a 16-byte nonce" test ${#N1} = 32
+# first without the ticket: refused at the engine's hello gate, before any data
 attack "$PORT" 1
+check "pf: a forger without the head's ticket is refused before its data" \
+	grep -q "v1: the receiver reported: its hello carries no ticket" "$T_DIR/attack.log"
+check "pf: ... and the engine is still waiting for v1" eng_is pf 1 pf/engine-0 pending
+attack "$PORT" 1 "$N1"
 check "pf: the attacker ran as uid $TUID" bash -c "[ \"\$(${AS[*]} id -u)\" = $TUID ] && grep -q published '$T_DIR/attack.log'"
 wait_until 10 eng_left pf 1 pf/engine-0 pending
 # the trainer's own root: any other than the forged version's
@@ -150,7 +162,7 @@ check "pf: the engine holds no version (weight_version 0)" holds 0
 wait_until 10 waiting pf 1
 askv pf begin begin $G version=2 mode=p2p bytes=262144 tensors=8
 if [ "$(q pf engine 2 pf/engine-0)" = pending ]; then
-	attack "$PORT" 2
+	attack "$PORT" 2 "$(nonce_of)"
 	wait_until 10 eng_left pf 2 pf/engine-0 pending
 	seen=$(q pf engine 2 pf/engine-0)
 	askv pf done done $G version=2 ok=true "'failed=pf/engine-0:never served'"
@@ -171,7 +183,7 @@ R1=hex:0123456789abcdef0123456789abcdef
 wait_until 10 waiting pf 1
 askv pf begin begin $G version=3 mode=p2p bytes=262144 tensors=8 root=$R1
 if [ "$(q pf engine 3 pf/engine-0)" = pending ]; then
-	attack "$PORT" 3
+	attack "$PORT" 3 "$(nonce_of)"
 	wait_until 10 eng_left pf 3 pf/engine-0 pending
 	askv pf done done $G version=3 ok=true root=$R1
 	wait_until 10 closed pf 3

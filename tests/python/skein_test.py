@@ -327,7 +327,8 @@ def p2p_ticket_refuses_another_sender():
         except skein.Error as e:
             assert "nonce" in str(e), str(e)
         t.join(10)
-    assert recv.refused == 1 and bool((dst["w"] == 0).all())
+    # each of the publisher's connections (its streams) is refused on its own
+    assert recv.refused >= 1 and bool((dst["w"] == 0).all()), recv.refused
     got = []
     t = threading.Thread(target=lambda: got.append(recv.wait(timeout=10)))
     t.start()

@@ -21,7 +21,8 @@
  *     receiver's verdict) and may be given again.  KIND raw sends the bytes
  *     of hex=.. as the payload.  forwarded=1, sender=NAME and args=N (VERB
  *     said N times; 1 by default) set the request's own fields.  Prints one
- *     line, "code=N error=TEXT payload=LEN" (the answer's payload bytes).
+ *     line, "code=N error=TEXT payload=LEN" (the answer's payload bytes),
+ *     and for a begin " nonce=HEX" when the head's answer carries one.
  * Exit status: send and replay, the answer's code; wv, 0 once answered;
  * 2 on bad usage; 3 when no answer came. */
 #include <arpa/inet.h>
@@ -323,7 +324,16 @@ static int forge_wv(int argc, char **argv)
 		printf("no answer: %s\n", why[0] ? why : "cannot reach the endpoint");
 		rc = 3;
 	} else {
-		printf("code=%d error=%s payload=%zu\n", r->code, r->error, r->payload.len);
+		printf("code=%d error=%s payload=%zu", r->code, r->error, r->payload.len);
+		/* a begin's answer: its nonce, for tests that play an attacker who learned it */
+		Skein__Weights__BeginReply *br = NULL;
+		if (desc == &skein__weights__begin__descriptor && r->code == 0 &&
+		    (br = skein__weights__begin_reply__unpack(NULL, r->payload.len, r->payload.data)) && br->nonce.len) {
+			printf(" nonce=");
+			for (size_t i = 0; i < br->nonce.len; i++) printf("%02x", br->nonce.data[i]);
+		}
+		if (br) skein__weights__begin_reply__free_unpacked(br, NULL);
+		printf("\n");
 		skein__control__response__free_unpacked(r, NULL);
 		rc = 0;
 	}

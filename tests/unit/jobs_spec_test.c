@@ -169,6 +169,58 @@ T_TEST(update_flags)
 	}
 }
 
+/* --rollout-engine, --pause-generation-mode, --rollout-engine-layout (issue
+ * 24): defaults skein and retract; flags and YAML; a stock engine needs an
+ * absolute layout path; unknown words refused naming the flag; the protobuf
+ * round trip keeps them and an old spec decodes as the defaults. */
+T_TEST(rollout_engine_flags)
+{
+	job_spec s;
+	char err[256] = "";
+	good_spec(&s);
+	T_STREQ(s.rollout_engine, "skein");
+	T_STREQ(s.pause_mode, "retract");
+	T_EQ(job_spec_validate(&s, err, sizeof err), 0);
+	T_EQ(PARSE(&s, err, "--rollout-engine", "sglang", "--pause-generation-mode=in_place"), 0);
+	T_EQ(job_spec_validate(&s, err, sizeof err), -1);
+	T_HAS(err, "--rollout-engine sglang needs --rollout-engine-layout");
+	T_EQ(PARSE(&s, err, "--rollout-engine-layout", "/m/layout.json"), 0);
+	T_EQ(job_spec_validate(&s, err, sizeof err), 0);
+	T_EQ(yaml_text(&s, "rollout-engine: vllm\npause-generation-mode: abort\n", err, sizeof err), 0);
+	T_STREQ(s.rollout_engine, "vllm");
+	T_STREQ(s.pause_mode, "abort");
+	T_EQ(job_spec_validate(&s, err, sizeof err), 0);
+	const char *bad[][3] = {
+		{"--rollout-engine", "trt", "--rollout-engine: unknown engine 'trt' (skein, sglang, vllm)"},
+		{"--pause-generation-mode", "stop", "--pause-generation-mode: unknown mode 'stop'"},
+		{"--rollout-engine-layout", "rel.json", "needs --rollout-engine-layout, an absolute path"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		good_spec(&s);
+		char *argv[] = {"--rollout-engine", "sglang", "--rollout-engine-layout", "/l.json",
+				(char *)bad[i][0], (char *)bad[i][1]};
+		if (job_spec_parse_args(&s, 6, argv, err, sizeof err) != 0) T_FAIL("%s: %s", bad[i][0], err);
+		err[0] = 0;
+		if (job_spec_validate(&s, err, sizeof err) != -1) T_FAIL("%s %s validated", bad[i][0], bad[i][1]);
+		T_HAS(err, bad[i][2]);
+	}
+	/* the round trip, and a spec from before these fields */
+	good_spec(&s);
+	T_EQ(PARSE(&s, err, "--rollout-engine", "vllm", "--rollout-engine-layout", "/l.json",
+		   "--pause-generation-mode", "abort"), 0);
+	Skein__Jobs__JobSpec pb;
+	job_spec_to_pb(&s, &pb);
+	job_spec back;
+	if (job_spec_from_pb(&back, &pb, err, sizeof err) != 0) T_FAIL("%s", err);
+	T_STREQ(back.rollout_engine, "vllm");
+	T_STREQ(back.pause_mode, "abort");
+	T_STREQ(back.engine_layout, "/l.json");
+	pb.rollout_engine = pb.pause_mode = pb.engine_layout = "";
+	if (job_spec_from_pb(&back, &pb, err, sizeof err) != 0) T_FAIL("%s", err);
+	T_STREQ(back.rollout_engine, "skein");
+	T_STREQ(back.pause_mode, "retract");
+}
+
 T_TEST(flag_equals_form)
 {
 	job_spec s;

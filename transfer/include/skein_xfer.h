@@ -379,4 +379,19 @@ SKEIN_API int xfer_disk_latest(const char *dir, uint64_t *version, xfer_err *err
  * of band, e.g. over the control channel). */
 SKEIN_API int xfer_nccl_unique_id(unsigned char id[XFER_NCCL_ID_BYTES], xfer_err *err);
 
+/* ---- stock engines: checkpoint-engine's ZeroMQ socket (transfer/engine/) ----
+ * The few libzmq calls the engine protocol needs (docs/engines.md), for the
+ * engine sidecar and test receivers: libzmq.so.5 is loaded at first use
+ * (SKEIN_ZMQ_LIB overrides), so a host without pyzmq still speaks it.  rep
+ * 0: a REQ socket that binds addr (the sender); 1: a REP that connects.
+ * Every call waits at most timeout_ms.  eng_zmq_recv returns the message's
+ * length (-1 on error), its bytes readable at eng_zmq_data until the next
+ * receive or close.  Errors: -1 with err. */
+typedef struct eng_zmq eng_zmq;
+SKEIN_API int eng_zmq_open(eng_zmq **out, int rep, const char *addr, int timeout_ms, char *err, size_t errlen);
+SKEIN_API int eng_zmq_send(eng_zmq *z, const void *buf, size_t len, char *err, size_t errlen);
+SKEIN_API long long eng_zmq_recv(eng_zmq *z, char *err, size_t errlen);
+SKEIN_API const void *eng_zmq_data(eng_zmq *z);
+SKEIN_API void eng_zmq_close(eng_zmq **z);
+
 #endif

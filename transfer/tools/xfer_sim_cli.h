@@ -5,6 +5,7 @@
 
 #include "transfer/tools/xfer_sim.h"
 
+#include <ctype.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,8 @@
 
 typedef struct {
 	const char *path, *dir, *host, *receiver_id, *port_file, *stall_file;
+	const char *ticket_job;      /* --ticket JOB:HEX (tests): a p2p sender's hello ticket ... */
+	unsigned char ticket_nonce[XFER_NONCE_BYTES]; /* ... outside a job */
 	uint64_t bytes, bucket;
 	size_t tensors;
 	double changed;
@@ -51,6 +54,8 @@ static void sim_usage(FILE *f, const char *prog, const char *role)
 		"  --first-version V  trainer: publish versions V..S (default 1; in a job, above its newest)\n"
 		"  --corrupt-version V  trainer: one wrong byte goes out in version V, after its checksum (tests)\n"
 		"  --crash-during V   engine: exit(3) once the first bucket of version V landed (tests)\n"
+		"  --ticket JOB:HEX   trainer, p2p outside a job: present the head's nonce (32 hex digits)\n"
+		"                     for JOB in each version's hello (tests: an attacker who learned it)\n"
 		"  --stall-file F     engine, in a job: when F names the version just verified, say so\n"
 		"                     only 1.5 s later (keeps an update open: demo, head failover tests)\n",
 		prog, role);
@@ -66,7 +71,7 @@ static int sim_parse(int argc, char **argv, sim_opts *o, const char *role)
 		{ "zstd", 1, 0, 'z' }, { "receiver-id", 1, 0, 'r' }, { "wait-ms", 1, 0, 'w' },
 		{ "crash-after", 1, 0, 'x' }, { "keep-previous", 1, 0, 'K' }, { "interval-ms", 1, 0, 'i' },
 		{ "corrupt-version", 1, 0, 'C' }, { "crash-during", 1, 0, 'D' }, { "stall-file", 1, 0, 'F' },
-		{ "device", 1, 0, 'V' }, { "first-version", 1, 0, 'G' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "device", 1, 0, 'V' }, { "first-version", 1, 0, 'G' }, { "ticket", 1, 0, 'T' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	memset(o, 0, sizeof *o);
 	o->path = "disk-delta";
@@ -117,6 +122,21 @@ static int sim_parse(int argc, char **argv, sim_opts *o, const char *role)
 			break;
 		case 'F': o->stall_file = optarg; break;
 		case 'G': o->first_version = atoi(optarg); break;
+		case 'T': {
+			const char *colon = strrchr(optarg, ':');
+			if (!colon || colon == optarg || strlen(colon + 1) != 2 * XFER_NONCE_BYTES) goto bad;
+			for (const char *h = colon + 1; *h; h++)
+				if (!isxdigit((unsigned char)*h)) goto bad;
+			for (int i = 0; i < XFER_NONCE_BYTES; i++) {
+				unsigned x;
+				if (sscanf(colon + 1 + 2 * i, "%2x", &x) != 1) goto bad;
+				o->ticket_nonce[i] = (unsigned char)x;
+			}
+			static char job[256];
+			snprintf(job, sizeof job, "%.*s", (int)(colon - optarg), optarg);
+			o->ticket_job = job;
+			break;
+		}
 		case 'h': sim_usage(stdout, argv[0], role); exit(0);
 		default: goto bad;
 		}

@@ -66,6 +66,7 @@ int main(int argc, char **argv)
 			fflush(stdout);
 			continue;
 		}
+		if (o.ticket_job && xfer_p2p_ticket(ep, o.ticket_job, (uint64_t)v, o.ticket_nonce, &e) != 0) goto err;
 		if (xfer_send(ep, (uint64_t)v, &e) != 0) goto err;
 		xfer_stats st = xfer_endpoint_stats(ep);
 		printf("trainer: published v%d on %s: %llu bytes moved in %.3f s\n", v, xfer_endpoint_path(ep),
