@@ -24,6 +24,7 @@
 #include "agent/agent_wv.h"
 
 #include <arpa/inet.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -52,8 +53,9 @@ enum {
 	MEMBER_MAX = JOB_NAME_MAX + 32,
 	ENDPOINT_MAX = 64,
 	REASON_MAX = 400,
-	ENGINES_MAX = 8192,
+	ENGINES_MAX = 4 * WV_ENGINES_MAX, /* engines known to the head, every job */
 	OPEN_MAX = 1024,
+	DETAIL_MAX = 512,             /* finished updates whose engines' detail this head keeps (all jobs) */
 	SETUP_MAX = 512 << 10,         /* an NCCL unique id (128), a colocated sender's handoff (xfer_ipc.c) */
 };
 
@@ -99,6 +101,11 @@ struct agent_wv {
 	wv_update *retry;
 	size_t nretry, retrycap;
 	double retry_at;
+	/* the per-engine detail of the last DETAIL_MAX updates this head
+	 * finished (nodes, seconds, timings, reasons' text): compact records do
+	 * not replicate it; `transfers` shows it from here (a ring) */
+	wv_update detail[DETAIL_MAX];
+	size_t detail_next;
 	size_t engines_max;            /* WV_ENGINES_MAX; SKEIN_TEST_WV_ENGINES_MAX lowers it (tests) */
 	int test_refuse;               /* SKEIN_TEST_WV_REFUSE=N: the first N final/measured
 					  proposals refused as Raft refuses them in a handover */
@@ -300,6 +307,7 @@ static bool is_full_copy(const char *mode)
 
 static void arm(agent *a);
 static void catch_up(agent *a);
+static void detail_keep(agent_wv *W, const wv_update *full);
 
 /* 0 proposed, -1 not (said in the log). */
 static int propose(agent *a, const wv_update *u, const char *what)
@@ -644,20 +652,47 @@ static void outcome_of(const wv_open *u, const wv_update *rec, Skein__Weights__O
 	}
 }
 
-static void answer_outcome(agent *a, const agent_client *c, const wv_open *u, const wv_update *rec)
+/* detail: the head's own copy of the update (its engines' seconds and
+ * timings), NULL when it has none: a compact record keeps only their
+ * slowest, which goes as the first engine's. */
+static void answer_outcome(agent *a, const agent_client *c, const wv_open *u, const wv_update *rec,
+			   const wv_update *detail)
 {
 	Skein__Weights__Outcome o = SKEIN__WEIGHTS__OUTCOME__INIT;
 	outcome_of(u, rec, &o);
-	/* a final record goes along: the sender's stats (participants, dropped,
-	 * bytes) come from it */
+	/* a final record goes along, with every engine (not compact): the
+	 * sender's stats (participants, dropped, bytes, the slowest engine's
+	 * split) come from it */
 	uint8_t *data = NULL;
 	size_t len;
-	if (rec && strcmp(rec->state, "preparing") && wv_update_encode(rec, &data, &len) == 0)
-		o.record = skein__weights__update__unpack(NULL, len, data);
+	wv_update full;
+	if (rec && strcmp(rec->state, "preparing") && wv_update_copy(&full, rec) == 0) {
+		full.compact = full.bare = false;
+		if (detail && detail->nengines == full.nengines) {
+			for (size_t i = 0; i < full.nengines; i++) {
+				full.engines[i].seconds = detail->engines[i].seconds;
+				full.engines[i].t = detail->engines[i].t;
+			}
+		} else if (full.nengines) {
+			full.engines[0].t = wv_update_slowest(rec);
+			full.engines[0].seconds = rec->engines_seconds;
+		}
+		if (wv_update_encode(&full, &data, &len) == 0) o.record = skein__weights__update__unpack(NULL, len, data);
+		wv_update_free(&full);
+	}
 	if (o.record) o.record->nonce.len = 0; /* the ticket goes to participants only */
 	answer(a, c, 0, NULL, &o.base);
 	if (o.record) skein__weights__update__free_unpacked(o.record, NULL);
 	free(data);
+}
+
+static int by_engine_id(const void *x, const void *y)
+{
+	const wv_engine *a = x, *b = y;
+	/* members of one job: "<job>/engine-<i>" (cmd_wait checked them) */
+	const char *sa = strrchr(a->member, '-'), *sb = strrchr(b->member, '-');
+	unsigned long i = sa ? strtoul(sa + 1, NULL, 10) : ULONG_MAX, k = sb ? strtoul(sb + 1, NULL, 10) : ULONG_MAX;
+	return i < k ? -1 : i > k;
 }
 
 /* The engines of job that take part in a new update at base L. */
@@ -689,6 +724,9 @@ static size_t pick_participants(agent *a, const char *job, const char *mode, uin
 		v[n].reason = strdup("");
 		n++;
 	}
+	/* by engine id: the record's order (ranks) is the one its bitmap gives
+	 * a head that adopts it */
+	qsort(v, n, sizeof *v, by_engine_id);
 	*out = v;
 	return n;
 }
@@ -757,6 +795,7 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 	 * update hands out the same one */
 	r->has_nonce = getrandom(r->nonce, WV_NONCE_LEN, 0) == WV_NONCE_LEN;
 	r->nengines = pick_participants(a, b->job, b->mode, L, &r->engines);
+	r->compact = true; /* participants as a bitmap (jobs/wv_codec.c) */
 	if (r->nengines > W->engines_max) {
 		/* every voter refuses such a record at apply (wv_codec.c): say so now
 		 * rather than let the update time out */
@@ -794,7 +833,7 @@ static void cmd_done(agent *a, const Skein__Control__Request *q, const agent_cli
 	if (!u || u->co.rec.version != d->version) {
 		const wv_update *rec = wv_state_get(ws, d->job, d->version);
 		if (!rec) return fail_client(a, c, "no update v%llu of %s", (unsigned long long)d->version, d->job);
-		return answer_outcome(a, c, NULL, rec);
+		return answer_outcome(a, c, NULL, rec, NULL);
 	}
 	if (strcmp(d->member, u->co.rec.sender)) return fail_client(a, c, "%s is not the sender of v%llu", d->member,
 								 (unsigned long long)d->version);
@@ -857,7 +896,7 @@ static void cmd_outcome(agent *a, const agent_client *c, const Skein__Weights__Q
 		return answer(a, c, 0, NULL, &o.base);
 	}
 	if (!u && !rec) return fail_client(a, c, "no update v%llu of %s", (unsigned long long)v, qq->job);
-	answer_outcome(a, c, u, rec);
+	answer_outcome(a, c, u, rec, u ? &u->co.rec : NULL);
 }
 
 static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_client *c, const Skein__Weights__EngineStatus *st)
@@ -941,6 +980,17 @@ static void adopt(agent *a)
 		char err[256];
 		const job_rec *j = js ? job_state_get(js, rec->job) : NULL;
 		bool spec_ok = j && job_rec_spec(j, &s, err, sizeof err) == 0;
+		job_layout L;
+		if (spec_ok && job_rec_placed(j) && job_rec_layout(&L, j, &s) == 0) {
+			/* a compact record names no nodes: the job's layout has them */
+			for (size_t k = 0; k < r.nengines; k++) {
+				uint32_t id;
+				const char *n = !r.engines[k].node[0] && wv_engine_id(r.job, r.engines[k].member, &id) &&
+							id < job_spec_engines(&s) ? job_layout_engine_node(&s, &L, id) : NULL;
+				if (n) snprintf(r.engines[k].node, sizeof r.engines[k].node, "%s", n);
+			}
+			job_layout_free(&L);
+		}
 		wv_open *u = open_new(W);
 		if (!u) {
 			wv_update_free(&r);
@@ -971,8 +1021,9 @@ static void on_changed(agent *a)
 		}
 		if (rec && strcmp(rec->state, "preparing")) {
 			char job[JOB_NAME_MAX + 1];
+			detail_keep(W, &u->co.rec);
 			agent_stats_transfer(a->stats, rec, measure_commit(a, u, rec));
-			if (u->done_waiting) answer_outcome(a, &u->done_client, NULL, rec);
+			if (u->done_waiting) answer_outcome(a, &u->done_client, NULL, rec, &u->co.rec);
 			if (u->begin_waiting) fail_client(a, &u->begin_client, "update v%llu %s: %s",
 							  (unsigned long long)rec->version, rec->state, rec->reason);
 			snprintf(job, sizeof job, "%s", u->co.rec.job);
@@ -1122,6 +1173,27 @@ void agent_wv_state_changed(agent *a)
 
 /* ---------------------------------------------------------------- transfers */
 
+static void detail_keep(agent_wv *W, const wv_update *full)
+{
+	wv_update *d = &W->detail[W->detail_next];
+	wv_update_free(d);
+	if (wv_update_copy(d, full) < 0) memset(d, 0, sizeof *d);
+	W->detail_next = (W->detail_next + 1) % DETAIL_MAX;
+}
+
+static const wv_update *detail_find(const agent_wv *W, const char *job, uint64_t version)
+{
+	for (size_t i = 0; i < DETAIL_MAX; i++)
+		if (W->detail[i].version == version && !strcmp(W->detail[i].job, job)) return &W->detail[i];
+	return NULL;
+}
+
+static void detail_clear(agent_wv *W)
+{
+	for (size_t i = 0; i < DETAIL_MAX; i++) wv_update_free(&W->detail[i]);
+	memset(W->detail, 0, sizeof W->detail);
+}
+
 static int by_start_desc(const void *x, const void *y)
 {
 	const wv_update *a = *(const wv_update *const *)x, *b = *(const wv_update *const *)y;
@@ -1148,7 +1220,7 @@ static void cmd_transfers(agent *a, const Skein__Control__Request *q, agent_repl
 	}
 	size_t n = wv_state_count(ws);
 	const wv_update **list = calloc(n ? n : 1, sizeof *list);
-	wv_update *live = calloc(W->nopen ? W->nopen : 1, sizeof *live);
+	wv_update *live = calloc(W->nopen + DETAIL_MAX, sizeof *live);
 	size_t k = 0, nl = 0;
 	if (!list || !live) {
 		free(list);
@@ -1159,9 +1231,21 @@ static void cmd_transfers(agent *a, const Skein__Control__Request *q, agent_repl
 		const wv_update *u = wv_state_at(ws, i);
 		if (job && strcmp(u->job, job)) continue;
 		wv_open *o = !strcmp(u->state, "preparing") ? open_find(W, u->job) : NULL;
+		const wv_update *d = u->compact && !o ? detail_find(W, u->job, u->version) : NULL;
 		if (o && o->co.rec.version == u->version && wv_update_copy(&live[nl], &o->co.rec) == 0) {
 			/* the head's live view: engines verified so far, moving once begun */
 			snprintf(live[nl].state, sizeof live[nl].state, "%s", o->co.t_answer > 0 ? "moving" : "preparing");
+			list[k++] = &live[nl++];
+		} else if (d && d->nengines == u->nengines && wv_update_copy(&live[nl], u) == 0) {
+			/* a compact record with this head's detail of its engines */
+			for (size_t e = 0; e < d->nengines; e++) {
+				wv_engine *x = &live[nl].engines[e];
+				char *why = strdup(d->engines[e].reason ? d->engines[e].reason : "");
+				if (!why) continue;
+				free(x->reason);
+				*x = d->engines[e];
+				x->reason = why;
+			}
 			list[k++] = &live[nl++];
 		} else {
 			list[k++] = u;
@@ -1343,6 +1427,7 @@ void agent_wv_close(agent *a)
 	if (!W) return;
 	ev_timer_stop(a->loop, &W->tick);
 	forget_all(a);
+	detail_clear(W);
 	free(W->eng);
 	free(W->open);
 	free(W->retry);

@@ -26,6 +26,7 @@ int wv_coord_start(wv_coord *c, wv_update *rec, double now, int timeout_ms, bool
 	c->drop = drop;
 	c->adopted = adopted;
 	c->begun = adopted; /* an adopted update's begin applied under the old head */
+	for (size_t i = 0; i < c->rec.nengines; i++) c->npending += is_pending(&c->rec.engines[i]);
 	c->t_begin = c->t_progress = now;
 	if (adopted) c->t_answer = now;
 	return 0;
@@ -40,17 +41,11 @@ void wv_coord_free(wv_coord *c)
 
 long wv_coord_find(const wv_coord *c, const char *member)
 {
-	for (size_t i = 0; i < c->rec.nengines; i++)
-		if (!strcmp(c->rec.engines[i].member, member)) return (long)i;
-	return -1;
+	const wv_engine *e = wv_update_engine(&c->rec, member); /* by id when compact */
+	return e ? (long)(e - c->rec.engines) : -1;
 }
 
-size_t wv_coord_pending(const wv_coord *c)
-{
-	size_t n = 0;
-	for (size_t i = 0; i < c->rec.nengines; i++) n += is_pending(&c->rec.engines[i]);
-	return n;
-}
+size_t wv_coord_pending(const wv_coord *c) { return c->npending; }
 
 void wv_coord_begun(wv_coord *c, double now)
 {
@@ -112,6 +107,7 @@ bool wv_coord_lose(wv_coord *c, size_t i, double now, const char *why, bool faul
 	if (!is_pending(p) && !(by_sender && !strcmp(p->state, "verified"))) return false;
 	char *r = strdup(why);
 	if (!r) return false;
+	c->npending -= is_pending(p);
 	snprintf(p->state, sizeof p->state, "%s", fault || !c->drop ? "failed" : "dropped");
 	free(p->reason);
 	p->reason = r;
@@ -128,6 +124,7 @@ bool wv_coord_staged(wv_coord *c, size_t i, double now, double seconds, wv_timin
 {
 	if (c->final || i >= c->rec.nengines || !is_pending(&c->rec.engines[i])) return false;
 	wv_engine *p = &c->rec.engines[i];
+	c->npending--;
 	snprintf(p->state, sizeof p->state, "verified");
 	p->seconds = seconds;
 	p->t = t;
@@ -237,6 +234,7 @@ int wv_coord_measured(const wv_coord *c, const wv_update *rec, double now, uint6
 	if (rec->measured || !c->final) return 1;
 	if (wv_update_copy(out, rec) < 0) return -1;
 	out->measured = true;
+	out->bare = c->rec.compact; /* a few bytes: the figures alone (wv_codec) */
 	out->update_seconds = wv_coord_since_begin(c, now, wall_ms);
 	out->commit_seconds = c->t_last_word > 0 ? now - c->t_last_word : 0;
 	return 0;

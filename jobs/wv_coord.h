@@ -41,6 +41,7 @@ typedef struct {
 	bool begun;                    /* the begin record applied */
 	bool done, done_ok;            /* the sender's done came */
 	bool final;                    /* the final record decided (proposed by the caller) */
+	size_t npending;               /* participants pending: a commit is not a pass over them all */
 	double t_begin, t_answer, t_progress, t_last_word;
 	/* from the sender's done, into the final record */
 	double impl_s, density;
@@ -57,7 +58,8 @@ void wv_coord_free(wv_coord *c);   /* safe twice */
 
 /* The index of member among the participants, or -1. */
 long wv_coord_find(const wv_coord *c, const char *member);
-/* Participants still pending. */
+/* Participants still pending (counted as their states change here: the
+ * caller changes no state itself). */
 size_t wv_coord_pending(const wv_coord *c);
 
 /* The begin record applied (the sender is answered now: prepare_seconds). */
