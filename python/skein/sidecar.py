@@ -47,6 +47,7 @@ from ._endpoint import Receiver
 
 STATES = ("starting", "syncing", "updating", "dirty", "ready")
 PAUSE_MODES = ("abort", "retract", "in_place")
+WAIT_S = 0.5  # one coordinated wait; then the engine is looked at
 
 
 def log(msg):
@@ -381,10 +382,9 @@ class Sidecar:
         backoff, aborted_at, dirty_since = 1.0, 0, 0.0
         while not self.stop.is_set():
             try:
-                # not shorter: an answer cut off by our own deadline is lost (a peer
-                # told to serve a catch-up would never hear it); the head answers
-                # idle within a second
-                got_v = self.recv.wait(timeout=3.0)
+                # short: the engine is watched between waits; a head's answer our
+                # deadline cuts off stays pending in libskein for the next wait
+                got_v = self.recv.wait(timeout=WAIT_S)
                 if got_v:
                     now = time.time()
                     if self.commit_at:

@@ -67,7 +67,11 @@ one_mode() {
 	check "$mode: update_weights_from_ipc without the admin key refused ($code)" [ "$code" = 401 ]
 	local sdir; sdir=$(st "$j" 0 ipc_dir)
 	check "$mode: the sidecar's ipc folder $sdir is 0700 ($(stat -c %a "$sdir" 2>/dev/null))" [ "$(stat -c %a "$sdir" 2>/dev/null)" = 700 ]
-	local mr; mr=$(curl -s -m 2 "http://127.0.0.1:$MPORT/metrics" | grep '^skein_engines{state="ready"}' | awk '{ print $2 }')
+	# sampled while versions go on: an instant where both apply reads 0 ready
+	ready_metric() { curl -s -m 2 "http://127.0.0.1:$MPORT/metrics" | grep '^skein_engines{state="ready"}' | awk '{ print $2 }'; }
+	metric_two() { [ "$(ready_metric)" = 2 ]; }
+	wait_until 5 metric_two
+	local mr; mr=$(ready_metric)
 	check "$mode: n2's metrics count the ready engines: skein_engines{state=\"ready\"} $mr" [ "$mr" = 2 ]
 	check "$mode: skeinctl engines lists engine 2 starting" bash -c "$(printf '%q ' "$SKEINCTL" --rpc "127.0.0.1:$(rport 1)" engines "$j") | grep -q 'engine-2 .* starting '"
 	# --- a failed apply: dirty, then ready after a retry
