@@ -68,6 +68,7 @@ typedef struct {
 	char aborted_reason[512];
 	/* knobs, counters */
 	int lose_done, bad_answer, outcome_calls, done_calls, begin_calls;
+	int slow_wait_ms; /* every wait's answer comes no sooner (a head's long poll) */
 	int fds[FCONN_MAX];
 	pthread_t cth[FCONN_MAX];
 	int nconn;
@@ -372,12 +373,13 @@ static void f_handle(fake *f, const Skein__Control__Request *q, f_answer *a)
 			snprintf(e->endpoint, sizeof e->endpoint, "%s", s->endpoint);
 			snprintf(e->reason, sizeof e->reason, "%s", s->reason);
 			Skein__Weights__Instruction in = SKEIN__WEIGHTS__INSTRUCTION__INIT;
-			double end = t_now() + 0.3;
+			double t0 = t_now(), end = t0 + 0.3;
 			for (;;) {
 				f_instr(f, i, &in);
 				if (strcmp(in.kind, "idle") != 0 || t_now() >= end || f->stop) break;
 				f_waitcv(f, 20);
 			}
+			while (t_now() < t0 + f->slow_wait_ms / 1e3 && !f->stop) f_waitcv(f, 20);
 			a->len = skein__weights__instruction__get_packed_size(&in);
 			a->payload = malloc(a->len + 1);
 			skein__weights__instruction__pack(&in, a->payload);
@@ -897,6 +899,88 @@ static void catchup_run(const char *path)
 
 T_TEST(xfer_coord_catchup_from_disk_chain) { catchup_run("disk-delta"); }
 T_TEST(xfer_coord_catchup_from_a_peer) { catchup_run("p2p-tcp"); }
+
+/* An engine that waits less than the head's long poll (the fake answers
+ * every wait after 150 ms; the engine waits 40 ms at a time, as a sidecar
+ * that also watches its engine does): the wait stays pending across its
+ * xfer_receive calls, so the `serve` the head hands it for engine 1's
+ * catch-up reaches it, and every commit too.  Before the fix each cut-off
+ * wait lost its answer: the serve never came and engine 1 stalled. */
+typedef struct {
+	engine *e;
+	volatile int stop;
+	int short_waits, errors;
+	char err[256];
+} short_waiter;
+
+static void *short_main(void *arg)
+{
+	short_waiter *sw = arg;
+	engine *e = sw->e;
+	while (!sw->stop) {
+		uint64_t v = 0;
+		xfer_err er = { 0 };
+		if (xfer_receive(e->ep, 40, &v, &er) == 0) {
+			e->held = v;
+			e->commits++;
+			if (!tm_equal(&e->m, &e->w->snap[v])) e->wrong++;
+		} else if (er.code == XFER_ENOVERSION) {
+			sw->short_waits++;
+		} else if (!sw->errors++) {
+			snprintf(sw->err, sizeof sw->err, "%s (%s)", er.msg, xfer_code_name(er.code));
+		}
+	}
+	return NULL;
+}
+
+static void short_wait_run(const char *path)
+{
+	world w;
+	w_init(&w, 5000);
+	f_set(w.f, &w.f->slow_wait_ms, 150);
+	engine e[2];
+	pthread_t th[2];
+	short_waiter sw = { .e = &e[0] };
+	e_open(&e[0], &w, path, "j/engine-0", 0);
+	pthread_create(&th[0], NULL, short_main, &sw);
+	w_engines(&w, 1);
+	sender s;
+	s_open(&s, &w, path);
+	for (uint64_t v = 1; v <= 2; v++) {
+		xfer_err er = { 0 };
+		if (s_publish(&s, v, NULL, &er) != 0) T_FAIL("publish v%llu: %s", (unsigned long long)v, er.msg);
+	}
+	double end = t_now() + 10;
+	while (e[0].held < 2 && t_now() < end) {
+		struct timespec ts = { 0, 5 * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+	T_EQ(e[0].held, 2);
+	/* engine 1 catches up to v2 (p2p: served by engine 0); bounded: its
+	 * receive gives up after 8 s */
+	e_open(&e[1], &w, path, "j/engine-1", 2);
+	double t0 = t_now();
+	uint64_t v = 0;
+	xfer_err er = { 0 };
+	int rc = xfer_receive(e[1].ep, 8000, &v, &er);
+	sw.stop = 1;
+	pthread_join(th[0], NULL);
+	if (rc != 0) T_FAIL("%s: engine 1's catch-up after %.1f s: %s (seed %llu)", path, t_now() - t0, er.msg,
+			    (unsigned long long)t_seed());
+	T_EQ(v, 2);
+	T_CHECK(tm_equal(&e[1].m, &w.snap[2]));
+	T_EQ(sw.errors, 0);
+	if (sw.errors) T_FAIL("engine 0: %s", sw.err);
+	T_CHECK(sw.short_waits > 0);
+	T_EQ(e[0].wrong, 0);
+	T_EQ(e[0].commits, 2);
+	for (int i = 0; i < 2; i++) e_close(&e[i]);
+	s_close(&s);
+	w_free(&w);
+}
+
+T_TEST(xfer_coord_short_waits_lose_no_serve_p2p_tcp) { short_wait_run("p2p-tcp"); }
+T_TEST(xfer_coord_short_waits_lose_no_commit_disk_delta) { short_wait_run("disk-delta"); }
 
 /* The answer to done is lost: the sender says done again (the head answers
  * a repeated done with its verdict; a new head needs that word to commit). */

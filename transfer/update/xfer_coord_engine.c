@@ -20,7 +20,10 @@
  * while no sender has connected yet, and while nothing comes the engine
  * asks the head itself every RECV_ASK_MS (a disk-delta version its sender
  * removed when the update aborted never comes; the heartbeat would see it
- * only after XFER_COORD_HEARTBEAT_MS). */
+ * only after XFER_COORD_HEARTBEAT_MS).  A wait shorter than the head's long
+ * poll returns XFER_ENOVERSION with its `wait` still pending in the client
+ * (xfer_agent.c): the next xfer_receive reads that answer, so no
+ * instruction is lost to the caller's deadline. */
 #include "transfer/update/xfer_coord.h"
 
 #include <stdio.h>
@@ -371,6 +374,10 @@ static int engine_loop(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_w
 		if (rc != 0) {
 			if (err->code == XFER_EPEER || err->code == XFER_ETIMEOUT) {
 				if (xfer_now() < deadline) continue; /* the agent or head comes back */
+				if (xfer_agent_pending(c->agent)) /* the head's long poll outlasts our wait: */
+					return xfer_fail(err, XFER_ENOVERSION, /* its answer is read next time */
+							 "no version committed within %d ms (holding %llu)", wait_ms,
+							 (unsigned long long)c->held);
 				xfer_err_prefix(err, "no word from the head within %d ms", wait_ms);
 			}
 			return -1;
