@@ -28,6 +28,11 @@ static void use_ucx(const char *tls)
 	T_TEST(xfer_ucx_##name##_roundtrip_direct) { use_ucx(tls); roundtrip(0, 2, 8192, 20000); }     \
 	T_TEST(xfer_ucx_##name##_roundtrip_ring) { use_ucx(tls); roundtrip(1, 4, 65536, 200000); }     \
 	T_TEST(xfer_ucx_##name##_corrupt_bucket_undone) { use_ucx(tls); corrupt_keeps_old_version(); } \
+	T_TEST(xfer_ucx_##name##_corrupt_version_undone)                                                \
+	{                                                                                               \
+		use_ucx(tls);                                                                           \
+		corrupt_keeps_old_version_by(1);                                                        \
+	}                                                                                               \
 	T_TEST(xfer_ucx_##name##_receiver_killed_ends_sender) { use_ucx(tls); receiver_vanishes(1); }  \
 	T_TEST(xfer_ucx_##name##_receiver_stopped_ends_sender_by_watchdog)                              \
 	{                                                                                               \

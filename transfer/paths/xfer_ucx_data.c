@@ -502,13 +502,22 @@ static int wait_credit(ucx_state *s, uint64_t k, uint64_t *next, xfer_err *err)
 	return 0;
 }
 
-/* Test hook: one byte of the landing place flipped after the chunk landed
- * (through lane 0, idle between chunks). */
+/* Test hooks, corrupt_at and corrupt_version (the middle byte of that
+ * version, as p2p-tcp): one byte of the landing place flipped after the
+ * chunk landed and its sums were taken (through lane 0, idle between
+ * chunks); the sender's own copy stays right. */
+static int corrupting(const xfer_endpoint *ep, const ucx_state *s)
+{
+	return xfer_hooks.corrupt_at || (xfer_hooks.corrupt_version && xfer_hooks.corrupt_version == s->version &&
+					 ep->m->bytes > 0);
+}
+
 static int corrupt_chunk(xfer_endpoint *ep, ucx_state *s, size_t k, xfer_err *err)
 {
-	long long at = xfer_hooks.corrupt_at - 1;
+	if (!corrupting(ep, s)) return 0;
+	long long at = xfer_hooks.corrupt_at ? xfer_hooks.corrupt_at - 1 : (long long)(ep->m->bytes / 2);
 	xfer_span c = s->chunks[k];
-	if (!xfer_hooks.corrupt_at || (uint64_t)at < c.off || (uint64_t)at >= c.off + c.len) return 0;
+	if (at < 0 || (uint64_t)at < c.off || (uint64_t)at >= c.off + c.len) return 0;
 	size_t t = xfer_tensor_at(ep, (uint64_t)at);
 	lane *l = &s->lane[0];
 	static unsigned char flipped;
@@ -571,7 +580,7 @@ int xfer_ucx_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 	pool_begin(s);
 	/* CUDA tensors go through one host slot, and the corrupting hook uses
 	 * lane 0 between chunks: then each chunk is done before the next */
-	int lockstep = s->lslot || xfer_hooks.corrupt_at;
+	int lockstep = s->lslot || corrupting(ep, s);
 	double w0 = ph_now(s), t0;
 	if (xfer_sock_send_vhead(s->ctl, ep, v, err) != 0) goto err;
 	size_t sent = 0; /* chunks announced */
