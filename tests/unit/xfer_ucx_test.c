@@ -48,6 +48,62 @@ static void use_ucx(const char *tls)
 UCX_CASES("tcp", tcp)
 UCX_CASES("sm", sm)
 
+/* Tensors of several tree chunks (256 KiB) and a partial one, cut into
+ * chunks and lanes on tree boundaries (wire 4): staged, direct, and
+ * buckets of 64 MiB (chunks of 8 MiB). */
+T_TEST(xfer_ucx_sm_tree_chunks_staged) { use_ucx("sm"); roundtrip(1, 4, 1 << 20, (3 << 20) + 12346); }
+T_TEST(xfer_ucx_sm_tree_chunks_direct) { use_ucx("sm"); roundtrip(0, 3, 1 << 20, (3 << 20) + 12346); }
+T_TEST(xfer_ucx_tcp_tree_chunks_big_buckets) { use_ucx("tcp"); roundtrip(1, 5, 64 << 20, (9 << 20) + 78); }
+
+/* The tree sums checked per chunk are the version's: the receiver keeps the
+ * root of what it verified (Done.root), the sender of what it sent, and
+ * both are the root of the tensors' tree checksums. */
+T_TEST(xfer_ucx_receiver_root_is_the_senders)
+{
+	use_ucx("sm");
+	uint64_t seed = t_seed();
+	sk_rng r;
+	sk_rng_seed(&r, seed);
+	tmodel tr, en;
+	tm_make(&tr, &r, (1 << 20) + 6, 1);
+	tm_make(&en, &r, (1 << 20) + 6, 0);
+	int fd[2];
+	T_EQ(pipe(fd), 0);
+	xfer_endpoint *rcv = open_ep(XFER_RECEIVER, en.m, 0, 1, 2, 1 << 20, 5000);
+	int port = xfer_endpoint_port(rcv);
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		xfer_err e;
+		uint64_t got = 0;
+		if (xfer_receive(rcv, 10000, &got, &e) != 0 || got != 1 || rcv->root_version != 1) {
+			printf("  receiver: %s (root of v%llu)\n", e.msg, (unsigned long long)rcv->root_version);
+			fflush(stdout);
+			_exit(1);
+		}
+		_exit(write(fd[1], rcv->root, 16) == 16 ? 0 : 2);
+	}
+	close(fd[1]);
+	xfer_close(&rcv);
+	xfer_endpoint *snd = open_ep(XFER_SENDER, tr.m, port, 1, 2, 1 << 20, 5000);
+	T_XOK(xfer_send(snd, 1, err_));
+	unsigned char theirs[16];
+	T_EQ(read(fd[0], theirs, 16), 16);
+	close(fd[0]);
+	T_EQ(t_wait_child(pid, 20000), 0);
+	T_EQ(snd->root_version, 1);
+	T_CHECK(!memcmp(snd->root, theirs, 16));
+	xfer_sum *sums = calloc(tr.n + 1, sizeof *sums);
+	unsigned char want[16];
+	T_XOK(xfer_tree_sums((const void *const *)tr.p, tr.bytes, tr.n, sums, 1, err_));
+	T_XOK(xfer_root_of(snd->mdigest, XFER_SUM_TREE, sums, tr.n, want, err_));
+	T_CHECK(!memcmp(want, theirs, 16));
+	free(sums);
+	xfer_close(&snd);
+	tm_free(&tr);
+	tm_free(&en);
+}
+
 T_TEST(xfer_ucx_manifest_mismatch) { use_ucx("sm"); manifest_mismatch(); }
 
 T_TEST(xfer_ucx_probe_lists_transports)
