@@ -437,6 +437,7 @@ typedef struct {
 	const char *(*GetErrorString)(int);
 	int (*MemGetAddressRange)(unsigned long long *base, size_t *size, unsigned long long ptr);
 	int (*DrvInit)(unsigned);
+	int (*MemGetInfo)(size_t *free, size_t *total); /* optional: NULL where the runtime lacks it */
 } xfer_cuda_api;
 
 enum { XFER_CUDA_H2H = 0, XFER_CUDA_H2D = 1, XFER_CUDA_D2H = 2, XFER_CUDA_D2D = 3 };
