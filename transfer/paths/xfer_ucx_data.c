@@ -20,7 +20,8 @@
  * lane goes on with the next chunk while the ready and credit messages
  * cross and a late lane catches up.
  *
- * Chunks and slots (slot_plan): an eighth of a bucket (at most 8 MiB), in a
+ * Chunks and slots (slot_plan): an eighth of a bucket (512 KiB, two tree
+ * chunks, to 8 MiB; cut on tree-chunk boundaries, as are the stripes), in a
  * ring of at most 8 slots (64 MiB): small enough that the receiver reads
  * what the sender just wrote from the last-level cache, not from memory
  * (on the H200 host, with the mapped slots, the receiver's hashing of
