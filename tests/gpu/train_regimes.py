@@ -68,7 +68,24 @@ def engine(conn, small):
                 msg = conn.recv()
                 if msg[0] == "stop":
                     break
-                if msg[0] == "skein":
+                if msg[0] == "abort":
+                    # v-1 back after v is in place: the undo journal replayed
+                    # (xfer_rollback, what the engine loop runs on the head's abort)
+                    import ctypes
+                    before = {k: t.clone() for k, t in params.items()}
+                    v = r.wait(timeout=300)
+                    torch.cuda.synchronize()
+                    where = r.last.get("skein/journal_where")
+                    t0 = time.perf_counter()
+                    rc = r._lib.xfer_rollback(r._ep, ctypes.byref(r._err))
+                    torch.cuda.synchronize()
+                    undo_s = time.perf_counter() - t0
+                    back = rc == 0 and all(torch.equal(before[k].view(torch.int16), params[k].view(torch.int16))
+                                           for k in params)
+                    del before
+                    torch.cuda.empty_cache()
+                    conn.send((v, rc, undo_s, back, where))
+                elif msg[0] == "skein":
                     v = r.wait(timeout=300)
                     torch.cuda.synchronize()
                     conn.send((v, r.last.get("skein/journal_bytes"), r.last.get("skein/journal_spilled_bytes"),
@@ -166,6 +183,21 @@ def run(steps, small):
                       f"{train_s * 1e3:.0f} ms, publish {f['perf/update_weights_time'] * 1e3:.1f} ms (with the "
                       f"handshake {skein_s * 1e3:.1f}), torch IPC {torch_s * 1e3:.1f} ms, journal {got[1]} B "
                       f"spilled {got[2]} B on {got[3]}, same as torch {same}", flush=True)
+            # one more version, then v-1 put back on the engine (an abort)
+            with torch.no_grad():
+                for t in sp.values():
+                    t.view(torch.int16)[::3] += 1
+            v += 1
+            a.send(("abort",))
+            f = pub.publish(v)
+            got = get(a)
+            label = name + ("-journal256M" if small else "")
+            print(f"RESULT rollback regime={label} v{v}: journal on {got[4]}, undo {got[2] * 1e3:.1f} ms, "
+                  f"publish {f['perf/update_weights_time'] * 1e3:.1f} ms", flush=True)
+            check(got[1] == 0 and got[3], f"{label}: v{v - 1} back bit for bit after v{v} was in place (rc {got[1]})")
+            with torch.no_grad():
+                for t in sp.values():
+                    t.view(torch.int16)[::3] -= 1
             del opt
             if master is not None:
                 del net
@@ -174,7 +206,6 @@ def run(steps, small):
             tor = [r[3] for r in rows[1:]]
             mp_, mt = median(pubs), median(tor)
             worst = max(pubs) if pubs else float("nan")
-            label = name + ("-journal256M" if small else "")
             summary.append((label, rows))
             print(f"RESULT regime={label} changed={min(r[0] for r in rows):.4f}..{max(r[0] for r in rows):.4f} "
                   f"publish_median_ms={mp_ * 1e3:.1f} torch_ipc_median_ms={mt * 1e3:.1f} ratio={mp_ / mt:.2f} "
