@@ -328,3 +328,90 @@ T_TEST(xfer_ucx_p2p_gate_takes_the_ticketed_sender_past_attackers)
 	tm_free(&tr);
 	tm_free(&en);
 }
+
+/* ---- CUDA tensors on the stand-in runtime (no kernels): staged through
+ * pinned slots on both ends, tree chunks hashed from the slots; a version
+ * corrupted with --corrupt-version's hook put back on the receiver ---- */
+
+enum { FK_N = 4 };
+static const uint64_t fk_bytes[FK_N] = { (1 << 20) + 6, 4, 300 * 1024 + 8, 700 * 1024 + 2 };
+
+static xfer_manifest *fk_model(unsigned char **p, uint64_t seed, int host_only)
+{
+	char why[256];
+	const xfer_cuda_api *cu = xfer_cuda(why, sizeof why);
+	if (!cu) T_FAIL("CUDA runtime: %s", why);
+	xfer_manifest *m = xfer_manifest_new();
+	sk_rng r;
+	sk_rng_seed(&r, seed);
+	for (int i = 0; i < FK_N; i++) {
+		int dev = i != 2 && !host_only; /* one host tensor among them */
+		if (dev) T_EQ(cu->Malloc((void **)&p[i], fk_bytes[i]), 0);
+		else p[i] = malloc(fk_bytes[i]);
+		tm_fill(&r, p[i], fk_bytes[i]);
+		char name[32];
+		snprintf(name, sizeof name, "t%d", i);
+		int64_t shape[1] = { (int64_t)fk_bytes[i] };
+		T_XOK(xfer_manifest_add(m, name, XFER_U8, 1, shape, p[i], dev ? XFER_MEM_CUDA : XFER_MEM_HOST, err_));
+	}
+	return m;
+}
+
+static int fk_same(unsigned char **a, unsigned char **b)
+{
+	for (int i = 0; i < FK_N; i++)
+		if (memcmp(a[i], b[i], fk_bytes[i])) return 0;
+	return 1;
+}
+
+T_TEST(xfer_ucx_cuda_tree_sums_and_corrupt_version_undone)
+{
+	const char *fk = getenv("SKEIN_FAKE_CUDART");
+	if (!fk) T_FAIL("SKEIN_FAKE_CUDART must name the stand-in CUDA runtime (make test sets it)");
+	setenv("SKEIN_CUDART_LIB", fk, 1);
+	setenv("SKEIN_CUDA_LIB", fk, 1);
+	use_ucx("sm");
+	uint64_t seed = t_seed();
+	unsigned char *tp[FK_N], *rp[FK_N], *held[FK_N], *v1[FK_N];
+	xfer_manifest *tm = fk_model(tp, seed, 0), *rm = fk_model(rp, seed + 1, 0), *hm = fk_model(v1, seed, 1);
+	xfer_endpoint *rcv = open_ep(XFER_RECEIVER, rm, 0, 1, 3, 1 << 20, 5000);
+	int port = xfer_endpoint_port(rcv);
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		xfer_err e;
+		if (xfer_receive(rcv, 10000, NULL, &e) != 0 || !fk_same(rp, v1)) _exit(1);
+		for (int i = 0; i < FK_N; i++) {
+			held[i] = malloc(fk_bytes[i]);
+			memcpy(held[i], rp[i], fk_bytes[i]);
+		}
+		if (xfer_receive(rcv, 10000, NULL, &e) == 0) _exit(2);
+		if (e.code != XFER_ECHECKSUM || !strstr(e.msg, "tensor t") || !fk_same(rp, held)) {
+			printf("  receiver: %s\n", e.msg);
+			fflush(stdout);
+			_exit(3);
+		}
+		for (int i = 0; i < FK_N; i++) v1[i][fk_bytes[i] / 2] ^= 1; /* what the sender changed */
+		if (xfer_receive(rcv, 10000, NULL, &e) != 0 || !fk_same(rp, v1)) {
+			printf("  receiver v3: %s\n", e.msg);
+			fflush(stdout);
+			_exit(4);
+		}
+		_exit(rcv->root_version == 3 ? 0 : 5);
+	}
+	xfer_close(&rcv);
+	xfer_endpoint *snd = open_ep(XFER_SENDER, tm, port, 1, 3, 1 << 20, 5000);
+	T_XOK(xfer_send(snd, 1, err_));
+	for (int i = 0; i < FK_N; i++) tp[i][fk_bytes[i] / 2] ^= 1;
+	xfer_hooks.corrupt_version = 2;
+	xfer_err e;
+	T_EQ(xfer_send(snd, 2, &e), -1);
+	xfer_hooks.corrupt_version = 0;
+	if (!strstr(e.msg, "checksum mismatch")) T_FAIL("sender: %s", e.msg);
+	T_XOK(xfer_send(snd, 3, err_));
+	T_EQ(t_wait_child(pid, 20000), 0);
+	xfer_close(&snd);
+	xfer_manifest_free(&tm);
+	xfer_manifest_free(&rm);
+	xfer_manifest_free(&hm);
+}
