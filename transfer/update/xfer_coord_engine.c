@@ -191,6 +191,16 @@ static void do_receive(xfer_endpoint *ep, const xfer_wv_instr *in)
 	c->seconds = xfer_now() - t0;
 	/* the split goes with the verdict (a failed receive's undo included) */
 	c->timings = rx ? xfer_coord_timings(&ep->stats) : (xfer_timings){ 0 };
+	/* the undo journal's size and place go to the engine's log, not to
+	 * `skeinctl transfers` (that needs fields in the agent's records,
+	 * issue 27), and only when it spilled past the device: the case to act on */
+	if (rc == 0 && ep->stats.device_journal_spilled)
+		fprintf(stderr, "skein: %s v%llu: undo journal %llu MiB, %llu MiB of it spilled past the device's %llu MiB "
+			"to host memory (device_journal_bytes, docs/transfer.md)\n",
+			ep->cfg.coord.member ? ep->cfg.coord.member : "engine",
+			(unsigned long long)v, (unsigned long long)(ep->stats.journal_bytes >> 20),
+			(unsigned long long)(ep->stats.device_journal_spilled >> 20),
+			(unsigned long long)(ep->stats.device_journal_peak >> 20));
 	if (rc == 0 && xfer_hooks.stall_file) {
 		FILE *f = fopen(xfer_hooks.stall_file, "re");
 		unsigned long long sv = 0;
