@@ -66,6 +66,7 @@ typedef struct {
 	char reason[REASON_MAX], endpoint[ENDPOINT_MAX];
 	double seconds, last_seen;
 	bool waiting;
+	bool behind;                   /* its last wait held less than its job's latest committed version */
 	agent_client client;
 	double wait_since;
 	/* p2p catch-up: this engine serves `serve_version` to `serve_to`, or is
@@ -93,6 +94,12 @@ struct agent_wv {
 	bool was_ready;
 	wv_eng *eng;
 	size_t neng, engcap;
+	/* eng by member: open addressing, index + 1 (0 empty), at most half
+	 * full; rebuilt after a drop (rare: an engine silent for 10 s) */
+	uint32_t *hidx;
+	size_t hcap;
+	bool hdirty;
+	size_t nbehind;                /* engines whose last wait held less than the job's latest (catch-ups to pair) */
 	wv_open *open;
 	size_t nopen, opencap;
 	/* final and measured records Raft refused (a handover in progress, the
@@ -246,10 +253,45 @@ static void *grow_one(void **arr, size_t *cap, size_t n, size_t elem, size_t max
 	return (char *)*arr + n * elem;
 }
 
+static uint64_t member_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+	for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+	return h;
+}
+
+static void hash_put(agent_wv *W, size_t i)
+{
+	size_t m = W->hcap - 1, k = (size_t)member_hash(W->eng[i].member) & m;
+	while (W->hidx[k]) k = (k + 1) & m;
+	W->hidx[k] = (uint32_t)i + 1;
+}
+
+/* The index for cap engines: 0, -1 when memory runs out (then linear). */
+static int hash_rebuild(agent_wv *W, size_t cap)
+{
+	size_t hc = 16;
+	while (hc < cap * 2) hc *= 2;
+	uint32_t *h = calloc(hc, sizeof *h);
+	if (!h) return -1;
+	free(W->hidx);
+	W->hidx = h;
+	W->hcap = hc;
+	W->hdirty = false;
+	for (size_t i = 0; i < W->neng; i++) hash_put(W, i);
+	return 0;
+}
+
 static wv_eng *eng_find(agent_wv *W, const char *member)
 {
-	for (size_t i = 0; i < W->neng; i++)
-		if (!strcmp(W->eng[i].member, member)) return &W->eng[i];
+	if ((W->hdirty || !W->hidx) && hash_rebuild(W, W->neng + 1) < 0) {
+		for (size_t i = 0; i < W->neng; i++)
+			if (!strcmp(W->eng[i].member, member)) return &W->eng[i];
+		return NULL;
+	}
+	size_t m = W->hcap - 1;
+	for (size_t k = (size_t)member_hash(member) & m; W->hidx[k]; k = (k + 1) & m)
+		if (!strcmp(W->eng[W->hidx[k] - 1].member, member)) return &W->eng[W->hidx[k] - 1];
 	return NULL;
 }
 
@@ -257,16 +299,20 @@ static wv_eng *eng_get(agent_wv *W, const char *member)
 {
 	wv_eng *e = eng_find(W, member);
 	if (e) return e;
+	if ((W->neng + 1) * 2 > W->hcap && hash_rebuild(W, W->neng + 1) < 0) return NULL;
 	if (!(e = grow_one((void **)&W->eng, &W->engcap, W->neng, sizeof *e, ENGINES_MAX))) return NULL;
 	W->neng++;
 	memset(e, 0, sizeof *e);
 	snprintf(e->member, sizeof e->member, "%s", member);
+	hash_put(W, W->neng - 1);
 	return e;
 }
 
 static void eng_drop_at(agent_wv *W, size_t i)
 {
+	W->nbehind -= W->eng[i].behind;
 	W->eng[i] = W->eng[--W->neng];
+	W->hdirty = true;
 }
 
 static wv_open *open_find(agent_wv *W, const char *job)
@@ -576,6 +622,21 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 		return true;
 	}
 	return false;
+}
+
+/* Answers e's held wait when it has something to do, and the engine it
+ * just paired with for a catch-up (that one is told to serve). */
+static void wake_one(agent *a, wv_eng *e)
+{
+	Skein__Weights__Instruction in = SKEIN__WEIGHTS__INSTRUCTION__INIT;
+	char reason[REASON_MAX];
+	if (!e->waiting || !decide(a, e, &in, reason, sizeof reason)) return;
+	send_instruction(a, e, &in);
+	wv_eng *s = e->source[0] ? eng_find(a->wv, e->source) : NULL;
+	if (s && s != e && s->waiting) {
+		Skein__Weights__Instruction sin = SKEIN__WEIGHTS__INSTRUCTION__INIT;
+		if (decide(a, s, &sin, reason, sizeof reason)) send_instruction(a, s, &sin);
+	}
 }
 
 /* Answers every held wait of `job` that has something to do (NULL: all). */
@@ -959,7 +1020,16 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 	e->waiting = true;
 	e->client = *c;
 	e->wait_since = sk_mono_s();
-	wake(a, st->job);
+	/* its own answer; the others' change only with an applied record
+	 * (on_changed wakes them), or when it pairs for a catch-up */
+	const wv_state *ws = state_of(a);
+	uint64_t L = ws ? wv_state_committed(ws, st->job) : 0;
+	bool behind = e->held < L && e->staged != L;
+	if (behind != e->behind) W->nbehind = behind ? W->nbehind + 1 : W->nbehind - 1;
+	e->behind = behind;
+	wake_one(a, e);
+	/* one that could serve a peer catch-up: those behind may pair with it */
+	if (W->nbehind && !behind && !e->staged) wake(a, st->job);
 	arm(a);
 }
 
@@ -1055,12 +1125,19 @@ static void check_open(agent *a, double now)
 			 * it was refused): forget it after a while; a new head adopts */
 			continue;
 		}
-		for (size_t k = 0; k < u->co.rec.nengines && !u->co.final; k++) {
+		/* participants by id sit node by node: each node's liveness asked once */
+		const char *last_node = NULL;
+		bool last_alive = false;
+		for (size_t k = 0; k < u->co.rec.nengines && !u->co.final && wv_coord_pending(&u->co); k++) {
 			wv_engine *p = &u->co.rec.engines[k];
 			if (strcmp(p->state, "pending")) continue;
+			if (!last_node || strcmp(last_node, p->node)) {
+				last_node = p->node;
+				last_alive = node_alive(a, p->node);
+			}
 			wv_eng *e = eng_find(W, p->member);
 			const job_member_status *st = aj_status_of(a, p->node, p->member);
-			if (!node_alive(a, p->node)) lose(a, u, p, "its node failed", false, false);
+			if (!last_alive) lose(a, u, p, "its node failed", false, false);
 			else if (!st && !aj_node_reported(a, p->node))
 				continue; /* a new head, not yet told of the node's members: the watchdog bounds this */
 			else if (!st || strcmp(st->state, "running")) {
@@ -1122,6 +1199,8 @@ static void forget_all(agent *a)
 	}
 	W->nopen = 0;
 	W->neng = 0;
+	W->nbehind = 0;
+	W->hdirty = true;
 	retry_clear(W);
 }
 
@@ -1429,6 +1508,7 @@ void agent_wv_close(agent *a)
 	forget_all(a);
 	detail_clear(W);
 	free(W->eng);
+	free(W->hidx);
 	free(W->open);
 	free(W->retry);
 	free(W);
