@@ -34,8 +34,8 @@
  *   agent_sup.c    the member processes of this node
  *   agent_metrics.c, agent_http.c  GET /metrics (--metrics); it only reads
  *   agent_stats.c  what head, jobs and weight updates count for the metrics
- *   agent_wv.c     coordinated weight updates: the head's coordinator and
- *                  `skeinctl transfers`; agent_wv_gate.c checks a member's requests
+ *   agent_update.c     coordinated weight updates: the head's coordinator and
+ *                  `skeinctl transfers`; agent_update_gate.c checks a member's requests
  *
  * One libev loop runs everything.  The membership logic (membership/mbr.h)
  * gets time from sk_mono_ms (common/sk_time.h) and packets from the sockets; after every
@@ -53,7 +53,7 @@
  *   agent_head_cmd.c, agent_jobs_cmd.c   command families
  *   agent_jobs.c                      placement, orders, supervision
  *   agent_drain.c                     drain / undrain, the head's moves
- *   agent_wv.c, agent_wv_gate.c       weight updates (reads jobs' reports)
+ *   agent_update.c, agent_update_gate.c       weight updates (reads jobs' reports)
  *   agent_jobs_base.c                 the jobs family's shared helpers
  *   agent_head.c                      election and replicated state
  *   agent_peer.c                      messages to other agents, forwards
@@ -67,7 +67,7 @@
  *   head_changed     the head or term this voter publishes changed (agent_head.c)
  *                    -> the gossip metadata (agent_update_meta)
  *   state_changed    committed job entries were applied (agent_head.c) -> jobs
- *   wv_changed       committed weight-update entries (agent_head.c) -> agent_wv.c
+ *   update_changed       committed weight-update entries (agent_head.c) -> agent_update.c
  *   pump_due         packets were handed to membership (agent_net.c,
  *                    agent_tcp.c) -> agent_pump (agent_pump.c), which
  *                    delivers it sooner: at the end of the same iteration,
@@ -99,7 +99,7 @@ typedef struct agent_peers agent_peers;
 typedef struct agent_jobs agent_jobs;
 typedef struct agent_metrics agent_metrics;
 typedef struct agent_stats agent_stats;
-typedef struct agent_wv agent_wv;
+typedef struct agent_update agent_update;
 
 /* Who asked a control request, so that the answer can be sent later (a
  * write answered once committed, a request forwarded to the head), and
@@ -205,14 +205,14 @@ typedef struct agent {
 	agent_jobs *jobs;
 	agent_metrics *metrics;    /* --metrics (agent_metrics.c) */
 	agent_stats *stats;        /* what head, jobs and wv count for it (agent_stats.h); NULL: not counted */
-	agent_wv *wv;              /* coordinated weight updates (agent_wv.c) */
+	agent_update *wv;              /* coordinated weight updates (agent_update.c) */
 	/* Deferred events (see the top of this file), raised with agent_defer
 	 * and delivered by agent_main.c on the next loop iteration. */
 	ev_timer members_changed;  /* membership changed: head and jobs */
 	ev_timer head_changed;     /* the head or term this voter publishes: gossip metadata */
 	ev_timer state_changed;    /* committed job entries were applied: jobs */
 	ev_timer follow_timer;     /* agent_ctl.c: forwards follow the head (every 100 ms) */
-	ev_timer wv_changed;       /* weight-update entries were applied (agent_head.c): wv */
+	ev_timer update_changed;       /* weight-update entries were applied (agent_head.c): wv */
 } agent;
 
 /* skeind's exit status (docs/agent.md, "Exit codes"): systemd's Restart=on-failure
@@ -328,7 +328,7 @@ bool agent_head_handing_over(agent *a);   /* ... and the leave waits for that */
 int agent_head_drained(agent *a, char *err, size_t errlen);
 bool agent_head_ready(agent *a);                      /* head, and caught up with its own term */
 const struct job_state *agent_head_jobs(agent *a);   /* NULL on a non-voter */
-const struct wv_state *agent_head_wv(agent *a);      /* the weight updates; NULL on a non-voter */
+const struct update_state *agent_head_wv(agent *a);      /* the weight updates; NULL on a non-voter */
 struct raft;
 struct raft *agent_head_raft(agent *a);              /* NULL on a non-voter */
 uint64_t agent_head_applied(agent *a);

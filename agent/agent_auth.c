@@ -30,7 +30,7 @@ agent_role agent_auth_needs(const char *cmd, const char *const *args, size_t nar
 	/* what members wrote and the state's values may hold secrets */
 	if (is(cmd, "logs") || is(cmd, "transfers") || is(cmd, "engine")) return ROLE_READ;
 	/* a member's part in a weight update: its node's socket, where the
-	 * agent also checks which process asks (agent_wv_gate.c) */
+	 * agent also checks which process asks (agent_update_gate.c) */
 	if (is(cmd, "wv")) return is(a0, "outcome") ? ROLE_READ : ROLE_WRITE;
 	if (is(cmd, "state")) return is(a0, "get") || is(a0, "list") ? ROLE_READ : ROLE_WRITE;
 	if (is(cmd, "drain")) return is(a0, "status") ? ROLE_LOOK : ROLE_WRITE;

@@ -10,7 +10,7 @@
  * is answered in plaintext with a one-line reason, so the CLI can show it,
  * and counted in `info`.  docs/security.md has the whole model. */
 #include "agent/agent.h"
-#include "agent/agent_wv.h"
+#include "agent/agent_update.h"
 
 #include <grp.h>
 #include <stdarg.h>
@@ -461,7 +461,7 @@ static void dispatch(agent *a, const Skein__Control__Request *q, const agent_cli
 	const char *cmd = q->cmd;
 	if (agent_head_dispatch(a, q, c, r)) return;
 	if (agent_jobs_dispatch(a, q, c, r)) return;
-	if (agent_wv_dispatch(a, q, c, r)) return;
+	if (agent_update_dispatch(a, q, c, r)) return;
 	if (!strcmp(cmd, "members")) cmd_members(a, q, r);
 	else if (!strcmp(cmd, "peers")) cmd_peers(a, r);
 	else if (!strcmp(cmd, "info")) cmd_info(a, q, r);

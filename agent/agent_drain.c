@@ -26,8 +26,8 @@
 #include <time.h>
 
 #include "agent/agent_jobs_int.h"
-#include "agent/agent_wv.h"
-#include "jobs/wv_state.h"
+#include "agent/agent_update.h"
+#include "jobs/update_state.h"
 #include "common/sk_time.h"
 #include "common/sk_log.h"
 
@@ -116,11 +116,11 @@ static bool engine_up(agent *a, const job_spec *s, const job_layout *L, uint32_t
 	const char *node = job_layout_engine_node(s, L, e);
 	const job_member_status *st = node[0] ? aj_status_of(a, node, id) : NULL;
 	if (!st || st->gen != L->engine_gen[e] || strcmp(st->state, "running")) return false;
-	const wv_state *ws = agent_head_wv(a);
-	if (ws && wv_state_committed(ws, s->name) > 0) {
+	const update_state *ws = agent_head_wv(a);
+	if (ws && update_state_committed(ws, s->name) > 0) {
 		uint64_t held;
 		bool syncing;
-		return agent_wv_engine_view(a, id, &held, &syncing) && !syncing;
+		return agent_update_engine_view(a, id, &held, &syncing) && !syncing;
 	}
 	double now = sk_mono_s();
 	size_t i;

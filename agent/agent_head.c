@@ -35,7 +35,7 @@
  * The head's control commands (head, state, voters) are agent_head_cmd.c's;
  * they reach this file through agent.h and agent_head_int.h. */
 #include "agent/agent.h"
-#include "agent/agent_wv.h"
+#include "agent/agent_update.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -213,7 +213,7 @@ static void apply_all(agent *a)
 {
 	agent_head *h = a->head;
 	raft_apply ap;
-	bool jobs_changed = false, wv_changed = false;
+	bool jobs_changed = false, update_changed = false;
 	while (raft_pop_apply(h->raft, &ap)) {
 		int rc = 0;
 		if (ap.kind == RAFT_APPLY_SNAPSHOT) {
@@ -224,11 +224,11 @@ static void apply_all(agent *a)
 				agent_exit(a, AGENT_EXIT_ERROR);
 				return;
 			}
-			jobs_changed = wv_changed = true;
+			jobs_changed = update_changed = true;
 		} else if (ap.type >= RAFT_ENTRY_USER) {
 			unsigned changed = 0;
 			rc = agent_state_apply(h->state, ap.type, ap.data, ap.len, &changed);
-			if (changed & AGENT_STATE_WV) wv_changed = true;
+			if (changed & AGENT_STATE_WV) update_changed = true;
 			if (changed & AGENT_STATE_JOBS) {
 				if (rc < 0) SK_DEBUG("head", "job entry %llu refused (type %u)", (unsigned long long)ap.index, ap.type);
 				jobs_changed = true;
@@ -256,7 +256,7 @@ static void apply_all(agent *a)
 		}
 	}
 	if (jobs_changed) agent_defer(a, &a->state_changed); /* agent_main.c tells the jobs */
-	if (wv_changed) agent_defer(a, &a->wv_changed);  /* ... and the weight coordinator */
+	if (update_changed) agent_defer(a, &a->update_changed);  /* ... and the weight coordinator */
 	if (raft_snapshot_wanted(h->raft)) {
 		uint8_t *data;
 		size_t len;
@@ -548,7 +548,7 @@ const job_state *agent_head_jobs(agent *a)
 	return a->head ? agent_state_jobs(a->head->state) : NULL;
 }
 
-const wv_state *agent_head_wv(agent *a)
+const update_state *agent_head_wv(agent *a)
 {
 	return a->head ? agent_state_wv(a->head->state) : NULL;
 }

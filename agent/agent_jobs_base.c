@@ -2,7 +2,7 @@
  * the head's view of each node's reports, proposals in flight, MASTER_PORT
  * choice, member ids and one member's order as the head builds it.  Called
  * by agent_jobs.c (placement, orders, supervision), agent_drain.c,
- * agent_jobs_cmd.c and agent_wv.c; it calls only the head and membership. */
+ * agent_jobs_cmd.c and agent_update.c; it calls only the head and membership. */
 #include "agent/agent.h"
 
 #include <arpa/inet.h>

@@ -4,8 +4,8 @@
  * the agent that runs or ran the member, reached through the head). */
 #include "common/sk_time.h"
 #include "agent/agent_jobs_int.h"
-#include "agent/agent_wv.h"
-#include "jobs/wv_state.h"
+#include "agent/agent_update.h"
+#include "jobs/update_state.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,10 +85,10 @@ typedef struct {
  * latest committed weights, syncing until then. */
 static void view_weights(agent *a, const char *job, member_view *v)
 {
-	const wv_state *ws = agent_head_wv(a);
-	uint64_t latest = ws ? wv_state_committed(ws, job) : 0;
+	const update_state *ws = agent_head_wv(a);
+	uint64_t latest = ws ? update_state_committed(ws, job) : 0;
 	bool syncing = false;
-	v->has_weights = agent_wv_engine_view(a, v->id, &v->weight_version, &syncing);
+	v->has_weights = agent_update_engine_view(a, v->id, &v->weight_version, &syncing);
 	if (!v->has_weights) syncing = latest > 0;
 	if (syncing && !strcmp(v->state, "running")) snprintf(v->state, sizeof v->state, "syncing");
 }
@@ -502,9 +502,9 @@ void aj_cmd_status(agent *a, const Skein__Control__Request *q, agent_reply *r, b
 			if (!strcmp(v.state, "running") && v.pid > 0) running++;
 		}
 		job_layout_free(&L);
-		const wv_state *ws = agent_head_wv(a);
-		const wv_update *last = ws ? wv_state_job_at(ws, s.name, 0) : NULL;
-		uint64_t wv = ws ? wv_state_committed(ws, s.name) : 0;
+		const update_state *ws = agent_head_wv(a);
+		const update_rec *last = ws ? update_state_job_at(ws, s.name, 0) : NULL;
+		uint64_t wv = ws ? update_state_committed(ws, s.name) : 0;
 		char wvs[24] = "-", lus[32] = "-", wvj[24] = "null", luj[24] = "null";
 		if (wv) snprintf(wvs, sizeof wvs, "%llu", (unsigned long long)wv), snprintf(wvj, sizeof wvj, "%s", wvs);
 		if (last && last->finished_ms) {

@@ -1,5 +1,5 @@
 /* agent/agent_jobs_int: what the jobs family shares.  Not for other files
- * (but agent_wv.c reads the reports).  Calls go one way, down this list:
+ * (but agent_update.c reads the reports).  Calls go one way, down this list:
  * agent_jobs_cmd.c (the dispatch and the commands) -> agent_jobs.c
  * (placement, orders, supervision) -> agent_drain.c -> agent_jobs_base.c.  A job's layout is
  * jobs/job_model.h's job_layout; jobs/job_codec.h reads and writes records. */
@@ -99,7 +99,7 @@ typedef struct {
 	const char *env[JOB_ORDER_ENV_MAX];
 } order_buf;
 
-/* ---- agent_jobs_base.c: shared by the whole family (and agent_wv.c) ---- */
+/* ---- agent_jobs_base.c: shared by the whole family (and agent_update.c) ---- */
 /* The state of member `id` as `node` last reported it (NULL if none). */
 const job_member_status *aj_status_of(agent *a, const char *node, const char *id);
 const job_report *aj_report_of(agent *a, const char *node);   /* NULL if none */

@@ -3,7 +3,7 @@
  * deferred events the layers below raise (agent.h).  The pump, leaving and
  * saving the keyring are in agent_pump.c, below the control endpoints. */
 #include "agent/agent.h"
-#include "agent/agent_wv.h"
+#include "agent/agent_update.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -203,10 +203,10 @@ static void head_changed_cb(struct ev_loop *loop, ev_timer *t, int revents)
 }
 
 /* Committed job entries were applied (agent_head.c). */
-static void wv_changed_cb(struct ev_loop *loop, ev_timer *t, int revents)
+static void update_changed_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	(void)loop; (void)revents;
-	agent_wv_state_changed(t->data);
+	agent_update_state_changed(t->data);
 }
 
 static void state_changed_cb(struct ev_loop *loop, ev_timer *t, int revents)
@@ -540,8 +540,8 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 	ev_init(&a->members_changed, members_changed_cb);
 	ev_init(&a->head_changed, head_changed_cb);
 	ev_init(&a->state_changed, state_changed_cb);
-	ev_init(&a->wv_changed, wv_changed_cb);
-	a->members_changed.data = a->head_changed.data = a->state_changed.data = a->wv_changed.data = a;
+	ev_init(&a->update_changed, update_changed_cb);
+	a->members_changed.data = a->head_changed.data = a->state_changed.data = a->update_changed.data = a;
 	raise_nofile(); /* after every usage check: their error stays the only line */
 	if (agent_net_open(a, err, sizeof err) < 0) goto fatal;
 	if (agent_ctl_open(a, err, sizeof err) < 0) goto fatal;
@@ -558,7 +558,7 @@ static int setup(agent *a, int argc, char **argv, int *exit_code)
 		goto fatal;
 	}
 	if (agent_metrics_open(a, err, sizeof err) < 0) goto fatal;
-	if (agent_wv_open(a, err, sizeof err) < 0) goto fatal;
+	if (agent_update_open(a, err, sizeof err) < 0) goto fatal;
 	if (agent_update_meta(a) < 0) goto fatal;
 
 	signal(SIGPIPE, SIG_IGN);
@@ -598,9 +598,9 @@ static void teardown(agent *a)
 		ev_timer_stop(a->loop, &a->members_changed);
 		ev_timer_stop(a->loop, &a->head_changed);
 		ev_timer_stop(a->loop, &a->state_changed);
-		ev_timer_stop(a->loop, &a->wv_changed);
+		ev_timer_stop(a->loop, &a->update_changed);
 		agent_metrics_close(a);
-		agent_wv_close(a);
+		agent_update_close(a);
 		agent_jobs_close(a);
 		agent_head_close(a);
 		agent_peer_close(a);

@@ -16,7 +16,7 @@
  *     histogram (agent_head.c);
  *   - head changes this voter saw (agent_head.c);
  *   - member restarts made by this agent (agent_jobs.c);
- *   - weight updates this head finished (agent_wv.c, when a final record
+ *   - weight updates this head finished (agent_update.c, when a final record
  *     applies): per mode, histograms of Miles's perf/update_weights_*
  *     figures, byte counters, outcomes; aborts by a short fixed cause. */
 #include "agent/agent_metrics.h"
@@ -355,7 +355,7 @@ static void updates(agent *a, sk_buf *b, bool old)
 		labelled(b, old ? C[c].old : C[c].name, "counter", help, "mode", v, AGENT_STATS_NMODES);
 	}
 	lv ab[AGENT_STATS_NCAUSES];
-	for (int k = 0; k < AGENT_STATS_NCAUSES; k++) ab[k] = (lv){ wv_causes[k], m->aborts[k] };
+	for (int k = 0; k < AGENT_STATS_NCAUSES; k++) ab[k] = (lv){ update_causes[k], m->aborts[k] };
 	labelled(b, old ? "skein_transfer_aborts_total" : "skein_update_aborts_total", "counter",
 		 old ? "Deprecated: skein_update_aborts_total, the same." : "Weight updates aborted, by cause.", "cause", ab,
 		 AGENT_STATS_NCAUSES);

@@ -1,9 +1,9 @@
 /* agent/agent_state: the replicated state machine every voter applies.
  *
  * The key-value map (raft/raft_kv.h), the jobs with the drained nodes
- * (jobs/job_state.h) and the weight updates (jobs/wv_state.h) as one
+ * (jobs/job_state.h) and the weight updates (jobs/update_state.h) as one
  * machine: a committed entry goes to the map, to the weight updates
- * (WV_ENTRY_PUT) or to the jobs; a snapshot holds all three ("SKSM").
+ * (UPDATE_ENTRY_PUT) or to the jobs; a snapshot holds all three ("SKSM").
  * Pure: no loop, no agent, no election; the caller (agent_head.c) learns
  * what changed from the return values and tells the jobs and the updates'
  * coordinator itself. */
@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "jobs/job_state.h"
-#include "jobs/wv_state.h"
+#include "jobs/update_state.h"
 #include "raft/raft_kv.h"
 
 /* What an entry touched (agent_state_apply's *changed, or'ed in). */
@@ -42,6 +42,6 @@ int agent_state_restore(agent_state *s, const uint8_t *d, size_t len, char *err,
 
 const raft_kv *agent_state_kv(const agent_state *s);
 const job_state *agent_state_jobs(const agent_state *s);
-const wv_state *agent_state_wv(const agent_state *s);
+const update_state *agent_state_wv(const agent_state *s);
 
 #endif

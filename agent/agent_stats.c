@@ -79,7 +79,7 @@ static void histo_add(agent_stats_histo *h, const double *bounds, int n, double 
 	h->sum += v;
 }
 
-void agent_stats_transfer(agent_stats *m, const wv_update *rec, double update_s)
+void agent_stats_transfer(agent_stats *m, const update_rec *rec, double update_s)
 {
 	int k = 0;
 	if (!m) return;
@@ -92,7 +92,7 @@ void agent_stats_transfer(agent_stats *m, const wv_update *rec, double update_s)
 		histo_add(&ms->impl, agent_stats_update_s, AGENT_STATS_UBUCKETS, rec->implementation_seconds);
 		if (!strcmp(rec->mode, "disk-delta"))
 			histo_add(&ms->density, agent_stats_density, AGENT_STATS_DBUCKETS, rec->density);
-		wv_timings slow = wv_update_slowest(rec);
+		update_timings slow = update_rec_slowest(rec);
 		histo_add(&ms->eng_data, agent_stats_update_s, AGENT_STATS_UBUCKETS, slow.data);
 		histo_add(&ms->eng_hash, agent_stats_update_s, AGENT_STATS_UBUCKETS, slow.hash);
 		histo_add(&ms->eng_journal, agent_stats_update_s, AGENT_STATS_UBUCKETS, slow.journal);
@@ -102,7 +102,7 @@ void agent_stats_transfer(agent_stats *m, const wv_update *rec, double update_s)
 	} else {
 		ms->aborted++;
 		int c = 0;
-		while (c < WV_NCAUSES && strcmp(wv_causes[c], rec->cause)) c++;
-		if (c < WV_NCAUSES) m->aborts[c]++;
+		while (c < UPDATE_NCAUSES && strcmp(update_causes[c], rec->cause)) c++;
+		if (c < UPDATE_NCAUSES) m->aborts[c]++;
 	}
 }

@@ -1,5 +1,5 @@
 /* agent/agent_stats: figures that the head (agent_head.c), the jobs
- * (agent_jobs.c) and the weight updates (agent_wv.c) count as they go, for
+ * (agent_jobs.c) and the weight updates (agent_update.c) count as they go, for
  * agent_metrics.c to read at scrape time.  A leaf: the layers write here and
  * metrics only reads, so metrics is never called by the layers it reads.
  * Every hook is a no-op on NULL (agent.stats is set while metrics is open). */
@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "agent/sup/agent_sup.h"
-#include "jobs/wv_state.h"
+#include "jobs/update_state.h"
 #include "membership/mbr.h"
 
 enum {
@@ -18,7 +18,7 @@ enum {
 	AGENT_STATS_UBUCKETS = 14,     /* agent_stats_update_s */
 	AGENT_STATS_DBUCKETS = 7,      /* agent_stats_density */
 	AGENT_STATS_NMODES = 5,        /* agent_stats_modes */
-	AGENT_STATS_NCAUSES = WV_NCAUSES, /* jobs/wv_state.h's wv_causes */
+	AGENT_STATS_NCAUSES = UPDATE_NCAUSES, /* jobs/update_state.h's update_causes */
 	AGENT_STATS_PROPOSED_MAX = 256,/* proposals awaiting their commit, at most */
 };
 /* Histogram bounds: commit latency (s), a weight update's times (s), a
@@ -26,7 +26,7 @@ enum {
 extern const double agent_stats_commit_s[AGENT_STATS_NBUCKETS];
 extern const double agent_stats_update_s[AGENT_STATS_UBUCKETS];
 extern const double agent_stats_density[AGENT_STATS_DBUCKETS];
-/* --update-weight-transfer-mode's values (an abort's causes: wv_causes) */
+/* --update-weight-transfer-mode's values (an abort's causes: update_causes) */
 extern const char *const agent_stats_modes[AGENT_STATS_NMODES];
 
 typedef struct {
@@ -67,9 +67,9 @@ void agent_stats_proposed(agent_stats *s, uint64_t index);   /* the head propose
 void agent_stats_applied(agent_stats *s, uint64_t index);    /* ... and this one was applied */
 void agent_stats_head_seen(agent_stats *s, const char *leader, uint64_t term);
 void agent_stats_member_event(agent_stats *s, const sup_status *st);
-/* A weight update this head finished (agent_wv.c): its final record,
- * committed or aborted (then its cause is one of wv_causes), and its
+/* A weight update this head finished (agent_update.c): its final record,
+ * committed or aborted (then its cause is one of update_causes), and its
  * update_seconds as measured to the final record's commit. */
-void agent_stats_transfer(agent_stats *s, const wv_update *rec, double update_s);
+void agent_stats_transfer(agent_stats *s, const update_rec *rec, double update_s);
 
 #endif

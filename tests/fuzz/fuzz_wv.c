@@ -1,6 +1,6 @@
 /* tests/fuzz/fuzz_wv: the replicated table of weight updates
- * (jobs/wv_state.c, jobs/wv_codec.c), as a voter meets its bytes: a
- * WV_ENTRY_PUT from the log and a snapshot's section.
+ * (jobs/update_state.c, jobs/update_codec.c), as a voter meets its bytes: a
+ * UPDATE_ENTRY_PUT from the log and a snapshot's section.
  *
  * The input is (1) decoded as an Update: one that decodes passes the field
  * rules and round-trips through the encoder byte for byte; (2) applied to a
@@ -11,39 +11,39 @@
  * serializes and restores again to the same bytes. */
 #include "tests/fuzz/fuzz.h"
 
-#include "jobs/wv_state.h"
-#include "tests/unit/wv_fixture.h"
+#include "jobs/update_state.h"
+#include "tests/unit/update_fixture.h"
 
 static uint8_t *base;      /* the starting table's snapshot */
 static size_t base_len;
 
-static void base_put(wv_state *s, const char *job, uint64_t v, const char *state, const char *eng)
+static void base_put(update_state *s, const char *job, uint64_t v, const char *state, const char *eng)
 {
-	wv_update u;
-	wv_engine e[2];
-	wv_fixture(&u, e, 2, job, v, state, eng);
+	update_rec u;
+	update_engine e[2];
+	update_fixture(&u, e, 2, job, v, state, eng);
 	uint8_t *b;
 	size_t n;
-	FUZZ_CHECK(wv_update_encode(&u, &b, &n) == 0);
-	FUZZ_CHECK(wv_state_apply(s, b, n) == 0);
+	FUZZ_CHECK(update_rec_encode(&u, &b, &n) == 0);
+	FUZZ_CHECK(update_state_apply(s, b, n) == 0);
 	free(b);
 }
 
-static wv_state *fresh(void)
+static update_state *fresh(void)
 {
 	char err[200];
 	if (!base) {
-		wv_state *s = wv_state_new();
+		update_state *s = update_state_new();
 		base_put(s, "j", 1, "preparing", "pending");
 		base_put(s, "j", 1, "committed", "verified");
 		base_put(s, "j", 2, "preparing", "pending");
 		base_put(s, "k", 1, "preparing", "pending");
 		base_put(s, "k", 1, "aborted", "failed");
-		FUZZ_CHECK(wv_state_serialize(s, &base, &base_len) == 0);
-		wv_state_free(&s);
+		FUZZ_CHECK(update_state_serialize(s, &base, &base_len) == 0);
+		update_state_free(&s);
 	}
-	wv_state *s = wv_state_new();
-	FUZZ_CHECK(s && wv_state_restore(s, base, base_len, err, sizeof err) == 0);
+	update_state *s = update_state_new();
+	FUZZ_CHECK(s && update_state_restore(s, base, base_len, err, sizeof err) == 0);
 	return s;
 }
 
@@ -53,75 +53,75 @@ static bool same_bytes(const uint8_t *a, size_t na, const uint8_t *b, size_t nb)
 }
 
 /* s's snapshot restores into a new table with the same bytes. */
-static void snapshot_stable(const wv_state *s)
+static void snapshot_stable(const update_state *s)
 {
 	uint8_t *a, *b;
 	size_t na, nb;
 	char err[200];
-	FUZZ_CHECK(wv_state_serialize(s, &a, &na) == 0);
-	wv_state *t = wv_state_new();
-	FUZZ_CHECK(wv_state_restore(t, a, na, err, sizeof err) == 0);
-	FUZZ_CHECK(wv_state_serialize(t, &b, &nb) == 0);
+	FUZZ_CHECK(update_state_serialize(s, &a, &na) == 0);
+	update_state *t = update_state_new();
+	FUZZ_CHECK(update_state_restore(t, a, na, err, sizeof err) == 0);
+	FUZZ_CHECK(update_state_serialize(t, &b, &nb) == 0);
 	FUZZ_CHECK(same_bytes(a, na, b, nb));
 	free(a);
 	free(b);
-	wv_state_free(&t);
+	update_state_free(&t);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char err[200];
-	wv_update u;
+	update_rec u;
 	uint8_t *enc = NULL, *enc2 = NULL, *before, *after;
 	size_t nenc = 0, nenc2, nb, na;
 	/* (1) decode */
-	bool decoded = wv_update_decode(&u, data, size, err, sizeof err) == 0;
+	bool decoded = update_rec_decode(&u, data, size, err, sizeof err) == 0;
 	if (decoded) {
-		wv_update d;
-		FUZZ_CHECK(wv_update_check(&u, err, sizeof err) == 0);
+		update_rec d;
+		FUZZ_CHECK(update_rec_check(&u, err, sizeof err) == 0);
 		FUZZ_CHECK(u.reason && (u.nengines == 0 || u.engines));
-		FUZZ_CHECK(wv_update_encode(&u, &enc, &nenc) == 0);
-		FUZZ_CHECK(wv_update_decode(&d, enc, nenc, err, sizeof err) == 0);
-		FUZZ_CHECK(wv_update_encode(&d, &enc2, &nenc2) == 0);
+		FUZZ_CHECK(update_rec_encode(&u, &enc, &nenc) == 0);
+		FUZZ_CHECK(update_rec_decode(&d, enc, nenc, err, sizeof err) == 0);
+		FUZZ_CHECK(update_rec_encode(&d, &enc2, &nenc2) == 0);
 		FUZZ_CHECK(same_bytes(enc, nenc, enc2, nenc2));
 		free(enc2);
-		wv_update_free(&d);
+		update_rec_free(&d);
 	}
 	/* (2) apply */
-	wv_state *s = fresh();
-	FUZZ_CHECK(wv_state_serialize(s, &before, &nb) == 0);
-	int rc = wv_state_apply(s, data, size);
+	update_state *s = fresh();
+	FUZZ_CHECK(update_state_serialize(s, &before, &nb) == 0);
+	int rc = update_state_apply(s, data, size);
 	FUZZ_CHECK(rc == 0 || rc == -1);
 	FUZZ_CHECK(rc == -1 || decoded);
 	if (rc < 0) {
-		FUZZ_CHECK(wv_state_serialize(s, &after, &na) == 0);
+		FUZZ_CHECK(update_state_serialize(s, &after, &na) == 0);
 		FUZZ_CHECK(same_bytes(before, nb, after, na));
-		FUZZ_CHECK(wv_state_refused(s) == 1);
+		FUZZ_CHECK(update_state_refused(s) == 1);
 		free(after);
 	} else {
-		const wv_update *got = wv_state_get(s, u.job, u.version);
-		FUZZ_CHECK(got && wv_update_encode(got, &enc2, &nenc2) == 0);
+		const update_rec *got = update_state_get(s, u.job, u.version);
+		FUZZ_CHECK(got && update_rec_encode(got, &enc2, &nenc2) == 0);
 		FUZZ_CHECK(same_bytes(enc, nenc, enc2, nenc2));
 		free(enc2);
-		FUZZ_CHECK(wv_state_max_version(s, u.job) >= u.version);
-		FUZZ_CHECK(wv_state_committed(s, "j") >= 1);
+		FUZZ_CHECK(update_state_max_version(s, u.job) >= u.version);
+		FUZZ_CHECK(update_state_committed(s, "j") >= 1);
 		snapshot_stable(s);
 	}
-	wv_state_free(&s);
+	update_state_free(&s);
 	/* (3) restore */
 	s = fresh();
 	err[0] = 0;
-	if (wv_state_restore(s, data, size, err, sizeof err) == 0) {
+	if (update_state_restore(s, data, size, err, sizeof err) == 0) {
 		snapshot_stable(s);
 	} else {
 		FUZZ_CHECK(err[0]);
-		FUZZ_CHECK(wv_state_serialize(s, &after, &na) == 0);
+		FUZZ_CHECK(update_state_serialize(s, &after, &na) == 0);
 		FUZZ_CHECK(same_bytes(before, nb, after, na));
 		free(after);
 	}
-	wv_state_free(&s);
+	update_state_free(&s);
 	free(before);
 	free(enc);
-	if (decoded) wv_update_free(&u);
+	if (decoded) update_rec_free(&u);
 	return 0;
 }

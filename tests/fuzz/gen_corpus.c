@@ -15,14 +15,14 @@
 #include "jobs/job_codec.h"
 #include "jobs/job_spec.h"
 #include "jobs/job_state.h"
-#include "jobs/wv_state.h"
+#include "jobs/update_state.h"
 #include "membership/mbr_codec.h"
 #include "proto/control.pb-c.h"
 #include "proto/jobs.pb-c.h"
 #include "proto/weights.pb-c.h"
 #include "raft/raft_codec.h"
 #include "transfer/core/xfer_int.h"
-#include "tests/unit/wv_fixture.h"
+#include "tests/unit/update_fixture.h"
 
 static const char *root;
 
@@ -432,9 +432,9 @@ static void gossip(void)
 
 /* ---- weight updates (fuzz_wv): records of each state, a table's snapshot ---- */
 
-static void wv_rec(wv_update *u, wv_engine *e, const char *job, uint64_t v, const char *state, const char *eng)
+static void rec_fill(update_rec *u, update_engine *e, const char *job, uint64_t v, const char *state, const char *eng)
 {
-	wv_fixture(u, e, 2, job, v, state, eng);
+	update_fixture(u, e, 2, job, v, state, eng);
 	u->has_digest = true;
 	memset(u->digest, 0xa5, sizeof u->digest);
 	u->bytes = 16u << 20;
@@ -446,43 +446,43 @@ static void wv_rec(wv_update *u, wv_engine *e, const char *job, uint64_t v, cons
 	u->update_seconds = 0.75;
 }
 
-static void wv_one(wv_state *s, const char *name, const wv_update *u)
+static void update_one(update_state *s, const char *name, const update_rec *u)
 {
 	uint8_t *b;
 	size_t n;
-	if (wv_update_encode(u, &b, &n) < 0 || wv_state_apply(s, b, n) < 0) die("wv record refused");
+	if (update_rec_encode(u, &b, &n) < 0 || update_state_apply(s, b, n) < 0) die("wv record refused");
 	put("fuzz_wv", name, b, n);
 	free(b);
 }
 
 static void wv(void)
 {
-	wv_state *s = wv_state_new();
-	wv_update u;
-	wv_engine e[2];
-	wv_rec(&u, e, "j", 2, "preparing", "pending");
-	wv_one(s, "update-preparing", &u);
-	wv_rec(&u, e, "j", 2, "committed", "verified");
+	update_state *s = update_state_new();
+	update_rec u;
+	update_engine e[2];
+	rec_fill(&u, e, "j", 2, "preparing", "pending");
+	update_one(s, "update-preparing", &u);
+	rec_fill(&u, e, "j", 2, "committed", "verified");
 	snprintf(e[1].state, sizeof e[1].state, "dropped");
 	e[1].reason = "node n3 failed";
-	wv_one(s, "update-committed-dropped", &u);
-	wv_rec(&u, e, "j", 3, "preparing", "pending");
-	wv_one(s, "update-preparing-3", &u);
-	wv_rec(&u, e, "j", 3, "aborted", "failed");
+	update_one(s, "update-committed-dropped", &u);
+	rec_fill(&u, e, "j", 3, "preparing", "pending");
+	update_one(s, "update-preparing-3", &u);
+	rec_fill(&u, e, "j", 3, "aborted", "failed");
 	u.reason = "j/engine-0: checksum of tensor 3 differs";
 	snprintf(u.cause, sizeof u.cause, "engine");
-	wv_one(s, "update-aborted", &u);
+	update_one(s, "update-aborted", &u);
 	uint8_t *b;
 	size_t n;
-	if (wv_state_serialize(s, &b, &n) < 0) die("wv snapshot");
+	if (update_state_serialize(s, &b, &n) < 0) die("wv snapshot");
 	put("fuzz_wv", "snapshot", b, n);
 	free(b);
-	wv_state_free(&s);
+	update_state_free(&s);
 }
 
 /* ---- the head's answers to libskein (fuzz_wv_reply) ---- */
 
-#define WV_PUT(name, kind, msg)                                                   \
+#define UPDATE_PUT(name, kind, msg)                                                   \
 	do {                                                                      \
 		size_t n_ = skein__weights__##kind##__get_packed_size(msg);       \
 		uint8_t *b_ = malloc(n_ + 1);                                     \
@@ -492,30 +492,30 @@ static void wv(void)
 		free(b_);                                                         \
 	} while (0)
 
-static void wv_reply(void)
+static void update_reply(void)
 {
 	Skein__Weights__Peer p[2] = { SKEIN__WEIGHTS__PEER__INIT, SKEIN__WEIGHTS__PEER__INIT }, *pp[2] = { &p[0], &p[1] };
 	p[0].member = "j/engine-0", p[0].node = "n2", p[0].endpoint = "10.0.0.2:7400", p[0].rank = 1;
 	p[1].member = "j/engine-1", p[1].node = "n3", p[1].endpoint = "10.0.0.3:7400", p[1].rank = 2;
 	Skein__Weights__BeginReply br = SKEIN__WEIGHTS__BEGIN_REPLY__INIT;
 	br.version = 4, br.base_version = 3, br.n_peers = 2, br.peers = pp, br.timeout_ms = 30000;
-	WV_PUT("begin-reply", begin_reply, &br);
+	UPDATE_PUT("begin-reply", begin_reply, &br);
 
 	static uint8_t nccl_id[128];
 	for (size_t i = 0; i < sizeof nccl_id; i++) nccl_id[i] = (uint8_t)i;
 	Skein__Weights__Instruction in = SKEIN__WEIGHTS__INSTRUCTION__INIT;
 	in.kind = "idle";
-	WV_PUT("instruction-idle", instruction, &in);
+	UPDATE_PUT("instruction-idle", instruction, &in);
 	in.kind = "receive", in.version = 4, in.base_version = 3, in.mode = "p2p", in.peer = "10.0.0.1:7400";
 	in.timeout_ms = 30000;
-	WV_PUT("instruction-receive-p2p", instruction, &in);
+	UPDATE_PUT("instruction-receive-p2p", instruction, &in);
 	in.mode = "broadcast", in.peer = "", in.rank = 1, in.nranks = 3;
 	in.setup.data = nccl_id, in.setup.len = sizeof nccl_id;
-	WV_PUT("instruction-receive-nccl", instruction, &in);
+	UPDATE_PUT("instruction-receive-nccl", instruction, &in);
 	in.kind = "abort", in.mode = "", in.rank = 0, in.nranks = 0, in.setup.len = 0, in.reason = "j/engine-1: gone";
-	WV_PUT("instruction-abort", instruction, &in);
+	UPDATE_PUT("instruction-abort", instruction, &in);
 	in.kind = "catchup", in.reason = "", in.version = 7, in.peer = "10.0.0.2:7400";
-	WV_PUT("instruction-catchup", instruction, &in);
+	UPDATE_PUT("instruction-catchup", instruction, &in);
 
 	Skein__Weights__Engine e[2] = { SKEIN__WEIGHTS__ENGINE__INIT, SKEIN__WEIGHTS__ENGINE__INIT },
 			       *ep[2] = { &e[0], &e[1] };
@@ -526,9 +526,9 @@ static void wv_reply(void)
 	u.wire_bytes = 1 << 20, u.update_seconds = 0.5, u.implementation_seconds = 0.3;
 	Skein__Weights__Outcome o = SKEIN__WEIGHTS__OUTCOME__INIT;
 	o.job = "j", o.version = 4, o.state = "committed", o.record = &u;
-	WV_PUT("outcome-committed", outcome, &o);
+	UPDATE_PUT("outcome-committed", outcome, &o);
 	o.state = "aborted", o.reason = "j/engine-0 on n2: checksum mismatch", o.record = NULL;
-	WV_PUT("outcome-aborted", outcome, &o);
+	UPDATE_PUT("outcome-aborted", outcome, &o);
 }
 
 int main(int argc, char **argv)
@@ -548,6 +548,6 @@ int main(int argc, char **argv)
 	p2p();
 	gossip();
 	wv();
-	wv_reply();
+	update_reply();
 	return 0;
 }

@@ -1,8 +1,8 @@
 /* tests/sim/sim_coord: `skein-sim coord`, the head's update coordinator at
  * scale (issue 25, item 5).
  *
- * Drives the real coordinator (jobs/wv_coord), the real records (their
- * codec and jobs/wv_state, applied on the head's replica and on a standby
+ * Drives the real coordinator (jobs/update_coord), the real records (their
+ * codec and jobs/update_state, applied on the head's replica and on a standby
  * voter's) and the real membership (tests/sim: SWIM on every agent, the
  * head learning of a node's failure from its own view) on a fake clock:
  * agents x engines-per-agent engines of one job ("j/engine-<id>" on agent
@@ -34,8 +34,8 @@
 
 #include "common/sk_heap.h"
 #include "common/sk_rng.h"
-#include "jobs/wv_coord.h"
-#include "jobs/wv_state.h"
+#include "jobs/update_coord.h"
+#include "jobs/update_state.h"
 #include "tests/sim/sim.h"
 
 enum { EV_COMMIT, EV_STAGED, EV_DONE, EV_EXIT, EV_FAILOVER, EV_TAKEOVER, EV_POLL, EV_TICK };
@@ -59,8 +59,8 @@ typedef struct {
 	sk_rng rng;
 	uint32_t agents, epa, E, head, trainer;
 	uint64_t lat_us;
-	wv_state *rep[2];              /* the head's replica, the standby's */
-	wv_coord co;
+	update_state *rep[2];              /* the head's replica, the standby's */
+	update_coord co;
 	bool open, head_up;
 	uint64_t v;
 	uint32_t *dead_until;          /* per engine: its process is gone until update N (0: runs) */
@@ -108,18 +108,18 @@ static bool engine_runs(const cs *c, uint32_t id)
 
 /* The head proposes a record: packed (its bytes counted), committed a
  * fixed time later (EV_COMMIT applies it on both replicas). */
-static void propose(cs *c, const wv_update *u, uint64_t now)
+static void propose(cs *c, const update_rec *u, uint64_t now)
 {
 	uint8_t *data;
 	size_t len;
-	if (wv_update_encode(u, &data, &len) < 0) exit(2);
+	if (update_rec_encode(u, &data, &len) < 0) exit(2);
 	if (u->compact) { /* the baseline: the same record as main packs it (every engine) */
-		wv_update full = *u;
+		update_rec full = *u;
 		uint8_t *fd;
 		size_t fl;
 		double t0 = cpu_now_ms();
 		full.compact = full.bare = false;
-		if (wv_update_encode(&full, &fd, &fl) == 0) c->full_bytes += fl, free(fd);
+		if (update_rec_encode(&full, &fd, &fl) == 0) c->full_bytes += fl, free(fd);
 		c->cpu_ms -= cpu_now_ms() - t0; /* not the head's work */
 	}
 	if (c->nlog == c->logcap) {
@@ -127,7 +127,7 @@ static void propose(cs *c, const wv_update *u, uint64_t now)
 		c->log = realloc(c->log, c->logcap * sizeof *c->log);
 		if (!c->log) exit(2);
 	}
-	c->log[c->nlog] = (entry){ data, len, now, !wv_update_open(u) };
+	c->log[c->nlog] = (entry){ data, len, now, !update_rec_open(u) };
 	at(c, now + 2 * c->lat_us + 1000, EV_COMMIT, (uint32_t)c->nlog, u->version);
 	c->nlog++;
 	c->uncommitted++;
@@ -138,21 +138,21 @@ static void propose(cs *c, const wv_update *u, uint64_t now)
 static void settled(cs *c, bool fin, uint64_t now)
 {
 	if (!fin) return;
-	wv_update f;
-	if (wv_coord_final(&c->co, now / 1e6, 1700000000000ull + now / 1000, &f) < 0) exit(2);
+	update_rec f;
+	if (update_coord_final(&c->co, now / 1e6, 1700000000000ull + now / 1000, &f) < 0) exit(2);
 	propose(c, &f, now);
-	wv_update_free(&f);
+	update_rec_free(&f);
 	c->t_verdict = now;
 }
 
 static void begin(cs *c, uint64_t now)
 {
 	c->v++;
-	wv_update r;
+	update_rec r;
 	memset(&r, 0, sizeof r);
 	snprintf(r.job, sizeof r.job, "j");
 	r.version = c->v;
-	r.base_version = wv_state_committed(c->rep[0], "j");
+	r.base_version = update_state_committed(c->rep[0], "j");
 	snprintf(r.mode, sizeof r.mode, "p2p-tcp");
 	snprintf(r.sender, sizeof r.sender, "j/trainer-0");
 	snprintf(r.sender_node, sizeof r.sender_node, "n%u", c->trainer);
@@ -165,13 +165,13 @@ static void begin(cs *c, uint64_t now)
 	for (uint32_t id = 0; id < c->E; id++) {
 		uint32_t n = node_of(c, id);
 		if (!engine_runs(c, id) || (n != c->head && sim_view(c->mbr, c->head, n) != SIM_V_ALIVE)) continue;
-		wv_engine *e = &r.engines[r.nengines++];
+		update_engine *e = &r.engines[r.nengines++];
 		snprintf(e->member, sizeof e->member, "j/engine-%u", id);
 		snprintf(e->node, sizeof e->node, "n%u", node_of(c, id));
 		snprintf(e->state, sizeof e->state, "pending");
 		if (!(e->reason = strdup(""))) exit(2);
 	}
-	if (wv_coord_start(&c->co, &r, now / 1e6, 30000, true, false) < 0) exit(2);
+	if (update_coord_start(&c->co, &r, now / 1e6, 30000, true, false) < 0) exit(2);
 	c->open = true;
 	c->done_sent = false;
 	propose(c, &c->co.rec, now);
@@ -182,11 +182,11 @@ static void begin(cs *c, uint64_t now)
  * after its data path; the sender done after the slowest. */
 static void begun(cs *c, uint64_t now)
 {
-	wv_coord_begun(&c->co, now / 1e6);
+	update_coord_begun(&c->co, now / 1e6);
 	uint64_t slowest = 0;
 	for (size_t i = 0; i < c->co.rec.nengines; i++) {
 		uint32_t id;
-		wv_engine_id("j", c->co.rec.engines[i].member, &id);
+		update_engine_id("j", c->co.rec.engines[i].member, &id);
 		uint64_t d = 50000 + sk_rng_below(&c->rng, 100000);
 		if (d > slowest) slowest = d;
 		at(c, now + c->lat_us + d + c->lat_us, EV_STAGED, id, c->v);
@@ -196,7 +196,7 @@ static void begun(cs *c, uint64_t now)
 	/* faults: an engine's process exits mid-update (half the updates) */
 	if (c->co.rec.nengines && sk_rng_below(&c->rng, 2)) {
 		uint32_t id;
-		wv_engine_id("j", c->co.rec.engines[sk_rng_below(&c->rng, c->co.rec.nengines)].member, &id);
+		update_engine_id("j", c->co.rec.engines[sk_rng_below(&c->rng, c->co.rec.nengines)].member, &id);
 		at(c, now + sk_rng_below(&c->rng, 40000), EV_EXIT, id, c->v);
 	}
 }
@@ -207,22 +207,22 @@ static void takeover(cs *c, uint64_t now)
 {
 	c->head = 1;
 	c->head_up = true;
-	wv_coord_free(&c->co);
+	update_coord_free(&c->co);
 	c->open = false;
-	const wv_update *rec = wv_state_open(c->rep[1], "j");
+	const update_rec *rec = update_state_open(c->rep[1], "j");
 	if (!rec) return;
-	wv_update r;
-	if (wv_update_copy(&r, rec) < 0) exit(2);
+	update_rec r;
+	if (update_rec_copy(&r, rec) < 0) exit(2);
 	for (size_t i = 0; i < r.nengines; i++) { /* nodes from the job's layout */
 		uint32_t id;
-		wv_engine_id("j", r.engines[i].member, &id);
+		update_engine_id("j", r.engines[i].member, &id);
 		snprintf(r.engines[i].node, sizeof r.engines[i].node, "n%u", node_of(c, id));
 	}
-	if (wv_coord_start(&c->co, &r, now / 1e6, 30000, true, true) < 0) exit(2);
+	if (update_coord_start(&c->co, &r, now / 1e6, 30000, true, true) < 0) exit(2);
 	c->open = true;
 	for (size_t i = 0; i < c->co.rec.nengines; i++) {
 		uint32_t id;
-		wv_engine_id("j", c->co.rec.engines[i].member, &id);
+		update_engine_id("j", c->co.rec.engines[i].member, &id);
 		if (engine_runs(c, id)) at(c, now + c->lat_us + sk_rng_below(&c->rng, 100000), EV_STAGED, id, c->v);
 	}
 	at(c, now + c->lat_us + 160000, EV_DONE, 0, c->v);
@@ -233,8 +233,8 @@ static void lose_node(cs *c, uint32_t n, uint64_t now)
 	for (uint32_t id = n * c->epa; id < (n + 1) * c->epa && c->open; id++) {
 		char m[32];
 		snprintf(m, sizeof m, "j/engine-%u", id);
-		long k = wv_coord_find(&c->co, m);
-		if (k >= 0) settled(c, wv_coord_lose(&c->co, (size_t)k, now / 1e6, "its node failed", false, false), now);
+		long k = update_coord_find(&c->co, m);
+		if (k >= 0) settled(c, update_coord_lose(&c->co, (size_t)k, now / 1e6, "its node failed", false, false), now);
 	}
 }
 
@@ -248,7 +248,7 @@ static void watch(cs *c, uint32_t n, uint64_t now)
 static void handle(cs *c, const ev *e, uint64_t now)
 {
 	bool mine = c->open && e->v == c->co.rec.version && c->head_up;
-	if (e->kind == EV_COMMIT && wv_state_apply(c->rep[1], c->log[e->a].data, c->log[e->a].len) < 0) {
+	if (e->kind == EV_COMMIT && update_state_apply(c->rep[1], c->log[e->a].data, c->log[e->a].len) < 0) {
 		fprintf(stderr, "skein-sim coord: entry %u refused by the standby\n", e->a);
 		exit(2);
 	}
@@ -257,24 +257,24 @@ static void handle(cs *c, const ev *e, uint64_t now)
 	case EV_COMMIT: {
 		entry *x = &c->log[e->a];
 		c->uncommitted--;
-		if (wv_state_apply(c->rep[0], x->data, x->len) < 0) {
+		if (update_state_apply(c->rep[0], x->data, x->len) < 0) {
 			fprintf(stderr, "skein-sim coord: entry %u refused\n", e->a);
 			exit(2);
 		}
 		if (!c->head_up) break;
-		const wv_update *rec = wv_state_get(c->rep[0], "j", e->v);
+		const update_rec *rec = update_state_get(c->rep[0], "j", e->v);
 		if (c->open && rec && e->v == c->co.rec.version) {
-			if (wv_update_open(rec) && !c->co.begun) {
+			if (update_rec_open(rec) && !c->co.begun) {
 				begun(c, now);
-			} else if (!wv_update_open(rec) && !rec->measured && x->final) {
+			} else if (!update_rec_open(rec) && !rec->measured && x->final) {
 				c->t_committed = now;
-				wv_update m;
-				if (wv_coord_measured(&c->co, rec, now / 1e6, 1700000000000ull + now / 1000, &m) == 0) {
+				update_rec m;
+				if (update_coord_measured(&c->co, rec, now / 1e6, 1700000000000ull + now / 1000, &m) == 0) {
 					propose(c, &m, now);
-					wv_update_free(&m);
+					update_rec_free(&m);
 				}
 				c->msgs += 1 + c->co.rec.nengines; /* done answered, every participant told */
-				wv_coord_free(&c->co);
+				update_coord_free(&c->co);
 				c->open = false;
 			}
 		}
@@ -285,14 +285,14 @@ static void handle(cs *c, const ev *e, uint64_t now)
 		c->msgs++;
 		char m[32];
 		snprintf(m, sizeof m, "j/engine-%u", e->a);
-		long k = wv_coord_find(&c->co, m);
-		if (k >= 0) settled(c, wv_coord_staged(&c->co, (size_t)k, now / 1e6, 0.1, (wv_timings){ 0.1, 0.01, 0, 0 }, NULL), now);
+		long k = update_coord_find(&c->co, m);
+		if (k >= 0) settled(c, update_coord_staged(&c->co, (size_t)k, now / 1e6, 0.1, (update_timings){ 0.1, 0.01, 0, 0 }, NULL), now);
 		break;
 	case EV_DONE:
 		if (!mine) break;
 		c->msgs++;
-		settled(c, wv_coord_done(&c->co, now / 1e6, true, "", NULL, 0.15, 1 << 20, 1, (wv_timings){ 0.1, 0.05, 0, 0 }), now);
-		settled(c, wv_coord_settle(&c->co, now / 1e6), now);
+		settled(c, update_coord_done(&c->co, now / 1e6, true, "", NULL, 0.15, 1 << 20, 1, (update_timings){ 0.1, 0.05, 0, 0 }), now);
+		settled(c, update_coord_settle(&c->co, now / 1e6), now);
 		break;
 	case EV_EXIT:
 		c->dead_until[e->a] = (uint32_t)e->v + 2;
@@ -300,8 +300,8 @@ static void handle(cs *c, const ev *e, uint64_t now)
 		c->msgs++; /* its agent reports the exit at once */
 		char m2[32];
 		snprintf(m2, sizeof m2, "j/engine-%u", e->a);
-		long k2 = wv_coord_find(&c->co, m2);
-		if (k2 >= 0) settled(c, wv_coord_lose(&c->co, (size_t)k2, now / 1e6, "its process exited (exited)", false, false), now);
+		long k2 = update_coord_find(&c->co, m2);
+		if (k2 >= 0) settled(c, update_coord_lose(&c->co, (size_t)k2, now / 1e6, "its process exited (exited)", false, false), now);
 		break;
 	case EV_FAILOVER:
 		c->head_up = false;
@@ -330,7 +330,7 @@ static void handle(cs *c, const ev *e, uint64_t now)
 		break;
 	case EV_TICK: /* the watchdog, while the update is open */
 		if (!mine) break;
-		settled(c, wv_coord_tick(&c->co, now / 1e6), now);
+		settled(c, update_coord_tick(&c->co, now / 1e6), now);
 		if (!c->co.final) at(c, now + 100000, EV_TICK, 0, e->v);
 		break;
 	}
@@ -372,8 +372,8 @@ int sim_coord_main(int argc, char **argv)
 		}
 		i++;
 	}
-	if ((uint64_t)agents * epa > WV_ENGINES_MAX) {
-		fprintf(stderr, "skein-sim coord: %u engines, at most %d in an update\n", agents * epa, WV_ENGINES_MAX);
+	if ((uint64_t)agents * epa > UPDATE_ENGINES_MAX) {
+		fprintf(stderr, "skein-sim coord: %u engines, at most %d in an update\n", agents * epa, UPDATE_ENGINES_MAX);
 		return 2;
 	}
 	cs c;
@@ -392,8 +392,8 @@ int sim_coord_main(int argc, char **argv)
 		fprintf(stderr, "skein-sim coord: %s\n", err);
 		return 2;
 	}
-	c.rep[0] = wv_state_new();
-	c.rep[1] = wv_state_new();
+	c.rep[0] = update_state_new();
+	c.rep[1] = update_state_new();
 	c.dead_until = calloc(c.E, sizeof *c.dead_until);
 	c.node_dead_until = calloc(agents, sizeof *c.node_dead_until);
 	c.commit_ms = calloc(updates, sizeof *c.commit_ms);
@@ -407,15 +407,15 @@ int sim_coord_main(int argc, char **argv)
 	 * last record (nothing to do); a simulated minute, before any update */
 	double idle_cpu = 0;
 	{
-		wv_update r;
+		update_rec r;
 		memset(&r, 0, sizeof r);
 		double t0 = cpu_now_ms();
 		for (int s = 0; s < 60; s++)
 			for (uint32_t id = 0; id < c.E; id++) {
 				char m[32];
 				snprintf(m, sizeof m, "j/engine-%u", id);
-				(void)wv_update_engine(&r, m);
-				(void)wv_state_open(c.rep[0], "j");
+				(void)update_rec_engine(&r, m);
+				(void)update_state_open(c.rep[0], "j");
 			}
 		idle_cpu = (cpu_now_ms() - t0) / 60e3 * 100; /* percent of a core */
 	}
@@ -450,8 +450,8 @@ int sim_coord_main(int argc, char **argv)
 		uint64_t v = c.v;
 		for (;;) {
 			sk_heap_entry he;
-			const wv_update *rec = wv_state_get(c.rep[0], "j", v);
-			if (rec && !wv_update_open(rec) && !c.uncommitted) break;
+			const update_rec *rec = update_state_get(c.rep[0], "j", v);
+			if (rec && !update_rec_open(rec) && !c.uncommitted) break;
 			if (sk_heap_pop(&c.heap, &he) < 0) {
 				fprintf(stderr, "skein-sim coord: update %" PRIu64 " never finished\n", v);
 				return 1;
@@ -460,7 +460,7 @@ int sim_coord_main(int argc, char **argv)
 			handle(&c, he.ptr, sim_now(c.mbr));
 			free(he.ptr);
 		}
-		const wv_update *rec = wv_state_get(c.rep[0], "j", v);
+		const update_rec *rec = update_state_get(c.rep[0], "j", v);
 		size_t dropped = 0;
 		for (size_t i = 0; i < rec->nengines; i++) dropped += !strcmp(rec->engines[i].state, "dropped");
 		c.commit_ms[u] = c.t_committed > c.t_verdict ? (c.t_committed - c.t_verdict) / 1e3 : 0;
@@ -492,9 +492,9 @@ int sim_coord_main(int argc, char **argv)
 	sk_heap_free(&c.heap);
 	for (size_t i = 0; i < c.nlog; i++) free(c.log[i].data);
 	free(c.log);
-	if (c.open) wv_coord_free(&c.co);
-	wv_state_free(&c.rep[0]);
-	wv_state_free(&c.rep[1]);
+	if (c.open) update_coord_free(&c.co);
+	update_state_free(&c.rep[0]);
+	update_state_free(&c.rep[1]);
 	free(c.dead_until);
 	free(c.node_dead_until);
 	free(c.commit_ms);

@@ -158,7 +158,7 @@ static int exchange_show(const char *ep, const uint8_t *msg, size_t len, const a
 static const struct {
 	const char *kind;
 	const ProtobufCMessageDescriptor *desc;
-} WV_KINDS[] = {
+} UPDATE_KINDS[] = {
 	{ "begin", &skein__weights__begin__descriptor },
 	{ "done", &skein__weights__done__descriptor },
 	{ "query", &skein__weights__query__descriptor },
@@ -186,7 +186,7 @@ static int unhex(const char *h, uint8_t **out, size_t *n)
 /* Sets the singular field `name` of m from text, by its descriptor; the
  * memory of bytes fields goes on keep (freed by the caller).  -1: no such
  * field or a value it cannot take. */
-static int wv_set(ProtobufCMessage *m, const char *name, const char *text, void **keep)
+static int update_set(ProtobufCMessage *m, const char *name, const char *text, void **keep)
 {
 	const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field_by_name(m->descriptor, name);
 	if (!f || f->label == PROTOBUF_C_LABEL_REPEATED) return -1;
@@ -239,8 +239,8 @@ static int forge_wv(int argc, char **argv)
 	}
 	const char *ep = argv[2], *verb = argv[3], *kind = argv[4];
 	const ProtobufCMessageDescriptor *desc = NULL;
-	for (size_t i = 0; i < sizeof WV_KINDS / sizeof WV_KINDS[0]; i++)
-		if (!strcmp(kind, WV_KINDS[i].kind)) desc = WV_KINDS[i].desc;
+	for (size_t i = 0; i < sizeof UPDATE_KINDS / sizeof UPDATE_KINDS[0]; i++)
+		if (!strcmp(kind, UPDATE_KINDS[i].kind)) desc = UPDATE_KINDS[i].desc;
 	if (!desc && strcmp(kind, "raw")) {
 		fprintf(stderr, "skein-forge: wv KIND is begin, done, query, status or raw, not %s\n", kind);
 		return 2;
@@ -287,7 +287,7 @@ static int forge_wv(int argc, char **argv)
 			pf->reason = (char *)colon + 1;
 			failp[nfail] = pf;
 			nfail++;
-		} else if (!desc || wv_set(&m.base, name, v, &keep[nkeep]) < 0) {
+		} else if (!desc || update_set(&m.base, name, v, &keep[nkeep]) < 0) {
 			goto bad;
 		} else if (keep[nkeep]) {
 			nkeep++;

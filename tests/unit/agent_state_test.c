@@ -16,7 +16,7 @@
 #include "agent/agent_state.h"
 #include "jobs/job_codec.h"
 #include "jobs/job_spec.h"
-#include "tests/unit/wv_fixture.h"
+#include "tests/unit/update_fixture.h"
 
 static int put(agent_state *s, const char *k, const char *v, unsigned *jobs)
 {
@@ -51,7 +51,7 @@ static bool has(const agent_state *s, const char *k, const char *want)
 static bool empty_state(const agent_state *t)
 {
 	return has(t, "k", "old") && job_state_count(agent_state_jobs(t)) == 0 &&
-	       job_state_drained_count(agent_state_jobs(t)) == 0 && wv_state_count(agent_state_wv(t)) == 0;
+	       job_state_drained_count(agent_state_jobs(t)) == 0 && update_state_count(agent_state_wv(t)) == 0;
 }
 
 /* every truncation of snap past the magic fails with a reason, t unchanged */
@@ -82,7 +82,7 @@ T_TEST(apply_routes_entries)
 	T_EQ(agent_state_apply(s, JOB_ENTRY_SUBMIT, junk, sizeof junk, &jobs), -1); /* refused, the same everywhere */
 	T_EQ(jobs, AGENT_STATE_JOBS);
 	jobs = 0;
-	T_EQ(agent_state_apply(s, WV_ENTRY_PUT, junk, sizeof junk, &jobs), -1);
+	T_EQ(agent_state_apply(s, UPDATE_ENTRY_PUT, junk, sizeof junk, &jobs), -1);
 	T_EQ(jobs, AGENT_STATE_WV);
 	agent_state_free(&s);
 	T_CHECK(s == NULL);
@@ -175,14 +175,14 @@ static int submit(agent_state *s, const char *name, uint64_t seq, unsigned *chan
 	return rc;
 }
 
-static int wv_put(agent_state *s, const char *job, uint64_t v, const char *state, unsigned *changed)
+static int update_put(agent_state *s, const char *job, uint64_t v, const char *state, unsigned *changed)
 {
-	wv_update u;
-	wv_fixture(&u, NULL, 0, job, v, state, NULL);
+	update_rec u;
+	update_fixture(&u, NULL, 0, job, v, state, NULL);
 	uint8_t *data;
 	size_t len;
-	T_EQ(wv_update_encode(&u, &data, &len), 0);
-	int rc = agent_state_apply(s, WV_ENTRY_PUT, data, len, changed);
+	T_EQ(update_rec_encode(&u, &data, &len), 0);
+	int rc = agent_state_apply(s, UPDATE_ENTRY_PUT, data, len, changed);
 	free(data);
 	return rc;
 }
@@ -192,30 +192,30 @@ T_TEST(weight_updates_follow_their_job)
 	agent_state *s = agent_state_new();
 	unsigned ch = 0;
 	/* a job the state does not hold takes no update (a begin committed after its delete) */
-	T_EQ(wv_put(s, "j1", 1, "preparing", &ch), -1);
+	T_EQ(update_put(s, "j1", 1, "preparing", &ch), -1);
 	T_EQ(ch, AGENT_STATE_WV);
-	T_EQ(wv_state_refused(agent_state_wv(s)), 1);
+	T_EQ(update_state_refused(agent_state_wv(s)), 1);
 	ch = 0;
 	T_EQ(submit(s, "j1", 1, &ch), 0);
 	T_EQ(ch, AGENT_STATE_JOBS);
 	ch = 0;
-	T_EQ(wv_put(s, "j1", 1, "preparing", &ch), 0);
+	T_EQ(update_put(s, "j1", 1, "preparing", &ch), 0);
 	T_EQ(ch, AGENT_STATE_WV);
-	T_EQ(wv_put(s, "j1", 1, "committed", NULL), 0);
-	T_EQ(wv_state_committed(agent_state_wv(s), "j1"), 1);
+	T_EQ(update_put(s, "j1", 1, "committed", NULL), 0);
+	T_EQ(update_state_committed(agent_state_wv(s), "j1"), 1);
 	/* the delete forgets the job's updates and says so */
 	ch = 0;
 	T_EQ(agent_state_apply(s, JOB_ENTRY_DELETE, (const uint8_t *)"j1", 2, &ch), 0);
 	T_EQ(ch, AGENT_STATE_JOBS | AGENT_STATE_WV);
-	T_EQ(wv_state_count(agent_state_wv(s)), 0);
-	T_EQ(wv_state_max_version(agent_state_wv(s), "j1"), 0);
+	T_EQ(update_state_count(agent_state_wv(s)), 0);
+	T_EQ(update_state_max_version(agent_state_wv(s), "j1"), 0);
 	/* a delete refused (no such job) touches no update */
 	T_EQ(submit(s, "j2", 2, NULL), 0);
-	T_EQ(wv_put(s, "j2", 4, "preparing", NULL), 0);
+	T_EQ(update_put(s, "j2", 4, "preparing", NULL), 0);
 	ch = 0;
 	T_EQ(agent_state_apply(s, JOB_ENTRY_DELETE, (const uint8_t *)"j1", 2, &ch), -1);
 	T_EQ(ch, AGENT_STATE_JOBS);
-	T_EQ(wv_state_max_version(agent_state_wv(s), "j2"), 4);
+	T_EQ(update_state_max_version(agent_state_wv(s), "j2"), 4);
 	agent_state_free(&s);
 }
 
@@ -226,9 +226,9 @@ static agent_state *full_state(void)
 	T_EQ(put(s, "k", "new", NULL), 0);
 	T_EQ(drain(s, "n3", NULL), 0);
 	T_EQ(submit(s, "j1", 1, NULL), 0);
-	T_EQ(wv_put(s, "j1", 1, "preparing", NULL), 0);
-	T_EQ(wv_put(s, "j1", 1, "committed", NULL), 0);
-	T_EQ(wv_put(s, "j1", 2, "preparing", NULL), 0);
+	T_EQ(update_put(s, "j1", 1, "preparing", NULL), 0);
+	T_EQ(update_put(s, "j1", 1, "committed", NULL), 0);
+	T_EQ(update_put(s, "j1", 2, "preparing", NULL), 0);
 	return s;
 }
 
@@ -243,8 +243,8 @@ T_TEST(snapshot_v2_round_trip_and_older_formats)
 	T_EQ(agent_state_restore(t, snap, len, err, sizeof err), 0);
 	T_CHECK(has(t, "k", "new"));
 	T_CHECK(job_state_get(agent_state_jobs(t), "j1") != NULL);
-	T_EQ(wv_state_committed(agent_state_wv(t), "j1"), 1);
-	T_EQ(wv_state_open(agent_state_wv(t), "j1")->version, 2);
+	T_EQ(update_state_committed(agent_state_wv(t), "j1"), 1);
+	T_EQ(update_state_open(agent_state_wv(t), "j1")->version, 2);
 	T_EQ(agent_state_serialize(t, &again, &len2), 0);
 	T_CHECK(len == len2 && !memcmp(snap, again, len));
 	free(snap);
@@ -264,8 +264,8 @@ T_TEST(snapshot_v2_round_trip_and_older_formats)
 	memcpy(snap + 21 + kvl, jb, jbl);
 	T_EQ(agent_state_restore(t, snap, len, err, sizeof err), 0);
 	T_CHECK(job_state_get(agent_state_jobs(t), "j1") != NULL);
-	T_EQ(wv_state_count(agent_state_wv(t)), 0);
-	T_EQ(wv_state_max_version(agent_state_wv(t), "j1"), 0);
+	T_EQ(update_state_count(agent_state_wv(t)), 0);
+	T_EQ(update_state_max_version(agent_state_wv(t), "j1"), 0);
 	free(snap);
 	free(jb);
 	/* a bare key-value snapshot: the map alone changes */
@@ -319,7 +319,7 @@ T_TEST(bad_v2_snapshot_changes_nothing)
 	}
 	memcpy(snap + at3, &l3, 8);
 	T_EQ(agent_state_restore(t, snap, len, err, sizeof err), 0);
-	T_EQ(wv_state_count(agent_state_wv(t)), 2);
+	T_EQ(update_state_count(agent_state_wv(t)), 2);
 	free(snap);
 	agent_state_free(&s);
 	agent_state_free(&t);

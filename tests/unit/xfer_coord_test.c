@@ -4,7 +4,7 @@
  * The fake agent is a thread serving a Unix socket with the real framing
  * (agent/agent_wire.h) and messages (control.proto, weights.proto), one
  * thread per connection, whose verdicts come from the head's real
- * coordinator (jobs/wv_coord, in --update-on-engine-loss abort mode, its
+ * coordinator (jobs/update_coord, in --update-on-engine-loss abort mode, its
  * final record applied at once as if Raft had committed it): begin opens an
  * update whose participants are the engines holding the latest committed
  * version; an engine's wait is answered receive/commit/abort/catchup/serve
@@ -24,7 +24,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
-#include "jobs/wv_coord.h"
+#include "jobs/update_coord.h"
 #include "proto/control.pb-c.h"
 #include "proto/weights.pb-c.h"
 
@@ -63,7 +63,7 @@ typedef struct {
 	uint64_t v, base;
 	char state[16], reason[512];
 	int part[FE_MAX];                  /* 1 + its index among co's participants; 0: none */
-	wv_coord co;                       /* the newest update's rules: the real coordinator's */
+	update_coord co;                       /* the newest update's rules: the real coordinator's */
 	uint64_t committed, maxv, aborted; /* aborted: the last aborted version */
 	char aborted_reason[512];
 	/* knobs, counters */
@@ -95,7 +95,7 @@ static void f_settled(fake *f, bool fin)
  * begin record built as the head builds it, handed to the coordinator. */
 static void f_open(fake *f)
 {
-	wv_update r;
+	update_rec r;
 	memset(&r, 0, sizeof r);
 	snprintf(r.job, sizeof r.job, "j");
 	r.version = f->v;
@@ -109,16 +109,16 @@ static void f_open(fake *f)
 	if (!r.reason || !r.engines) T_FAIL("out of memory");
 	for (int i = 0; i < f->neng; i++) {
 		if (!f->part[i]) continue;
-		wv_engine *e = &r.engines[r.nengines];
+		update_engine *e = &r.engines[r.nengines];
 		snprintf(e->member, sizeof e->member, "%s", f->eng[i].member);
 		snprintf(e->node, sizeof e->node, "node-1");
 		snprintf(e->state, sizeof e->state, "pending");
 		if (!(e->reason = strdup(""))) T_FAIL("out of memory");
 		f->part[i] = (int)++r.nengines;
 	}
-	wv_coord_free(&f->co);
-	if (wv_coord_start(&f->co, &r, t_now(), f->timeout_ms, false, false) < 0) T_FAIL("out of memory");
-	wv_coord_begun(&f->co, t_now());
+	update_coord_free(&f->co);
+	if (update_coord_start(&f->co, &r, t_now(), f->timeout_ms, false, false) < 0) T_FAIL("out of memory");
+	update_coord_begun(&f->co, t_now());
 }
 
 static uint8_t *f_outcome(fake *f, uint64_t v, size_t *len)
@@ -172,9 +172,9 @@ static void f_instr(fake *f, int i, Skein__Weights__Instruction *in)
 	in->kind = "idle";
 	if (f->have && f->part[i] && !strcmp(f->state, "preparing")) {
 		size_t k = (size_t)f->part[i] - 1;
-		if (e->staged == f->v) f_settled(f, wv_coord_staged(&f->co, k, t_now(), 0, (wv_timings){ 0 }, NULL));
+		if (e->staged == f->v) f_settled(f, update_coord_staged(&f->co, k, t_now(), 0, (update_timings){ 0 }, NULL));
 		if (e->failed == f->v)
-			f_settled(f, wv_coord_failed(&f->co, k, t_now(), 0, (wv_timings){ 0 }, e->reason));
+			f_settled(f, update_coord_failed(&f->co, k, t_now(), 0, (update_timings){ 0 }, e->reason));
 	}
 	in->timeout_ms = f->timeout_ms;
 	if (e->staged && e->staged == f->committed) { /* the commit it has not heard yet comes first */
@@ -337,13 +337,13 @@ static void f_handle(fake *f, const Skein__Control__Request *q, f_answer *a)
 			snprintf(a->error, sizeof a->error, "no such update");
 		} else {
 			double now = t_now();
-			f_settled(f, wv_coord_done(&f->co, now, d->ok, d->reason, NULL, 0, 0, 0, (wv_timings){ 0 }));
+			f_settled(f, update_coord_done(&f->co, now, d->ok, d->reason, NULL, 0, 0, 0, (update_timings){ 0 }));
 			for (size_t i = 0; i < d->n_failed; i++) {
-				long k = wv_coord_find(&f->co, d->failed[i]->member);
-				if (k >= 0) f_settled(f, wv_coord_lose(&f->co, (size_t)k, now, d->failed[i]->reason,
+				long k = update_coord_find(&f->co, d->failed[i]->member);
+				if (k >= 0) f_settled(f, update_coord_lose(&f->co, (size_t)k, now, d->failed[i]->reason,
 								       d->failed[i]->verdict, true));
 			}
-			f_settled(f, wv_coord_settle(&f->co, now));
+			f_settled(f, update_coord_settle(&f->co, now));
 			double end = t_now() + f->timeout_ms / 1e3;
 			while (!strcmp(f->state, "preparing") && t_now() < end && !f->stop) f_waitcv(f, 50);
 			if (f->lose_done) {
@@ -534,7 +534,7 @@ static void f_stop(fake *f)
 	unlink(f->path);
 	pthread_cond_destroy(&f->cv);
 	pthread_mutex_destroy(&f->mu);
-	wv_coord_free(&f->co);
+	update_coord_free(&f->co);
 	free(f);
 }
 

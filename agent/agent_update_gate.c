@@ -1,4 +1,4 @@
-/* agent/agent_wv_gate: who may speak for a member (docs/updates.md).
+/* agent/agent_update_gate: who may speak for a member (docs/updates.md).
  *
  * A member reaches its agent on the Unix socket, which root and skeind's
  * user may use; what makes a request a member's is the process that sent
@@ -8,7 +8,7 @@
  * launcher that forks workers).  The walk reads /proc/PID/stat upwards,
  * bounded in depth: a process whose parent exited is reparented to the
  * agent (a subreaper) or init, and the walk ends there. */
-#include "agent/agent_wv.h"
+#include "agent/agent_update.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +36,7 @@ static int parent_of(int pid)
 	return ppid;
 }
 
-int agent_wv_gate_check(agent *a, const char *member, int pid, char *why, size_t whylen)
+int agent_update_gate_check(agent *a, const char *member, int pid, char *why, size_t whylen)
 {
 	sup *s = agent_jobs_sup(a);
 	sup_status st;

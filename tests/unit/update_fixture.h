@@ -1,18 +1,18 @@
-/* tests/unit/wv_fixture.h: a valid weight update record for the tests of
- * jobs/wv_state (unit tests, agent_state's, the fuzz target and its
+/* tests/unit/update_fixture.h: a valid weight update record for the tests of
+ * jobs/update_state (unit tests, agent_state's, the fuzz target and its
  * corpus). */
-#ifndef WV_FIXTURE_H
-#define WV_FIXTURE_H
+#ifndef UPDATE_FIXTURE_H
+#define UPDATE_FIXTURE_H
 
 #include <stdio.h>
 #include <string.h>
 
-#include "jobs/wv_state.h"
+#include "jobs/update_state.h"
 
 /* u: (job, v) with base v-1, mode disk-delta, sender "<job>/trainer-0" on
  * n1, this state; nengines of e ("<job>/engine-<i>" on n<i+2>) in eng_state;
  * no reason. */
-static inline void wv_fixture(wv_update *u, wv_engine *e, size_t nengines, const char *job, uint64_t v,
+static inline void update_fixture(update_rec *u, update_engine *e, size_t nengines, const char *job, uint64_t v,
 			      const char *state, const char *eng_state)
 {
 	memset(u, 0, sizeof *u);

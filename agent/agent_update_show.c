@@ -1,11 +1,11 @@
-/* agent/agent_wv_show: the transfers table as text or JSON (see
- * agent_wv_show.h).
+/* agent/agent_update_show: the transfers table as text or JSON (see
+ * agent_update_show.h).
  *
  * Follows agent_jobs_cmd.c's listings: JSON strings through
  * sk_buf_json_str, text through sk_text_escape, numbers printed by us.  A
  * double that is not finite (a copy the caller changed; the table refuses
  * them) is written as null, never as "nan", which no JSON reader takes. */
-#include "agent/agent_wv_show.h"
+#include "agent/agent_update_show.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -41,7 +41,7 @@ static void kv_u64(sk_buf *o, const char *k, unsigned long long v)
 }
 
 /* {"data_seconds":..,"hash_seconds":..,"journal_seconds":..,"undo_seconds":..} */
-static void json_timings(sk_buf *o, const wv_timings *t)
+static void json_timings(sk_buf *o, const update_timings *t)
 {
 	sk_buf_add(o, "{", 1);
 	kv_num(o, "data_seconds", t->data);
@@ -51,14 +51,14 @@ static void json_timings(sk_buf *o, const wv_timings *t)
 	sk_buf_add(o, "}", 1);
 }
 
-static size_t count_state(const wv_update *u, const char *state)
+static size_t count_state(const update_rec *u, const char *state)
 {
 	size_t k = 0;
 	for (size_t i = 0; i < u->nengines; i++) k += !strcmp(u->engines[i].state, state);
 	return k;
 }
 
-static void json_engine(sk_buf *o, const wv_engine *e)
+static void json_engine(sk_buf *o, const update_engine *e)
 {
 	sk_buf_add(o, "{", 1);
 	kv_str(o, "member", e->member);
@@ -68,7 +68,7 @@ static void json_engine(sk_buf *o, const wv_engine *e)
 	sk_buf_printf(o, ",\"verified\":%s}", !strcmp(e->state, "verified") ? "true" : "false");
 }
 
-static void json_update(sk_buf *o, const wv_update *u)
+static void json_update(sk_buf *o, const update_rec *u)
 {
 	sk_buf_add(o, "{", 1);
 	kv_str(o, "job", u->job);
@@ -111,7 +111,7 @@ static void json_update(sk_buf *o, const wv_update *u)
 	sk_buf_printf(o, "}}}");
 }
 
-static bool timings_zero(const wv_timings *t)
+static bool timings_zero(const update_timings *t)
 {
 	return !(t->data > 0 || t->hash > 0 || t->journal > 0 || t->undo > 0);
 }
@@ -127,9 +127,9 @@ static void text_secs(sk_buf *o, const char *name, double v, bool always)
  * from before it have none): the sender's, and each figure's largest over
  * the engines (the slowest is what an operator looks for; the JSON has
  * them all). */
-static void text_split(sk_buf *o, const wv_update *u)
+static void text_split(sk_buf *o, const update_rec *u)
 {
-	wv_timings slow = wv_update_slowest(u);
+	update_timings slow = update_rec_slowest(u);
 	if (timings_zero(&u->sender_t) && timings_zero(&slow)) return;
 	sk_buf_printf(o, "  split (s): sender");
 	text_secs(o, "data", u->sender_t.data, true);
@@ -144,7 +144,7 @@ static void text_split(sk_buf *o, const wv_update *u)
 
 static const char TEXT_HDR[] = "%-24s %-8s %-12s %-10s %-14s %-9s %-9s %s\n";
 
-static void text_update(sk_buf *o, const wv_update *u)
+static void text_update(sk_buf *o, const update_rec *u)
 {
 	char job[4 * sizeof u->job], mode[4 * sizeof u->mode], state[4 * sizeof u->state], secs[32], eng[48];
 	if (isfinite(u->update_seconds)) snprintf(secs, sizeof secs, "%.3f", u->update_seconds);
@@ -157,7 +157,7 @@ static void text_update(sk_buf *o, const wv_update *u)
 	sk_buf_text(o, said ? u->reason : "");
 	/* who an update went on without, and why */
 	for (size_t i = 0; i < u->nengines; i++) {
-		const wv_engine *e = &u->engines[i];
+		const update_engine *e = &u->engines[i];
 		if (strcmp(e->state, "dropped")) continue;
 		sk_buf_printf(o, "%s", said ? "; " : "dropped ");
 		sk_buf_text(o, e->member);
@@ -171,7 +171,7 @@ static void text_update(sk_buf *o, const wv_update *u)
 	text_split(o, u);
 }
 
-void wv_show(sk_buf *out, const wv_update *const *list, size_t n, bool json)
+void update_show(sk_buf *out, const update_rec *const *list, size_t n, bool json)
 {
 	if (json) {
 		sk_buf_printf(out, "{\"transfers\":[");

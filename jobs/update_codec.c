@@ -1,18 +1,18 @@
-/* jobs/wv_codec: the one file of jobs/ that sees proto/weights.pb-c.h for
- * the table of weight updates (see wv_codec.h).
+/* jobs/update_codec: the one file of jobs/ that sees proto/weights.pb-c.h for
+ * the table of weight updates (see update_codec.h).
  *
  * Encoding points protobuf-c's char * fields into the caller's record
  * (packing only reads them); each record's engines get one array of
  * messages and one of pointers.  Decoding copies out and checks only what
  * the C fields need: a string that fits, a digest of 0 or 16 bytes, at most
- * WV_ENGINES_MAX engines (checked before anything is allocated for them).
+ * UPDATE_ENGINES_MAX engines (checked before anything is allocated for them).
  *
- * A compact record (wv_update.compact, issue 25) packs its engines as
+ * A compact record (update_rec.compact, issue 25) packs its engines as
  * bitmaps of engine ids and a list of losses with reason codes, when its
  * members are "<job>/engine-<i>" in ascending id order (else the full list
  * goes, as before); a compact measured record packs bare: its amendment's
  * figures alone.  Decoding reads both forms: records of older heads load. */
-#include "jobs/wv_codec.h"
+#include "jobs/update_codec.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,13 +52,13 @@ static void pb_rec_free(pb_rec *r)
 	r->lossp = NULL;
 }
 
-static bool timings_zero(const wv_timings *t)
+static bool timings_zero(const update_timings *t)
 {
 	return t->data == 0 && t->hash == 0 && t->journal == 0 && t->undo == 0;
 }
 
 /* t into pb (a zero split is left out: old readers and small records) */
-static Skein__Weights__Timings *timings_to_pb(const wv_timings *t, Skein__Weights__Timings *pb)
+static Skein__Weights__Timings *timings_to_pb(const update_timings *t, Skein__Weights__Timings *pb)
 {
 	if (timings_zero(t)) return NULL;
 	skein__weights__timings__init(pb);
@@ -69,21 +69,21 @@ static Skein__Weights__Timings *timings_to_pb(const wv_timings *t, Skein__Weight
 	return pb;
 }
 
-static void timings_from_pb(wv_timings *t, const Skein__Weights__Timings *pb)
+static void timings_from_pb(update_timings *t, const Skein__Weights__Timings *pb)
 {
-	*t = pb ? (wv_timings){ pb->data_seconds, pb->hash_seconds, pb->journal_seconds, pb->undo_seconds }
-		: (wv_timings){ 0 };
+	*t = pb ? (update_timings){ pb->data_seconds, pb->hash_seconds, pb->journal_seconds, pb->undo_seconds }
+		: (update_timings){ 0 };
 }
 
 static char *str_or_empty(const char *s) { return (char *)(s ? s : ""); }
 
 /* u's engines as ids, ascending: their count + 1 is the bitmap's bits
  * needed (*maxid), or false when one is not "<job>/engine-<i>" in order. */
-static bool compact_ids(const wv_update *u, uint32_t *maxid)
+static bool compact_ids(const update_rec *u, uint32_t *maxid)
 {
 	uint32_t id, prev = 0;
 	for (size_t i = 0; i < u->nengines; i++) {
-		if (!FITS(u->engines[i].member) || !wv_engine_id(u->job, u->engines[i].member, &id) ||
+		if (!FITS(u->engines[i].member) || !update_engine_id(u->job, u->engines[i].member, &id) ||
 		    (i && id <= prev))
 			return false;
 		prev = id;
@@ -93,11 +93,11 @@ static bool compact_ids(const wv_update *u, uint32_t *maxid)
 }
 
 /* The compact form of u's engines into r (engines (12) left empty). */
-static int fill_compact(pb_rec *r, const wv_update *u, uint32_t maxid)
+static int fill_compact(pb_rec *r, const update_rec *u, uint32_t maxid)
 {
 	Skein__Weights__Update *p = &r->pb;
 	size_t nb = (size_t)maxid / 8 + 1, nloss = 0;
-	bool final = !wv_update_open(u);
+	bool final = !update_rec_open(u);
 	if (!(r->bits = calloc(2, nb))) return -1;
 	for (size_t i = 0; i < u->nengines; i++) nloss += !strcmp(u->engines[i].state, "failed") ||
 							   !strcmp(u->engines[i].state, "dropped");
@@ -106,9 +106,9 @@ static int fill_compact(pb_rec *r, const wv_update *u, uint32_t maxid)
 	double slowest_s = u->engines_seconds;
 	nloss = 0;
 	for (size_t i = 0; i < u->nengines; i++) {
-		const wv_engine *e = &u->engines[i];
+		const update_engine *e = &u->engines[i];
 		uint32_t id;
-		wv_engine_id(u->job, e->member, &id);
+		update_engine_id(u->job, e->member, &id);
 		r->bits[id / 8] |= (uint8_t)(1u << (id % 8));
 		if (e->seconds > slowest_s) slowest_s = e->seconds;
 		if (!strcmp(e->state, "verified")) {
@@ -118,7 +118,7 @@ static int fill_compact(pb_rec *r, const wv_update *u, uint32_t maxid)
 			skein__weights__loss__init(l);
 			l->engine = id;
 			l->dropped = !strcmp(e->state, "dropped");
-			l->why = wv_why_code(e->reason);
+			l->why = update_why_code(e->reason);
 			r->lossp[nloss++] = l;
 		}
 	}
@@ -130,14 +130,14 @@ static int fill_compact(pb_rec *r, const wv_update *u, uint32_t maxid)
 	}
 	p->n_losses = nloss;
 	p->losses = r->lossp;
-	wv_timings sl = wv_update_slowest(u);
+	update_timings sl = update_rec_slowest(u);
 	p->engines_slowest = timings_to_pb(&sl, &r->slowest);
 	p->engines_seconds = slowest_s;
 	return 0;
 }
 
 /* r->pb points into u; -1 when a field lacks its NUL or memory runs out. */
-static int pb_rec_fill(pb_rec *r, const wv_update *u)
+static int pb_rec_fill(pb_rec *r, const update_rec *u)
 {
 	memset(r, 0, sizeof *r);
 	if (!FITS(u->job) || !FITS(u->mode) || !FITS(u->sender) || !FITS(u->sender_node) || !FITS(u->state) ||
@@ -148,7 +148,7 @@ static int pb_rec_fill(pb_rec *r, const wv_update *u)
 	p->job = (char *)u->job;
 	p->version = u->version;
 	if (u->bare && u->measured) {
-		/* bare: what an amendment changes (wv_state's put), and whom */
+		/* bare: what an amendment changes (update_state's put), and whom */
 		p->state = (char *)u->state;
 		p->cause = (char *)u->cause;
 		p->reason = "";
@@ -161,7 +161,7 @@ static int pb_rec_fill(pb_rec *r, const wv_update *u)
 	p->mode = (char *)u->mode;
 	if (u->has_digest) {
 		p->digest.data = (uint8_t *)u->digest;
-		p->digest.len = WV_DIGEST_LEN;
+		p->digest.len = UPDATE_DIGEST_LEN;
 	}
 	p->bytes = u->bytes;
 	p->tensors = u->tensors;
@@ -181,11 +181,11 @@ static int pb_rec_fill(pb_rec *r, const wv_update *u)
 	p->measured = u->measured;
 	if (u->has_root) {
 		p->root.data = (uint8_t *)u->root;
-		p->root.len = WV_DIGEST_LEN;
+		p->root.len = UPDATE_DIGEST_LEN;
 	}
 	if (u->has_nonce) {
 		p->nonce.data = (uint8_t *)u->nonce;
-		p->nonce.len = WV_NONCE_LEN;
+		p->nonce.len = UPDATE_NONCE_LEN;
 	}
 	uint32_t maxid;
 	if (u->compact && compact_ids(u, &maxid)) {
@@ -200,7 +200,7 @@ static int pb_rec_fill(pb_rec *r, const wv_update *u)
 	r->engp = calloc(u->nengines, sizeof *r->engp);
 	if (!r->eng || !r->engp) goto fail;
 	for (size_t i = 0; i < u->nengines; i++) {
-		const wv_engine *e = &u->engines[i];
+		const update_engine *e = &u->engines[i];
 		if (!FITS(e->member) || !FITS(e->node) || !FITS(e->state)) goto fail;
 		skein__weights__engine__init(&r->eng[i]);
 		r->eng[i].member = (char *)e->member;
@@ -219,7 +219,7 @@ fail:
 	return -1;
 }
 
-int wv_codec_encode(const wv_update *u, uint8_t **out, size_t *len)
+int update_codec_encode(const update_rec *u, uint8_t **out, size_t *len)
 {
 	pb_rec r;
 	*out = NULL;
@@ -257,15 +257,15 @@ static bool bit(const ProtobufCBinaryData *b, uint32_t id)
 }
 
 /* A compact record's engines from its bitmaps and losses. */
-static int compact_from_pb(wv_update *u, const Skein__Weights__Update *p, char *err, size_t errlen)
+static int compact_from_pb(update_rec *u, const Skein__Weights__Update *p, char *err, size_t errlen)
 {
 	size_t nb = p->participants.len, n = popcount(p->participants.data, nb);
-	if (p->n_engines || nb > WV_ENGINE_IDS / 8 || n > WV_ENGINES_MAX || p->verified.len > nb) {
+	if (p->n_engines || nb > UPDATE_ENGINE_IDS / 8 || n > UPDATE_ENGINES_MAX || p->verified.len > nb) {
 		snprintf(err, errlen, "compact participants: %zu engines in %zu bytes (engines %zu), at most %d in %d",
-			 n, nb, p->n_engines, WV_ENGINES_MAX, WV_ENGINE_IDS / 8);
+			 n, nb, p->n_engines, UPDATE_ENGINES_MAX, UPDATE_ENGINE_IDS / 8);
 		return -1;
 	}
-	if (wv_update_open(u) && (p->verified.len || p->n_losses)) {
+	if (update_rec_open(u) && (p->verified.len || p->n_losses)) {
 		snprintf(err, errlen, "compact participants: verdicts in an open record");
 		return -1;
 	}
@@ -274,10 +274,10 @@ static int compact_from_pb(wv_update *u, const Skein__Weights__Update *p, char *
 	u->compact = true;
 	if (!n) return 0;
 	if (!(u->engines = calloc(n, sizeof *u->engines))) goto oom;
-	bool final = !wv_update_open(u);
+	bool final = !update_rec_open(u);
 	for (uint32_t id = 0; id < nb * 8; id++) {
 		if (!bit(&p->participants, id)) continue;
-		wv_engine *e = &u->engines[u->nengines++];
+		update_engine *e = &u->engines[u->nengines++];
 		snprintf(e->member, sizeof e->member, "%s/engine-%u", u->job, id);
 		snprintf(e->state, sizeof e->state, "%s", !final ? "pending" : bit(&p->verified, id) ? "verified" : "pending");
 		if (!(e->reason = strdup(""))) goto oom;
@@ -286,15 +286,15 @@ static int compact_from_pb(wv_update *u, const Skein__Weights__Update *p, char *
 		const Skein__Weights__Loss *l = p->losses[i];
 		char what[64];
 		snprintf(what, sizeof what, "%s/engine-%u", u->job, l->engine);
-		wv_engine *e = (wv_engine *)wv_update_engine(u, what);
-		if (!e || strcmp(e->state, "pending") || l->why >= WV_NWHYS) {
+		update_engine *e = (update_engine *)update_rec_engine(u, what);
+		if (!e || strcmp(e->state, "pending") || l->why >= UPDATE_NWHYS) {
 			snprintf(err, errlen, "loss %zu: engine %u not a participant without a verdict, or why %u unknown", i,
 				 l->engine, l->why);
 			return -1;
 		}
 		snprintf(e->state, sizeof e->state, "%s", l->dropped ? "dropped" : "failed");
 		free(e->reason);
-		if (!(e->reason = strdup(wv_whys[l->why]))) goto oom;
+		if (!(e->reason = strdup(update_whys[l->why]))) goto oom;
 	}
 	return 0;
 oom:
@@ -302,7 +302,7 @@ oom:
 	return -1;
 }
 
-static int from_pb(wv_update *u, const Skein__Weights__Update *p, char *err, size_t errlen)
+static int from_pb(update_rec *u, const Skein__Weights__Update *p, char *err, size_t errlen)
 {
 	memset(u, 0, sizeof *u);
 	if (p->measured && !(p->mode && p->mode[0]) && !(p->sender && p->sender[0]) && !p->n_engines &&
@@ -326,24 +326,24 @@ static int from_pb(wv_update *u, const Skein__Weights__Update *p, char *err, siz
 	    copy_str(u->state, sizeof u->state, p->state, "state", err, errlen) < 0 ||
 	    copy_str(u->cause, sizeof u->cause, p->cause, "cause", err, errlen) < 0)
 		return -1;
-	if (p->digest.len != 0 && p->digest.len != WV_DIGEST_LEN) {
-		snprintf(err, errlen, "digest: %zu bytes, not 0 or %d", p->digest.len, WV_DIGEST_LEN);
+	if (p->digest.len != 0 && p->digest.len != UPDATE_DIGEST_LEN) {
+		snprintf(err, errlen, "digest: %zu bytes, not 0 or %d", p->digest.len, UPDATE_DIGEST_LEN);
 		return -1;
 	}
-	if (p->root.len != 0 && p->root.len != WV_DIGEST_LEN) {
-		snprintf(err, errlen, "root: %zu bytes, not 0 or %d", p->root.len, WV_DIGEST_LEN);
+	if (p->root.len != 0 && p->root.len != UPDATE_DIGEST_LEN) {
+		snprintf(err, errlen, "root: %zu bytes, not 0 or %d", p->root.len, UPDATE_DIGEST_LEN);
 		return -1;
 	}
-	if (p->nonce.len != 0 && p->nonce.len != WV_NONCE_LEN) {
-		snprintf(err, errlen, "nonce: %zu bytes, not 0 or %d", p->nonce.len, WV_NONCE_LEN);
+	if (p->nonce.len != 0 && p->nonce.len != UPDATE_NONCE_LEN) {
+		snprintf(err, errlen, "nonce: %zu bytes, not 0 or %d", p->nonce.len, UPDATE_NONCE_LEN);
 		return -1;
 	}
-	if (p->n_engines > WV_ENGINES_MAX) {
-		snprintf(err, errlen, "%zu engines, at most %d", p->n_engines, WV_ENGINES_MAX);
+	if (p->n_engines > UPDATE_ENGINES_MAX) {
+		snprintf(err, errlen, "%zu engines, at most %d", p->n_engines, UPDATE_ENGINES_MAX);
 		return -1;
 	}
-	u->has_digest = p->digest.len == WV_DIGEST_LEN;
-	if (u->has_digest) memcpy(u->digest, p->digest.data, WV_DIGEST_LEN);
+	u->has_digest = p->digest.len == UPDATE_DIGEST_LEN;
+	if (u->has_digest) memcpy(u->digest, p->digest.data, UPDATE_DIGEST_LEN);
 	u->version = p->version;
 	u->base_version = p->base_version;
 	u->bytes = p->bytes;
@@ -357,10 +357,10 @@ static int from_pb(wv_update *u, const Skein__Weights__Update *p, char *err, siz
 	u->prepare_seconds = p->prepare_seconds;
 	u->commit_seconds = p->commit_seconds;
 	u->measured = p->measured;
-	u->has_root = p->root.len == WV_DIGEST_LEN;
-	if (u->has_root) memcpy(u->root, p->root.data, WV_DIGEST_LEN);
-	u->has_nonce = p->nonce.len == WV_NONCE_LEN;
-	if (u->has_nonce) memcpy(u->nonce, p->nonce.data, WV_NONCE_LEN);
+	u->has_root = p->root.len == UPDATE_DIGEST_LEN;
+	if (u->has_root) memcpy(u->root, p->root.data, UPDATE_DIGEST_LEN);
+	u->has_nonce = p->nonce.len == UPDATE_NONCE_LEN;
+	if (u->has_nonce) memcpy(u->nonce, p->nonce.data, UPDATE_NONCE_LEN);
 	timings_from_pb(&u->sender_t, p->sender_timings);
 	u->reason = strdup(p->reason ? p->reason : "");
 	if (!u->reason) goto oom;
@@ -371,7 +371,7 @@ static int from_pb(wv_update *u, const Skein__Weights__Update *p, char *err, siz
 	u->nengines = p->n_engines;
 	for (size_t i = 0; i < p->n_engines; i++) {
 		const Skein__Weights__Engine *pe = p->engines[i];
-		wv_engine *e = &u->engines[i];
+		update_engine *e = &u->engines[i];
 		char what[32];
 		snprintf(what, sizeof what, "engine %zu", i);
 		if (copy_str(e->member, sizeof e->member, pe->member, what, err, errlen) < 0 ||
@@ -388,7 +388,7 @@ oom:
 	return -1;
 }
 
-int wv_codec_decode(wv_update *u, const uint8_t *d, size_t n, char *err, size_t errlen)
+int update_codec_decode(update_rec *u, const uint8_t *d, size_t n, char *err, size_t errlen)
 {
 	Skein__Weights__Update *p = skein__weights__update__unpack(NULL, n, d);
 	if (!p) {
@@ -398,11 +398,11 @@ int wv_codec_decode(wv_update *u, const uint8_t *d, size_t n, char *err, size_t 
 	}
 	int rc = from_pb(u, p, err, errlen);
 	skein__weights__update__free_unpacked(p, NULL);
-	if (rc < 0) wv_update_free(u);
+	if (rc < 0) update_rec_free(u);
 	return rc;
 }
 
-int wv_codec_snapshot_encode(const wv_update *const *u, size_t nu, const wv_jobver *jv, size_t nj, uint8_t **out,
+int update_codec_snapshot_encode(const update_rec *const *u, size_t nu, const update_jobver *jv, size_t nj, uint8_t **out,
 			     size_t *len)
 {
 	Skein__Weights__Snapshot snap = SKEIN__WEIGHTS__SNAPSHOT__INIT;
@@ -441,7 +441,7 @@ out:
 	return *out ? 0 : -1;
 }
 
-int wv_codec_snapshot_decode(const uint8_t *d, size_t n, wv_update **u, size_t *nu, wv_jobver **jv, size_t *nj,
+int update_codec_snapshot_decode(const uint8_t *d, size_t n, update_rec **u, size_t *nu, update_jobver **jv, size_t *nj,
 			     char *err, size_t errlen)
 {
 	*u = NULL;
@@ -455,15 +455,15 @@ int wv_codec_snapshot_decode(const uint8_t *d, size_t n, wv_update **u, size_t *
 	int rc = -1;
 	char why[200];
 	size_t done = 0;
-	wv_update *recs = calloc(p->n_updates ? p->n_updates : 1, sizeof *recs);
-	wv_jobver *jobs = calloc(p->n_jobs ? p->n_jobs : 1, sizeof *jobs);
+	update_rec *recs = calloc(p->n_updates ? p->n_updates : 1, sizeof *recs);
+	update_jobver *jobs = calloc(p->n_jobs ? p->n_jobs : 1, sizeof *jobs);
 	if (!recs || !jobs) {
 		snprintf(err, errlen, "out of memory");
 		goto out;
 	}
 	for (; done < p->n_updates; done++) {
 		if (from_pb(&recs[done], p->updates[done], why, sizeof why) < 0) {
-			wv_update_free(&recs[done]);
+			update_rec_free(&recs[done]);
 			snprintf(err, errlen, "weights snapshot: update %zu: %s", done, why);
 			goto out;
 		}
@@ -484,7 +484,7 @@ int wv_codec_snapshot_decode(const uint8_t *d, size_t n, wv_update **u, size_t *
 	jobs = NULL;
 	rc = 0;
 out:
-	for (size_t i = 0; recs && i < done; i++) wv_update_free(&recs[i]);
+	for (size_t i = 0; recs && i < done; i++) update_rec_free(&recs[i]);
 	free(recs);
 	free(jobs);
 	skein__weights__snapshot__free_unpacked(p, NULL);

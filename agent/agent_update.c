@@ -1,7 +1,7 @@
-/* agent/agent_wv: the head's coordinator of weight updates (docs/updates.md).
+/* agent/agent_update: the head's coordinator of weight updates (docs/updates.md).
  *
- * The replicated record of every update lives in jobs/wv_state (entry
- * WV_ENTRY_PUT); what the head holds here is only what a new head can do
+ * The replicated record of every update lives in jobs/update_state (entry
+ * UPDATE_ENTRY_PUT); what the head holds here is only what a new head can do
  * without: the clients waiting for an answer, the words each participant
  * sent, the clocks of the watchdog.  So a head that takes over rebuilds an
  * open update from its record ("adopts" it) and the members, whose every
@@ -21,7 +21,7 @@
  * answers old waits, drops participants whose process or node is gone,
  * runs the watchdog, and acts on the head's "state changed" flag: this file
  * is never called from inside the head's pump. */
-#include "agent/agent_wv.h"
+#include "agent/agent_update.h"
 
 #include <arpa/inet.h>
 #include <limits.h>
@@ -34,11 +34,11 @@
 
 #include "agent/agent_jobs_int.h"
 #include "agent/agent_stats.h"
-#include "agent/agent_wv_show.h"
+#include "agent/agent_update_show.h"
 #include "common/sk_log.h"
 #include "common/sk_time.h"
-#include "jobs/wv_coord.h"
-#include "jobs/wv_state.h"
+#include "jobs/update_coord.h"
+#include "jobs/update_state.h"
 #include "proto/control.pb-c.h"
 #include "proto/weights.pb-c.h"
 
@@ -53,7 +53,7 @@ enum {
 	MEMBER_MAX = JOB_NAME_MAX + 32,
 	ENDPOINT_MAX = 64,
 	REASON_MAX = 400,
-	ENGINES_MAX = 4 * WV_ENGINES_MAX, /* engines known to the head, every job */
+	ENGINES_MAX = 4 * UPDATE_ENGINES_MAX, /* engines known to the head, every job */
 	OPEN_MAX = 1024,
 	DETAIL_MAX = 512,             /* finished updates whose engines' detail this head keeps (all jobs) */
 	SETUP_MAX = 512 << 10,         /* an NCCL unique id (128), a colocated sender's handoff (xfer_ipc.c) */
@@ -66,47 +66,54 @@ typedef struct {
 	char reason[REASON_MAX], endpoint[ENDPOINT_MAX];
 	double seconds, last_seen;
 	bool waiting;
+	bool behind;                   /* its last wait held less than its job's latest committed version */
 	agent_client client;
 	double wait_since;
 	/* p2p catch-up: this engine serves `serve_version` to `serve_to`, or is
 	 * served `catchup_version` by `source` */
 	char serve_to[MEMBER_MAX], source[MEMBER_MAX];
-	uint8_t staged_root[WV_DIGEST_LEN]; /* the root it verified `staged` against (EngineStatus.root) */
+	uint8_t staged_root[UPDATE_DIGEST_LEN]; /* the root it verified `staged` against (EngineStatus.root) */
 	bool has_staged_root;
 	uint64_t serve_version, catchup_version;
-	uint8_t serve_nonce[WV_NONCE_LEN], catchup_nonce[WV_NONCE_LEN]; /* the pairing's p2p ticket (both ends) */
+	uint8_t serve_nonce[UPDATE_NONCE_LEN], catchup_nonce[UPDATE_NONCE_LEN]; /* the pairing's p2p ticket (both ends) */
 	double catchup_since, retry_at; /* a failed catch-up is asked again after CATCHUP_RETRY_S */
-} wv_eng;
+} update_eng;
 
 typedef struct {
-	wv_coord co;                   /* the record as proposed and the rules (jobs/wv_coord) */
+	update_coord co;                   /* the record as proposed and the rules (jobs/update_coord) */
 	bool begin_waiting, done_waiting;
 	agent_client begin_client, done_client;
 	uint8_t *setup;                /* malloc'd; held here only: a new head adopts an update without it
 					  (colocated: the sender's done brings it again) */
 	size_t setup_len;
-} wv_open;
+} update_open;
 
-struct agent_wv {
+struct agent_update {
 	ev_timer tick;
 	bool changed;                  /* the head applied a weight entry */
 	bool was_ready;
-	wv_eng *eng;
+	update_eng *eng;
 	size_t neng, engcap;
-	wv_open *open;
+	/* eng by member: open addressing, index + 1 (0 empty), at most half
+	 * full; rebuilt after a drop (rare: an engine silent for 10 s) */
+	uint32_t *hidx;
+	size_t hcap;
+	bool hdirty;
+	size_t nbehind;                /* engines whose last wait held less than the job's latest (catch-ups to pair) */
+	update_open *open;
 	size_t nopen, opencap;
 	/* final and measured records Raft refused (a handover in progress, the
 	 * lease lapsing): proposed again every RETRY_S until one is taken or the
 	 * head steps down (forget_all; the next head adopts what is open) */
-	wv_update *retry;
+	update_rec *retry;
 	size_t nretry, retrycap;
 	double retry_at;
 	/* the per-engine detail of the last DETAIL_MAX updates this head
 	 * finished (nodes, seconds, timings, reasons' text): compact records do
 	 * not replicate it; `transfers` shows it from here (a ring) */
-	wv_update detail[DETAIL_MAX];
+	update_rec detail[DETAIL_MAX];
 	size_t detail_next;
-	size_t engines_max;            /* WV_ENGINES_MAX; SKEIN_TEST_WV_ENGINES_MAX lowers it (tests) */
+	size_t engines_max;            /* UPDATE_ENGINES_MAX; SKEIN_TEST_WV_ENGINES_MAX lowers it (tests) */
 	int test_refuse;               /* SKEIN_TEST_WV_REFUSE=N: the first N final/measured
 					  proposals refused as Raft refuses them in a handover */
 };
@@ -115,20 +122,20 @@ struct agent_wv {
 
 /* A duration a member reported: kept when it is one (finite, not negative,
  * under ~30 years), else 0, so that a record the head proposes passes
- * wv_update_check whatever a member said. */
+ * update_rec_check whatever a member said. */
 static double secs(double v)
 {
 	return isfinite(v) && v >= 0 && v < 1e9 ? v : 0;
 }
 
-static wv_timings timings_of(const Skein__Weights__Timings *t)
+static update_timings timings_of(const Skein__Weights__Timings *t)
 {
-	if (!t) return (wv_timings){ 0 };
-	return (wv_timings){ secs(t->data_seconds), secs(t->hash_seconds), secs(t->journal_seconds),
+	if (!t) return (update_timings){ 0 };
+	return (update_timings){ secs(t->data_seconds), secs(t->hash_seconds), secs(t->journal_seconds),
 			     secs(t->undo_seconds) };
 }
 
-static const wv_state *state_of(agent *a)
+static const update_state *state_of(agent *a)
 {
 	return agent_head_ready(a) ? agent_head_wv(a) : NULL;
 }
@@ -246,55 +253,94 @@ static void *grow_one(void **arr, size_t *cap, size_t n, size_t elem, size_t max
 	return (char *)*arr + n * elem;
 }
 
-static wv_eng *eng_find(agent_wv *W, const char *member)
+static uint64_t member_hash(const char *s)
 {
-	for (size_t i = 0; i < W->neng; i++)
-		if (!strcmp(W->eng[i].member, member)) return &W->eng[i];
+	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+	for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+	return h;
+}
+
+static void hash_put(agent_update *W, size_t i)
+{
+	size_t m = W->hcap - 1, k = (size_t)member_hash(W->eng[i].member) & m;
+	while (W->hidx[k]) k = (k + 1) & m;
+	W->hidx[k] = (uint32_t)i + 1;
+}
+
+/* The index for cap engines: 0, -1 when memory runs out (then linear). */
+static int hash_rebuild(agent_update *W, size_t cap)
+{
+	size_t hc = 16;
+	while (hc < cap * 2) hc *= 2;
+	uint32_t *h = calloc(hc, sizeof *h);
+	if (!h) return -1;
+	free(W->hidx);
+	W->hidx = h;
+	W->hcap = hc;
+	W->hdirty = false;
+	for (size_t i = 0; i < W->neng; i++) hash_put(W, i);
+	return 0;
+}
+
+static update_eng *eng_find(agent_update *W, const char *member)
+{
+	if ((W->hdirty || !W->hidx) && hash_rebuild(W, W->neng + 1) < 0) {
+		for (size_t i = 0; i < W->neng; i++)
+			if (!strcmp(W->eng[i].member, member)) return &W->eng[i];
+		return NULL;
+	}
+	size_t m = W->hcap - 1;
+	for (size_t k = (size_t)member_hash(member) & m; W->hidx[k]; k = (k + 1) & m)
+		if (!strcmp(W->eng[W->hidx[k] - 1].member, member)) return &W->eng[W->hidx[k] - 1];
 	return NULL;
 }
 
-static wv_eng *eng_get(agent_wv *W, const char *member)
+static update_eng *eng_get(agent_update *W, const char *member)
 {
-	wv_eng *e = eng_find(W, member);
+	update_eng *e = eng_find(W, member);
 	if (e) return e;
+	if ((W->neng + 1) * 2 > W->hcap && hash_rebuild(W, W->neng + 1) < 0) return NULL;
 	if (!(e = grow_one((void **)&W->eng, &W->engcap, W->neng, sizeof *e, ENGINES_MAX))) return NULL;
 	W->neng++;
 	memset(e, 0, sizeof *e);
 	snprintf(e->member, sizeof e->member, "%s", member);
+	hash_put(W, W->neng - 1);
 	return e;
 }
 
-static void eng_drop_at(agent_wv *W, size_t i)
+static void eng_drop_at(agent_update *W, size_t i)
 {
+	W->nbehind -= W->eng[i].behind;
 	W->eng[i] = W->eng[--W->neng];
+	W->hdirty = true;
 }
 
-static wv_open *open_find(agent_wv *W, const char *job)
+static update_open *open_find(agent_update *W, const char *job)
 {
 	for (size_t i = 0; i < W->nopen; i++)
 		if (!strcmp(W->open[i].co.rec.job, job)) return &W->open[i];
 	return NULL;
 }
 
-static wv_open *open_new(agent_wv *W)
+static update_open *open_new(agent_update *W)
 {
-	wv_open *u = grow_one((void **)&W->open, &W->opencap, W->nopen, sizeof *u, OPEN_MAX);
+	update_open *u = grow_one((void **)&W->open, &W->opencap, W->nopen, sizeof *u, OPEN_MAX);
 	if (!u) return NULL;
 	W->nopen++;
 	memset(u, 0, sizeof *u);
 	return u;
 }
 
-static void open_free(agent_wv *W, wv_open *u)
+static void open_free(agent_update *W, update_open *u)
 {
-	wv_coord_free(&u->co);
+	update_coord_free(&u->co);
 	free(u->setup);
 	*u = W->open[--W->nopen];
 }
 
-static wv_engine *part_of(wv_open *u, const char *member)
+static update_engine *part_of(update_open *u, const char *member)
 {
-	long i = wv_coord_find(&u->co, member);
+	long i = update_coord_find(&u->co, member);
 	return i >= 0 ? &u->co.rec.engines[i] : NULL;
 }
 
@@ -307,10 +353,10 @@ static bool is_full_copy(const char *mode)
 
 static void arm(agent *a);
 static void catch_up(agent *a);
-static void detail_keep(agent_wv *W, const wv_update *full);
+static void detail_keep(agent_update *W, const update_rec *full);
 
 /* 0 proposed, -1 not (said in the log). */
-static int propose(agent *a, const wv_update *u, const char *what)
+static int propose(agent *a, const update_rec *u, const char *what)
 {
 	uint8_t *data;
 	size_t len;
@@ -318,14 +364,14 @@ static int propose(agent *a, const wv_update *u, const char *what)
 	agent_reply r = { 0 };
 	sk_buf_init(&r.body);
 	bool final = strcmp(u->state, "preparing") != 0;
-	if (wv_update_encode(u, &data, &len) < 0) {
+	if (update_rec_encode(u, &data, &len) < 0) {
 		SK_WARN("wv", "%s of %s v%llu: out of memory", what, u->job, (unsigned long long)u->version);
 	} else if (final && a->wv->test_refuse > 0) {
 		a->wv->test_refuse--;
 		free(data);
 		SK_WARN("wv", "%s of %s v%llu not proposed: refused (SKEIN_TEST_WV_REFUSE)", what, u->job,
 			(unsigned long long)u->version);
-	} else if (agent_head_propose(a, NULL, &r, WV_ENTRY_PUT, data, len, NULL, NULL) < 0) {
+	} else if (agent_head_propose(a, NULL, &r, UPDATE_ENTRY_PUT, data, len, NULL, NULL) < 0) {
 		SK_WARN("wv", "%s of %s v%llu not proposed: %s", what, u->job, (unsigned long long)u->version, r.error);
 	} else {
 		rc = 0;
@@ -336,12 +382,12 @@ static int propose(agent *a, const wv_update *u, const char *what)
 
 /* A final or measured record: proposed, or queued to be proposed again
  * (a refusal must not leave the update stuck open on this head). */
-static void propose_final(agent *a, const wv_update *u, const char *what)
+static void propose_final(agent *a, const update_rec *u, const char *what)
 {
-	agent_wv *W = a->wv;
+	agent_update *W = a->wv;
 	if (propose(a, u, what) == 0) return;
-	wv_update *q = grow_one((void **)&W->retry, &W->retrycap, W->nretry, sizeof *q, OPEN_MAX * 2);
-	if (!q || wv_update_copy(q, u) < 0) {
+	update_rec *q = grow_one((void **)&W->retry, &W->retrycap, W->nretry, sizeof *q, OPEN_MAX * 2);
+	if (!q || update_rec_copy(q, u) < 0) {
 		SK_WARN("wv", "%s of %s v%llu: cannot queue its retry", what, u->job, (unsigned long long)u->version);
 		return;
 	}
@@ -353,71 +399,71 @@ static void propose_final(agent *a, const wv_update *u, const char *what)
  * refused again stops this round (Raft refuses them all alike). */
 static void retry_finals(agent *a, double now)
 {
-	agent_wv *W = a->wv;
-	const wv_state *ws = state_of(a);
+	agent_update *W = a->wv;
+	const update_state *ws = state_of(a);
 	if (!W->nretry || now < W->retry_at || !ws) return;
 	W->retry_at = now + RETRY_S;
 	for (size_t i = 0; i < W->nretry;) {
-		wv_update *q = &W->retry[i];
-		const wv_update *rec = wv_state_get(ws, q->job, q->version);
+		update_rec *q = &W->retry[i];
+		const update_rec *rec = update_state_get(ws, q->job, q->version);
 		/* taken already (or gone with its job): nothing to do */
-		bool done = !rec || (q->measured ? rec->measured : !wv_update_open(rec));
+		bool done = !rec || (q->measured ? rec->measured : !update_rec_open(rec));
 		if (!done && propose(a, q, q->measured ? "timings (again)" : "final record (again)") < 0) break;
 		if (!done) SK_INFO("wv", "%s v%llu: the refused %s record proposed again", q->job,
 				   (unsigned long long)q->version, q->measured ? "measured" : q->state);
-		wv_update_free(q);
+		update_rec_free(q);
 		memmove(q, q + 1, (W->nretry - i - 1) * sizeof *q);
 		W->nretry--;
 	}
 	if (!W->nretry) W->retry_at = 0;
 }
 
-static void retry_clear(agent_wv *W)
+static void retry_clear(agent_update *W)
 {
-	for (size_t i = 0; i < W->nretry; i++) wv_update_free(&W->retry[i]);
+	for (size_t i = 0; i < W->nretry; i++) update_rec_free(&W->retry[i]);
 	W->nretry = 0;
 	W->retry_at = 0;
 }
 
 /* The final record of u applied: how long it took to commit is known only
- * now, so one amendment (jobs/wv_state.h) carries update_seconds and
+ * now, so one amendment (jobs/update_state.h) carries update_seconds and
  * commit_seconds to this moment.  Returns the update's seconds measured. */
-static double measure_commit(agent *a, wv_open *u, const wv_update *rec)
+static double measure_commit(agent *a, update_open *u, const update_rec *rec)
 {
 	double now = sk_mono_s();
 	uint64_t wall = sk_wall_ms();
-	wv_update f;
-	int rc = wv_coord_measured(&u->co, rec, now, wall, &f);
+	update_rec f;
+	int rc = update_coord_measured(&u->co, rec, now, wall, &f);
 	if (rc == 1) return rec->update_seconds;
-	if (rc < 0) return wv_coord_since_begin(&u->co, now, wall);
+	if (rc < 0) return update_coord_since_begin(&u->co, now, wall);
 	double update_s = f.update_seconds;
 	propose_final(a, &f, "timings");
-	wv_update_free(&f);
+	update_rec_free(&f);
 	return update_s;
 }
 
 /* The coordinator decided u (made_final: this call did): its final record
  * proposed, once. */
-static void settled(agent *a, wv_open *u, bool made_final)
+static void settled(agent *a, update_open *u, bool made_final)
 {
 	if (!made_final) return;
-	wv_update f;
-	const wv_coord *c = &u->co;
-	if (wv_coord_final(c, sk_mono_s(), sk_wall_ms(), &f) == 0) {
+	update_rec f;
+	const update_coord *c = &u->co;
+	if (update_coord_final(c, sk_mono_s(), sk_wall_ms(), &f) == 0) {
 		propose_final(a, &f, c->final_state);
-		wv_update_free(&f);
+		update_rec_free(&f);
 	}
 	SK_INFO("wv", "%s v%llu %s%s%s", c->rec.job, (unsigned long long)c->rec.version, c->final_state,
 		c->final_reason[0] ? ": " : "", c->final_reason);
 }
 
 /* A participant is gone or failed: dropped (drop mode, not a data fault),
- * or the update aborts (jobs/wv_coord). */
-static void lose(agent *a, wv_open *u, wv_engine *p, const char *why, bool fault, bool by_sender)
+ * or the update aborts (jobs/update_coord). */
+static void lose(agent *a, update_open *u, update_engine *p, const char *why, bool fault, bool by_sender)
 {
 	size_t i = (size_t)(p - u->co.rec.engines);
 	bool was_pending = !strcmp(p->state, "pending");
-	bool fin = wv_coord_lose(&u->co, i, sk_mono_s(), why, fault, by_sender);
+	bool fin = update_coord_lose(&u->co, i, sk_mono_s(), why, fault, by_sender);
 	if (was_pending && !strcmp(p->state, "dropped"))
 		SK_INFO("wv", "%s v%llu: %s dropped: %s", u->co.rec.job, (unsigned long long)u->co.rec.version, p->member,
 			why);
@@ -426,7 +472,7 @@ static void lose(agent *a, wv_open *u, wv_engine *p, const char *why, bool fault
 
 /* ---------------------------------------------------------------- instructions */
 
-static void send_instruction(agent *a, wv_eng *e, const Skein__Weights__Instruction *in)
+static void send_instruction(agent *a, update_eng *e, const Skein__Weights__Instruction *in)
 {
 	if (!e->waiting) return;
 	e->waiting = false;
@@ -435,7 +481,7 @@ static void send_instruction(agent *a, wv_eng *e, const Skein__Weights__Instruct
 
 /* Fills "abort v" when version v (its record rec, NULL when gone) was
  * aborted or is no update at all (not the open one, u); false otherwise. */
-static bool abort_of(const wv_update *rec, const wv_open *u, uint64_t v, Skein__Weights__Instruction *in,
+static bool abort_of(const update_rec *rec, const update_open *u, uint64_t v, Skein__Weights__Instruction *in,
 		     char *reason, size_t rcap)
 {
 	bool aborted = rec && !strcmp(rec->state, "aborted"), gone = !rec && !(u && u->co.rec.version == v);
@@ -450,22 +496,22 @@ static bool abort_of(const wv_update *rec, const wv_open *u, uint64_t v, Skein__
 /* rec committed without member's staged copy: it took part and ended
  * failed or dropped (the sender did not serve it, whatever it staged).  An
  * engine rec does not list never staged rec (a catch-up lands as held). */
-static bool staged_refused(const wv_update *rec, const char *member)
+static bool staged_refused(const update_rec *rec, const char *member)
 {
-	const wv_engine *p = wv_update_engine(rec, member);
+	const update_engine *p = update_rec_engine(rec, member);
 	return p && strcmp(p->state, "verified") != 0;
 }
 
 /* What engine e must do now; false: nothing yet (its wait is held). */
-static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *reason, size_t rcap)
+static bool decide(agent *a, update_eng *e, Skein__Weights__Instruction *in, char *reason, size_t rcap)
 {
-	agent_wv *W = a->wv;
-	const wv_state *ws = state_of(a);
+	agent_update *W = a->wv;
+	const update_state *ws = state_of(a);
 	if (!ws) return false;
-	wv_open *u = open_find(W, e->job);
-	uint64_t L = wv_state_committed(ws, e->job);
+	update_open *u = open_find(W, e->job);
+	uint64_t L = update_state_committed(ws, e->job);
 	if (e->staged) {
-		const wv_update *rec = wv_state_get(ws, e->job, e->staged);
+		const update_rec *rec = update_state_get(ws, e->job, e->staged);
 		if (rec && !strcmp(rec->state, "committed") && !staged_refused(rec, e->member)) {
 			in->kind = "commit";
 			in->version = e->staged;
@@ -479,7 +525,7 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 			in->kind = "abort";
 			in->version = e->staged;
 			snprintf(reason, rcap, "v%llu committed without %s: %s", (unsigned long long)e->staged, e->member,
-				 wv_update_engine(rec, e->member)->reason);
+				 update_rec_engine(rec, e->member)->reason);
 			in->reason = reason;
 			return true;
 		}
@@ -489,12 +535,12 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 		/* it failed to receive an update: it hears the verdict of an aborted
 		 * one (its caller is told); one that went on without it is caught
 		 * up below */
-		const wv_update *rec = wv_state_get(ws, e->job, e->failed);
+		const update_rec *rec = update_state_get(ws, e->job, e->failed);
 		if (abort_of(rec, u, e->failed, in, reason, rcap)) return true;
 		if (!rec || !strcmp(rec->state, "preparing")) return false;
 	}
-	long pi = u ? wv_coord_find(&u->co, e->member) : -1;
-	wv_engine *p = pi >= 0 ? &u->co.rec.engines[pi] : NULL;
+	long pi = u ? update_coord_find(&u->co, e->member) : -1;
+	update_engine *p = pi >= 0 ? &u->co.rec.engines[pi] : NULL;
 	if (u && u->co.begun && !u->co.final && p && !strcmp(p->state, "pending") && e->failed != u->co.rec.version) {
 		/* colocated: the handoff is the receive; an adopted update waits
 		 * for the sender's done to bring it (the watchdog bounds that) */
@@ -507,25 +553,25 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 		in->setup.len = u->setup_len;
 		if (u->co.rec.has_nonce) {
 			in->nonce.data = u->co.rec.nonce;
-			in->nonce.len = WV_NONCE_LEN;
+			in->nonce.len = UPDATE_NONCE_LEN;
 		}
 		in->rank = (int32_t)(p - u->co.rec.engines) + 1;
 		in->nranks = (int32_t)u->co.rec.nengines + 1;
 		in->timeout_ms = u->co.timeout_ms;
 		if (u->co.rec.has_root) {
 			in->root.data = u->co.rec.root;
-			in->root.len = WV_DIGEST_LEN;
+			in->root.len = UPDATE_DIGEST_LEN;
 		}
 		return true;
 	}
 	if (e->serve_to[0]) {
-		wv_eng *t = eng_find(W, e->serve_to);
+		update_eng *t = eng_find(W, e->serve_to);
 		if (t && t->catchup_version == e->serve_version && !strcmp(t->source, e->member)) {
 			in->kind = "serve";
 			in->version = e->serve_version;
 			in->peer = t->endpoint;
 			in->nonce.data = e->serve_nonce;
-			in->nonce.len = WV_NONCE_LEN;
+			in->nonce.len = UPDATE_NONCE_LEN;
 			e->serve_to[0] = 0;
 			return true;
 		}
@@ -538,10 +584,10 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 	const job_rec *j = js ? job_state_get(js, e->job) : NULL;
 	if (!j) return false;
 	/* the committed record's root: what the catch-up's sums must hash to */
-	const wv_update *lrec = wv_state_get(ws, e->job, L);
+	const update_rec *lrec = update_state_get(ws, e->job, L);
 	if (lrec && lrec->has_root) {
 		in->root.data = (uint8_t *)lrec->root;
-		in->root.len = WV_DIGEST_LEN;
+		in->root.len = UPDATE_DIGEST_LEN;
 	}
 	if (!is_full_copy(j->spec.transfer_mode)) {
 		in->kind = "catchup";
@@ -554,14 +600,14 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 	}
 	/* from an engine that holds L and is idle */
 	for (size_t i = 0; i < W->neng; i++) {
-		wv_eng *s = &W->eng[i];
+		update_eng *s = &W->eng[i];
 		if (s == e || strcmp(s->job, e->job) || s->held != L || s->staged || !s->waiting || s->serve_to[0] ||
 		    !s->endpoint[0] || !e->endpoint[0])
 			continue;
 		if (u && part_of(u, s->member) && !strcmp(part_of(u, s->member)->state, "pending")) continue;
 		/* the p2p hello of this pairing: only the server knows it */
-		if (getrandom(e->catchup_nonce, WV_NONCE_LEN, 0) != WV_NONCE_LEN) return false;
-		memcpy(s->serve_nonce, e->catchup_nonce, WV_NONCE_LEN);
+		if (getrandom(e->catchup_nonce, UPDATE_NONCE_LEN, 0) != UPDATE_NONCE_LEN) return false;
+		memcpy(s->serve_nonce, e->catchup_nonce, UPDATE_NONCE_LEN);
 		snprintf(s->serve_to, sizeof s->serve_to, "%s", e->member);
 		s->serve_version = L;
 		snprintf(e->source, sizeof e->source, "%s", s->member);
@@ -571,20 +617,35 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 		in->version = L;
 		in->peer = s->member;
 		in->nonce.data = e->catchup_nonce;
-		in->nonce.len = WV_NONCE_LEN;
+		in->nonce.len = UPDATE_NONCE_LEN;
 		in->mode = (char *)j->spec.transfer_mode;
 		return true;
 	}
 	return false;
 }
 
+/* Answers e's held wait when it has something to do, and the engine it
+ * just paired with for a catch-up (that one is told to serve). */
+static void wake_one(agent *a, update_eng *e)
+{
+	Skein__Weights__Instruction in = SKEIN__WEIGHTS__INSTRUCTION__INIT;
+	char reason[REASON_MAX];
+	if (!e->waiting || !decide(a, e, &in, reason, sizeof reason)) return;
+	send_instruction(a, e, &in);
+	update_eng *s = e->source[0] ? eng_find(a->wv, e->source) : NULL;
+	if (s && s != e && s->waiting) {
+		Skein__Weights__Instruction sin = SKEIN__WEIGHTS__INSTRUCTION__INIT;
+		if (decide(a, s, &sin, reason, sizeof reason)) send_instruction(a, s, &sin);
+	}
+}
+
 /* Answers every held wait of `job` that has something to do (NULL: all). */
 static void wake(agent *a, const char *job)
 {
-	agent_wv *W = a->wv;
+	agent_update *W = a->wv;
 	for (int round = 0; round < 2; round++) /* a catch-up pairs two engines: the server may come second */
 		for (size_t i = 0; i < W->neng; i++) {
-			wv_eng *e = &W->eng[i];
+			update_eng *e = &W->eng[i];
 			if (!e->waiting || (job && strcmp(e->job, job))) continue;
 			Skein__Weights__Instruction in = SKEIN__WEIGHTS__INSTRUCTION__INIT;
 			char reason[REASON_MAX];
@@ -594,9 +655,9 @@ static void wake(agent *a, const char *job)
 
 /* ---------------------------------------------------------------- begin / done / outcome */
 
-static void begin_reply(agent *a, wv_open *u)
+static void begin_reply(agent *a, update_open *u)
 {
-	agent_wv *W = a->wv;
+	agent_update *W = a->wv;
 	if (!u->begin_waiting) return;
 	size_t n = u->co.rec.nengines;
 	Skein__Weights__Peer *pv = calloc(n ? n : 1, sizeof *pv);
@@ -612,11 +673,11 @@ static void begin_reply(agent *a, wv_open *u)
 	br.timeout_ms = u->co.timeout_ms;
 	if (u->co.rec.has_nonce) {
 		br.nonce.data = u->co.rec.nonce;
-		br.nonce.len = WV_NONCE_LEN;
+		br.nonce.len = UPDATE_NONCE_LEN;
 	}
 	for (size_t i = 0; i < n; i++) {
-		wv_engine *p = &u->co.rec.engines[i];
-		wv_eng *e = eng_find(W, p->member);
+		update_engine *p = &u->co.rec.engines[i];
+		update_eng *e = eng_find(W, p->member);
 		skein__weights__peer__init(&pv[i]);
 		pv[i].member = p->member;
 		pv[i].node = p->node;
@@ -636,7 +697,7 @@ static void begin_reply(agent *a, wv_open *u)
 	free(pp);
 }
 
-static void outcome_of(const wv_open *u, const wv_update *rec, Skein__Weights__Outcome *o)
+static void outcome_of(const update_open *u, const update_rec *rec, Skein__Weights__Outcome *o)
 {
 	if (rec) {
 		o->job = (char *)rec->job;
@@ -655,8 +716,8 @@ static void outcome_of(const wv_open *u, const wv_update *rec, Skein__Weights__O
 /* detail: the head's own copy of the update (its engines' seconds and
  * timings), NULL when it has none: a compact record keeps only their
  * slowest, which goes as the first engine's. */
-static void answer_outcome(agent *a, const agent_client *c, const wv_open *u, const wv_update *rec,
-			   const wv_update *detail)
+static void answer_outcome(agent *a, const agent_client *c, const update_open *u, const update_rec *rec,
+			   const update_rec *detail)
 {
 	Skein__Weights__Outcome o = SKEIN__WEIGHTS__OUTCOME__INIT;
 	outcome_of(u, rec, &o);
@@ -665,8 +726,8 @@ static void answer_outcome(agent *a, const agent_client *c, const wv_open *u, co
 	 * split) come from it */
 	uint8_t *data = NULL;
 	size_t len;
-	wv_update full;
-	if (rec && strcmp(rec->state, "preparing") && wv_update_copy(&full, rec) == 0) {
+	update_rec full;
+	if (rec && strcmp(rec->state, "preparing") && update_rec_copy(&full, rec) == 0) {
 		full.compact = full.bare = false;
 		if (detail && detail->nengines == full.nengines) {
 			for (size_t i = 0; i < full.nengines; i++) {
@@ -674,11 +735,11 @@ static void answer_outcome(agent *a, const agent_client *c, const wv_open *u, co
 				full.engines[i].t = detail->engines[i].t;
 			}
 		} else if (full.nengines) {
-			full.engines[0].t = wv_update_slowest(rec);
+			full.engines[0].t = update_rec_slowest(rec);
 			full.engines[0].seconds = rec->engines_seconds;
 		}
-		if (wv_update_encode(&full, &data, &len) == 0) o.record = skein__weights__update__unpack(NULL, len, data);
-		wv_update_free(&full);
+		if (update_rec_encode(&full, &data, &len) == 0) o.record = skein__weights__update__unpack(NULL, len, data);
+		update_rec_free(&full);
 	}
 	if (o.record) o.record->nonce.len = 0; /* the ticket goes to participants only */
 	answer(a, c, 0, NULL, &o.base);
@@ -688,7 +749,7 @@ static void answer_outcome(agent *a, const agent_client *c, const wv_open *u, co
 
 static int by_engine_id(const void *x, const void *y)
 {
-	const wv_engine *a = x, *b = y;
+	const update_engine *a = x, *b = y;
 	/* members of one job: "<job>/engine-<i>" (cmd_wait checked them) */
 	const char *sa = strrchr(a->member, '-'), *sb = strrchr(b->member, '-');
 	unsigned long i = sa ? strtoul(sa + 1, NULL, 10) : ULONG_MAX, k = sb ? strtoul(sb + 1, NULL, 10) : ULONG_MAX;
@@ -696,16 +757,16 @@ static int by_engine_id(const void *x, const void *y)
 }
 
 /* The engines of job that take part in a new update at base L. */
-static size_t pick_participants(agent *a, const char *job, const char *mode, uint64_t L, wv_engine **out)
+static size_t pick_participants(agent *a, const char *job, const char *mode, uint64_t L, update_engine **out)
 {
-	agent_wv *W = a->wv;
+	agent_update *W = a->wv;
 	size_t n = 0;
-	wv_engine *v = calloc(W->neng ? W->neng : 1, sizeof *v);
+	update_engine *v = calloc(W->neng ? W->neng : 1, sizeof *v);
 	if (!v) return 0;
 	for (size_t i = 0; i < W->neng; i++) {
-		wv_eng *e = &W->eng[i];
+		update_eng *e = &W->eng[i];
 		/* verified the version that just committed: it holds it once told */
-		const wv_update *lr = e->staged && e->staged == L ? wv_state_get(state_of(a), job, L) : NULL;
+		const update_rec *lr = e->staged && e->staged == L ? update_state_get(state_of(a), job, L) : NULL;
 		uint64_t held = lr && !staged_refused(lr, e->member) ? L : e->held;
 		if (strcmp(e->job, job) || (e->staged && e->staged != L)) continue;
 		const job_member_status *st = aj_status_of(a, e->node, e->member);
@@ -733,8 +794,8 @@ static size_t pick_participants(agent *a, const char *job, const char *mode, uin
 
 static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_client *c, const Skein__Weights__Begin *b)
 {
-	agent_wv *W = a->wv;
-	const wv_state *ws = state_of(a);
+	agent_update *W = a->wv;
+	const update_state *ws = state_of(a);
 	char node[MBR_NAME_MAX + 1];
 	job_spec s;
 	if (!member_node(a, b->job, b->member, 0, node, sizeof node, &s))
@@ -745,8 +806,8 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 		return fail_client(a, c, "mode %s: job %s moves weights with %s", b->mode, b->job, s.transfer_mode);
 	if (b->digest.len != 0 && b->digest.len != 16) return fail_client(a, c, "manifest digest: 16 bytes expected");
 	if (b->setup.len > SETUP_MAX) return fail_client(a, c, "setup: at most %d bytes", SETUP_MAX);
-	if (b->root.len != 0 && b->root.len != WV_DIGEST_LEN) return fail_client(a, c, "root: 16 bytes expected");
-	wv_open *u = open_find(W, b->job);
+	if (b->root.len != 0 && b->root.len != UPDATE_DIGEST_LEN) return fail_client(a, c, "root: 16 bytes expected");
+	update_open *u = open_find(W, b->job);
 	if (u) {
 		if (u->co.rec.version == b->version && !strcmp(u->co.rec.sender, b->member) && !u->co.final) {
 			/* the same begin again (its answer was lost, or the head changed:
@@ -757,7 +818,7 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 			}
 			u->begin_client = *c;
 			u->begin_waiting = true;
-			wv_coord_progress(&u->co, sk_mono_s());
+			update_coord_progress(&u->co, sk_mono_s());
 			if (u->co.begun) begin_reply(a, u);
 			return;
 		}
@@ -766,24 +827,24 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 			char why[REASON_MAX];
 			snprintf(why, sizeof why, "%s: sender restarted or gave up (it began v%llu)", u->co.rec.sender,
 				 (unsigned long long)b->version);
-			settled(a, u, wv_coord_superseded(&u->co, sk_mono_s(), why));
+			settled(a, u, update_coord_superseded(&u->co, sk_mono_s(), why));
 		}
 		return fail_client(a, c, "update v%llu of %s is still open: retry", (unsigned long long)u->co.rec.version,
 				   b->job);
 	}
-	uint64_t max = wv_state_max_version(ws, b->job), L = wv_state_committed(ws, b->job);
+	uint64_t max = update_state_max_version(ws, b->job), L = update_state_committed(ws, b->job);
 	if (b->version <= max)
 		return fail_client(a, c, "version %llu of %s: versions must grow (the newest is %llu)",
 				   (unsigned long long)b->version, b->job, (unsigned long long)max);
 	u = open_new(W);
 	if (!u) return fail_client(a, c, "too many open updates");
-	wv_update *r = &u->co.rec;
+	update_rec *r = &u->co.rec;
 	snprintf(r->job, sizeof r->job, "%s", b->job);
 	r->version = b->version;
 	r->base_version = L;
 	snprintf(r->mode, sizeof r->mode, "%s", b->mode);
 	if (b->digest.len == 16) memcpy(r->digest, b->digest.data, 16), r->has_digest = true;
-	if (b->root.len == WV_DIGEST_LEN) memcpy(r->root, b->root.data, WV_DIGEST_LEN), r->has_root = true;
+	if (b->root.len == UPDATE_DIGEST_LEN) memcpy(r->root, b->root.data, UPDATE_DIGEST_LEN), r->has_root = true;
 	r->bytes = b->bytes;
 	r->tensors = b->tensors;
 	snprintf(r->sender, sizeof r->sender, "%s", b->member);
@@ -793,11 +854,11 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 	r->started_ms = sk_wall_ms();
 	/* the p2p hello's ticket: in the record, so a head that adopts the
 	 * update hands out the same one */
-	r->has_nonce = getrandom(r->nonce, WV_NONCE_LEN, 0) == WV_NONCE_LEN;
+	r->has_nonce = getrandom(r->nonce, UPDATE_NONCE_LEN, 0) == UPDATE_NONCE_LEN;
 	r->nengines = pick_participants(a, b->job, b->mode, L, &r->engines);
-	r->compact = true; /* participants as a bitmap (jobs/wv_codec.c) */
+	r->compact = true; /* participants as a bitmap (jobs/update_codec.c) */
 	if (r->nengines > W->engines_max) {
-		/* every voter refuses such a record at apply (wv_codec.c): say so now
+		/* every voter refuses such a record at apply (update_codec.c): say so now
 		 * rather than let the update time out */
 		size_t n = r->nengines;
 		open_free(W, u);
@@ -814,9 +875,9 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 		open_free(W, u);
 		return fail_client(a, c, "out of memory");
 	}
-	wv_update r0 = *r;
+	update_rec r0 = *r;
 	memset(r, 0, sizeof *r);
-	if (wv_coord_start(&u->co, &r0, sk_mono_s(), (int)s.update_timeout_ms, strcmp(s.on_engine_loss, "abort") != 0,
+	if (update_coord_start(&u->co, &r0, sk_mono_s(), (int)s.update_timeout_ms, strcmp(s.on_engine_loss, "abort") != 0,
 			   false) < 0) {
 		open_free(W, u);
 		return fail_client(a, c, "out of memory");
@@ -827,11 +888,11 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 
 static void cmd_done(agent *a, const Skein__Control__Request *q, const agent_client *c, const Skein__Weights__Done *d)
 {
-	agent_wv *W = a->wv;
-	const wv_state *ws = state_of(a);
-	wv_open *u = open_find(W, d->job);
+	agent_update *W = a->wv;
+	const update_state *ws = state_of(a);
+	update_open *u = open_find(W, d->job);
 	if (!u || u->co.rec.version != d->version) {
-		const wv_update *rec = wv_state_get(ws, d->job, d->version);
+		const update_rec *rec = update_state_get(ws, d->job, d->version);
 		if (!rec) return fail_client(a, c, "no update v%llu of %s", (unsigned long long)d->version, d->job);
 		return answer_outcome(a, c, NULL, rec, NULL);
 	}
@@ -843,7 +904,7 @@ static void cmd_done(agent *a, const Skein__Control__Request *q, const agent_cli
 		return fail_client(a, c, "%s sends v%llu from %s, not from %s", d->member, (unsigned long long)d->version,
 				   u->co.rec.sender_node, origin(a, q, c));
 	if (d->setup.len > SETUP_MAX) return fail_client(a, c, "setup: at most %d bytes", SETUP_MAX);
-	if (d->root.len != 0 && d->root.len != WV_DIGEST_LEN) return fail_client(a, c, "root: 16 bytes expected");
+	if (d->root.len != 0 && d->root.len != UPDATE_DIGEST_LEN) return fail_client(a, c, "root: 16 bytes expected");
 	u->done_client = *c;
 	u->done_waiting = true;
 	bool again = u->co.done;
@@ -857,13 +918,13 @@ static void cmd_done(agent *a, const Skein__Control__Request *q, const agent_cli
 		wake(a, u->co.rec.job);
 	}
 	double density = isfinite(d->density) && d->density >= 0 && d->density <= 1e6 ? d->density : 0;
-	bool fin = wv_coord_done(&u->co, sk_mono_s(), d->ok, d->reason, d->root.len == WV_DIGEST_LEN ? d->root.data : NULL,
+	bool fin = update_coord_done(&u->co, sk_mono_s(), d->ok, d->reason, d->root.len == UPDATE_DIGEST_LEN ? d->root.data : NULL,
 				 secs(d->implementation_seconds), d->wire_bytes, density, timings_of(d->timings));
 	if (again) return; /* said again (its answer was lost): wait for the verdict */
 	if (fin || u->co.final) return settled(a, u, fin);
 	/* at most one entry per participant counts: a longer list is not read */
 	for (size_t i = 0; i < d->n_failed && i < u->co.rec.nengines && !u->co.final; i++) {
-		wv_engine *p = part_of(u, d->failed[i]->member);
+		update_engine *p = part_of(u, d->failed[i]->member);
 		/* the receiver's own verdict on the bytes (a checksum mismatch) is a
 		 * failure, as its `failed v` would be, which this done may overtake;
 		 * anything else (it could not be reached, it went away) is a lost
@@ -873,21 +934,21 @@ static void cmd_done(agent *a, const Skein__Control__Request *q, const agent_cli
 		snprintf(why, sizeof why, "%s%s", fault ? "" : "the sender could not reach it: ", d->failed[i]->reason);
 		if (p) lose(a, u, p, why, fault, true);
 	}
-	settled(a, u, wv_coord_settle(&u->co, sk_mono_s()));
+	settled(a, u, update_coord_settle(&u->co, sk_mono_s()));
 }
 
 static void cmd_outcome(agent *a, const agent_client *c, const Skein__Weights__Query *qq)
 {
-	agent_wv *W = a->wv;
-	const wv_state *ws = state_of(a);
-	wv_open *u = open_find(W, qq->job);
-	uint64_t v = qq->version ? qq->version : (u ? u->co.rec.version : wv_state_max_version(ws, qq->job));
+	agent_update *W = a->wv;
+	const update_state *ws = state_of(a);
+	update_open *u = open_find(W, qq->job);
+	uint64_t v = qq->version ? qq->version : (u ? u->co.rec.version : update_state_max_version(ws, qq->job));
 	if (u && u->co.rec.version != v) u = NULL;
 	/* the sender's heartbeat while it moves bytes is progress (its data
 	 * path ends itself when the bytes stop); an engine's is not: an engine
 	 * that never gets its bytes must not keep the update open */
-	if (u && !strcmp(qq->member, u->co.rec.sender)) wv_coord_progress(&u->co, sk_mono_s());
-	const wv_update *rec = wv_state_get(ws, qq->job, v);
+	if (u && !strcmp(qq->member, u->co.rec.sender)) update_coord_progress(&u->co, sk_mono_s());
+	const update_rec *rec = update_state_get(ws, qq->job, v);
 	if (!u && !rec && !qq->version) {
 		/* the newest of a job that has none (or whose records were forgotten) */
 		Skein__Weights__Outcome o = SKEIN__WEIGHTS__OUTCOME__INIT;
@@ -901,7 +962,7 @@ static void cmd_outcome(agent *a, const agent_client *c, const Skein__Weights__Q
 
 static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_client *c, const Skein__Weights__EngineStatus *st)
 {
-	agent_wv *W = a->wv;
+	agent_update *W = a->wv;
 	char node[MBR_NAME_MAX + 1];
 	if (!member_node(a, st->job, st->member, 1, node, sizeof node, NULL))
 		return fail_client(a, c, "%s is not an engine of a running job %s", st->member, st->job);
@@ -909,8 +970,8 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 		return fail_client(a, c, "%s runs on %s, not on %s", st->member, node, origin(a, q, c));
 	if (strlen(st->endpoint) >= ENDPOINT_MAX || !endpoint_ok(a, node, st->endpoint))
 		return fail_client(a, c, "endpoint '%.64s' is not on %s's address", st->endpoint, node);
-	if (st->root.len != 0 && st->root.len != WV_DIGEST_LEN) return fail_client(a, c, "root: 16 bytes expected");
-	wv_eng *e = eng_get(W, st->member);
+	if (st->root.len != 0 && st->root.len != UPDATE_DIGEST_LEN) return fail_client(a, c, "root: 16 bytes expected");
+	update_eng *e = eng_get(W, st->member);
 	if (!e) return fail_client(a, c, "too many engines");
 	if (e->waiting) { /* the older wait gives way */
 		Skein__Weights__Instruction idle = SKEIN__WEIGHTS__INSTRUCTION__INIT;
@@ -929,8 +990,8 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 	e->pid = ms ? ms->pid : 0;
 	e->held = st->held;
 	e->staged = st->staged;
-	e->has_staged_root = st->staged && st->root.len == WV_DIGEST_LEN;
-	if (e->has_staged_root) memcpy(e->staged_root, st->root.data, WV_DIGEST_LEN);
+	e->has_staged_root = st->staged && st->root.len == UPDATE_DIGEST_LEN;
+	if (e->has_staged_root) memcpy(e->staged_root, st->root.data, UPDATE_DIGEST_LEN);
 	e->failed = st->failed;
 	snprintf(e->reason, sizeof e->reason, "%s", st->reason);
 	snprintf(e->endpoint, sizeof e->endpoint, "%s", st->endpoint);
@@ -944,22 +1005,31 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 		e->source[0] = 0;
 	}
 	/* its word on the open update */
-	wv_open *u = open_find(W, st->job);
-	long pi = u ? wv_coord_find(&u->co, st->member) : -1;
+	update_open *u = open_find(W, st->job);
+	long pi = u ? update_coord_find(&u->co, st->member) : -1;
 	if (pi >= 0) {
 		double now = sk_mono_s();
 		bool fin = false;
 		if (st->staged == u->co.rec.version)
-			fin = wv_coord_staged(&u->co, (size_t)pi, now, secs(st->seconds), timings_of(st->timings),
+			fin = update_coord_staged(&u->co, (size_t)pi, now, secs(st->seconds), timings_of(st->timings),
 					      e->has_staged_root ? e->staged_root : NULL);
 		else if (st->failed == u->co.rec.version)
-			fin = wv_coord_failed(&u->co, (size_t)pi, now, secs(st->seconds), timings_of(st->timings), st->reason);
+			fin = update_coord_failed(&u->co, (size_t)pi, now, secs(st->seconds), timings_of(st->timings), st->reason);
 		settled(a, u, fin);
 	}
 	e->waiting = true;
 	e->client = *c;
 	e->wait_since = sk_mono_s();
-	wake(a, st->job);
+	/* its own answer; the others' change only with an applied record
+	 * (on_changed wakes them), or when it pairs for a catch-up */
+	const update_state *ws = state_of(a);
+	uint64_t L = ws ? update_state_committed(ws, st->job) : 0;
+	bool behind = e->held < L && e->staged != L;
+	if (behind != e->behind) W->nbehind = behind ? W->nbehind + 1 : W->nbehind - 1;
+	e->behind = behind;
+	wake_one(a, e);
+	/* one that could serve a peer catch-up: those behind may pair with it */
+	if (W->nbehind && !behind && !e->staged) wake(a, st->job);
 	arm(a);
 }
 
@@ -968,14 +1038,14 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 /* Adopts every open record a previous head left (docs/updates.md, 7). */
 static void adopt(agent *a)
 {
-	agent_wv *W = a->wv;
-	const wv_state *ws = state_of(a);
+	agent_update *W = a->wv;
+	const update_state *ws = state_of(a);
 	const job_state *js = agent_head_jobs(a);
-	for (size_t i = 0; ws && i < wv_state_count(ws); i++) {
-		const wv_update *rec = wv_state_at(ws, i);
+	for (size_t i = 0; ws && i < update_state_count(ws); i++) {
+		const update_rec *rec = update_state_at(ws, i);
 		if (strcmp(rec->state, "preparing") || open_find(W, rec->job)) continue;
-		wv_update r;
-		if (wv_update_copy(&r, rec) < 0) continue;
+		update_rec r;
+		if (update_rec_copy(&r, rec) < 0) continue;
 		job_spec s;
 		char err[256];
 		const job_rec *j = js ? job_state_get(js, rec->job) : NULL;
@@ -985,18 +1055,18 @@ static void adopt(agent *a)
 			/* a compact record names no nodes: the job's layout has them */
 			for (size_t k = 0; k < r.nengines; k++) {
 				uint32_t id;
-				const char *n = !r.engines[k].node[0] && wv_engine_id(r.job, r.engines[k].member, &id) &&
+				const char *n = !r.engines[k].node[0] && update_engine_id(r.job, r.engines[k].member, &id) &&
 							id < job_spec_engines(&s) ? job_layout_engine_node(&s, &L, id) : NULL;
 				if (n) snprintf(r.engines[k].node, sizeof r.engines[k].node, "%s", n);
 			}
 			job_layout_free(&L);
 		}
-		wv_open *u = open_new(W);
+		update_open *u = open_new(W);
 		if (!u) {
-			wv_update_free(&r);
+			update_rec_free(&r);
 			continue;
 		}
-		if (wv_coord_start(&u->co, &r, sk_mono_s(), spec_ok ? (int)s.update_timeout_ms : 30000,
+		if (update_coord_start(&u->co, &r, sk_mono_s(), spec_ok ? (int)s.update_timeout_ms : 30000,
 				   spec_ok ? strcmp(s.on_engine_loss, "abort") != 0 : true, true) < 0) {
 			W->nopen--;
 			continue;
@@ -1008,12 +1078,12 @@ static void adopt(agent *a)
 /* The head applied weight entries: answer whoever waited on them. */
 static void on_changed(agent *a)
 {
-	agent_wv *W = a->wv;
-	const wv_state *ws = state_of(a);
+	agent_update *W = a->wv;
+	const update_state *ws = state_of(a);
 	if (!ws) return;
 	for (size_t i = 0; i < W->nopen;) {
-		wv_open *u = &W->open[i];
-		const wv_update *rec = wv_state_get(ws, u->co.rec.job, u->co.rec.version);
+		update_open *u = &W->open[i];
+		const update_rec *rec = update_state_get(ws, u->co.rec.job, u->co.rec.version);
 		if (rec && !u->co.begun && !strcmp(rec->state, "preparing")) {
 			u->co.begun = true;
 			begin_reply(a, u);
@@ -1047,20 +1117,27 @@ static void on_changed(agent *a)
 /* Participants whose process or node is gone; the watchdog. */
 static void check_open(agent *a, double now)
 {
-	agent_wv *W = a->wv;
+	agent_update *W = a->wv;
 	for (size_t i = 0; i < W->nopen; i++) {
-		wv_open *u = &W->open[i];
+		update_open *u = &W->open[i];
 		if (u->co.final) {
 			/* the final record did not commit (the head lost its majority, or
 			 * it was refused): forget it after a while; a new head adopts */
 			continue;
 		}
-		for (size_t k = 0; k < u->co.rec.nengines && !u->co.final; k++) {
-			wv_engine *p = &u->co.rec.engines[k];
+		/* participants by id sit node by node: each node's liveness asked once */
+		const char *last_node = NULL;
+		bool last_alive = false;
+		for (size_t k = 0; k < u->co.rec.nengines && !u->co.final && update_coord_pending(&u->co); k++) {
+			update_engine *p = &u->co.rec.engines[k];
 			if (strcmp(p->state, "pending")) continue;
-			wv_eng *e = eng_find(W, p->member);
+			if (!last_node || strcmp(last_node, p->node)) {
+				last_node = p->node;
+				last_alive = node_alive(a, p->node);
+			}
+			update_eng *e = eng_find(W, p->member);
 			const job_member_status *st = aj_status_of(a, p->node, p->member);
-			if (!node_alive(a, p->node)) lose(a, u, p, "its node failed", false, false);
+			if (!last_alive) lose(a, u, p, "its node failed", false, false);
 			else if (!st && !aj_node_reported(a, p->node))
 				continue; /* a new head, not yet told of the node's members: the watchdog bounds this */
 			else if (!st || strcmp(st->state, "running")) {
@@ -1075,20 +1152,20 @@ static void check_open(agent *a, double now)
 		/* the sender: its process, its node */
 		const job_member_status *ss = aj_status_of(a, u->co.rec.sender_node, u->co.rec.sender);
 		if (!node_alive(a, u->co.rec.sender_node) || (ss && strcmp(ss->state, "running"))) {
-			bool fin = wv_coord_sender_lost(&u->co, now, node_alive(a, u->co.rec.sender_node)
+			bool fin = update_coord_sender_lost(&u->co, now, node_alive(a, u->co.rec.sender_node)
 									 ? "its process exited" : "its node failed");
 			settled(a, u, fin);
 			if (fin) continue;
 		}
-		settled(a, u, wv_coord_tick(&u->co, now));
+		settled(a, u, update_coord_tick(&u->co, now));
 	}
 }
 
 static void check_waits(agent *a, double now)
 {
-	agent_wv *W = a->wv;
+	agent_update *W = a->wv;
 	for (size_t i = 0; i < W->neng;) {
-		wv_eng *e = &W->eng[i];
+		update_eng *e = &W->eng[i];
 		if (e->waiting && now - e->wait_since >= WAIT_HOLD_S) {
 			Skein__Weights__Instruction idle = SKEIN__WEIGHTS__INSTRUCTION__INIT;
 			idle.kind = "idle";
@@ -1109,19 +1186,21 @@ static void check_waits(agent *a, double now)
  * a watchdog). */
 static void forget_all(agent *a)
 {
-	agent_wv *W = a->wv;
+	agent_update *W = a->wv;
 	static const char AGAIN[] = "the head changed: retry";
 	for (size_t i = 0; i < W->neng; i++)
 		if (W->eng[i].waiting) agent_ctl_send(a, &W->eng[i].client, 1, AGAIN, NULL);
 	for (size_t i = 0; i < W->nopen; i++) {
-		wv_open *u = &W->open[i];
+		update_open *u = &W->open[i];
 		if (u->begin_waiting) agent_ctl_send(a, &u->begin_client, 1, AGAIN, NULL);
 		if (u->done_waiting) agent_ctl_send(a, &u->done_client, 1, AGAIN, NULL);
-		wv_coord_free(&u->co);
+		update_coord_free(&u->co);
 		free(u->setup);
 	}
 	W->nopen = 0;
 	W->neng = 0;
+	W->nbehind = 0;
+	W->hdirty = true;
 	retry_clear(W);
 }
 
@@ -1132,7 +1211,7 @@ static void forget_all(agent *a)
 static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	agent *a = t->data;
-	agent_wv *W = a->wv;
+	agent_update *W = a->wv;
 	(void)loop; (void)revents;
 	bool ready = agent_head_ready(a);
 	if (!ready) {
@@ -1151,7 +1230,7 @@ static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 
 static void arm(agent *a)
 {
-	agent_wv *W = a->wv;
+	agent_update *W = a->wv;
 	if (!W) return;
 	double want = W->nopen || W->changed || W->nretry ? TICK_S : IDLE_TICK_S;
 	for (size_t i = 0; i < W->neng && want > TICK_S; i++)
@@ -1162,7 +1241,7 @@ static void arm(agent *a)
 	ev_timer_start(a->loop, &W->tick);
 }
 
-void agent_wv_state_changed(agent *a)
+void agent_update_state_changed(agent *a)
 {
 	if (!a->wv) return;
 	a->wv->changed = true;
@@ -1173,38 +1252,38 @@ void agent_wv_state_changed(agent *a)
 
 /* ---------------------------------------------------------------- transfers */
 
-static void detail_keep(agent_wv *W, const wv_update *full)
+static void detail_keep(agent_update *W, const update_rec *full)
 {
-	wv_update *d = &W->detail[W->detail_next];
-	wv_update_free(d);
-	if (wv_update_copy(d, full) < 0) memset(d, 0, sizeof *d);
+	update_rec *d = &W->detail[W->detail_next];
+	update_rec_free(d);
+	if (update_rec_copy(d, full) < 0) memset(d, 0, sizeof *d);
 	W->detail_next = (W->detail_next + 1) % DETAIL_MAX;
 }
 
-static const wv_update *detail_find(const agent_wv *W, const char *job, uint64_t version)
+static const update_rec *detail_find(const agent_update *W, const char *job, uint64_t version)
 {
 	for (size_t i = 0; i < DETAIL_MAX; i++)
 		if (W->detail[i].version == version && !strcmp(W->detail[i].job, job)) return &W->detail[i];
 	return NULL;
 }
 
-static void detail_clear(agent_wv *W)
+static void detail_clear(agent_update *W)
 {
-	for (size_t i = 0; i < DETAIL_MAX; i++) wv_update_free(&W->detail[i]);
+	for (size_t i = 0; i < DETAIL_MAX; i++) update_rec_free(&W->detail[i]);
 	memset(W->detail, 0, sizeof W->detail);
 }
 
 static int by_start_desc(const void *x, const void *y)
 {
-	const wv_update *a = *(const wv_update *const *)x, *b = *(const wv_update *const *)y;
+	const update_rec *a = *(const update_rec *const *)x, *b = *(const update_rec *const *)y;
 	if (a->started_ms != b->started_ms) return a->started_ms < b->started_ms ? 1 : -1;
 	return a->version < b->version ? 1 : a->version > b->version ? -1 : 0;
 }
 
 static void cmd_transfers(agent *a, const Skein__Control__Request *q, agent_reply *r)
 {
-	agent_wv *W = a->wv;
-	const wv_state *ws = state_of(a);
+	agent_update *W = a->wv;
+	const update_state *ws = state_of(a);
 	const char *job = NULL;
 	long last = 20;
 	for (size_t i = 0; i < q->n_args; i++) {
@@ -1218,9 +1297,9 @@ static void cmd_transfers(agent *a, const Skein__Control__Request *q, agent_repl
 			job = q->args[i];
 		}
 	}
-	size_t n = wv_state_count(ws);
-	const wv_update **list = calloc(n ? n : 1, sizeof *list);
-	wv_update *live = calloc(W->nopen + DETAIL_MAX, sizeof *live);
+	size_t n = update_state_count(ws);
+	const update_rec **list = calloc(n ? n : 1, sizeof *list);
+	update_rec *live = calloc(W->nopen + DETAIL_MAX, sizeof *live);
 	size_t k = 0, nl = 0;
 	if (!list || !live) {
 		free(list);
@@ -1228,18 +1307,18 @@ static void cmd_transfers(agent *a, const Skein__Control__Request *q, agent_repl
 		return agent_reply_fail(r, 1, "out of memory");
 	}
 	for (size_t i = 0; i < n; i++) {
-		const wv_update *u = wv_state_at(ws, i);
+		const update_rec *u = update_state_at(ws, i);
 		if (job && strcmp(u->job, job)) continue;
-		wv_open *o = !strcmp(u->state, "preparing") ? open_find(W, u->job) : NULL;
-		const wv_update *d = u->compact && !o ? detail_find(W, u->job, u->version) : NULL;
-		if (o && o->co.rec.version == u->version && wv_update_copy(&live[nl], &o->co.rec) == 0) {
+		update_open *o = !strcmp(u->state, "preparing") ? open_find(W, u->job) : NULL;
+		const update_rec *d = u->compact && !o ? detail_find(W, u->job, u->version) : NULL;
+		if (o && o->co.rec.version == u->version && update_rec_copy(&live[nl], &o->co.rec) == 0) {
 			/* the head's live view: engines verified so far, moving once begun */
 			snprintf(live[nl].state, sizeof live[nl].state, "%s", o->co.t_answer > 0 ? "moving" : "preparing");
 			list[k++] = &live[nl++];
-		} else if (d && d->nengines == u->nengines && wv_update_copy(&live[nl], u) == 0) {
+		} else if (d && d->nengines == u->nengines && update_rec_copy(&live[nl], u) == 0) {
 			/* a compact record with this head's detail of its engines */
 			for (size_t e = 0; e < d->nengines; e++) {
-				wv_engine *x = &live[nl].engines[e];
+				update_engine *x = &live[nl].engines[e];
 				char *why = strdup(d->engines[e].reason ? d->engines[e].reason : "");
 				if (!why) continue;
 				free(x->reason);
@@ -1253,25 +1332,25 @@ static void cmd_transfers(agent *a, const Skein__Control__Request *q, agent_repl
 	}
 	qsort(list, k, sizeof *list, by_start_desc);
 	if ((long)k > last) k = (size_t)last;
-	wv_show(&r->body, list, k, !strcmp(q->format, "json"));
-	for (size_t i = 0; i < nl; i++) wv_update_free(&live[i]);
+	update_show(&r->body, list, k, !strcmp(q->format, "json"));
+	for (size_t i = 0; i < nl; i++) update_rec_free(&live[i]);
 	free(live);
 	free(list);
 }
 
 /* ---------------------------------------------------------------- dispatch */
 
-bool agent_wv_engine_view(agent *a, const char *member, uint64_t *held, bool *syncing)
+bool agent_update_engine_view(agent *a, const char *member, uint64_t *held, bool *syncing)
 {
 	if (!a->wv) return false;
-	wv_eng *e = eng_find(a->wv, member);
-	const wv_state *ws = state_of(a);
+	update_eng *e = eng_find(a->wv, member);
+	const update_state *ws = state_of(a);
 	if (!e || !ws) return false;
 	/* what it said is of the process that runs now, not of one before it */
 	const job_member_status *st = aj_status_of(a, e->node, member);
 	if (!st || st->pid != e->pid) return false;
 	*held = e->held;
-	*syncing = e->held < wv_state_committed(ws, e->job);
+	*syncing = e->held < update_state_committed(ws, e->job);
 	return true;
 }
 
@@ -1279,7 +1358,7 @@ bool agent_wv_engine_view(agent *a, const char *member, uint64_t *held, bool *sy
  * anyone: a `done` re-sent by a forward must find its update open here. */
 static void catch_up(agent *a)
 {
-	agent_wv *W = a->wv;
+	agent_update *W = a->wv;
 	if (W->was_ready && !W->changed) return;
 	W->was_ready = true;
 	W->changed = false;
@@ -1343,7 +1422,7 @@ static int payload_member(const Skein__Control__Request *q, const char *verb, ch
 	return rc;
 }
 
-bool agent_wv_dispatch(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
+bool agent_update_dispatch(agent *a, const Skein__Control__Request *q, const agent_client *c, agent_reply *r)
 {
 	if (strcmp(q->cmd, "wv") && strcmp(q->cmd, "transfers")) return false;
 	if (!a->wv) {
@@ -1374,7 +1453,7 @@ bool agent_wv_dispatch(agent *a, const Skein__Control__Request *q, const agent_c
 				agent_reply_fail(r, 1, "wv %.32s is for a job's members, on their node's control socket", verb);
 				return true;
 			}
-			if (agent_wv_gate_check(a, member, c->pid, why, sizeof why) < 0) {
+			if (agent_update_gate_check(a, member, c->pid, why, sizeof why) < 0) {
 				agent_reply_fail(r, 1, "wv %.32s refused: %s", verb, why);
 				return true;
 			}
@@ -1396,9 +1475,9 @@ bool agent_wv_dispatch(agent *a, const Skein__Control__Request *q, const agent_c
 
 /* ---------------------------------------------------------------- lifecycle */
 
-int agent_wv_open(agent *a, char *err, size_t errlen)
+int agent_update_open(agent *a, char *err, size_t errlen)
 {
-	agent_wv *W = calloc(1, sizeof *W);
+	agent_update *W = calloc(1, sizeof *W);
 	if (!W) {
 		snprintf(err, errlen, "out of memory");
 		return -1;
@@ -1409,9 +1488,9 @@ int agent_wv_open(agent *a, char *err, size_t errlen)
 		W->test_refuse = atoi(refuse);
 		SK_WARN("wv", "SKEIN_TEST_WV_REFUSE: the first %d final records are refused (a test)", W->test_refuse);
 	}
-	W->engines_max = WV_ENGINES_MAX;
+	W->engines_max = UPDATE_ENGINES_MAX;
 	const char *emax = getenv("SKEIN_TEST_WV_ENGINES_MAX");
-	if (emax && atoi(emax) > 0 && (size_t)atoi(emax) < WV_ENGINES_MAX) {
+	if (emax && atoi(emax) > 0 && (size_t)atoi(emax) < UPDATE_ENGINES_MAX) {
 		W->engines_max = (size_t)atoi(emax);
 		SK_WARN("wv", "SKEIN_TEST_WV_ENGINES_MAX: at most %zu engines per update (a test)", W->engines_max);
 	}
@@ -1421,14 +1500,15 @@ int agent_wv_open(agent *a, char *err, size_t errlen)
 	return 0;
 }
 
-void agent_wv_close(agent *a)
+void agent_update_close(agent *a)
 {
-	agent_wv *W = a->wv;
+	agent_update *W = a->wv;
 	if (!W) return;
 	ev_timer_stop(a->loop, &W->tick);
 	forget_all(a);
 	detail_clear(W);
 	free(W->eng);
+	free(W->hidx);
 	free(W->open);
 	free(W->retry);
 	free(W);

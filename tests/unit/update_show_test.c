@@ -1,4 +1,4 @@
-/* tests/unit/wv_show_test: agent/agent_wv_show (`skeinctl transfers`).
+/* tests/unit/update_show_test: agent/agent_update_show (`skeinctl transfers`).
  *
  * Renders records as the head would pass them (a committed one, a copy
  * shown as "moving" with hostile strings and a NaN timing, one without
@@ -13,7 +13,7 @@
 #include <math.h>
 #include <unistd.h>
 
-#include "agent/agent_wv_show.h"
+#include "agent/agent_update_show.h"
 
 static const char CHECK_PY[] =
 	"import json, sys\n"
@@ -61,9 +61,9 @@ static const char CHECK_PY[] =
 	"e = json.loads(open(sys.argv[2], 'rb').read().decode('utf-8'))\n"
 	"assert e == {'transfers': []}, e\n";
 
-static wv_engine ea[3], eb[1];
+static update_engine ea[3], eb[1];
 
-static void fill(wv_update *a, wv_update *b, wv_update *c)
+static void fill(update_rec *a, update_rec *b, update_rec *c)
 {
 	memset(a, 0, sizeof *a);
 	snprintf(a->job, sizeof a->job, "j1");
@@ -87,9 +87,9 @@ static void fill(wv_update *a, wv_update *b, wv_update *c)
 		snprintf(ea[i].state, sizeof ea[i].state, "%s", st[i]);
 		ea[i].seconds = 0.25;
 	}
-	a->sender_t = (wv_timings){ 0.5, 0.25, 0, 0 };
-	ea[0].t = (wv_timings){ 0.125, 0.0625, 0.03125, 0 };
-	ea[2].t = (wv_timings){ 0.0625, 0.125, 0, 0.5 };
+	a->sender_t = (update_timings){ 0.5, 0.25, 0, 0 };
+	ea[0].t = (update_timings){ 0.125, 0.0625, 0.03125, 0 };
+	ea[2].t = (update_timings){ 0.0625, 0.125, 0, 0.5 };
 	a->engines = ea;
 	a->nengines = 3;
 	/* what a member could put in a reason, and worse than the table lets in */
@@ -109,7 +109,7 @@ static void fill(wv_update *a, wv_update *b, wv_update *c)
 	c->engines = NULL;
 	c->nengines = 0;
 	c->reason = NULL;
-	c->sender_t = (wv_timings){ 0 }; /* a record from before the split: no line of it */
+	c->sender_t = (update_timings){ 0 }; /* a record from before the split: no line of it */
 }
 
 static void write_file(const char *path, const char *s, size_t n)
@@ -122,18 +122,18 @@ static void write_file(const char *path, const char *s, size_t n)
 
 T_TEST(json_has_the_issues_shape)
 {
-	wv_update a, b, c;
+	update_rec a, b, c;
 	fill(&a, &b, &c);
-	const wv_update *list[3] = { &a, &b, &c };
+	const update_rec *list[3] = { &a, &b, &c };
 	sk_buf out, none;
 	sk_buf_init(&out);
 	sk_buf_init(&none);
-	wv_show(&out, list, 3, true);
-	wv_show(&none, NULL, 0, true);
+	update_show(&out, list, 3, true);
+	update_show(&none, NULL, 0, true);
 	T_CHECK(!out.oom && !none.oom);
 	const char *base = getenv("TMPDIR");
 	char dir[256], py[300], js[300], ejs[300], cmd[1000];
-	snprintf(dir, sizeof dir, "%s/wv_show_test.XXXXXX", base && *base ? base : "/tmp");
+	snprintf(dir, sizeof dir, "%s/update_show_test.XXXXXX", base && *base ? base : "/tmp");
 	if (!mkdtemp(dir)) T_FAIL("mkdtemp %s", dir);
 	snprintf(py, sizeof py, "%s/check.py", dir);
 	snprintf(js, sizeof js, "%s/out.json", dir);
@@ -155,12 +155,12 @@ T_TEST(json_has_the_issues_shape)
 
 T_TEST(text_one_line_each_escaped)
 {
-	wv_update a, b, c;
+	update_rec a, b, c;
 	fill(&a, &b, &c);
-	const wv_update *list[3] = { &a, &b, &c };
+	const update_rec *list[3] = { &a, &b, &c };
 	sk_buf out;
 	sk_buf_init(&out);
-	wv_show(&out, list, 3, false);
+	update_show(&out, list, 3, false);
 	const char *s = sk_buf_str(&out);
 	size_t lines = 0;
 	for (size_t i = 0; i < out.len; i++) {

@@ -1,8 +1,8 @@
-/* agent/agent_wv_show: `skeinctl transfers [JOB] [--last N] [--format
+/* agent/agent_update_show: `skeinctl transfers [JOB] [--last N] [--format
  * text|json]`, the rendering (docs/updates.md, issue 13 item 4).
  *
- * The head picks the records (wv_state_job_at newest first, or every job's
- * through wv_state_at), orders them newest first, and may pass copies whose
+ * The head picks the records (update_state_job_at newest first, or every job's
+ * through update_state_at), orders them newest first, and may pass copies whose
  * state it overrides ("moving" while bytes move); this file only writes
  * them.  JSON, one object per transfer:
  *   {"transfers":[{"job","version","mode","state","reason","bytes",
@@ -19,15 +19,15 @@
  * ("  split (s): sender data D hash H; engines, slowest: data D hash H
  * journal J [undo U]") when it has one.  Every string is escaped: names
  * and reasons came from members. */
-#ifndef AGENT_WV_SHOW_H
-#define AGENT_WV_SHOW_H
+#ifndef AGENT_UPDATE_SHOW_H
+#define AGENT_UPDATE_SHOW_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
 #include "common/sk_buf.h"
-#include "jobs/wv_state.h"
+#include "jobs/update_state.h"
 
-void wv_show(sk_buf *out, const wv_update *const *list, size_t n, bool json);
+void update_show(sk_buf *out, const update_rec *const *list, size_t n, bool json);
 
 #endif

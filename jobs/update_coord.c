@@ -1,23 +1,23 @@
-/* jobs/wv_coord: the rules of one open weight update (see wv_coord.h).
+/* jobs/update_coord: the rules of one open weight update (see update_coord.h).
  *
- * What moved here from agent/agent_wv.c: finish (the verdict, once), lose
+ * What moved here from agent/agent_update.c: finish (the verdict, once), lose
  * (drop or abort), try_finish (commit, with the root cross-check), the
  * sender's done, its loss, the watchdog, and the timings of the final and
  * measured records. */
-#include "jobs/wv_coord.h"
+#include "jobs/update_coord.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static bool is_pending(const wv_engine *p) { return !strcmp(p->state, "pending"); }
+static bool is_pending(const update_engine *p) { return !strcmp(p->state, "pending"); }
 
-int wv_coord_start(wv_coord *c, wv_update *rec, double now, int timeout_ms, bool drop, bool adopted)
+int update_coord_start(update_coord *c, update_rec *rec, double now, int timeout_ms, bool drop, bool adopted)
 {
 	memset(c, 0, sizeof *c);
 	c->part = calloc(rec->nengines ? rec->nengines : 1, sizeof *c->part);
 	if (!c->part) {
-		wv_update_free(rec);
+		update_rec_free(rec);
 		return -1;
 	}
 	c->rec = *rec;
@@ -32,22 +32,22 @@ int wv_coord_start(wv_coord *c, wv_update *rec, double now, int timeout_ms, bool
 	return 0;
 }
 
-void wv_coord_free(wv_coord *c)
+void update_coord_free(update_coord *c)
 {
-	wv_update_free(&c->rec);
+	update_rec_free(&c->rec);
 	free(c->part);
 	c->part = NULL;
 }
 
-long wv_coord_find(const wv_coord *c, const char *member)
+long update_coord_find(const update_coord *c, const char *member)
 {
-	const wv_engine *e = wv_update_engine(&c->rec, member); /* by id when compact */
+	const update_engine *e = update_rec_engine(&c->rec, member); /* by id when compact */
 	return e ? (long)(e - c->rec.engines) : -1;
 }
 
-size_t wv_coord_pending(const wv_coord *c) { return c->npending; }
+size_t update_coord_pending(const update_coord *c) { return c->npending; }
 
-void wv_coord_begun(wv_coord *c, double now)
+void update_coord_begun(update_coord *c, double now)
 {
 	c->begun = true;
 	if (c->t_answer == 0) {
@@ -56,13 +56,13 @@ void wv_coord_begun(wv_coord *c, double now)
 	}
 }
 
-void wv_coord_progress(wv_coord *c, double now)
+void update_coord_progress(update_coord *c, double now)
 {
 	if (!c->done) c->t_progress = now;
 }
 
 /* The verdict (once): true when this call made it. */
-static bool finish(wv_coord *c, const char *state, const char *cause, const char *reason)
+static bool finish(update_coord *c, const char *state, const char *cause, const char *reason)
 {
 	if (c->final) return false;
 	c->final = true;
@@ -79,31 +79,31 @@ static bool says_no_root(const char *mode)
 	return !strcmp(mode, "broadcast") || !strcmp(mode, "broadcast_packed") || !strcmp(mode, "colocated");
 }
 
-bool wv_coord_settle(wv_coord *c, double now)
+bool update_coord_settle(update_coord *c, double now)
 {
-	if (!c->begun || c->final || !c->done || wv_coord_pending(c)) return false;
+	if (!c->begun || c->final || !c->done || update_coord_pending(c)) return false;
 	/* an engine whose root differs took a forged or corrupted version: a
 	 * checksum failure, whatever it said */
 	for (size_t i = 0; c->rec.has_root && i < c->rec.nengines; i++) {
-		wv_engine *p = &c->rec.engines[i];
-		const wv_coord_part *q = &c->part[i];
+		update_engine *p = &c->rec.engines[i];
+		const update_coord_part *q = &c->part[i];
 		if (strcmp(p->state, "verified")) continue;
 		if (!q->has_root && says_no_root(c->rec.mode)) continue;
-		if (q->has_root && !memcmp(q->root, c->rec.root, WV_DIGEST_LEN)) continue;
+		if (q->has_root && !memcmp(q->root, c->rec.root, UPDATE_DIGEST_LEN)) continue;
 		char why[WVC_REASON_MAX];
 		snprintf(why, sizeof why, "version %llu: root mismatch: %s (a forged or corrupted data path): checksum "
 			 "refused", (unsigned long long)c->rec.version,
 			 q->has_root ? "the checksums it verified against are not the sender's"
 				     : "it verified against no root, the sender declared one");
-		return wv_coord_lose(c, i, now, why, true, true);
+		return update_coord_lose(c, i, now, why, true, true);
 	}
 	return finish(c, "committed", NULL, NULL);
 }
 
-bool wv_coord_lose(wv_coord *c, size_t i, double now, const char *why, bool fault, bool by_sender)
+bool update_coord_lose(update_coord *c, size_t i, double now, const char *why, bool fault, bool by_sender)
 {
 	if (c->final || i >= c->rec.nengines) return false;
-	wv_engine *p = &c->rec.engines[i];
+	update_engine *p = &c->rec.engines[i];
 	if (!is_pending(p) && !(by_sender && !strcmp(p->state, "verified"))) return false;
 	char *r = strdup(why);
 	if (!r) return false;
@@ -117,34 +117,34 @@ bool wv_coord_lose(wv_coord *c, size_t i, double now, const char *why, bool faul
 		snprintf(reason, sizeof reason, "%s on %s: %s", p->member, p->node, why);
 		return finish(c, "aborted", fault ? "engine" : "member_lost", reason);
 	}
-	return wv_coord_settle(c, now);
+	return update_coord_settle(c, now);
 }
 
-bool wv_coord_staged(wv_coord *c, size_t i, double now, double seconds, wv_timings t, const uint8_t *root)
+bool update_coord_staged(update_coord *c, size_t i, double now, double seconds, update_timings t, const uint8_t *root)
 {
 	if (c->final || i >= c->rec.nengines || !is_pending(&c->rec.engines[i])) return false;
-	wv_engine *p = &c->rec.engines[i];
+	update_engine *p = &c->rec.engines[i];
 	c->npending--;
 	snprintf(p->state, sizeof p->state, "verified");
 	p->seconds = seconds;
 	p->t = t;
 	c->part[i].has_root = root != NULL;
-	if (root) memcpy(c->part[i].root, root, WV_DIGEST_LEN);
+	if (root) memcpy(c->part[i].root, root, UPDATE_DIGEST_LEN);
 	c->t_progress = c->t_last_word = now;
-	return wv_coord_settle(c, now);
+	return update_coord_settle(c, now);
 }
 
-bool wv_coord_failed(wv_coord *c, size_t i, double now, double seconds, wv_timings t, const char *why)
+bool update_coord_failed(update_coord *c, size_t i, double now, double seconds, update_timings t, const char *why)
 {
 	if (c->final || i >= c->rec.nengines || !is_pending(&c->rec.engines[i])) return false;
 	c->rec.engines[i].seconds = seconds;
 	c->rec.engines[i].t = t;
 	c->t_progress = now;
-	return wv_coord_lose(c, i, now, why && *why ? why : "failed", true, false);
+	return update_coord_lose(c, i, now, why && *why ? why : "failed", true, false);
 }
 
-bool wv_coord_done(wv_coord *c, double now, bool ok, const char *reason, const uint8_t *root, double impl_s,
-		   uint64_t wire_bytes, double density, wv_timings sender_t)
+bool update_coord_done(update_coord *c, double now, bool ok, const char *reason, const uint8_t *root, double impl_s,
+		   uint64_t wire_bytes, double density, update_timings sender_t)
 {
 	c->t_progress = c->t_last_word = now;
 	if (c->done || c->final) return false; /* said again (its answer was lost): wait for the verdict */
@@ -160,18 +160,18 @@ bool wv_coord_done(wv_coord *c, double now, bool ok, const char *reason, const u
 		return finish(c, "aborted", "sender", why);
 	}
 	if (root) {
-		if (c->rec.has_root && memcmp(c->rec.root, root, WV_DIGEST_LEN)) {
+		if (c->rec.has_root && memcmp(c->rec.root, root, UPDATE_DIGEST_LEN)) {
 			snprintf(why, sizeof why, "%s (sender) on %s: the root in its done differs from its begin's",
 				 c->rec.sender, c->rec.sender_node);
 			return finish(c, "aborted", "sender", why);
 		}
-		memcpy(c->rec.root, root, WV_DIGEST_LEN); /* into the final record */
+		memcpy(c->rec.root, root, UPDATE_DIGEST_LEN); /* into the final record */
 		c->rec.has_root = true;
 	}
 	return false;
 }
 
-bool wv_coord_sender_lost(wv_coord *c, double now, const char *why)
+bool update_coord_sender_lost(update_coord *c, double now, const char *why)
 {
 	(void)now;
 	if (c->done) return false; /* its part is over: the participants decide */
@@ -180,13 +180,13 @@ bool wv_coord_sender_lost(wv_coord *c, double now, const char *why)
 	return finish(c, "aborted", "sender", reason);
 }
 
-bool wv_coord_superseded(wv_coord *c, double now, const char *why)
+bool update_coord_superseded(update_coord *c, double now, const char *why)
 {
 	(void)now;
 	return finish(c, "aborted", "superseded", why);
 }
 
-bool wv_coord_tick(wv_coord *c, double now)
+bool update_coord_tick(update_coord *c, double now)
 {
 	if (c->final || c->timeout_ms <= 0 || now - c->t_progress <= c->timeout_ms / 1000.0) return false;
 	char why[WVC_REASON_MAX], who[300] = "";
@@ -199,19 +199,19 @@ bool wv_coord_tick(wv_coord *c, double now)
 	return finish(c, "aborted", "timeout", why);
 }
 
-double wv_coord_since_begin(const wv_coord *c, double now, uint64_t wall_ms)
+double update_coord_since_begin(const update_coord *c, double now, uint64_t wall_ms)
 {
 	if (!c->adopted) return now - c->t_begin;
 	double s = (double)((int64_t)wall_ms - (int64_t)c->rec.started_ms) / 1e3;
 	return s > 0 ? s : 0;
 }
 
-int wv_coord_final(const wv_coord *c, double now, uint64_t wall_ms, wv_update *out)
+int update_coord_final(const update_coord *c, double now, uint64_t wall_ms, update_rec *out)
 {
-	if (wv_update_copy(out, &c->rec) < 0) return -1;
+	if (update_rec_copy(out, &c->rec) < 0) return -1;
 	char *r = strdup(c->final_reason);
 	if (!r) {
-		wv_update_free(out);
+		update_rec_free(out);
 		return -1;
 	}
 	snprintf(out->state, sizeof out->state, "%s", c->final_state);
@@ -223,19 +223,19 @@ int wv_coord_final(const wv_coord *c, double now, uint64_t wall_ms, wv_update *o
 	out->density = c->density;
 	out->implementation_seconds = c->impl_s;
 	out->sender_t = c->sender_t;
-	/* to the proposal; the amendment (wv_coord_measured) runs them to the commit */
-	out->update_seconds = wv_coord_since_begin(c, now, wall_ms);
+	/* to the proposal; the amendment (update_coord_measured) runs them to the commit */
+	out->update_seconds = update_coord_since_begin(c, now, wall_ms);
 	out->commit_seconds = c->t_last_word > 0 ? now - c->t_last_word : 0;
 	return 0;
 }
 
-int wv_coord_measured(const wv_coord *c, const wv_update *rec, double now, uint64_t wall_ms, wv_update *out)
+int update_coord_measured(const update_coord *c, const update_rec *rec, double now, uint64_t wall_ms, update_rec *out)
 {
 	if (rec->measured || !c->final) return 1;
-	if (wv_update_copy(out, rec) < 0) return -1;
+	if (update_rec_copy(out, rec) < 0) return -1;
 	out->measured = true;
-	out->bare = c->rec.compact; /* a few bytes: the figures alone (wv_codec) */
-	out->update_seconds = wv_coord_since_begin(c, now, wall_ms);
+	out->bare = c->rec.compact; /* a few bytes: the figures alone (update_codec) */
+	out->update_seconds = update_coord_since_begin(c, now, wall_ms);
 	out->commit_seconds = c->t_last_word > 0 ? now - c->t_last_word : 0;
 	return 0;
 }
