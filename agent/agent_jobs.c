@@ -580,23 +580,53 @@ static bool disk_dir_ok(agent *a, const char *job, const char *dir)
 /* A stock engine's member (--rollout-engine sglang|vllm, docs/engines.md) runs
  * skein's sidecar, which starts the job's --rollout-cmd itself
  * ($SKEIN_ENGINE_CMD) and outlives its restarts.  SKEIN_PYTHON names the
- * interpreter (the agent's environment; default python3). */
+ * interpreter (the agent's environment; default python3).  The engine's
+ * port is picked here, by the agent that starts the member (issue 24):
+ * free on this node now (aj_free_port: bound, read, closed), given as
+ * SKEIN_ENGINE_PORT and SKEIN_ENGINE_URL; the same one for the member's
+ * whole generation (the sidecar starts every restart of its engine on it). */
 static const char SIDECAR_CMD[] = "exec \"${SKEIN_PYTHON:-python3}\" -m skein.sidecar";
+enum { AJ_KEEP = 3 }; /* strings a sidecar's spec points to until sup_set copies them */
 
-static void aj_sidecar_wrap(sup_spec *p, const job_order *o, char **keep)
+/* The member's port: the one it got in this generation (old: the last
+ * order's ports), else a fresh one; recorded in fresh[*nfresh]. */
+static int aj_engine_port(agent *a, const sup_spec *p, const job_order *o, struct engine_port *fresh,
+			  size_t *nfresh)
+{
+	const agent_jobs *J = a->jobs;
+	int port = -1;
+	for (size_t i = 0; i < J->neports; i++)
+		if (!strcmp(J->eports[i].id, p->id) && J->eports[i].gen == o->gen) port = J->eports[i].port;
+	if (port <= 0 && (port = (int)aj_free_port(a)) <= 0) return -1;
+	struct engine_port *e = &fresh[(*nfresh)++];
+	snprintf(e->id, sizeof e->id, "%s", p->id);
+	e->gen = o->gen;
+	e->port = port;
+	return port;
+}
+
+static void aj_sidecar_wrap(agent *a, sup_spec *p, const job_order *o, char **keep, struct engine_port *fresh,
+			    size_t *nfresh)
 {
 	bool stock = false;
 	for (size_t e = 0; e < o->nenv; e++)
 		if (!strncmp(o->env[e], "SKEIN_ROLLOUT_ENGINE=", 21) && strcmp(o->env[e] + 21, "skein")) stock = true;
 	if (!stock || !o->cmd) return;
-	if (p->nenv >= SUP_ENV_MAX || asprintf(keep, "SKEIN_ENGINE_CMD=%s", o->cmd) < 0) {
-		*keep = NULL;
-		SK_ERROR("jobs", "%s: no room for SKEIN_ENGINE_CMD: the engine cannot start", o->id);
+	int port = aj_engine_port(a, p, o, fresh, nfresh);
+	const char *why = NULL;
+	if (port <= 0) why = "no free port for the engine";
+	else if (p->nenv + AJ_KEEP > SUP_ENV_MAX) why = "no room in the environment";
+	else if ((asprintf(&keep[0], "SKEIN_ENGINE_CMD=%s", o->cmd) < 0 && !(keep[0] = NULL)) ||
+		 (asprintf(&keep[1], "SKEIN_ENGINE_PORT=%d", port) < 0 && !(keep[1] = NULL)) ||
+		 (asprintf(&keep[2], "SKEIN_ENGINE_URL=http://127.0.0.1:%d", port) < 0 && !(keep[2] = NULL)))
+		why = "out of memory"; /* a failed asprintf's pointer is undefined: NULL for the free */
+	if (why) {
+		SK_ERROR("jobs", "%s: %s: the engine cannot start", o->id, why);
 		/* never the stock engine without its sidecar: it would never get weights */
-		p->cmd = "echo 'skein: no room for SKEIN_ENGINE_CMD, the sidecar cannot start' >&2; exit 1";
+		p->cmd = "echo 'skein: the agent could not set the stock engine up (see its log)' >&2; exit 1";
 		return;
 	}
-	p->env[p->nenv++] = *keep;
+	for (int k = 0; k < AJ_KEEP; k++) p->env[p->nenv++] = keep[k];
 	p->cmd = SIDECAR_CMD;
 }
 
@@ -613,14 +643,17 @@ void aj_assign_local(agent *a, const job_assignment *as)
 	aj_drained_set(a, as->drained, as->ndrained);
 	size_t n = as->n;
 	sup_spec *sp = calloc(n ? n : 1, sizeof *sp);
-	char **cmds = calloc(n ? n : 1, sizeof *cmds); /* SKEIN_ENGINE_CMD=... of sidecars, until sup_set copies */
+	char **cmds = calloc(n ? n * AJ_KEEP : 1, sizeof *cmds); /* sidecars' SKEIN_ENGINE_*=..., until sup_set copies */
+	struct engine_port *ports = calloc(n ? n : 1, sizeof *ports);
+	size_t nports = 0;
 	/* members reach their agent on its Unix socket: they run as its user,
 	 * so they need no key (and get none, see agent_sup.c) */
 	char rpc_env[300];
 	snprintf(rpc_env, sizeof rpc_env, "SKEIN_RPC=unix:%s", a->control_socket);
-	if (!sp || !cmds) {
+	if (!sp || !cmds || !ports) {
 		free(sp);
 		free(cmds);
+		free(ports);
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -637,7 +670,7 @@ void aj_assign_local(agent *a, const job_assignment *as)
 			p->env[p->nenv++] = o->env[e];
 		}
 		p->env[p->nenv++] = rpc_env;
-		aj_sidecar_wrap(p, o, &cmds[i]);
+		aj_sidecar_wrap(a, p, o, &cmds[i * AJ_KEEP], ports, &nports);
 		p->gen = o->gen;
 		p->restart_base = o->restart_base;
 		p->local_restart = o->local_restart;
@@ -649,8 +682,11 @@ void aj_assign_local(agent *a, const job_assignment *as)
 		p->hold = o->hold;
 	}
 	sup_set(J->sup, sp, n);
-	for (size_t i = 0; i < n; i++) free(cmds[i]);
+	for (size_t i = 0; i < n * AJ_KEEP; i++) free(cmds[i]);
 	free(cmds);
+	free(J->eports); /* the members of this order only */
+	J->eports = ports;
+	J->neports = nports;
 	free(sp);
 	send_report(a);
 }
@@ -860,6 +896,9 @@ void agent_jobs_close(agent *a)
 	free(J->infl);
 	free(J->seen);
 	aj_drained_free(a);
+	free(a->jobs->eports);
+	a->jobs->eports = NULL;
+	a->jobs->neports = 0;
 	free(J);
 	a->jobs = NULL;
 }

@@ -69,6 +69,15 @@ struct agent_jobs {
 	/* the latest word on a member's disk folder on this node (refused here,
 	 * or a warning): skeinctl info shows it */
 	char disk_note[400];
+	/* the port each stock engine member (--rollout-engine sglang|vllm) was
+	 * given, kept while its generation runs: a later order must not change
+	 * the environment of what runs (agent_jobs.c) */
+	struct engine_port {
+		char id[SUP_ID_MAX];
+		uint64_t gen;
+		int port;
+	} *eports;
+	size_t neports;
 	/* folders judged lately: stat and realpath run in the event loop, and
 	 * a shared folder may sit on a slow mount, so each is judged at most
 	 * once per DISK_JUDGE_S (agent_jobs.c) */

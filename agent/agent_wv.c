@@ -24,6 +24,7 @@
 #include "agent/agent_wv.h"
 
 #include <arpa/inet.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -36,6 +37,7 @@
 #include "agent/agent_wv_show.h"
 #include "common/sk_log.h"
 #include "common/sk_time.h"
+#include "jobs/wv_coord.h"
 #include "jobs/wv_state.h"
 #include "proto/control.pb-c.h"
 #include "proto/weights.pb-c.h"
@@ -51,8 +53,9 @@ enum {
 	MEMBER_MAX = JOB_NAME_MAX + 32,
 	ENDPOINT_MAX = 64,
 	REASON_MAX = 400,
-	ENGINES_MAX = 8192,
+	ENGINES_MAX = 4 * WV_ENGINES_MAX, /* engines known to the head, every job */
 	OPEN_MAX = 1024,
+	DETAIL_MAX = 512,             /* finished updates whose engines' detail this head keeps (all jobs) */
 	SETUP_MAX = 512 << 10,         /* an NCCL unique id (128), a colocated sender's handoff (xfer_ipc.c) */
 };
 
@@ -76,23 +79,12 @@ typedef struct {
 } wv_eng;
 
 typedef struct {
-	wv_update rec;                 /* as proposed, the engines' states kept up to date here */
-	bool begun, final_proposed;
-	char final_state[12], final_reason[REASON_MAX];
-	double t_begin, t_answer, t_progress, t_last_word;
-	bool begin_waiting, done_waiting, done;
+	wv_coord co;                   /* the record as proposed and the rules (jobs/wv_coord) */
+	bool begin_waiting, done_waiting;
 	agent_client begin_client, done_client;
-	bool done_ok;
-	char done_reason[REASON_MAX];
-	double impl_s, density;
-	wv_timings sender_t;
-	uint64_t wire_bytes;
 	uint8_t *setup;                /* malloc'd; held here only: a new head adopts an update without it
 					  (colocated: the sender's done brings it again) */
 	size_t setup_len;
-	int timeout_ms;
-	bool drop;                     /* --update-on-engine-loss drop */
-	bool adopted;                  /* from a previous head's record: its clocks start at the takeover */
 } wv_open;
 
 struct agent_wv {
@@ -109,6 +101,11 @@ struct agent_wv {
 	wv_update *retry;
 	size_t nretry, retrycap;
 	double retry_at;
+	/* the per-engine detail of the last DETAIL_MAX updates this head
+	 * finished (nodes, seconds, timings, reasons' text): compact records do
+	 * not replicate it; `transfers` shows it from here (a ring) */
+	wv_update detail[DETAIL_MAX];
+	size_t detail_next;
 	size_t engines_max;            /* WV_ENGINES_MAX; SKEIN_TEST_WV_ENGINES_MAX lowers it (tests) */
 	int test_refuse;               /* SKEIN_TEST_WV_REFUSE=N: the first N final/measured
 					  proposals refused as Raft refuses them in a handover */
@@ -275,7 +272,7 @@ static void eng_drop_at(agent_wv *W, size_t i)
 static wv_open *open_find(agent_wv *W, const char *job)
 {
 	for (size_t i = 0; i < W->nopen; i++)
-		if (!strcmp(W->open[i].rec.job, job)) return &W->open[i];
+		if (!strcmp(W->open[i].co.rec.job, job)) return &W->open[i];
 	return NULL;
 }
 
@@ -290,16 +287,15 @@ static wv_open *open_new(agent_wv *W)
 
 static void open_free(agent_wv *W, wv_open *u)
 {
-	wv_update_free(&u->rec);
+	wv_coord_free(&u->co);
 	free(u->setup);
 	*u = W->open[--W->nopen];
 }
 
 static wv_engine *part_of(wv_open *u, const char *member)
 {
-	for (size_t i = 0; i < u->rec.nengines; i++)
-		if (!strcmp(u->rec.engines[i].member, member)) return &u->rec.engines[i];
-	return NULL;
+	long i = wv_coord_find(&u->co, member);
+	return i >= 0 ? &u->co.rec.engines[i] : NULL;
 }
 
 static bool is_full_copy(const char *mode)
@@ -311,6 +307,7 @@ static bool is_full_copy(const char *mode)
 
 static void arm(agent *a);
 static void catch_up(agent *a);
+static void detail_keep(agent_wv *W, const wv_update *full);
 
 /* 0 proposed, -1 not (said in the log). */
 static int propose(agent *a, const wv_update *u, const char *what)
@@ -382,113 +379,49 @@ static void retry_clear(agent_wv *W)
 	W->retry_at = 0;
 }
 
-/* Seconds from u's begin to now: the head's monotonic clock when it saw the
- * begin, else (adopted) the record's wall-clock start, the only clock two
- * heads share. */
-static double since_begin(const wv_open *u, double now)
-{
-	if (!u->adopted) return now - u->t_begin;
-	double s = (double)((int64_t)sk_wall_ms() - (int64_t)u->rec.started_ms) / 1e3;
-	return s > 0 ? s : 0;
-}
-
 /* The final record of u applied: how long it took to commit is known only
  * now, so one amendment (jobs/wv_state.h) carries update_seconds and
  * commit_seconds to this moment.  Returns the update's seconds measured. */
 static double measure_commit(agent *a, wv_open *u, const wv_update *rec)
 {
-	double now = sk_mono_s(), update_s = since_begin(u, now);
-	if (rec->measured || !u->final_proposed) return rec->update_seconds;
+	double now = sk_mono_s();
+	uint64_t wall = sk_wall_ms();
 	wv_update f;
-	if (wv_update_copy(&f, rec) < 0) return update_s;
-	f.measured = true;
-	f.update_seconds = update_s;
-	f.commit_seconds = u->t_last_word > 0 ? now - u->t_last_word : 0;
+	int rc = wv_coord_measured(&u->co, rec, now, wall, &f);
+	if (rc == 1) return rec->update_seconds;
+	if (rc < 0) return wv_coord_since_begin(&u->co, now, wall);
+	double update_s = f.update_seconds;
 	propose_final(a, &f, "timings");
 	wv_update_free(&f);
 	return update_s;
 }
 
-/* Proposes the final record of u (once). */
-static void finish(agent *a, wv_open *u, const char *state, const char *cause, const char *reason)
+/* The coordinator decided u (made_final: this call did): its final record
+ * proposed, once. */
+static void settled(agent *a, wv_open *u, bool made_final)
 {
-	if (u->final_proposed) return;
-	double now = sk_mono_s();
+	if (!made_final) return;
 	wv_update f;
-	if (wv_update_copy(&f, &u->rec) < 0) return;
-	snprintf(f.state, sizeof f.state, "%s", state);
-	snprintf(f.cause, sizeof f.cause, "%s", cause ? cause : "");
-	free(f.reason);
-	f.reason = strdup(reason ? reason : "");
-	f.finished_ms = sk_wall_ms();
-	f.wire_bytes = u->wire_bytes;
-	f.density = u->density;
-	f.implementation_seconds = u->impl_s;
-	f.sender_t = u->sender_t;
-	/* to the proposal; the amendment (measure_commit) runs them to the commit */
-	f.update_seconds = since_begin(u, now);
-	f.commit_seconds = u->t_last_word > 0 ? now - u->t_last_word : 0;
-	if (f.reason) propose_final(a, &f, state);
-	u->final_proposed = true;
-	snprintf(u->final_state, sizeof u->final_state, "%s", state);
-	snprintf(u->final_reason, sizeof u->final_reason, "%s", reason ? reason : "");
-	SK_INFO("wv", "%s v%llu %s%s%s", u->rec.job, (unsigned long long)u->rec.version, state, reason && *reason ? ": " : "",
-		reason ? reason : "");
-	wv_update_free(&f);
-}
-
-static void lose(agent *a, wv_open *u, wv_engine *p, const char *why, bool fault, bool by_sender);
-
-/* Committed once the sender is done, no participant is pending, and every
- * verified one verified against the sender's root (when both are known: a
- * path that keeps no root says none).  An engine whose root differs took
- * a forged or corrupted version: a checksum failure, whatever it said. */
-static void try_finish(agent *a, wv_open *u)
-{
-	if (!u->begun || u->final_proposed || !u->done) return;
-	for (size_t i = 0; i < u->rec.nengines; i++)
-		if (!strcmp(u->rec.engines[i].state, "pending")) return;
-	for (size_t i = 0; u->rec.has_root && i < u->rec.nengines && !u->final_proposed; i++) {
-		wv_engine *p = &u->rec.engines[i];
-		wv_eng *e = eng_find(a->wv, p->member);
-		if (strcmp(p->state, "verified") || !e || e->staged != u->rec.version) continue;
-		/* NCCL ranks and colocated engines with verify_device off check
-		 * nothing and say no root (their bytes come only from the sender) */
-		if (!e->has_staged_root && (!strcmp(u->rec.mode, "broadcast") || !strcmp(u->rec.mode, "broadcast_packed") ||
-					    !strcmp(u->rec.mode, "colocated")))
-			continue;
-		if (e->has_staged_root && !memcmp(e->staged_root, u->rec.root, WV_DIGEST_LEN)) continue;
-		char why[REASON_MAX];
-		snprintf(why, sizeof why, "version %llu: root mismatch: %s (a forged or corrupted data path): checksum "
-			 "refused", (unsigned long long)u->rec.version,
-			 e->has_staged_root ? "the checksums it verified against are not the sender's"
-					    : "it verified against no root, the sender declared one");
-		lose(a, u, p, why, true, true);
+	const wv_coord *c = &u->co;
+	if (wv_coord_final(c, sk_mono_s(), sk_wall_ms(), &f) == 0) {
+		propose_final(a, &f, c->final_state);
+		wv_update_free(&f);
 	}
-	if (u->final_proposed) return;
-	finish(a, u, "committed", NULL, NULL);
+	SK_INFO("wv", "%s v%llu %s%s%s", c->rec.job, (unsigned long long)c->rec.version, c->final_state,
+		c->final_reason[0] ? ": " : "", c->final_reason);
 }
 
 /* A participant is gone or failed: dropped (drop mode, not a data fault),
- * or the update aborts.  by_sender: the sender's done lists it as failed or
- * never served; that holds even over an earlier "verified" (what it staged
- * did not come from the sender: issue 23, the head's cross-check). */
+ * or the update aborts (jobs/wv_coord). */
 static void lose(agent *a, wv_open *u, wv_engine *p, const char *why, bool fault, bool by_sender)
 {
-	if (u->final_proposed) return;
-	if (strcmp(p->state, "pending") && !(by_sender && !strcmp(p->state, "verified"))) return;
-	snprintf(p->state, sizeof p->state, "%s", fault || !u->drop ? "failed" : "dropped");
-	free(p->reason);
-	p->reason = strdup(why);
-	u->t_last_word = sk_mono_s();
-	if (fault || !u->drop) {
-		char reason[REASON_MAX];
-		snprintf(reason, sizeof reason, "%s on %s: %s", p->member, p->node, why);
-		finish(a, u, "aborted", fault ? "engine" : "member_lost", reason);
-	} else {
-		SK_INFO("wv", "%s v%llu: %s dropped: %s", u->rec.job, (unsigned long long)u->rec.version, p->member, why);
-		try_finish(a, u);
-	}
+	size_t i = (size_t)(p - u->co.rec.engines);
+	bool was_pending = !strcmp(p->state, "pending");
+	bool fin = wv_coord_lose(&u->co, i, sk_mono_s(), why, fault, by_sender);
+	if (was_pending && !strcmp(p->state, "dropped"))
+		SK_INFO("wv", "%s v%llu: %s dropped: %s", u->co.rec.job, (unsigned long long)u->co.rec.version, p->member,
+			why);
+	settled(a, u, fin);
 }
 
 /* ---------------------------------------------------------------- instructions */
@@ -505,7 +438,7 @@ static void send_instruction(agent *a, wv_eng *e, const Skein__Weights__Instruct
 static bool abort_of(const wv_update *rec, const wv_open *u, uint64_t v, Skein__Weights__Instruction *in,
 		     char *reason, size_t rcap)
 {
-	bool aborted = rec && !strcmp(rec->state, "aborted"), gone = !rec && !(u && u->rec.version == v);
+	bool aborted = rec && !strcmp(rec->state, "aborted"), gone = !rec && !(u && u->co.rec.version == v);
 	if (!aborted && !gone) return false;
 	in->kind = "abort";
 	in->version = v;
@@ -560,26 +493,27 @@ static bool decide(agent *a, wv_eng *e, Skein__Weights__Instruction *in, char *r
 		if (abort_of(rec, u, e->failed, in, reason, rcap)) return true;
 		if (!rec || !strcmp(rec->state, "preparing")) return false;
 	}
-	wv_engine *p = u ? part_of(u, e->member) : NULL;
-	if (u && u->begun && !u->final_proposed && p && !strcmp(p->state, "pending") && e->failed != u->rec.version) {
+	long pi = u ? wv_coord_find(&u->co, e->member) : -1;
+	wv_engine *p = pi >= 0 ? &u->co.rec.engines[pi] : NULL;
+	if (u && u->co.begun && !u->co.final && p && !strcmp(p->state, "pending") && e->failed != u->co.rec.version) {
 		/* colocated: the handoff is the receive; an adopted update waits
 		 * for the sender's done to bring it (the watchdog bounds that) */
-		if (!strcmp(u->rec.mode, "colocated") && !u->setup_len) return false;
+		if (!strcmp(u->co.rec.mode, "colocated") && !u->setup_len) return false;
 		in->kind = "receive";
-		in->version = u->rec.version;
-		in->base_version = u->rec.base_version;
-		in->mode = u->rec.mode;
+		in->version = u->co.rec.version;
+		in->base_version = u->co.rec.base_version;
+		in->mode = u->co.rec.mode;
 		in->setup.data = u->setup;
 		in->setup.len = u->setup_len;
-		if (u->rec.has_nonce) {
-			in->nonce.data = u->rec.nonce;
+		if (u->co.rec.has_nonce) {
+			in->nonce.data = u->co.rec.nonce;
 			in->nonce.len = WV_NONCE_LEN;
 		}
-		in->rank = (int32_t)(p - u->rec.engines) + 1;
-		in->nranks = (int32_t)u->rec.nengines + 1;
-		in->timeout_ms = u->timeout_ms;
-		if (u->rec.has_root) {
-			in->root.data = u->rec.root;
+		in->rank = (int32_t)(p - u->co.rec.engines) + 1;
+		in->nranks = (int32_t)u->co.rec.nengines + 1;
+		in->timeout_ms = u->co.timeout_ms;
+		if (u->co.rec.has_root) {
+			in->root.data = u->co.rec.root;
 			in->root.len = WV_DIGEST_LEN;
 		}
 		return true;
@@ -664,7 +598,7 @@ static void begin_reply(agent *a, wv_open *u)
 {
 	agent_wv *W = a->wv;
 	if (!u->begin_waiting) return;
-	size_t n = u->rec.nengines;
+	size_t n = u->co.rec.nengines;
 	Skein__Weights__Peer *pv = calloc(n ? n : 1, sizeof *pv);
 	Skein__Weights__Peer **pp = calloc(n ? n : 1, sizeof *pp);
 	if (!pv || !pp) {
@@ -673,15 +607,15 @@ static void begin_reply(agent *a, wv_open *u)
 		return;
 	}
 	Skein__Weights__BeginReply br = SKEIN__WEIGHTS__BEGIN_REPLY__INIT;
-	br.version = u->rec.version;
-	br.base_version = u->rec.base_version;
-	br.timeout_ms = u->timeout_ms;
-	if (u->rec.has_nonce) {
-		br.nonce.data = u->rec.nonce;
+	br.version = u->co.rec.version;
+	br.base_version = u->co.rec.base_version;
+	br.timeout_ms = u->co.timeout_ms;
+	if (u->co.rec.has_nonce) {
+		br.nonce.data = u->co.rec.nonce;
 		br.nonce.len = WV_NONCE_LEN;
 	}
 	for (size_t i = 0; i < n; i++) {
-		wv_engine *p = &u->rec.engines[i];
+		wv_engine *p = &u->co.rec.engines[i];
 		wv_eng *e = eng_find(W, p->member);
 		skein__weights__peer__init(&pv[i]);
 		pv[i].member = p->member;
@@ -693,9 +627,9 @@ static void begin_reply(agent *a, wv_open *u)
 	br.peers = pp;
 	br.n_peers = n;
 	u->begin_waiting = false;
-	if (u->t_answer == 0) {
-		u->t_answer = sk_mono_s();
-		u->rec.prepare_seconds = u->t_answer - u->t_begin; /* the begin record committed, the sender told */
+	if (u->co.t_answer == 0) {
+		u->co.t_answer = sk_mono_s();
+		u->co.rec.prepare_seconds = u->co.t_answer - u->co.t_begin; /* the begin record committed, the sender told */
 	}
 	answer(a, &u->begin_client, 0, NULL, &br.base);
 	free(pv);
@@ -710,28 +644,55 @@ static void outcome_of(const wv_open *u, const wv_update *rec, Skein__Weights__O
 		o->state = (char *)rec->state;
 		o->reason = rec->reason;
 	}
-	if (u && !u->final_proposed && (!rec || !strcmp(rec->state, "preparing"))) {
-		o->job = (char *)u->rec.job;
-		o->version = u->rec.version;
-		o->state = u->begun ? (u->t_answer > 0 ? "moving" : "preparing") : "preparing";
+	if (u && !u->co.final && (!rec || !strcmp(rec->state, "preparing"))) {
+		o->job = (char *)u->co.rec.job;
+		o->version = u->co.rec.version;
+		o->state = u->co.begun ? (u->co.t_answer > 0 ? "moving" : "preparing") : "preparing";
 		o->reason = "";
 	}
 }
 
-static void answer_outcome(agent *a, const agent_client *c, const wv_open *u, const wv_update *rec)
+/* detail: the head's own copy of the update (its engines' seconds and
+ * timings), NULL when it has none: a compact record keeps only their
+ * slowest, which goes as the first engine's. */
+static void answer_outcome(agent *a, const agent_client *c, const wv_open *u, const wv_update *rec,
+			   const wv_update *detail)
 {
 	Skein__Weights__Outcome o = SKEIN__WEIGHTS__OUTCOME__INIT;
 	outcome_of(u, rec, &o);
-	/* a final record goes along: the sender's stats (participants, dropped,
-	 * bytes) come from it */
+	/* a final record goes along, with every engine (not compact): the
+	 * sender's stats (participants, dropped, bytes, the slowest engine's
+	 * split) come from it */
 	uint8_t *data = NULL;
 	size_t len;
-	if (rec && strcmp(rec->state, "preparing") && wv_update_encode(rec, &data, &len) == 0)
-		o.record = skein__weights__update__unpack(NULL, len, data);
+	wv_update full;
+	if (rec && strcmp(rec->state, "preparing") && wv_update_copy(&full, rec) == 0) {
+		full.compact = full.bare = false;
+		if (detail && detail->nengines == full.nengines) {
+			for (size_t i = 0; i < full.nengines; i++) {
+				full.engines[i].seconds = detail->engines[i].seconds;
+				full.engines[i].t = detail->engines[i].t;
+			}
+		} else if (full.nengines) {
+			full.engines[0].t = wv_update_slowest(rec);
+			full.engines[0].seconds = rec->engines_seconds;
+		}
+		if (wv_update_encode(&full, &data, &len) == 0) o.record = skein__weights__update__unpack(NULL, len, data);
+		wv_update_free(&full);
+	}
 	if (o.record) o.record->nonce.len = 0; /* the ticket goes to participants only */
 	answer(a, c, 0, NULL, &o.base);
 	if (o.record) skein__weights__update__free_unpacked(o.record, NULL);
 	free(data);
+}
+
+static int by_engine_id(const void *x, const void *y)
+{
+	const wv_engine *a = x, *b = y;
+	/* members of one job: "<job>/engine-<i>" (cmd_wait checked them) */
+	const char *sa = strrchr(a->member, '-'), *sb = strrchr(b->member, '-');
+	unsigned long i = sa ? strtoul(sa + 1, NULL, 10) : ULONG_MAX, k = sb ? strtoul(sb + 1, NULL, 10) : ULONG_MAX;
+	return i < k ? -1 : i > k;
 }
 
 /* The engines of job that take part in a new update at base L. */
@@ -763,6 +724,9 @@ static size_t pick_participants(agent *a, const char *job, const char *mode, uin
 		v[n].reason = strdup("");
 		n++;
 	}
+	/* by engine id: the record's order (ranks) is the one its bitmap gives
+	 * a head that adopts it */
+	qsort(v, n, sizeof *v, by_engine_id);
 	*out = v;
 	return n;
 }
@@ -784,7 +748,7 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 	if (b->root.len != 0 && b->root.len != WV_DIGEST_LEN) return fail_client(a, c, "root: 16 bytes expected");
 	wv_open *u = open_find(W, b->job);
 	if (u) {
-		if (u->rec.version == b->version && !strcmp(u->rec.sender, b->member) && !u->final_proposed) {
+		if (u->co.rec.version == b->version && !strcmp(u->co.rec.sender, b->member) && !u->co.final) {
 			/* the same begin again (its answer was lost, or the head changed:
 			 * an adopted update has its setup back from it) */
 			if (!u->setup_len && b->setup.len && (u->setup = malloc(b->setup.len))) {
@@ -793,18 +757,18 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 			}
 			u->begin_client = *c;
 			u->begin_waiting = true;
-			u->t_progress = sk_mono_s();
-			if (u->begun) begin_reply(a, u);
+			wv_coord_progress(&u->co, sk_mono_s());
+			if (u->co.begun) begin_reply(a, u);
 			return;
 		}
-		if (!u->final_proposed) {
+		if (!u->co.final) {
 			/* a new begin from the job's trainer: the old update's sender gave up or restarted */
 			char why[REASON_MAX];
-			snprintf(why, sizeof why, "%s: sender restarted or gave up (it began v%llu)", u->rec.sender,
+			snprintf(why, sizeof why, "%s: sender restarted or gave up (it began v%llu)", u->co.rec.sender,
 				 (unsigned long long)b->version);
-			finish(a, u, "aborted", "superseded", why);
+			settled(a, u, wv_coord_superseded(&u->co, sk_mono_s(), why));
 		}
-		return fail_client(a, c, "update v%llu of %s is still open: retry", (unsigned long long)u->rec.version,
+		return fail_client(a, c, "update v%llu of %s is still open: retry", (unsigned long long)u->co.rec.version,
 				   b->job);
 	}
 	uint64_t max = wv_state_max_version(ws, b->job), L = wv_state_committed(ws, b->job);
@@ -813,7 +777,7 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 				   (unsigned long long)b->version, b->job, (unsigned long long)max);
 	u = open_new(W);
 	if (!u) return fail_client(a, c, "too many open updates");
-	wv_update *r = &u->rec;
+	wv_update *r = &u->co.rec;
 	snprintf(r->job, sizeof r->job, "%s", b->job);
 	r->version = b->version;
 	r->base_version = L;
@@ -831,6 +795,7 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 	 * update hands out the same one */
 	r->has_nonce = getrandom(r->nonce, WV_NONCE_LEN, 0) == WV_NONCE_LEN;
 	r->nengines = pick_participants(a, b->job, b->mode, L, &r->engines);
+	r->compact = true; /* participants as a bitmap (jobs/wv_codec.c) */
 	if (r->nengines > W->engines_max) {
 		/* every voter refuses such a record at apply (wv_codec.c): say so now
 		 * rather than let the update time out */
@@ -843,16 +808,20 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 		memcpy(u->setup, b->setup.data, b->setup.len);
 		u->setup_len = b->setup.len;
 	}
-	u->timeout_ms = (int)s.update_timeout_ms;
-	u->drop = strcmp(s.on_engine_loss, "abort") != 0;
-	u->t_begin = u->t_progress = sk_mono_s();
 	u->begin_client = *c;
 	u->begin_waiting = true;
 	if (!r->reason || !r->engines || (b->setup.len && !u->setup)) {
 		open_free(W, u);
 		return fail_client(a, c, "out of memory");
 	}
-	propose(a, r, "begin");
+	wv_update r0 = *r;
+	memset(r, 0, sizeof *r);
+	if (wv_coord_start(&u->co, &r0, sk_mono_s(), (int)s.update_timeout_ms, strcmp(s.on_engine_loss, "abort") != 0,
+			   false) < 0) {
+		open_free(W, u);
+		return fail_client(a, c, "out of memory");
+	}
+	propose(a, &u->co.rec, "begin");
 	arm(a);
 }
 
@@ -861,57 +830,39 @@ static void cmd_done(agent *a, const Skein__Control__Request *q, const agent_cli
 	agent_wv *W = a->wv;
 	const wv_state *ws = state_of(a);
 	wv_open *u = open_find(W, d->job);
-	if (!u || u->rec.version != d->version) {
+	if (!u || u->co.rec.version != d->version) {
 		const wv_update *rec = wv_state_get(ws, d->job, d->version);
 		if (!rec) return fail_client(a, c, "no update v%llu of %s", (unsigned long long)d->version, d->job);
-		return answer_outcome(a, c, NULL, rec);
+		return answer_outcome(a, c, NULL, rec, NULL);
 	}
-	if (strcmp(d->member, u->rec.sender)) return fail_client(a, c, "%s is not the sender of v%llu", d->member,
+	if (strcmp(d->member, u->co.rec.sender)) return fail_client(a, c, "%s is not the sender of v%llu", d->member,
 								 (unsigned long long)d->version);
 	/* as begin: its node's agent speaks for it (the handoff below is what
 	 * the engines will map) */
-	if (strcmp(u->rec.sender_node, origin(a, q, c)))
+	if (strcmp(u->co.rec.sender_node, origin(a, q, c)))
 		return fail_client(a, c, "%s sends v%llu from %s, not from %s", d->member, (unsigned long long)d->version,
-				   u->rec.sender_node, origin(a, q, c));
+				   u->co.rec.sender_node, origin(a, q, c));
 	if (d->setup.len > SETUP_MAX) return fail_client(a, c, "setup: at most %d bytes", SETUP_MAX);
 	if (d->root.len != 0 && d->root.len != WV_DIGEST_LEN) return fail_client(a, c, "root: 16 bytes expected");
 	u->done_client = *c;
 	u->done_waiting = true;
-	u->t_progress = u->t_last_word = sk_mono_s();
-	if (!u->setup_len && d->setup.len && !strcmp(u->rec.mode, "colocated") &&
+	bool again = u->co.done;
+	if (!u->setup_len && d->setup.len && !strcmp(u->co.rec.mode, "colocated") &&
 	    (u->setup = malloc(d->setup.len))) {
 		/* an adopted colocated update: its engines wait for this */
 		memcpy(u->setup, d->setup.data, d->setup.len);
 		u->setup_len = d->setup.len;
-		SK_INFO("wv", "%s v%llu: the sender's handoff came with its done", u->rec.job,
-			(unsigned long long)u->rec.version);
-		wake(a, u->rec.job);
+		SK_INFO("wv", "%s v%llu: the sender's handoff came with its done", u->co.rec.job,
+			(unsigned long long)u->co.rec.version);
+		wake(a, u->co.rec.job);
 	}
-	if (u->done) return; /* said again (its answer was lost): wait for the verdict */
-	u->done = true;
-	u->done_ok = d->ok;
-	snprintf(u->done_reason, sizeof u->done_reason, "%s", d->reason);
-	u->impl_s = secs(d->implementation_seconds);
-	u->wire_bytes = d->wire_bytes;
-	u->density = isfinite(d->density) && d->density >= 0 && d->density <= 1e6 ? d->density : 0;
-	u->sender_t = timings_of(d->timings);
-	if (!d->ok) {
-		char why[REASON_MAX];
-		snprintf(why, sizeof why, "%s (sender) on %s: %s", u->rec.sender, u->rec.sender_node, d->reason);
-		return finish(a, u, "aborted", "sender", why);
-	}
-	if (d->root.len == WV_DIGEST_LEN) {
-		if (u->rec.has_root && memcmp(u->rec.root, d->root.data, WV_DIGEST_LEN)) {
-			char why[REASON_MAX];
-			snprintf(why, sizeof why, "%s (sender) on %s: the root in its done differs from its begin's",
-				 u->rec.sender, u->rec.sender_node);
-			return finish(a, u, "aborted", "sender", why);
-		}
-		memcpy(u->rec.root, d->root.data, WV_DIGEST_LEN); /* into the final record */
-		u->rec.has_root = true;
-	}
+	double density = isfinite(d->density) && d->density >= 0 && d->density <= 1e6 ? d->density : 0;
+	bool fin = wv_coord_done(&u->co, sk_mono_s(), d->ok, d->reason, d->root.len == WV_DIGEST_LEN ? d->root.data : NULL,
+				 secs(d->implementation_seconds), d->wire_bytes, density, timings_of(d->timings));
+	if (again) return; /* said again (its answer was lost): wait for the verdict */
+	if (fin || u->co.final) return settled(a, u, fin);
 	/* at most one entry per participant counts: a longer list is not read */
-	for (size_t i = 0; i < d->n_failed && i < u->rec.nengines && !u->final_proposed; i++) {
+	for (size_t i = 0; i < d->n_failed && i < u->co.rec.nengines && !u->co.final; i++) {
 		wv_engine *p = part_of(u, d->failed[i]->member);
 		/* the receiver's own verdict on the bytes (a checksum mismatch) is a
 		 * failure, as its `failed v` would be, which this done may overtake;
@@ -922,7 +873,7 @@ static void cmd_done(agent *a, const Skein__Control__Request *q, const agent_cli
 		snprintf(why, sizeof why, "%s%s", fault ? "" : "the sender could not reach it: ", d->failed[i]->reason);
 		if (p) lose(a, u, p, why, fault, true);
 	}
-	try_finish(a, u);
+	settled(a, u, wv_coord_settle(&u->co, sk_mono_s()));
 }
 
 static void cmd_outcome(agent *a, const agent_client *c, const Skein__Weights__Query *qq)
@@ -930,12 +881,12 @@ static void cmd_outcome(agent *a, const agent_client *c, const Skein__Weights__Q
 	agent_wv *W = a->wv;
 	const wv_state *ws = state_of(a);
 	wv_open *u = open_find(W, qq->job);
-	uint64_t v = qq->version ? qq->version : (u ? u->rec.version : wv_state_max_version(ws, qq->job));
-	if (u && u->rec.version != v) u = NULL;
+	uint64_t v = qq->version ? qq->version : (u ? u->co.rec.version : wv_state_max_version(ws, qq->job));
+	if (u && u->co.rec.version != v) u = NULL;
 	/* the sender's heartbeat while it moves bytes is progress (its data
 	 * path ends itself when the bytes stop); an engine's is not: an engine
 	 * that never gets its bytes must not keep the update open */
-	if (u && !u->done && !strcmp(qq->member, u->rec.sender)) u->t_progress = sk_mono_s();
+	if (u && !strcmp(qq->member, u->co.rec.sender)) wv_coord_progress(&u->co, sk_mono_s());
 	const wv_update *rec = wv_state_get(ws, qq->job, v);
 	if (!u && !rec && !qq->version) {
 		/* the newest of a job that has none (or whose records were forgotten) */
@@ -945,7 +896,7 @@ static void cmd_outcome(agent *a, const agent_client *c, const Skein__Weights__Q
 		return answer(a, c, 0, NULL, &o.base);
 	}
 	if (!u && !rec) return fail_client(a, c, "no update v%llu of %s", (unsigned long long)v, qq->job);
-	answer_outcome(a, c, u, rec);
+	answer_outcome(a, c, u, rec, u ? &u->co.rec : NULL);
 }
 
 static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_client *c, const Skein__Weights__EngineStatus *st)
@@ -994,21 +945,16 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 	}
 	/* its word on the open update */
 	wv_open *u = open_find(W, st->job);
-	wv_engine *p = u ? part_of(u, st->member) : NULL;
-	if (p && !strcmp(p->state, "pending")) {
-		if (st->staged == u->rec.version) {
-			u->t_progress = sk_mono_s();
-			snprintf(p->state, sizeof p->state, "verified");
-			p->seconds = secs(st->seconds);
-			p->t = timings_of(st->timings);
-			u->t_last_word = sk_mono_s();
-			try_finish(a, u);
-		} else if (st->failed == u->rec.version) {
-			u->t_progress = sk_mono_s();
-			p->seconds = secs(st->seconds);
-			p->t = timings_of(st->timings);
-			lose(a, u, p, st->reason[0] ? st->reason : "failed", true, false);
-		}
+	long pi = u ? wv_coord_find(&u->co, st->member) : -1;
+	if (pi >= 0) {
+		double now = sk_mono_s();
+		bool fin = false;
+		if (st->staged == u->co.rec.version)
+			fin = wv_coord_staged(&u->co, (size_t)pi, now, secs(st->seconds), timings_of(st->timings),
+					      e->has_staged_root ? e->staged_root : NULL);
+		else if (st->failed == u->co.rec.version)
+			fin = wv_coord_failed(&u->co, (size_t)pi, now, secs(st->seconds), timings_of(st->timings), st->reason);
+		settled(a, u, fin);
 	}
 	e->waiting = true;
 	e->client = *c;
@@ -1028,19 +974,33 @@ static void adopt(agent *a)
 	for (size_t i = 0; ws && i < wv_state_count(ws); i++) {
 		const wv_update *rec = wv_state_at(ws, i);
 		if (strcmp(rec->state, "preparing") || open_find(W, rec->job)) continue;
-		wv_open *u = open_new(W);
-		if (!u || wv_update_copy(&u->rec, rec) < 0) {
-			if (u) W->nopen--;
-			continue;
-		}
+		wv_update r;
+		if (wv_update_copy(&r, rec) < 0) continue;
 		job_spec s;
 		char err[256];
 		const job_rec *j = js ? job_state_get(js, rec->job) : NULL;
-		u->timeout_ms = j && job_rec_spec(j, &s, err, sizeof err) == 0 ? (int)s.update_timeout_ms : 30000;
-		u->drop = j && job_rec_spec(j, &s, err, sizeof err) == 0 ? strcmp(s.on_engine_loss, "abort") != 0 : true;
-		u->begun = true;
-		u->adopted = true;
-		u->t_begin = u->t_progress = u->t_answer = sk_mono_s();
+		bool spec_ok = j && job_rec_spec(j, &s, err, sizeof err) == 0;
+		job_layout L;
+		if (spec_ok && job_rec_placed(j) && job_rec_layout(&L, j, &s) == 0) {
+			/* a compact record names no nodes: the job's layout has them */
+			for (size_t k = 0; k < r.nengines; k++) {
+				uint32_t id;
+				const char *n = !r.engines[k].node[0] && wv_engine_id(r.job, r.engines[k].member, &id) &&
+							id < job_spec_engines(&s) ? job_layout_engine_node(&s, &L, id) : NULL;
+				if (n) snprintf(r.engines[k].node, sizeof r.engines[k].node, "%s", n);
+			}
+			job_layout_free(&L);
+		}
+		wv_open *u = open_new(W);
+		if (!u) {
+			wv_update_free(&r);
+			continue;
+		}
+		if (wv_coord_start(&u->co, &r, sk_mono_s(), spec_ok ? (int)s.update_timeout_ms : 30000,
+				   spec_ok ? strcmp(s.on_engine_loss, "abort") != 0 : true, true) < 0) {
+			W->nopen--;
+			continue;
+		}
 		SK_INFO("wv", "%s v%llu: open when the head changed: adopted", rec->job, (unsigned long long)rec->version);
 	}
 }
@@ -1053,27 +1013,28 @@ static void on_changed(agent *a)
 	if (!ws) return;
 	for (size_t i = 0; i < W->nopen;) {
 		wv_open *u = &W->open[i];
-		const wv_update *rec = wv_state_get(ws, u->rec.job, u->rec.version);
-		if (rec && !u->begun && !strcmp(rec->state, "preparing")) {
-			u->begun = true;
+		const wv_update *rec = wv_state_get(ws, u->co.rec.job, u->co.rec.version);
+		if (rec && !u->co.begun && !strcmp(rec->state, "preparing")) {
+			u->co.begun = true;
 			begin_reply(a, u);
-			wake(a, u->rec.job);
+			wake(a, u->co.rec.job);
 		}
 		if (rec && strcmp(rec->state, "preparing")) {
 			char job[JOB_NAME_MAX + 1];
+			detail_keep(W, &u->co.rec);
 			agent_stats_transfer(a->stats, rec, measure_commit(a, u, rec));
-			if (u->done_waiting) answer_outcome(a, &u->done_client, NULL, rec);
+			if (u->done_waiting) answer_outcome(a, &u->done_client, NULL, rec, &u->co.rec);
 			if (u->begin_waiting) fail_client(a, &u->begin_client, "update v%llu %s: %s",
 							  (unsigned long long)rec->version, rec->state, rec->reason);
-			snprintf(job, sizeof job, "%s", u->rec.job);
+			snprintf(job, sizeof job, "%s", u->co.rec.job);
 			open_free(W, u);
 			wake(a, job);
 			continue;
 		}
-		if (!rec && u->final_proposed) {
+		if (!rec && u->co.final) {
 			/* a begin that never committed (refused, or lost with a head change) */
 			if (u->begin_waiting) fail_client(a, &u->begin_client, "update v%llu of %s was not recorded: retry",
-							  (unsigned long long)u->rec.version, u->rec.job);
+							  (unsigned long long)u->co.rec.version, u->co.rec.job);
 			open_free(W, u);
 			continue;
 		}
@@ -1089,13 +1050,13 @@ static void check_open(agent *a, double now)
 	agent_wv *W = a->wv;
 	for (size_t i = 0; i < W->nopen; i++) {
 		wv_open *u = &W->open[i];
-		if (u->final_proposed) {
+		if (u->co.final) {
 			/* the final record did not commit (the head lost its majority, or
 			 * it was refused): forget it after a while; a new head adopts */
 			continue;
 		}
-		for (size_t k = 0; k < u->rec.nengines && !u->final_proposed; k++) {
-			wv_engine *p = &u->rec.engines[k];
+		for (size_t k = 0; k < u->co.rec.nengines && !u->co.final; k++) {
+			wv_engine *p = &u->co.rec.engines[k];
 			if (strcmp(p->state, "pending")) continue;
 			wv_eng *e = eng_find(W, p->member);
 			const job_member_status *st = aj_status_of(a, p->node, p->member);
@@ -1110,26 +1071,16 @@ static void check_open(agent *a, double now)
 				lose(a, u, p, "its process restarted", false, false);
 			}
 		}
-		if (u->final_proposed) continue;
+		if (u->co.final) continue;
 		/* the sender: its process, its node */
-		const job_member_status *ss = aj_status_of(a, u->rec.sender_node, u->rec.sender);
-		if (!u->done && (!node_alive(a, u->rec.sender_node) || (ss && strcmp(ss->state, "running")))) {
-			char why[REASON_MAX];
-			snprintf(why, sizeof why, "%s (sender) on %s: %s", u->rec.sender, u->rec.sender_node,
-				 node_alive(a, u->rec.sender_node) ? "its process exited" : "its node failed");
-			finish(a, u, "aborted", "sender", why);
-			continue;
+		const job_member_status *ss = aj_status_of(a, u->co.rec.sender_node, u->co.rec.sender);
+		if (!node_alive(a, u->co.rec.sender_node) || (ss && strcmp(ss->state, "running"))) {
+			bool fin = wv_coord_sender_lost(&u->co, now, node_alive(a, u->co.rec.sender_node)
+									 ? "its process exited" : "its node failed");
+			settled(a, u, fin);
+			if (fin) continue;
 		}
-		if (u->timeout_ms > 0 && now - u->t_progress > u->timeout_ms / 1000.0) {
-			char why[REASON_MAX], who[300] = "";
-			size_t off = 0;
-			if (!u->done) off += (size_t)snprintf(who + off, sizeof who - off, " %s (sender)", u->rec.sender);
-			for (size_t k = 0; k < u->rec.nengines && off < sizeof who - 1; k++)
-				if (!strcmp(u->rec.engines[k].state, "pending"))
-					off += (size_t)snprintf(who + off, sizeof who - off, " %s", u->rec.engines[k].member);
-			snprintf(why, sizeof why, "watchdog: no progress for %.1f s; waiting for%s", u->timeout_ms / 1000.0, who);
-			finish(a, u, "aborted", "timeout", why);
-		}
+		settled(a, u, wv_coord_tick(&u->co, now));
 	}
 }
 
@@ -1166,7 +1117,7 @@ static void forget_all(agent *a)
 		wv_open *u = &W->open[i];
 		if (u->begin_waiting) agent_ctl_send(a, &u->begin_client, 1, AGAIN, NULL);
 		if (u->done_waiting) agent_ctl_send(a, &u->done_client, 1, AGAIN, NULL);
-		wv_update_free(&u->rec);
+		wv_coord_free(&u->co);
 		free(u->setup);
 	}
 	W->nopen = 0;
@@ -1222,6 +1173,27 @@ void agent_wv_state_changed(agent *a)
 
 /* ---------------------------------------------------------------- transfers */
 
+static void detail_keep(agent_wv *W, const wv_update *full)
+{
+	wv_update *d = &W->detail[W->detail_next];
+	wv_update_free(d);
+	if (wv_update_copy(d, full) < 0) memset(d, 0, sizeof *d);
+	W->detail_next = (W->detail_next + 1) % DETAIL_MAX;
+}
+
+static const wv_update *detail_find(const agent_wv *W, const char *job, uint64_t version)
+{
+	for (size_t i = 0; i < DETAIL_MAX; i++)
+		if (W->detail[i].version == version && !strcmp(W->detail[i].job, job)) return &W->detail[i];
+	return NULL;
+}
+
+static void detail_clear(agent_wv *W)
+{
+	for (size_t i = 0; i < DETAIL_MAX; i++) wv_update_free(&W->detail[i]);
+	memset(W->detail, 0, sizeof W->detail);
+}
+
 static int by_start_desc(const void *x, const void *y)
 {
 	const wv_update *a = *(const wv_update *const *)x, *b = *(const wv_update *const *)y;
@@ -1248,7 +1220,7 @@ static void cmd_transfers(agent *a, const Skein__Control__Request *q, agent_repl
 	}
 	size_t n = wv_state_count(ws);
 	const wv_update **list = calloc(n ? n : 1, sizeof *list);
-	wv_update *live = calloc(W->nopen ? W->nopen : 1, sizeof *live);
+	wv_update *live = calloc(W->nopen + DETAIL_MAX, sizeof *live);
 	size_t k = 0, nl = 0;
 	if (!list || !live) {
 		free(list);
@@ -1259,9 +1231,21 @@ static void cmd_transfers(agent *a, const Skein__Control__Request *q, agent_repl
 		const wv_update *u = wv_state_at(ws, i);
 		if (job && strcmp(u->job, job)) continue;
 		wv_open *o = !strcmp(u->state, "preparing") ? open_find(W, u->job) : NULL;
-		if (o && o->rec.version == u->version && wv_update_copy(&live[nl], &o->rec) == 0) {
+		const wv_update *d = u->compact && !o ? detail_find(W, u->job, u->version) : NULL;
+		if (o && o->co.rec.version == u->version && wv_update_copy(&live[nl], &o->co.rec) == 0) {
 			/* the head's live view: engines verified so far, moving once begun */
-			snprintf(live[nl].state, sizeof live[nl].state, "%s", o->t_answer > 0 ? "moving" : "preparing");
+			snprintf(live[nl].state, sizeof live[nl].state, "%s", o->co.t_answer > 0 ? "moving" : "preparing");
+			list[k++] = &live[nl++];
+		} else if (d && d->nengines == u->nengines && wv_update_copy(&live[nl], u) == 0) {
+			/* a compact record with this head's detail of its engines */
+			for (size_t e = 0; e < d->nengines; e++) {
+				wv_engine *x = &live[nl].engines[e];
+				char *why = strdup(d->engines[e].reason ? d->engines[e].reason : "");
+				if (!why) continue;
+				free(x->reason);
+				*x = d->engines[e];
+				x->reason = why;
+			}
 			list[k++] = &live[nl++];
 		} else {
 			list[k++] = u;
@@ -1443,6 +1427,7 @@ void agent_wv_close(agent *a)
 	if (!W) return;
 	ev_timer_stop(a->loop, &W->tick);
 	forget_all(a);
+	detail_clear(W);
 	free(W->eng);
 	free(W->open);
 	free(W->retry);

@@ -5,7 +5,13 @@
  * (packing only reads them); each record's engines get one array of
  * messages and one of pointers.  Decoding copies out and checks only what
  * the C fields need: a string that fits, a digest of 0 or 16 bytes, at most
- * WV_ENGINES_MAX engines (checked before anything is allocated for them). */
+ * WV_ENGINES_MAX engines (checked before anything is allocated for them).
+ *
+ * A compact record (wv_update.compact, issue 25) packs its engines as
+ * bitmaps of engine ids and a list of losses with reason codes, when its
+ * members are "<job>/engine-<i>" in ascending id order (else the full list
+ * goes, as before); a compact measured record packs bare: its amendment's
+ * figures alone.  Decoding reads both forms: records of older heads load. */
 #include "jobs/wv_codec.h"
 
 #include <stdio.h>
@@ -24,6 +30,10 @@ typedef struct {
 	Skein__Weights__Engine *eng;
 	Skein__Weights__Engine **engp;
 	Skein__Weights__Timings *times;
+	uint8_t *bits;                 /* compact: participants, then verified */
+	Skein__Weights__Loss *loss;
+	Skein__Weights__Loss **lossp;
+	Skein__Weights__Timings slowest;
 } pb_rec;
 
 static void pb_rec_free(pb_rec *r)
@@ -31,9 +41,15 @@ static void pb_rec_free(pb_rec *r)
 	free(r->eng);
 	free(r->engp);
 	free(r->times);
+	free(r->bits);
+	free(r->loss);
+	free(r->lossp);
 	r->eng = NULL;
 	r->engp = NULL;
 	r->times = NULL;
+	r->bits = NULL;
+	r->loss = NULL;
+	r->lossp = NULL;
 }
 
 static bool timings_zero(const wv_timings *t)
@@ -61,6 +77,65 @@ static void timings_from_pb(wv_timings *t, const Skein__Weights__Timings *pb)
 
 static char *str_or_empty(const char *s) { return (char *)(s ? s : ""); }
 
+/* u's engines as ids, ascending: their count + 1 is the bitmap's bits
+ * needed (*maxid), or false when one is not "<job>/engine-<i>" in order. */
+static bool compact_ids(const wv_update *u, uint32_t *maxid)
+{
+	uint32_t id, prev = 0;
+	for (size_t i = 0; i < u->nengines; i++) {
+		if (!FITS(u->engines[i].member) || !wv_engine_id(u->job, u->engines[i].member, &id) ||
+		    (i && id <= prev))
+			return false;
+		prev = id;
+	}
+	*maxid = prev;
+	return true;
+}
+
+/* The compact form of u's engines into r (engines (12) left empty). */
+static int fill_compact(pb_rec *r, const wv_update *u, uint32_t maxid)
+{
+	Skein__Weights__Update *p = &r->pb;
+	size_t nb = (size_t)maxid / 8 + 1, nloss = 0;
+	bool final = !wv_update_open(u);
+	if (!(r->bits = calloc(2, nb))) return -1;
+	for (size_t i = 0; i < u->nengines; i++) nloss += !strcmp(u->engines[i].state, "failed") ||
+							   !strcmp(u->engines[i].state, "dropped");
+	if (nloss && (!(r->loss = calloc(nloss, sizeof *r->loss)) || !(r->lossp = calloc(nloss, sizeof *r->lossp))))
+		return -1;
+	double slowest_s = u->engines_seconds;
+	nloss = 0;
+	for (size_t i = 0; i < u->nengines; i++) {
+		const wv_engine *e = &u->engines[i];
+		uint32_t id;
+		wv_engine_id(u->job, e->member, &id);
+		r->bits[id / 8] |= (uint8_t)(1u << (id % 8));
+		if (e->seconds > slowest_s) slowest_s = e->seconds;
+		if (!strcmp(e->state, "verified")) {
+			r->bits[nb + id / 8] |= (uint8_t)(1u << (id % 8));
+		} else if (!strcmp(e->state, "failed") || !strcmp(e->state, "dropped")) {
+			Skein__Weights__Loss *l = &r->loss[nloss];
+			skein__weights__loss__init(l);
+			l->engine = id;
+			l->dropped = !strcmp(e->state, "dropped");
+			l->why = wv_why_code(e->reason);
+			r->lossp[nloss++] = l;
+		}
+	}
+	p->participants.data = r->bits;
+	p->participants.len = u->nengines ? nb : 0;
+	if (final && u->nengines) {
+		p->verified.data = r->bits + nb;
+		p->verified.len = nb;
+	}
+	p->n_losses = nloss;
+	p->losses = r->lossp;
+	wv_timings sl = wv_update_slowest(u);
+	p->engines_slowest = timings_to_pb(&sl, &r->slowest);
+	p->engines_seconds = slowest_s;
+	return 0;
+}
+
 /* r->pb points into u; -1 when a field lacks its NUL or memory runs out. */
 static int pb_rec_fill(pb_rec *r, const wv_update *u)
 {
@@ -72,6 +147,16 @@ static int pb_rec_fill(pb_rec *r, const wv_update *u)
 	skein__weights__update__init(p);
 	p->job = (char *)u->job;
 	p->version = u->version;
+	if (u->bare && u->measured) {
+		/* bare: what an amendment changes (wv_state's put), and whom */
+		p->state = (char *)u->state;
+		p->cause = (char *)u->cause;
+		p->reason = "";
+		p->measured = true;
+		p->update_seconds = u->update_seconds;
+		p->commit_seconds = u->commit_seconds;
+		return FITS(u->cause) ? 0 : -1;
+	}
 	p->base_version = u->base_version;
 	p->mode = (char *)u->mode;
 	if (u->has_digest) {
@@ -101,6 +186,12 @@ static int pb_rec_fill(pb_rec *r, const wv_update *u)
 	if (u->has_nonce) {
 		p->nonce.data = (uint8_t *)u->nonce;
 		p->nonce.len = WV_NONCE_LEN;
+	}
+	uint32_t maxid;
+	if (u->compact && compact_ids(u, &maxid)) {
+		if (!(r->times = calloc(1, sizeof *r->times)) || fill_compact(r, u, maxid) < 0) goto fail;
+		p->sender_timings = timings_to_pb(&u->sender_t, &r->times[0]);
+		return 0;
 	}
 	if (!(r->times = calloc(u->nengines + 1, sizeof *r->times))) goto fail;
 	p->sender_timings = timings_to_pb(&u->sender_t, &r->times[0]);
@@ -153,9 +244,81 @@ static int copy_str(char *dst, size_t cap, const char *src, const char *what, ch
 	return 0;
 }
 
+static size_t popcount(const uint8_t *b, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) k += (size_t)__builtin_popcount(b[i]);
+	return k;
+}
+
+static bool bit(const ProtobufCBinaryData *b, uint32_t id)
+{
+	return id / 8 < b->len && (b->data[id / 8] >> (id % 8) & 1);
+}
+
+/* A compact record's engines from its bitmaps and losses. */
+static int compact_from_pb(wv_update *u, const Skein__Weights__Update *p, char *err, size_t errlen)
+{
+	size_t nb = p->participants.len, n = popcount(p->participants.data, nb);
+	if (p->n_engines || nb > WV_ENGINE_IDS / 8 || n > WV_ENGINES_MAX || p->verified.len > nb) {
+		snprintf(err, errlen, "compact participants: %zu engines in %zu bytes (engines %zu), at most %d in %d",
+			 n, nb, p->n_engines, WV_ENGINES_MAX, WV_ENGINE_IDS / 8);
+		return -1;
+	}
+	if (wv_update_open(u) && (p->verified.len || p->n_losses)) {
+		snprintf(err, errlen, "compact participants: verdicts in an open record");
+		return -1;
+	}
+	timings_from_pb(&u->engines_t, p->engines_slowest);
+	u->engines_seconds = p->engines_seconds;
+	u->compact = true;
+	if (!n) return 0;
+	if (!(u->engines = calloc(n, sizeof *u->engines))) goto oom;
+	bool final = !wv_update_open(u);
+	for (uint32_t id = 0; id < nb * 8; id++) {
+		if (!bit(&p->participants, id)) continue;
+		wv_engine *e = &u->engines[u->nengines++];
+		snprintf(e->member, sizeof e->member, "%s/engine-%u", u->job, id);
+		snprintf(e->state, sizeof e->state, "%s", !final ? "pending" : bit(&p->verified, id) ? "verified" : "pending");
+		if (!(e->reason = strdup(""))) goto oom;
+	}
+	for (size_t i = 0; i < p->n_losses; i++) {
+		const Skein__Weights__Loss *l = p->losses[i];
+		char what[64];
+		snprintf(what, sizeof what, "%s/engine-%u", u->job, l->engine);
+		wv_engine *e = (wv_engine *)wv_update_engine(u, what);
+		if (!e || strcmp(e->state, "pending") || l->why >= WV_NWHYS) {
+			snprintf(err, errlen, "loss %zu: engine %u not a participant without a verdict, or why %u unknown", i,
+				 l->engine, l->why);
+			return -1;
+		}
+		snprintf(e->state, sizeof e->state, "%s", l->dropped ? "dropped" : "failed");
+		free(e->reason);
+		if (!(e->reason = strdup(wv_whys[l->why]))) goto oom;
+	}
+	return 0;
+oom:
+	snprintf(err, errlen, "out of memory");
+	return -1;
+}
+
 static int from_pb(wv_update *u, const Skein__Weights__Update *p, char *err, size_t errlen)
 {
 	memset(u, 0, sizeof *u);
+	if (p->measured && !(p->mode && p->mode[0]) && !(p->sender && p->sender[0]) && !p->n_engines &&
+	    !p->participants.len) {
+		/* a bare amendment */
+		if (copy_str(u->job, sizeof u->job, p->job, "job", err, errlen) < 0 ||
+		    copy_str(u->state, sizeof u->state, p->state, "state", err, errlen) < 0 ||
+		    copy_str(u->cause, sizeof u->cause, p->cause, "cause", err, errlen) < 0)
+			return -1;
+		u->version = p->version;
+		u->measured = u->bare = u->compact = true;
+		u->update_seconds = p->update_seconds;
+		u->commit_seconds = p->commit_seconds;
+		if (!(u->reason = strdup(""))) return snprintf(err, errlen, "out of memory"), -1;
+		return 0;
+	}
 	if (copy_str(u->job, sizeof u->job, p->job, "job", err, errlen) < 0 ||
 	    copy_str(u->mode, sizeof u->mode, p->mode, "mode", err, errlen) < 0 ||
 	    copy_str(u->sender, sizeof u->sender, p->sender, "sender", err, errlen) < 0 ||
@@ -201,6 +364,7 @@ static int from_pb(wv_update *u, const Skein__Weights__Update *p, char *err, siz
 	timings_from_pb(&u->sender_t, p->sender_timings);
 	u->reason = strdup(p->reason ? p->reason : "");
 	if (!u->reason) goto oom;
+	if (p->participants.len) return compact_from_pb(u, p, err, errlen);
 	if (!p->n_engines) return 0;
 	u->engines = calloc(p->n_engines, sizeof *u->engines);
 	if (!u->engines) goto oom;

@@ -37,6 +37,19 @@ struct wv_state {
 static const char *const UPDATE_STATES[] = { "preparing", "committed", "aborted" };
 const char *const wv_causes[WV_NCAUSES] = { "engine", "member_lost", "sender", "timeout", "superseded" };
 static const char *const ENGINE_STATES[] = { "pending", "verified", "failed", "dropped" };
+const char *const wv_whys[WV_NWHYS] = {
+	"failed",                        /* its own verdict (a checksum, its data path): the head's log says */
+	"its node failed", "its process exited", "its process restarted", "the sender could not reach it",
+	"root mismatch",
+};
+
+unsigned wv_why_code(const char *reason)
+{
+	if (!reason) return 0;
+	for (unsigned i = 1; i < WV_NWHYS - 1; i++)
+		if (!strncmp(reason, wv_whys[i], strlen(wv_whys[i]))) return i;
+	return strstr(reason, wv_whys[WV_NWHYS - 1]) ? WV_NWHYS - 1 : 0;
+}
 
 static bool one_of(const char *s, const char *const *list, size_t n)
 {
@@ -82,7 +95,7 @@ bool wv_update_open(const wv_update *u) { return !strcmp(u->state, "preparing");
 
 wv_timings wv_update_slowest(const wv_update *u)
 {
-	wv_timings m = { 0 };
+	wv_timings m = u->engines_t;
 	for (size_t i = 0; i < u->nengines; i++) {
 		const wv_timings *t = &u->engines[i].t;
 		if (t->data > m.data) m.data = t->data;
@@ -93,8 +106,34 @@ wv_timings wv_update_slowest(const wv_update *u)
 	return m;
 }
 
+bool wv_engine_id(const char *job, const char *member, uint32_t *id)
+{
+	size_t jl = strlen(job);
+	if (strncmp(member, job, jl) || strncmp(member + jl, "/engine-", 8)) return false;
+	const char *num = member + jl + 8;
+	char *end;
+	if (*num < '0' || *num > '9' || (num[0] == '0' && num[1])) return false;
+	unsigned long v = strtoul(num, &end, 10);
+	if (*end || v >= WV_ENGINE_IDS) return false;
+	*id = (uint32_t)v;
+	return true;
+}
+
 const wv_engine *wv_update_engine(const wv_update *u, const char *member)
 {
+	uint32_t id, mid;
+	if (u->compact && wv_engine_id(u->job, member, &id)) {
+		/* a compact record's engines are by id */
+		size_t lo = 0, hi = u->nengines;
+		while (lo < hi) {
+			size_t m = lo + (hi - lo) / 2;
+			if (!wv_engine_id(u->job, u->engines[m].member, &mid)) break;
+			if (mid == id) return &u->engines[m];
+			if (mid < id) lo = m + 1;
+			else hi = m;
+		}
+		if (lo >= hi) return NULL;
+	}
 	for (size_t i = 0; i < u->nengines; i++)
 		if (!strcmp(u->engines[i].member, member)) return &u->engines[i];
 	return NULL;
@@ -146,6 +185,14 @@ int wv_update_check(const wv_update *u, char *err, size_t errlen)
 	if (u->base_version >= u->version)
 		return snprintf(err, errlen, "base version %llu is not below version %llu",
 				(unsigned long long)u->base_version, (unsigned long long)u->version), -1;
+	if (u->bare) {
+		/* a measured amendment alone: it may only amend (put) */
+		if (!u->measured || u->nengines || !memchr(u->state, 0, sizeof u->state) ||
+		    !one_of(u->state, UPDATE_STATES + 1, 2) || !memchr(u->cause, 0, sizeof u->cause) ||
+		    !seconds_ok(u->update_seconds) || !seconds_ok(u->commit_seconds))
+			return snprintf(err, errlen, "bad amendment"), -1;
+		return 0;
+	}
 	if (!sk_name_ok(u->mode, WV_MODE_MAX) || !memchr(u->mode, 0, sizeof u->mode))
 		return snprintf(err, errlen, "bad mode"), -1;
 	if (!sk_name_ok(u->sender, WV_MEMBER_MAX) || !memchr(u->sender, 0, sizeof u->sender))
@@ -168,7 +215,7 @@ int wv_update_check(const wv_update *u, char *err, size_t errlen)
 	for (size_t i = 0; i < u->nengines; i++) {
 		const wv_engine *e = &u->engines[i];
 		if (!sk_name_ok(e->member, WV_MEMBER_MAX) || !memchr(e->member, 0, sizeof e->member) ||
-		    !sk_name_ok(e->node, JOB_NODE_MAX) || !memchr(e->node, 0, sizeof e->node) ||
+		    !memchr(e->node, 0, sizeof e->node) || (!(u->compact && !e->node[0]) && !sk_name_ok(e->node, JOB_NODE_MAX)) ||
 		    !memchr(e->state, 0, sizeof e->state) || !one_of(e->state, ENGINE_STATES, 4) ||
 		    !reason_ok(e->reason) || !seconds_ok(e->seconds) || !timings_ok(&e->t))
 			return snprintf(err, errlen, "engine %zu: bad member, node, state, reason or seconds", i), -1;
@@ -349,6 +396,7 @@ static int put(wv_state *s, wv_update *u)
 		wv_update_free(u);
 		return 0;
 	}
+	if (u->bare) goto refuse; /* an amendment of nothing, or of a record it does not amend */
 	if (r >= 0) {
 		if (!may_replace(&j->recs[r], u)) goto refuse;
 		wv_update_free(&j->recs[r]);

@@ -43,10 +43,19 @@
 enum { WV_NCAUSES = 5, WV_CAUSE_MAX = 15 };
 extern const char *const wv_causes[WV_NCAUSES];
 
+/* Why a participant failed or was dropped, as a compact record says it
+ * (proto Loss.why): a code whose text is wv_whys[code]; the full reason
+ * stays in the head's memory and log.  wv_why_code maps a reason to the
+ * code of the text it starts with (root mismatch: anywhere), else 0. */
+enum { WV_NWHYS = 6 };
+extern const char *const wv_whys[WV_NWHYS];
+unsigned wv_why_code(const char *reason);
+
 enum {
 	WV_ENTRY_PUT = 40,         /* a packed Update: begins or replaces the record of (job, version) */
 	WV_KEEP_PER_JOB = 64,      /* records kept per job: `skeinctl transfers --last` reaches this far */
-	WV_ENGINES_MAX = 1024,     /* participants of one update: the scale target is ~100 */
+	WV_ENGINES_MAX = 8192,     /* participants of one update (refused at begin beyond): 1,000 nodes x 8 GPUs */
+	WV_ENGINE_IDS = 65536,     /* engine ids of a compact record: below this */
 	WV_JOBS_MAX = 4096,        /* jobs with records: as many as job_state holds (JOB_STATE_JOBS_MAX) */
 	WV_MEMBER_MAX = JOB_NAME_MAX + 32, /* "<job>/engine-<i>" with room to spare, without the NUL */
 	WV_MODE_MAX = 31,          /* job_spec's transfer_mode field */
@@ -99,6 +108,15 @@ typedef struct {
 	bool has_root;                       /* set once: a replacing record keeps it */
 	uint8_t nonce[WV_NONCE_LEN];         /* drawn by the head at begin: the p2p hello's ticket */
 	bool has_nonce;                      /* (records of older heads have none) */
+	/* compact (issue 25): engines travel as bitmaps of engine ids
+	 * (proto Update.participants): members "<job>/engine-<i>" by id, their
+	 * nodes "" once decoded (the job's layout has them), their seconds,
+	 * timings and reasons' detail not replicated; a measured one is bare
+	 * (only the amendment's figures, job, version, state and cause). */
+	bool compact;
+	bool bare;                           /* decoded from a bare amendment: amends only */
+	wv_timings engines_t;                /* compact: each figure's largest over the engines */
+	double engines_seconds;              /* compact: the slowest engine's receive */
 } wv_update;
 
 /* A packed skein.weights.Update (*out malloc'd): 0, -1 when memory runs out
@@ -112,10 +130,13 @@ int wv_update_decode(wv_update *u, const uint8_t *d, size_t n, char *err, size_t
 int wv_update_check(const wv_update *u, char *err, size_t errlen);
 int wv_update_copy(wv_update *dst, const wv_update *src);   /* deep; -1 when memory runs out */
 void wv_update_free(wv_update *u);   /* safe twice */
+/* "<job>/engine-<i>" -> i (below WV_ENGINE_IDS, no leading zero): true. */
+bool wv_engine_id(const char *job, const char *member, uint32_t *id);
 /* The engine of u named member, or NULL. */
 const wv_engine *wv_update_engine(const wv_update *u, const char *member);
 bool wv_update_open(const wv_update *u);   /* state "preparing" */
-/* Each figure's largest over u's engines (the slowest participant's split). */
+/* Each figure's largest over u's engines (the slowest participant's split;
+ * a compact record's engines_t included). */
 wv_timings wv_update_slowest(const wv_update *u);
 
 typedef struct wv_state wv_state;

@@ -108,30 +108,60 @@ def _wire(m, base):
     return {"name": m["name"], "shape": m["shape"], "dtype": m["dtype"], "offset": m["offset"] - base}
 
 
-def send(sock, flat, metas, bucket_bytes, staging=None):
+def send(sock, flat, metas, bucket_bytes, staging=None, overlap=True):
     """Drives one receiver over `sock`.  flat: the uint8 copy holding every
     tensor at its meta offset.  With `staging` (a uint8 buffer on the
     receiver's device, >= 2 buckets) each bucket is copied into alternate
     halves of it; without, flat itself is the shared buffer (no copy).
-    Raises on the receiver's error, after telling it to stop."""
+    Raises on the receiver's error, after telling it to stop.
+
+    A CUDA staging buffer is a pipeline: bucket k+1 is copied host->device
+    (non_blocking, from pinned memory) on a stream of its own while the
+    engine loads bucket k from the other half; an event per bucket says it
+    landed before its list is sent, and a half is refilled only after the
+    engine answered the bucket it held (the receiver answers once its load
+    is done: checkpoint-engine's synchronizes, as `serve` does).
+    overlap=False waits for each copy before it lets the engine's load go on
+    (the measure's reference, tests/gpu/engines_gpu.py)."""
     bs = buckets(metas, bucket_bytes)
     half = staging.numel() // 2 if staging is not None else 0
+    for b in bs if staging is not None else ():
+        if b[-1]["offset"] + b[-1]["nbytes"] - b[0]["offset"] > half:
+            raise L.InvalidArgument(f"bucket of {b[-1]['offset'] + b[-1]['nbytes'] - b[0]['offset']} bytes > "
+                                    f"staging half {half}")
+    cuda = staging is not None and staging.is_cuda
+    if cuda:
+        import torch
+        stream = torch.cuda.Stream(staging.device)
+        stream.wait_stream(torch.cuda.current_stream(staging.device))  # flat's last writes first
+
+    def fill(i):  # bucket i into half i % 2; returns the event that says it landed
+        lo, hi = bs[i][0]["offset"], bs[i][-1]["offset"] + bs[i][-1]["nbytes"]
+        dst = (i % 2) * half
+        if not cuda:
+            staging[dst:dst + hi - lo].copy_(flat[lo:hi])
+            return None
+        with torch.cuda.stream(stream):
+            staging[dst:dst + hi - lo].copy_(flat[lo:hi], non_blocking=True)
+            ev = torch.cuda.Event()
+            ev.record(stream)
+        return ev
+
     try:
         sock.send(pickle_handle(staging if staging is not None else flat))
+        ev = fill(0) if staging is not None and bs else None
         for i, b in enumerate(bs):
             base = 0
             if staging is not None:
-                lo, hi = b[0]["offset"], b[-1]["offset"] + b[-1]["nbytes"]
-                if hi - lo > half:
-                    raise L.InvalidArgument(f"bucket of {hi - lo} bytes > staging half {half}")
-                dst = (i % 2) * half
-                staging[dst:dst + hi - lo].copy_(flat[lo:hi])
-                if staging.is_cuda:
-                    import torch
-                    torch.cuda.synchronize(staging.device)
-                base = lo - dst
-            _answer(sock.recv(), "handle" if i == 0 else "bucket")
+                if ev is not None:
+                    ev.synchronize()  # bucket i is in its half
+                base = b[0]["offset"] - (i % 2) * half
+            _answer(sock.recv(), "handle" if i == 0 else "bucket")  # bucket i-1 loaded: its half is free
             sock.send(pickle.dumps([_wire(m, base) for m in b]))
+            if staging is not None and i + 1 < len(bs):
+                ev = fill(i + 1)  # overlaps the engine's load of bucket i
+                if not overlap and ev is not None:
+                    ev.synchronize()
         _answer(sock.recv(), "bucket")
         sock.send(pickle.dumps(None))
         _answer(sock.recv(), "release")
@@ -144,6 +174,9 @@ def send(sock, flat, metas, bucket_bytes, staging=None):
             except L.Error:
                 pass
         raise
+    finally:
+        if cuda:
+            stream.synchronize()  # no copy into the staging buffer outlives the call
 
 
 def _answer(b, what):
@@ -190,6 +223,8 @@ def serve(addr, load, post_hook=None, device=None, timeout_s=60):
                     nb = shape.numel() * torch.empty((), dtype=dt).element_size()
                     views.append((t["name"], buf[t["offset"]:t["offset"] + nb].view(dt).view(shape)))
                 load(views)
+                if buf.is_cuda:  # the sender refills this half once answered: the load must be done
+                    torch.cuda.synchronize(buf.device)
                 n += len(views)
             except Exception as e:
                 sock.send(f"{type(e).__name__}: {e}".encode())

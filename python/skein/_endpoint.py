@@ -29,7 +29,19 @@ from ._tensors import entries
 _PATHS = {"disk-delta": "disk-delta", "p2p": "p2p", "p2p-tcp": "p2p-tcp", "colocated": "colocated"}
 _NOT_YET = ("broadcast", "broadcast_packed", "p2p-rdma")
 _KEYS = {"dir", "host", "port", "bucket_bytes", "timeout", "streams", "encoding", "zstd", "full_every", "gc",
-         "receiver_id", "keep_previous", "journal_dir", "verify_device", "threads", "coordinate"}
+         "receiver_id", "keep_previous", "journal_dir", "verify_device", "threads", "coordinate",
+         "device_journal_bytes"}
+
+
+def _journal_where(st):
+    """Where the last version's undo journal lived: "device", "device+pinned"
+    (past the device budget it spilled to pinned host memory), "pinned",
+    "host" (the host journals: host tensors, or CUDA ones staged on p2p),
+    or "none" (no journal: a first version, keep_previous=0)."""
+    dev, spill = st.device_journal_peak, st.device_journal_spilled
+    if dev or spill:
+        return "device+pinned" if dev and spill else "device" if dev else "pinned"
+    return "host" if st.journal_bytes else "none"
 
 
 def _env_int(name):
@@ -142,6 +154,11 @@ class _Endpoint:
             c.keep_previous = 1 if kw["keep_previous"] else 0
         if "journal_dir" in kw:
             c.journal_dir = s(kw["journal_dir"])
+        if "device_journal_bytes" in kw:
+            n = int(kw["device_journal_bytes"])
+            if n < 0:
+                raise L.InvalidArgument(f"device_journal_bytes {n}: a byte count, 0 for the default")
+            c.device_journal_bytes = n
         if "dir" in kw:
             c.disk.dir = s(os.fspath(kw["dir"]))
         if "encoding" in kw:
@@ -182,6 +199,9 @@ class _Endpoint:
             "skein/data_time": st.data_seconds,
             "skein/staging_peak_bytes": st.staging_peak,
             "skein/journal_bytes": st.journal_bytes,
+            "skein/journal_spilled_bytes": st.device_journal_spilled,
+            "skein/journal_device_peak_bytes": st.device_journal_peak,
+            "skein/journal_where": _journal_where(st),
         }
         if self.path == "disk-delta":
             f["perf/update_weights_wire_bytes"] = st.bytes_moved
@@ -318,7 +338,9 @@ class Receiver(_Endpoint):
     Keywords: dir, receiver_id (disk-delta: its name under dir/receivers/,
     so the publisher's gc keeps what it needs), host, port (0: any),
     keep_previous (undo journal: a failed version leaves the previous one),
-    journal_dir, bucket_bytes, timeout, streams, verify_device, threads."""
+    journal_dir, bucket_bytes, timeout, streams, verify_device, threads,
+    device_journal_bytes (CUDA receivers: the undo journal's device memory,
+    beyond it pinned host memory; 0 or absent: sized by libskein)."""
 
     _ROLE = L.RECEIVER
 

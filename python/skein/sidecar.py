@@ -3,7 +3,8 @@
 `--rollout-engine sglang|vllm` makes each engine member of a job this
 process (python3 -m skein.sidecar): skein supervises it on the engine's node;
 it starts the stock server ($SKEIN_ENGINE_CMD, the job's --rollout-cmd) with
-SKEIN_ENGINE_PORT (a free port picked here) and SKEIN_ENGINE_URL, restarts it
+SKEIN_ENGINE_PORT and SKEIN_ENGINE_URL (a free port its agent picked; one picked
+here when run without them), restarts it
 when it dies, and outlives its restarts.  It takes part in every coordinated
 update through libskein (skein.Receiver, coordinated) into a copy it holds:
 one torch buffer with every tensor at a 256-byte aligned offset, in pinned
@@ -47,6 +48,7 @@ from ._endpoint import Receiver
 
 STATES = ("starting", "syncing", "updating", "dirty", "ready")
 PAUSE_MODES = ("abort", "retract", "in_place")
+WAIT_S = 0.5  # one coordinated wait; then the engine is looked at
 
 
 def log(msg):
@@ -145,8 +147,11 @@ class Engine:
         self.applied = 0  # vLLM: the version applied to this process
 
     def start(self):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        # the port the member's agent picked for it (every restart on it), else one picked here
+        given = os.environ.get("SKEIN_ENGINE_PORT", "")
+        self.port = int(given) if given.isdigit() and 0 < int(given) < 65536 else free_port()
+        self.url = os.environ.get("SKEIN_ENGINE_URL") if given else None
+        self.url = self.url or f"http://127.0.0.1:{self.port}"
         env = dict(os.environ, SKEIN_ENGINE_PORT=str(self.port), SKEIN_ENGINE_URL=self.url)
         self.proc = subprocess.Popen(["/bin/sh", "-c", self.cmd], env=env, start_new_session=True,
                                      preexec_fn=_pr_set_pdeathsig)
@@ -381,10 +386,9 @@ class Sidecar:
         backoff, aborted_at, dirty_since = 1.0, 0, 0.0
         while not self.stop.is_set():
             try:
-                # not shorter: an answer cut off by our own deadline is lost (a peer
-                # told to serve a catch-up would never hear it); the head answers
-                # idle within a second
-                got_v = self.recv.wait(timeout=3.0)
+                # short: the engine is watched between waits; a head's answer our
+                # deadline cuts off stays pending in libskein for the next wait
+                got_v = self.recv.wait(timeout=WAIT_S)
                 if got_v:
                     now = time.time()
                     if self.commit_at:

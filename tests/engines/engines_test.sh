@@ -67,7 +67,11 @@ one_mode() {
 	check "$mode: update_weights_from_ipc without the admin key refused ($code)" [ "$code" = 401 ]
 	local sdir; sdir=$(st "$j" 0 ipc_dir)
 	check "$mode: the sidecar's ipc folder $sdir is 0700 ($(stat -c %a "$sdir" 2>/dev/null))" [ "$(stat -c %a "$sdir" 2>/dev/null)" = 700 ]
-	local mr; mr=$(curl -s -m 2 "http://127.0.0.1:$MPORT/metrics" | grep '^skein_engines{state="ready"}' | awk '{ print $2 }')
+	# sampled while versions go on: an instant where both apply reads 0 ready
+	ready_metric() { curl -s -m 2 "http://127.0.0.1:$MPORT/metrics" | grep '^skein_engines{state="ready"}' | awk '{ print $2 }'; }
+	metric_two() { [ "$(ready_metric)" = 2 ]; }
+	wait_until 5 metric_two
+	local mr; mr=$(ready_metric)
 	check "$mode: n2's metrics count the ready engines: skein_engines{state=\"ready\"} $mr" [ "$mr" = 2 ]
 	check "$mode: skeinctl engines lists engine 2 starting" bash -c "$(printf '%q ' "$SKEINCTL" --rpc "127.0.0.1:$(rport 1)" engines "$j") | grep -q 'engine-2 .* starting '"
 	# --- a failed apply: dirty, then ready after a retry
@@ -80,6 +84,11 @@ one_mode() {
 			pass "$mode: engine 1's failed apply: dirty, then ready at v$(st "$j" 1 weight_version) with its bytes"
 		else fail "$mode: engine 1 not ready after dirty" "$(st "$j" 1 state) $(st "$j" 1 reason)"; fi
 	else fail "$mode: engine 1 never dirty"; fi
+	# --- the engine's port: its agent picked it (the sidecar's own environment has it) and it is the URL's
+	agent_port() { tr '\0' '\n' <"/proc/$(st "$j" 0 sidecar_pid)/environ" 2>/dev/null | sed -n 's/^SKEIN_ENGINE_PORT=//p'; }
+	local port0; port0=$(agent_port)
+	port_ok() { [ -n "$port0" ] && [ "$(st "$j" 0 url)" = "http://127.0.0.1:$port0" ]; }
+	check "$mode: engine 0's port ${port0:-?} picked by its agent, in its URL $(st "$j" 0 url)" port_ok
 	# --- SIGKILL engine 0's server: the sidecar restarts it, ready only at the latest version, from its copy
 	local pid0; pid0=$(st "$j" 0 pid)
 	kill -9 "$pid0"
@@ -87,6 +96,7 @@ one_mode() {
 	if wait_until 20 back && served_ok "$j" 0; then
 		pass "$mode: engine 0 SIGKILLed (pid $pid0): restarted (pid $(st "$j" 0 pid)), ready at v$(st "$j" 0 weight_version) with its bytes"
 	else fail "$mode: engine 0 not back" "$(st "$j" 0 state) $(st "$j" 0 reason)"; tail -n 5 "$T_DIR/n2/logs/$j/engine-0.log"; fi
+	check "$mode: engine 0 restarted on the same port: $(st "$j" 0 url)" port_ok
 	check "$mode: engine 0's restart was never listed ready before serving the committed version" \
 		bash -c "! grep -A3 'engine restarted' '$T_DIR/n2/logs/$j/engine-0.log' | grep -q 'starting -> ready'"
 	"$PY" -c "import sys, skein; e = skein.engines('$j', wait_for=$(latest "$j"), timeout=10, state_dir_='$SD'); sys.exit(0 if e else 1)" &&

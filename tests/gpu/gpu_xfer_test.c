@@ -879,7 +879,8 @@ static int mode_hash(uint64_t bench_bytes)
 		for (k = 0; k < NT; k++) memcpy(want + off[k], h + off[k], n[k]);
 		CU(cudaMalloc((void **)&d2, total + 8));
 		CU(cudaMemcpy(d2, old, total + 8, cudaMemcpyHostToDevice));
-		xfer_djournal *j = xfer_djournal_new(g, 1 << 20, &e);
+		/* a model of 1 MiB: a pinned pool of one block, then pageable blocks */
+		xfer_djournal *j = xfer_djournal_new(g, 1 << 20, 1 << 20, &e);
 		void *dd[NT];
 		for (k = 0; k < NT; k++) dd[k] = d2 + off[k];
 		xfer_sum fs[NT];
@@ -929,7 +930,13 @@ static int mode_hash(uint64_t bench_bytes)
 	double jt[2][3] = { { 0 } }, ct[3];
 	xfer_djournal_stats js[2] = { { 0 } };
 	for (int small = 1; small >= 0; small--) {
-		xfer_djournal *j = xfer_djournal_new(g, small ? (1 << 20) : 0, &e);
+		/* small: a 1 MiB budget for a 64 MiB model, its pinned pool (127
+		 * MiB) allocated at open; else sized at open from free memory,
+		 * capped at 2x a 128 MiB model: the old 256 MiB */
+		xfer_djournal *j = xfer_djournal_new(g, small ? (1 << 20) : 0, small ? 64u << 20 : 128u << 20, &e);
+		if (small) CHECK(j && xfer_djournal_get_stats(j).pinned_pool == (127u << 20),
+				 "the spill pool is pinned at open (%llu bytes)",
+				 (unsigned long long)(j ? xfer_djournal_get_stats(j).pinned_pool : 0));
 		for (int r = 0; r < 3; r++) {
 			CU(cudaMemcpy(dst, oldb, jb, cudaMemcpyDeviceToDevice));
 			CU(cudaDeviceSynchronize()); /* a device-to-device cudaMemcpy returns before it is done */
@@ -962,7 +969,7 @@ static int mode_hash(uint64_t bench_bytes)
 	int fok = 1;
 	for (int direct = 0; direct <= 1; direct++) {
 		xfer_hooks.gpu_direct_loads = direct;
-		xfer_djournal *j = xfer_djournal_new(g, 0, &e);
+		xfer_djournal *j = xfer_djournal_new(g, 0, 128u << 20, &e);
 		uint64_t un[1] = { jb - 8 };
 		for (int r = 0; r < 3; r++) {
 			CU(cudaMemcpy(dst, oldb, jb, cudaMemcpyDeviceToDevice));

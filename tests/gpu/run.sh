@@ -26,6 +26,9 @@
 #      and the device journal: bit-exact, a corrupted byte in the last bucket
 #      and a sender killed mid-transfer undone on device, the update vs the plain
 #      device copy; without the journal for its overhead.
+#   9. train (not in the default list; SKEIN_LIB names a libskein.so built on
+#      Debian): tests/gpu/train_regimes.py, a Qwen3-1.7B-architecture model
+#      trained in three change regimes, published each step beside torch's IPC.
 #   8. colo (tests/gpu/colo.sh, when skeind is at SKEIN_GPU_AGENT_BIN): coordinated
 #      colocated updates on a real agent beside the data path alone, and
 #      NCCL on one GPU as far as it goes.
@@ -150,6 +153,20 @@ for c in ${SKEIN_GPU_CASES:-nccl ipc tcp tcp-nojournal tcp-undo tcp-cost hash tr
 		line=$(grep -E '^# [0-9]+ passed' "$LOG/colo.log" | tail -n 1)
 		pass=$((pass + $(echo "${line:-# 0 passed}" | sed -E 's/^# ([0-9]+) passed.*/\1/')))
 		fail=$((fail + $(grep -c '^FAIL' "$LOG/colo.log") + $([ -n "$line" ] && echo 0 || echo 1)))
+		;;
+	train)
+		# issue 27: tests/gpu/train_regimes.py, the package over a libskein.so
+		# built on a Debian machine (SKEIN_LIB; this machine builds the .a only)
+		if [ -n "${SKEIN_LIB:-}" ] && python3 -c 'import transformers' 2>/dev/null; then
+			echo "== train"
+			JOURNAL_SMALL=${JOURNAL_SMALL:-1} timeout 400 python3 tests/gpu/train_regimes.py "${TRAIN_STEPS:-5}" 2>&1 |
+				grep -v Warning | tee "$LOG/train.log"
+			line=$(grep -E '^# [0-9]+ passed' "$LOG/train.log" | tail -n 1)
+			pass=$((pass + $(echo "${line:-# 0 passed}" | sed -E 's/^# ([0-9]+) passed.*/\1/')))
+			fail=$((fail + $(grep -c '^FAIL' "$LOG/train.log") + $([ -n "$line" ] && echo 0 || echo 1)))
+		else
+			echo "== train: skipped (needs SKEIN_LIB and transformers)"
+		fi
 		;;
 	nccl) run nccl nccl ;;
 	ipc) run ipc ipc "$IPC_BYTES" ;;

@@ -9,7 +9,9 @@
  * Kills, pauses, restarts and leaves happen 1 s after the cluster converges
  * (every node lists all N alive), or at duration/2 if it never does; the
  * victims are distinct nodes other than node 0, drawn from the seed.
- * --text-every prints a membership table as the run goes (make demo). */
+ * --text-every prints a membership table as the run goes (make demo).
+ * `skein-sim coord ...` runs the head's update coordinator at scale
+ * instead (tests/sim/sim_coord.c). */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -392,8 +394,11 @@ static double clock_s(clockid_t id)
 	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
+int sim_coord_main(int argc, char **argv); /* tests/sim/sim_coord.c */
+
 int main(int argc, char **argv)
 {
+	if (argc > 1 && !strcmp(argv[1], "coord")) return sim_coord_main(argc - 1, argv + 1);
 	cli c = { 0 };
 	parse(&c, argc, argv);
 	if (c.dump_config) {

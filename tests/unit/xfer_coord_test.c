@@ -3,12 +3,13 @@
  *
  * The fake agent is a thread serving a Unix socket with the real framing
  * (agent/agent_wire.h) and messages (control.proto, weights.proto), one
- * thread per connection, and a minimal coordinator that follows
- * docs/updates.md: begin opens an update whose participants are the engines
- * holding the latest committed version; an engine's wait is answered
- * receive/commit/abort/catchup/serve (idle after 300 ms); done commits once
- * every participant verified, a failed engine or peer aborts with a reason
- * naming it.  Knobs make it lose the answer to done, or spoil its next
+ * thread per connection, whose verdicts come from the head's real
+ * coordinator (jobs/wv_coord, in --update-on-engine-loss abort mode, its
+ * final record applied at once as if Raft had committed it): begin opens an
+ * update whose participants are the engines holding the latest committed
+ * version; an engine's wait is answered receive/commit/abort/catchup/serve
+ * (idle after 300 ms); done commits once every participant verified, a
+ * failed engine or peer aborts with a reason naming it.  Knobs make it lose the answer to done, or spoil its next
  * answer (truncated, not a Response, oversize, another nonce, a wrong
  * message).  A sender and engines run as threads of the test, each with its
  * own endpoint; every version's bytes are precomputed from the seed so an
@@ -23,6 +24,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include "jobs/wv_coord.h"
 #include "proto/control.pb-c.h"
 #include "proto/weights.pb-c.h"
 
@@ -60,38 +62,63 @@ typedef struct {
 	int have;
 	uint64_t v, base;
 	char state[16], reason[512];
-	int part[FE_MAX], verified[FE_MAX], done;
+	int part[FE_MAX];                  /* 1 + its index among co's participants; 0: none */
+	wv_coord co;                       /* the newest update's rules: the real coordinator's */
 	uint64_t committed, maxv, aborted; /* aborted: the last aborted version */
 	char aborted_reason[512];
 	/* knobs, counters */
 	int lose_done, bad_answer, outcome_calls, done_calls, begin_calls;
+	int slow_wait_ms; /* every wait's answer comes no sooner (a head's long poll) */
 	int fds[FCONN_MAX];
 	pthread_t cth[FCONN_MAX];
 	int nconn;
 } fake;
 
-static void f_abort(fake *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void f_abort(fake *f, const char *fmt, ...)
+static double t_now(void);
+
+/* The coordinator decided (fin): its final record "applied". */
+static void f_settled(fake *f, bool fin)
 {
-	if (strcmp(f->state, "preparing") != 0) return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(f->reason, sizeof f->reason, fmt, ap);
-	va_end(ap);
-	snprintf(f->state, sizeof f->state, "aborted");
-	f->aborted = f->v;
-	memcpy(f->aborted_reason, f->reason, sizeof f->reason);
+	if (!fin || strcmp(f->state, "preparing") != 0) return;
+	snprintf(f->state, sizeof f->state, "%s", f->co.final_state);
+	snprintf(f->reason, sizeof f->reason, "%s", f->co.final_reason);
+	if (!strcmp(f->state, "committed")) {
+		f->committed = f->v;
+	} else {
+		f->aborted = f->v;
+		memcpy(f->aborted_reason, f->reason, sizeof f->reason);
+	}
 	pthread_cond_broadcast(&f->cv);
 }
 
-static void f_try_commit(fake *f)
+/* A new update v of the participants part[] (engines of the fake): the
+ * begin record built as the head builds it, handed to the coordinator. */
+static void f_open(fake *f)
 {
-	if (!f->have || strcmp(f->state, "preparing") != 0 || !f->done) return;
-	for (int i = 0; i < f->neng; i++)
-		if (f->part[i] && !f->verified[i]) return;
-	snprintf(f->state, sizeof f->state, "committed");
-	f->committed = f->v;
-	pthread_cond_broadcast(&f->cv);
+	wv_update r;
+	memset(&r, 0, sizeof r);
+	snprintf(r.job, sizeof r.job, "j");
+	r.version = f->v;
+	r.base_version = f->base;
+	snprintf(r.mode, sizeof r.mode, "%s", f->mode);
+	snprintf(r.sender, sizeof r.sender, "j/trainer-0");
+	snprintf(r.sender_node, sizeof r.sender_node, "node-1");
+	snprintf(r.state, sizeof r.state, "preparing");
+	r.reason = strdup("");
+	r.engines = calloc(FE_MAX, sizeof *r.engines);
+	if (!r.reason || !r.engines) T_FAIL("out of memory");
+	for (int i = 0; i < f->neng; i++) {
+		if (!f->part[i]) continue;
+		wv_engine *e = &r.engines[r.nengines];
+		snprintf(e->member, sizeof e->member, "%s", f->eng[i].member);
+		snprintf(e->node, sizeof e->node, "node-1");
+		snprintf(e->state, sizeof e->state, "pending");
+		if (!(e->reason = strdup(""))) T_FAIL("out of memory");
+		f->part[i] = (int)++r.nengines;
+	}
+	wv_coord_free(&f->co);
+	if (wv_coord_start(&f->co, &r, t_now(), f->timeout_ms, false, false) < 0) T_FAIL("out of memory");
+	wv_coord_begun(&f->co, t_now());
 }
 
 static uint8_t *f_outcome(fake *f, uint64_t v, size_t *len)
@@ -114,7 +141,7 @@ static uint8_t *f_outcome(fake *f, uint64_t v, size_t *len)
 			if (!f->part[i]) continue;
 			skein__weights__engine__init(&e[k]);
 			e[k].member = f->eng[i].member;
-			e[k].state = f->verified[i] ? "verified" : "pending";
+			e[k].state = f->co.rec.engines[f->part[i] - 1].state;
 			ep[k] = &e[k];
 			k++;
 		}
@@ -144,9 +171,10 @@ static void f_instr(fake *f, int i, Skein__Weights__Instruction *in)
 	f_eng *e = &f->eng[i];
 	in->kind = "idle";
 	if (f->have && f->part[i] && !strcmp(f->state, "preparing")) {
-		if (e->staged == f->v) f->verified[i] = 1;
-		if (e->failed == f->v) f_abort(f, "%s: %s", e->member, e->reason);
-		f_try_commit(f);
+		size_t k = (size_t)f->part[i] - 1;
+		if (e->staged == f->v) f_settled(f, wv_coord_staged(&f->co, k, t_now(), 0, (wv_timings){ 0 }, NULL));
+		if (e->failed == f->v)
+			f_settled(f, wv_coord_failed(&f->co, k, t_now(), 0, (wv_timings){ 0 }, e->reason));
 	}
 	in->timeout_ms = f->timeout_ms;
 	if (e->staged && e->staged == f->committed) { /* the commit it has not heard yet comes first */
@@ -267,7 +295,6 @@ static void f_handle(fake *f, const Skein__Control__Request *q, f_answer *a)
 			f->v = f->maxv = b->version;
 			if (!again) {
 				f->base = f->committed;
-				f->done = 0;
 				snprintf(f->state, sizeof f->state, "preparing");
 				f->reason[0] = 0;
 				snprintf(f->mode, sizeof f->mode, "%s", b->mode);
@@ -277,11 +304,9 @@ static void f_handle(fake *f, const Skein__Control__Request *q, f_answer *a)
 			for (int i = 0; i < f->neng; i++) {
 				/* holding the committed version, or verified it and
 				 * about to hear its commit */
-				if (!again) {
+				if (!again)
 					f->part[i] = f->eng[i].held == f->committed ||
 						     (f->committed && f->eng[i].staged == f->committed);
-					f->verified[i] = 0;
-				}
 				if (!f->part[i]) continue;
 				skein__weights__peer__init(&pe[r.n_peers]);
 				pe[r.n_peers].member = f->eng[i].member;
@@ -291,6 +316,7 @@ static void f_handle(fake *f, const Skein__Control__Request *q, f_answer *a)
 				pp[r.n_peers] = &pe[r.n_peers];
 				r.n_peers++;
 			}
+			if (!again) f_open(f);
 			r.peers = pp;
 			r.version = f->v;
 			r.base_version = f->base;
@@ -310,11 +336,14 @@ static void f_handle(fake *f, const Skein__Control__Request *q, f_answer *a)
 			a->code = 1;
 			snprintf(a->error, sizeof a->error, "no such update");
 		} else {
-			f->done = 1;
-			if (!d->ok) f_abort(f, "%s: %s", d->member, d->reason);
-			for (size_t i = 0; i < d->n_failed; i++)
-				f_abort(f, "%s: %s", d->failed[i]->member, d->failed[i]->reason);
-			f_try_commit(f);
+			double now = t_now();
+			f_settled(f, wv_coord_done(&f->co, now, d->ok, d->reason, NULL, 0, 0, 0, (wv_timings){ 0 }));
+			for (size_t i = 0; i < d->n_failed; i++) {
+				long k = wv_coord_find(&f->co, d->failed[i]->member);
+				if (k >= 0) f_settled(f, wv_coord_lose(&f->co, (size_t)k, now, d->failed[i]->reason,
+								       d->failed[i]->verdict, true));
+			}
+			f_settled(f, wv_coord_settle(&f->co, now));
 			double end = t_now() + f->timeout_ms / 1e3;
 			while (!strcmp(f->state, "preparing") && t_now() < end && !f->stop) f_waitcv(f, 50);
 			if (f->lose_done) {
@@ -344,12 +373,13 @@ static void f_handle(fake *f, const Skein__Control__Request *q, f_answer *a)
 			snprintf(e->endpoint, sizeof e->endpoint, "%s", s->endpoint);
 			snprintf(e->reason, sizeof e->reason, "%s", s->reason);
 			Skein__Weights__Instruction in = SKEIN__WEIGHTS__INSTRUCTION__INIT;
-			double end = t_now() + 0.3;
+			double t0 = t_now(), end = t0 + 0.3;
 			for (;;) {
 				f_instr(f, i, &in);
 				if (strcmp(in.kind, "idle") != 0 || t_now() >= end || f->stop) break;
 				f_waitcv(f, 20);
 			}
+			while (t_now() < t0 + f->slow_wait_ms / 1e3 && !f->stop) f_waitcv(f, 20);
 			a->len = skein__weights__instruction__get_packed_size(&in);
 			a->payload = malloc(a->len + 1);
 			skein__weights__instruction__pack(&in, a->payload);
@@ -504,6 +534,7 @@ static void f_stop(fake *f)
 	unlink(f->path);
 	pthread_cond_destroy(&f->cv);
 	pthread_mutex_destroy(&f->mu);
+	wv_coord_free(&f->co);
 	free(f);
 }
 
@@ -868,6 +899,88 @@ static void catchup_run(const char *path)
 
 T_TEST(xfer_coord_catchup_from_disk_chain) { catchup_run("disk-delta"); }
 T_TEST(xfer_coord_catchup_from_a_peer) { catchup_run("p2p-tcp"); }
+
+/* An engine that waits less than the head's long poll (the fake answers
+ * every wait after 150 ms; the engine waits 40 ms at a time, as a sidecar
+ * that also watches its engine does): the wait stays pending across its
+ * xfer_receive calls, so the `serve` the head hands it for engine 1's
+ * catch-up reaches it, and every commit too.  Before the fix each cut-off
+ * wait lost its answer: the serve never came and engine 1 stalled. */
+typedef struct {
+	engine *e;
+	volatile int stop;
+	int short_waits, errors;
+	char err[256];
+} short_waiter;
+
+static void *short_main(void *arg)
+{
+	short_waiter *sw = arg;
+	engine *e = sw->e;
+	while (!sw->stop) {
+		uint64_t v = 0;
+		xfer_err er = { 0 };
+		if (xfer_receive(e->ep, 40, &v, &er) == 0) {
+			e->held = v;
+			e->commits++;
+			if (!tm_equal(&e->m, &e->w->snap[v])) e->wrong++;
+		} else if (er.code == XFER_ENOVERSION) {
+			sw->short_waits++;
+		} else if (!sw->errors++) {
+			snprintf(sw->err, sizeof sw->err, "%s (%s)", er.msg, xfer_code_name(er.code));
+		}
+	}
+	return NULL;
+}
+
+static void short_wait_run(const char *path)
+{
+	world w;
+	w_init(&w, 5000);
+	f_set(w.f, &w.f->slow_wait_ms, 150);
+	engine e[2];
+	pthread_t th[2];
+	short_waiter sw = { .e = &e[0] };
+	e_open(&e[0], &w, path, "j/engine-0", 0);
+	pthread_create(&th[0], NULL, short_main, &sw);
+	w_engines(&w, 1);
+	sender s;
+	s_open(&s, &w, path);
+	for (uint64_t v = 1; v <= 2; v++) {
+		xfer_err er = { 0 };
+		if (s_publish(&s, v, NULL, &er) != 0) T_FAIL("publish v%llu: %s", (unsigned long long)v, er.msg);
+	}
+	double end = t_now() + 10;
+	while (e[0].held < 2 && t_now() < end) {
+		struct timespec ts = { 0, 5 * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+	T_EQ(e[0].held, 2);
+	/* engine 1 catches up to v2 (p2p: served by engine 0); bounded: its
+	 * receive gives up after 8 s */
+	e_open(&e[1], &w, path, "j/engine-1", 2);
+	double t0 = t_now();
+	uint64_t v = 0;
+	xfer_err er = { 0 };
+	int rc = xfer_receive(e[1].ep, 8000, &v, &er);
+	sw.stop = 1;
+	pthread_join(th[0], NULL);
+	if (rc != 0) T_FAIL("%s: engine 1's catch-up after %.1f s: %s (seed %llu)", path, t_now() - t0, er.msg,
+			    (unsigned long long)t_seed());
+	T_EQ(v, 2);
+	T_CHECK(tm_equal(&e[1].m, &w.snap[2]));
+	T_EQ(sw.errors, 0);
+	if (sw.errors) T_FAIL("engine 0: %s", sw.err);
+	T_CHECK(sw.short_waits > 0);
+	T_EQ(e[0].wrong, 0);
+	T_EQ(e[0].commits, 2);
+	for (int i = 0; i < 2; i++) e_close(&e[i]);
+	s_close(&s);
+	w_free(&w);
+}
+
+T_TEST(xfer_coord_short_waits_lose_no_serve_p2p_tcp) { short_wait_run("p2p-tcp"); }
+T_TEST(xfer_coord_short_waits_lose_no_commit_disk_delta) { short_wait_run("disk-delta"); }
 
 /* The answer to done is lost: the sender says done again (the head answers
  * a repeated done with its verdict; a new head needs that word to commit). */

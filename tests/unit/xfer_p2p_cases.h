@@ -105,7 +105,9 @@ static inline void roundtrip(int keep, int streams, uint64_t bucket, uint64_t bi
 
 
 /* A byte flipped on the wire: both sides fail; the receiver keeps v1. */
-static inline void corrupt_keeps_old_version(void)
+/* by_version: the --corrupt-version hook (the middle byte of version 2)
+ * rather than corrupt_at (a byte near the end). */
+static inline void corrupt_keeps_old_version_by(int by_version)
 {
 	uint64_t seed = t_seed();
 	sk_rng r;
@@ -131,10 +133,12 @@ static inline void corrupt_keeps_old_version(void)
 	xfer_endpoint *snd = open_ep(XFER_SENDER, tr.m, port, 1, 2, 2048, 5000);
 	T_XOK(xfer_send(snd, 1, err_));
 	tm_step(&tr, &r, 0.5);
-	xfer_hooks.corrupt_at = 1 + (long long)(xfer_manifest_bytes(tr.m) - 10);
+	if (by_version) xfer_hooks.corrupt_version = 2;
+	else xfer_hooks.corrupt_at = 1 + (long long)(xfer_manifest_bytes(tr.m) - 10);
 	xfer_err e;
 	T_EQ(xfer_send(snd, 2, &e), -1);
 	xfer_hooks.corrupt_at = 0;
+	xfer_hooks.corrupt_version = 0;
 	T_CHECK(strstr(e.msg, "receiver reported") && strstr(e.msg, "checksum mismatch"));
 	T_EQ(t_wait_child(pid, 20000), 0);
 	xfer_close(&snd);
@@ -142,6 +146,8 @@ static inline void corrupt_keeps_old_version(void)
 	tm_free(&en);
 	tm_free(&v1);
 }
+
+static inline void corrupt_keeps_old_version(void) { corrupt_keeps_old_version_by(0); }
 
 typedef struct {
 	pid_t pid;

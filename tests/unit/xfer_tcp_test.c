@@ -17,6 +17,7 @@ T_TEST(xfer_tcp_roundtrip_one_stream_big_bucket) { roundtrip(1, 1, 1 << 20, BIG)
 T_TEST(xfer_tcp_roundtrip_tree_cuts_staged) { roundtrip(1, 3, 1 << 20, (3 << 20) + 1000); }
 T_TEST(xfer_tcp_roundtrip_tree_cuts_direct) { roundtrip(0, 2, 1 << 20, (3 << 20) + 1000); }
 T_TEST(xfer_tcp_corrupt_stream_keeps_old_version) { corrupt_keeps_old_version(); }
+T_TEST(xfer_tcp_corrupt_version_keeps_old_version) { corrupt_keeps_old_version_by(1); }
 T_TEST(xfer_tcp_receiver_killed_ends_sender) { receiver_vanishes(1); }
 T_TEST(xfer_tcp_receiver_stopped_ends_sender_by_watchdog) { receiver_vanishes(0); }
 T_TEST(xfer_tcp_sender_dies_receiver_keeps_old_version) { sender_dies_receiver_keeps_old_version(); }

@@ -28,6 +28,11 @@ static void use_ucx(const char *tls)
 	T_TEST(xfer_ucx_##name##_roundtrip_direct) { use_ucx(tls); roundtrip(0, 2, 8192, 20000); }     \
 	T_TEST(xfer_ucx_##name##_roundtrip_ring) { use_ucx(tls); roundtrip(1, 4, 65536, 200000); }     \
 	T_TEST(xfer_ucx_##name##_corrupt_bucket_undone) { use_ucx(tls); corrupt_keeps_old_version(); } \
+	T_TEST(xfer_ucx_##name##_corrupt_version_undone)                                                \
+	{                                                                                               \
+		use_ucx(tls);                                                                           \
+		corrupt_keeps_old_version_by(1);                                                        \
+	}                                                                                               \
 	T_TEST(xfer_ucx_##name##_receiver_killed_ends_sender) { use_ucx(tls); receiver_vanishes(1); }  \
 	T_TEST(xfer_ucx_##name##_receiver_stopped_ends_sender_by_watchdog)                              \
 	{                                                                                               \
@@ -42,6 +47,62 @@ static void use_ucx(const char *tls)
 
 UCX_CASES("tcp", tcp)
 UCX_CASES("sm", sm)
+
+/* Tensors of several tree chunks (256 KiB) and a partial one, cut into
+ * chunks and lanes on tree boundaries (wire 4): staged, direct, and
+ * buckets of 64 MiB (chunks of 8 MiB). */
+T_TEST(xfer_ucx_sm_tree_chunks_staged) { use_ucx("sm"); roundtrip(1, 4, 1 << 20, (3 << 20) + 12346); }
+T_TEST(xfer_ucx_sm_tree_chunks_direct) { use_ucx("sm"); roundtrip(0, 3, 1 << 20, (3 << 20) + 12346); }
+T_TEST(xfer_ucx_tcp_tree_chunks_big_buckets) { use_ucx("tcp"); roundtrip(1, 5, 64 << 20, (9 << 20) + 78); }
+
+/* The tree sums checked per chunk are the version's: the receiver keeps the
+ * root of what it verified (Done.root), the sender of what it sent, and
+ * both are the root of the tensors' tree checksums. */
+T_TEST(xfer_ucx_receiver_root_is_the_senders)
+{
+	use_ucx("sm");
+	uint64_t seed = t_seed();
+	sk_rng r;
+	sk_rng_seed(&r, seed);
+	tmodel tr, en;
+	tm_make(&tr, &r, (1 << 20) + 6, 1);
+	tm_make(&en, &r, (1 << 20) + 6, 0);
+	int fd[2];
+	T_EQ(pipe(fd), 0);
+	xfer_endpoint *rcv = open_ep(XFER_RECEIVER, en.m, 0, 1, 2, 1 << 20, 5000);
+	int port = xfer_endpoint_port(rcv);
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		xfer_err e;
+		uint64_t got = 0;
+		if (xfer_receive(rcv, 10000, &got, &e) != 0 || got != 1 || rcv->root_version != 1) {
+			printf("  receiver: %s (root of v%llu)\n", e.msg, (unsigned long long)rcv->root_version);
+			fflush(stdout);
+			_exit(1);
+		}
+		_exit(write(fd[1], rcv->root, 16) == 16 ? 0 : 2);
+	}
+	close(fd[1]);
+	xfer_close(&rcv);
+	xfer_endpoint *snd = open_ep(XFER_SENDER, tr.m, port, 1, 2, 1 << 20, 5000);
+	T_XOK(xfer_send(snd, 1, err_));
+	unsigned char theirs[16];
+	T_EQ(read(fd[0], theirs, 16), 16);
+	close(fd[0]);
+	T_EQ(t_wait_child(pid, 20000), 0);
+	T_EQ(snd->root_version, 1);
+	T_CHECK(!memcmp(snd->root, theirs, 16));
+	xfer_sum *sums = calloc(tr.n + 1, sizeof *sums);
+	unsigned char want[16];
+	T_XOK(xfer_tree_sums((const void *const *)tr.p, tr.bytes, tr.n, sums, 1, err_));
+	T_XOK(xfer_root_of(snd->mdigest, XFER_SUM_TREE, sums, tr.n, want, err_));
+	T_CHECK(!memcmp(want, theirs, 16));
+	free(sums);
+	xfer_close(&snd);
+	tm_free(&tr);
+	tm_free(&en);
+}
 
 T_TEST(xfer_ucx_manifest_mismatch) { use_ucx("sm"); manifest_mismatch(); }
 
@@ -266,4 +327,91 @@ T_TEST(xfer_ucx_p2p_gate_takes_the_ticketed_sender_past_attackers)
 	xfer_close(&rcv);
 	tm_free(&tr);
 	tm_free(&en);
+}
+
+/* ---- CUDA tensors on the stand-in runtime (no kernels): staged through
+ * pinned slots on both ends, tree chunks hashed from the slots; a version
+ * corrupted with --corrupt-version's hook put back on the receiver ---- */
+
+enum { FK_N = 4 };
+static const uint64_t fk_bytes[FK_N] = { (1 << 20) + 6, 4, 300 * 1024 + 8, 700 * 1024 + 2 };
+
+static xfer_manifest *fk_model(unsigned char **p, uint64_t seed, int host_only)
+{
+	char why[256];
+	const xfer_cuda_api *cu = xfer_cuda(why, sizeof why);
+	if (!cu) T_FAIL("CUDA runtime: %s", why);
+	xfer_manifest *m = xfer_manifest_new();
+	sk_rng r;
+	sk_rng_seed(&r, seed);
+	for (int i = 0; i < FK_N; i++) {
+		int dev = i != 2 && !host_only; /* one host tensor among them */
+		if (dev) T_EQ(cu->Malloc((void **)&p[i], fk_bytes[i]), 0);
+		else p[i] = malloc(fk_bytes[i]);
+		tm_fill(&r, p[i], fk_bytes[i]);
+		char name[32];
+		snprintf(name, sizeof name, "t%d", i);
+		int64_t shape[1] = { (int64_t)fk_bytes[i] };
+		T_XOK(xfer_manifest_add(m, name, XFER_U8, 1, shape, p[i], dev ? XFER_MEM_CUDA : XFER_MEM_HOST, err_));
+	}
+	return m;
+}
+
+static int fk_same(unsigned char **a, unsigned char **b)
+{
+	for (int i = 0; i < FK_N; i++)
+		if (memcmp(a[i], b[i], fk_bytes[i])) return 0;
+	return 1;
+}
+
+T_TEST(xfer_ucx_cuda_tree_sums_and_corrupt_version_undone)
+{
+	const char *fk = getenv("SKEIN_FAKE_CUDART");
+	if (!fk) T_FAIL("SKEIN_FAKE_CUDART must name the stand-in CUDA runtime (make test sets it)");
+	setenv("SKEIN_CUDART_LIB", fk, 1);
+	setenv("SKEIN_CUDA_LIB", fk, 1);
+	use_ucx("sm");
+	uint64_t seed = t_seed();
+	unsigned char *tp[FK_N], *rp[FK_N], *held[FK_N], *v1[FK_N];
+	xfer_manifest *tm = fk_model(tp, seed, 0), *rm = fk_model(rp, seed + 1, 0), *hm = fk_model(v1, seed, 1);
+	xfer_endpoint *rcv = open_ep(XFER_RECEIVER, rm, 0, 1, 3, 1 << 20, 5000);
+	int port = xfer_endpoint_port(rcv);
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		xfer_err e;
+		if (xfer_receive(rcv, 10000, NULL, &e) != 0 || !fk_same(rp, v1)) _exit(1);
+		for (int i = 0; i < FK_N; i++) {
+			held[i] = malloc(fk_bytes[i]);
+			memcpy(held[i], rp[i], fk_bytes[i]);
+		}
+		if (xfer_receive(rcv, 10000, NULL, &e) == 0) _exit(2);
+		if (e.code != XFER_ECHECKSUM || !strstr(e.msg, "tensor t") || !fk_same(rp, held)) {
+			printf("  receiver: %s\n", e.msg);
+			fflush(stdout);
+			_exit(3);
+		}
+		for (int i = 0; i < FK_N; i++) v1[i][fk_bytes[i] / 2] ^= 1; /* what the sender changed */
+		if (xfer_receive(rcv, 10000, NULL, &e) != 0 || !fk_same(rp, v1)) {
+			printf("  receiver v3: %s\n", e.msg);
+			fflush(stdout);
+			_exit(4);
+		}
+		_exit(rcv->root_version == 3 ? 0 : 5);
+	}
+	xfer_close(&rcv);
+	xfer_endpoint *snd = open_ep(XFER_SENDER, tm, port, 1, 3, 1 << 20, 5000);
+	T_XOK(xfer_send(snd, 1, err_));
+	for (int i = 0; i < FK_N; i++) tp[i][fk_bytes[i] / 2] ^= 1;
+	xfer_hooks.corrupt_version = 2;
+	xfer_err e;
+	T_EQ(xfer_send(snd, 2, &e), -1);
+	xfer_hooks.corrupt_version = 0;
+	if (!strstr(e.msg, "checksum mismatch")) T_FAIL("sender: %s", e.msg);
+	T_XOK(xfer_send(snd, 3, err_));
+	T_EQ(t_wait_child(pid, 20000), 0);
+	xfer_close(&snd);
+	xfer_manifest_free(&tm);
+	xfer_manifest_free(&rm);
+	xfer_manifest_free(&hm);
 }

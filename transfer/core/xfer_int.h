@@ -437,8 +437,8 @@ int xfer_tcp_hrec_parse(const void *buf, size_t n, const xfer_tcp_hrec *want, xf
 /* ---- p2p-ucx wire (xfer_ucx.c): the sender's hello, in host order, and
  * the receiver's pure check of it (built with or without UCX) ---- */
 enum { XFER_UCX_HELLO_BYTES = 184, XFER_UCX_MAX_STRIPES = 16, XFER_UCX_F_AUTO = 1 /* under the p2p chooser */ };
-#define XFER_UCX_MAGIC "SKUCX3" /* a hello's first 8 bytes (NUL-padded); 2: lanes and a ring of slots;
-				   3: the ticket */
+#define XFER_UCX_MAGIC "SKUCX4" /* a hello's first 8 bytes (NUL-padded); 2: lanes and a ring of slots;
+				   3: the ticket; 4: tree checksums per chunk */
 typedef struct {
 	char magic[8];
 	uint32_t flags, kinds, nstripes, pad; /* kinds: XFER_UCX_RDMA etc. (xfer_ucp.h) */
@@ -479,6 +479,7 @@ typedef struct {
 	const char *(*GetErrorString)(int);
 	int (*MemGetAddressRange)(unsigned long long *base, size_t *size, unsigned long long ptr);
 	int (*DrvInit)(unsigned);
+	int (*MemGetInfo)(size_t *free, size_t *total); /* optional: NULL where the runtime lacks it */
 } xfer_cuda_api;
 
 enum { XFER_CUDA_H2H = 0, XFER_CUDA_H2D = 1, XFER_CUDA_D2H = 2, XFER_CUDA_D2D = 3 };

@@ -68,6 +68,7 @@ static void load(void)
 	LOAD(h_rt, IpcGetMemHandle, "cudaIpcGetMemHandle");
 	LOAD(h_rt, IpcOpenMemHandle, "cudaIpcOpenMemHandle");
 	LOAD(h_rt, IpcCloseMemHandle, "cudaIpcCloseMemHandle");
+	*(void **)&g_cu.MemGetInfo = dlsym(h_rt, "cudaMemGetInfo"); /* optional (the stand-in lacks it) */
 	int count = 0, rc = g_cu.GetDeviceCount(&count);
 	if (rc != 0 || count <= 0) {
 		snprintf(g_cu.why, sizeof g_cu.why, "no CUDA device (cudaGetDeviceCount: %s, %d devices)",

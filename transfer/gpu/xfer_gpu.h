@@ -67,10 +67,25 @@ typedef struct {
 	uint64_t entries;      /* words journaled this version */
 	uint64_t bytes;        /* their journal bytes (16 a word) */
 	uint64_t spilled;      /* of bytes, moved to pinned host memory */
-	uint64_t device_peak;  /* device memory the journal holds (its budget once used) */
+	uint64_t device_peak;  /* device memory the journal holds (its budget, from open) */
+	uint64_t pinned_pool;  /* pinned host memory its spill pool holds (from open) */
 } xfer_djournal_stats;
-/* budget: device bytes for entries (0: 256 MiB; at least 1 MiB). */
-xfer_djournal *xfer_djournal_new(xfer_gpu *g, uint64_t budget, xfer_err *err);
+/* Opens the journal of a receiver of model_bytes of CUDA tensors on g's
+ * device: its device array (budget bytes of entries: cfg.device_journal_bytes,
+ * 0: xfer_djournal_budget from the device's free memory now) and its pinned
+ * spill pool (xfer_djournal_pool_bytes) are allocated here, at open, never
+ * during a version; a device array that does not fit is halved until it
+ * does (spilling more, not failing). */
+xfer_djournal *xfer_djournal_new(xfer_gpu *g, uint64_t budget, uint64_t model_bytes, xfer_err *err);
+/* The device array's bytes: flag if set (at least 1 MiB); else the free
+ * device memory / 8, capped at 2x the model (every word changed: 16 bytes a
+ * word), at least 1 MiB; free unknown (0): 256 MiB, capped the same. */
+uint64_t xfer_djournal_budget(uint64_t flag, uint64_t free_bytes, uint64_t model_bytes);
+/* The pinned spill pool allocated at open: what a version that changes
+ * every word spills past the device array (2x model - budget), at most
+ * pinned_cap (SKEIN_PINNED_BYTES; unset: 8 GiB, "0": none). */
+uint64_t xfer_djournal_pool_bytes(uint64_t budget, uint64_t model_bytes, uint64_t pinned_cap);
+uint64_t xfer_djournal_pinned_cap(void);
 void xfer_djournal_free(xfer_djournal **j);
 /* Copies src[i] over dst[i] (device memory, n[i] bytes) on the stream,
  * journaling what changes; waits for the stream. */

@@ -194,8 +194,10 @@ typedef struct {
 	xfer_sum_kind checksum; /* disk-delta sender: written into each index (a
 				   tree index is format 2: older readers refuse it) */
 	uint64_t device_journal_bytes; /* CUDA receiver: the undo journal's device
-					  memory budget, beyond it pinned host
-					  memory (0: 256 MiB) */
+					  memory budget, beyond it host memory
+					  (0: an eighth of the device's free
+					  memory at open, at most 2x the model;
+					  docs/transfer.md) */
 	struct {
 		const char *rpc;          /* the agent's socket, "unix:PATH" (SKEIN_RPC); NULL: not coordinated */
 		const char *job, *member; /* SKEIN_JOB, SKEIN_MEMBER */

@@ -179,7 +179,7 @@ static int ipc_setup(xfer_endpoint *ep, xfer_err *err)
 	xfer_err ge = { 0 };
 	if (!(s->gpu = xfer_gpu_new(dev, &ge))) snprintf(ep->note, sizeof ep->note, "%s", ge.msg);
 	if (s->gpu && ep->cfg.role == XFER_RECEIVER && ep->cfg.keep_previous &&
-	    !(s->dj = xfer_djournal_new(s->gpu, ep->cfg.device_journal_bytes, err)))
+	    !(s->dj = xfer_djournal_new(s->gpu, ep->cfg.device_journal_bytes, ep->m->bytes, err)))
 		return -1;
 	if (ep->setup_blobs) return 0; /* coordinated: the handoff goes through the agents, no socket */
 	if (ep->cfg.role == XFER_RECEIVER) {

@@ -334,7 +334,7 @@ static int nccl_setup(xfer_endpoint *ep, xfer_err *err)
 	else if (!(s->gpu = xfer_gpu_new(c->nccl.device, &ge))) snprintf(ep->note, sizeof ep->note, "%s", ge.msg);
 	if (s->gpu && c->role == XFER_SENDER && hash_stream(s, err) != 0) return -1;
 	int journal = c->role == XFER_RECEIVER && c->keep_previous;
-	if (journal && s->gpu && !(s->dj = xfer_djournal_new(s->gpu, c->device_journal_bytes, err))) return -1;
+	if (journal && s->gpu && !(s->dj = xfer_djournal_new(s->gpu, c->device_journal_bytes, ep->m->bytes, err))) return -1;
 	if (journal && !s->gpu && !(s->hj = xfer_journal_new(c->journal_dir, err))) return -1;
 	for (size_t b = 0; b < ep->nbuckets; b++) {
 		if (ep->buckets[b].packed_bytes > s->pack_bytes) s->pack_bytes = ep->buckets[b].packed_bytes;

@@ -515,7 +515,7 @@ static int tcp_setup(xfer_endpoint *ep, xfer_err *err)
 	if (!s->sums) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	if (ep->cfg.role == XFER_RECEIVER) {
 		s->direct = !ep->cfg.keep_previous && !s->any_cuda;
-		if (s->gpu && ep->cfg.keep_previous && !(s->dj = xfer_djournal_new(s->gpu, ep->cfg.device_journal_bytes, err)))
+		if (s->gpu && ep->cfg.keep_previous && !(s->dj = xfer_djournal_new(s->gpu, ep->cfg.device_journal_bytes, ep->m->bytes, err)))
 			return -1;
 		if (ep->shared_lfd >= 0) {
 			s->lfd = ep->shared_lfd; /* the p2p chooser's */

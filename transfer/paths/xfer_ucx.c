@@ -19,7 +19,8 @@
  *            p2p-tcp" under the p2p chooser), one worker address per lane
  *            and one (address, length, rkey) per landing region.
  *            Per version: sender: header; per chunk, once its puts are
- *            flushed: "ready" with the xxh3-128 of each stripe; receiver:
+ *            flushed: "ready" with its tree chunk hashes and the tree
+ *            sums of the tensors that end in it (wire 4); receiver:
  *            a credit per chunk it has placed (staged mode), and at the
  *            end, or at the first error, its status.
  *
@@ -89,20 +90,17 @@ static void read_boot_id(char out[40])
 }
 
 /* Chunks and slots for buckets of b bytes, the same on both ends: chunks
- * of an eighth of a bucket (a page to SLOT_MAX), so that several are in
- * flight, in as many slots as one bucket holds (2 to MAX_SLOTS); *wire is
- * the bucket size that cuts the weights into such chunks (xfer_chunks).
- * Buckets under 8 pages: p2p-tcp's chunks of half a bucket, two slots. */
+ * of an eighth of a bucket (two tree chunks to SLOT_MAX), so that several
+ * are in flight, in as many slots as one bucket holds (2 to MAX_SLOTS);
+ * *wire is the bucket size that cuts the weights into such chunks
+ * (xfer_chunks_cut with tree cuts, which only shorten a chunk: every tree
+ * chunk lies in one chunk, as on p2p-tcp). */
 static void slot_plan(uint64_t b, uint64_t *wire, uint64_t *piece, int *nslots)
 {
 	uint64_t p = b / 8 / PAGE * PAGE;
 	if (p > SLOT_MAX) p = SLOT_MAX;
-	if (p < PAGE) {
-		*wire = b;
-		p = xfer_chunk_piece(b);
-	} else {
-		*wire = 2 * p;
-	}
+	if (p < 2 * (uint64_t)TREE) p = 2 * (uint64_t)TREE;
+	*wire = 2 * p;
 	*piece = p;
 	uint64_t n = b / p;
 	*nslots = n < 2 ? 2 : n > MAX_SLOTS ? MAX_SLOTS : (int)n;
@@ -221,6 +219,7 @@ static void ucx_teardown(xfer_endpoint *ep)
 	}
 	for (int i = 0; i < MAX_STRIPES; i++) xfer_journal_free(&s->j[i]);
 	free(s->chunks);
+	xfer_ucx_tree_free(s);
 	pthread_mutex_destroy(&s->pool.mu);
 	pthread_cond_destroy(&s->pool.go);
 	pthread_cond_destroy(&s->pool.done_cv);
@@ -306,7 +305,10 @@ static int ucx_setup(xfer_endpoint *ep, xfer_err *err)
 		uint64_t wire;
 		s->bucket_bytes = ep->cfg.bucket_bytes;
 		slot_plan(s->bucket_bytes, &wire, &s->slot_bytes, &s->nslots);
-		if (xfer_chunks_make(ep, wire, &s->chunks, &s->nchunks, err) != 0) return -1;
+		free(s->chunks);
+		if (xfer_chunks_cut(ep->m, ep->offsets, wire, 1, &s->chunks, &s->nchunks, err) != 0 ||
+		    xfer_ucx_tree_plan(ep, s, err) != 0)
+			return -1;
 		if (ep->cfg.p2p.port <= 0 || ep->cfg.p2p.port > 65535)
 			return xfer_fail(err, XFER_EINVAL, "p2p sender needs the receiver's port (cfg.p2p.port)");
 		if (s->any_cuda) {
@@ -639,7 +641,9 @@ int xfer_ucx_accept(xfer_endpoint *ep, ucx_state *s, int wait_ms, xfer_err *err)
 	xfer_err st = { 0 };
 	int mode = MODE_UCX;
 	free(s->chunks);
-	if (xfer_chunk_plan(ep->m, ep->offsets, wire, desc, h.manifest_len, &s->chunks, &s->nchunks, &st) == 0)
+	if (xfer_chunk_plan_cut(ep->m, ep->offsets, wire, 1, desc, h.manifest_len, &s->chunks, &s->nchunks, &st) ==
+		    0 &&
+	    xfer_ucx_tree_plan(ep, s, &st) == 0)
 		st.code = XFER_OK;
 	if (st.code != XFER_OK) xfer_err_prefix(&st, "sender's manifest vs receiver's");
 	else if (ep->p2p_auto && (h.flags & F_AUTO)) mode = decide(s, &h, why, sizeof why);

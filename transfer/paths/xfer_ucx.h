@@ -23,7 +23,9 @@ enum {
 	SLOT_MAX = 8 << 20,   /* a slot (a chunk) holds at most this: the ring (64 MiB) stays in the
 				 last-level cache, so a receiver reads what the sender just wrote there */
 	PAGE = 4096,
-	BLOCK = 256 << 10,    /* a sender's puts and hashes, in blocks that stay in cache */
+	BLOCK = 256 << 10,    /* a sender's puts and hashes, in blocks that stay in cache: one tree
+				 chunk each (XFER_TREE_CHUNK) */
+	TREE = XFER_TREE_CHUNK,
 	RBLOCK = 64 << 10,    /* a receiver's hashes and copies: smaller, as its worker progresses
 				 between them (UCX's TCP lands puts only then) */
 	MAX_BLOB = 64 << 10,  /* a worker address or packed rkey larger than this is refused */
@@ -67,15 +69,19 @@ typedef struct {
 	uint32_t rkey_len, pad;
 } uregion;
 
+/* Wire 4, as p2p-tcp's wire 3: the tree chunk hashes (XXH3-64 of 256 KiB
+ * of a tensor) that chunk k holds, then the tree sums of the tensors that
+ * end in it. */
 typedef struct {
 	char magic[4];
-	uint32_t nstripes;
-	uint64_t version, chunk;
-} uready; /* followed by nstripes xfer_sums */
+	uint32_t ntops;
+	uint64_t version, chunk, nhash;
+} uready; /* followed by nhash uint64_t and ntops xfer_sums */
 
 _Static_assert(sizeof(ureply) == 40, "reply is 40 bytes on the wire");
 _Static_assert(sizeof(uregion) == 24, "region is 24 bytes on the wire");
-_Static_assert(sizeof(uready) == 24, "ready is 24 bytes on the wire");
+_Static_assert(sizeof(uready) == 32, "ready is 32 bytes on the wire");
+_Static_assert(BLOCK == XFER_TREE_CHUNK, "a sender's block is one tree chunk");
 
 typedef struct ucx_state ucx_state;
 
@@ -147,7 +153,13 @@ struct ucx_state {
 	int remote_direct;
 	unsigned char *lslot; /* CUDA tensors: a chunk on the host */
 	uint64_t lslot_bytes;
-	xfer_sum sums[2][MAX_STRIPES]; /* chunk k's per stripe in [k % 2]: two chunks are in the lanes' hands */
+	/* the tree plan (xfer_ucx_tree_plan), the same on both ends */
+	uint64_t *tfirst; /* per tensor: its first tree chunk among all (n+1) */
+	uint64_t *hfirst; /* per chunk: its first tree chunk (nchunks+1) */
+	size_t *tend;     /* per chunk: the tensors that end in chunk k are tend[k]..tend[k+1]-1 */
+	uint64_t *hash;   /* this end's tree chunk hashes, written by the lanes */
+	uint64_t *peer;   /* receiver: the sender's */
+	xfer_sum *tsums;  /* sender: its tree sums; receiver: the sender's, once checked */
 	pool pool;
 	int prof;        /* SKEIN_UCX_PROFILE */
 	double ph[PH_N]; /* the control thread's phases */
@@ -170,6 +182,10 @@ void xfer_ucx_close(ucx_state *s, int failed);
 
 /* xfer_ucx_data.c: the lanes' threads, stopped (teardown, a new lane count) */
 void xfer_ucx_pool_stop(ucx_state *s);
+/* Where each chunk's tree chunks and tensor sums lie, from s->chunks (cut
+ * with tree cuts); frees the previous plan.  xfer_ucx_tree_free: at teardown. */
+int xfer_ucx_tree_plan(xfer_endpoint *ep, ucx_state *s, xfer_err *err);
+void xfer_ucx_tree_free(ucx_state *s);
 
 #endif /* XFER_HAVE_UCX */
 #endif

@@ -20,7 +20,8 @@
  * lane goes on with the next chunk while the ready and credit messages
  * cross and a late lane catches up.
  *
- * Chunks and slots (slot_plan): an eighth of a bucket (at most 8 MiB), in a
+ * Chunks and slots (slot_plan): an eighth of a bucket (512 KiB, two tree
+ * chunks, to 8 MiB; cut on tree-chunk boundaries, as are the stripes), in a
  * ring of at most 8 slots (64 MiB): small enough that the receiver reads
  * what the sender just wrote from the last-level cache, not from memory
  * (on the H200 host, with the mapped slots, the receiver's hashing of
@@ -343,10 +344,87 @@ static const unsigned char *tensor_at(const xfer_endpoint *ep, size_t t, uint64_
 	return (const unsigned char *)ep->m->t[t].ptr + (a - ep->offsets[t]);
 }
 
-static xfer_sum digest(XXH3_state_t *st)
+/* ---- the tree plan: chunks are cut on tree-chunk boundaries (slot_plan),
+ * stripes too (tree_stripe_of), so each lane hashes whole tree chunks and
+ * both ends compare them one by one, then each tensor's tree sum (as
+ * p2p-tcp; the sums are the version's root, xfer_root.c) ---- */
+
+void xfer_ucx_tree_free(ucx_state *s)
 {
-	XXH128_hash_t h = XXH3_128bits_digest(st);
-	return (xfer_sum){ h.low64, h.high64 };
+	free(s->tfirst);
+	free(s->hfirst);
+	free(s->tend);
+	free(s->hash);
+	free(s->peer);
+	free(s->tsums);
+	s->tfirst = s->hfirst = s->hash = s->peer = NULL;
+	s->tend = NULL;
+	s->tsums = NULL;
+}
+
+int xfer_ucx_tree_plan(xfer_endpoint *ep, ucx_state *s, xfer_err *err)
+{
+	const xfer_manifest *m = ep->m;
+	size_t n = m->n, nc = s->nchunks;
+	xfer_ucx_tree_free(s);
+	s->tfirst = calloc(n + 1, sizeof *s->tfirst);
+	s->hfirst = calloc(nc + 1, sizeof *s->hfirst);
+	s->tend = calloc(nc + 1, sizeof *s->tend);
+	s->tsums = calloc(n + 1, sizeof *s->tsums);
+	if (!s->tfirst || !s->hfirst || !s->tend || !s->tsums) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	for (size_t t = 0; t < n; t++) s->tfirst[t + 1] = s->tfirst[t] + xfer_tree_nchunks(m->t[t].nbytes);
+	uint64_t total = s->tfirst[n];
+	size_t t = 0;
+	for (size_t k = 0; k < nc; k++) {
+		uint64_t a = s->chunks[k].off, b = a + s->chunks[k].len;
+		size_t h = xfer_tensor_at(ep, a);
+		s->hfirst[k] = h < n ? s->tfirst[h] + (a - ep->offsets[h] + TREE - 1) / TREE : total;
+		while (t < n && ep->offsets[t + 1] <= b) t++;
+		s->tend[k + 1] = k + 1 == nc ? n : t;
+	}
+	s->hfirst[nc] = total;
+	s->hash = calloc(total + 1, sizeof *s->hash);
+	s->peer = calloc(total + 1, sizeof *s->peer);
+	if (!s->hash || !s->peer) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	return 0;
+}
+
+/* x rounded down to a tree-chunk boundary of the tensor that holds it, not
+ * below lo (a chunk's start, itself a boundary). */
+static uint64_t tree_floor(const xfer_endpoint *ep, uint64_t x, uint64_t lo, uint64_t end)
+{
+	if (x >= end || x <= lo) return x;
+	size_t t = xfer_tensor_at(ep, x);
+	uint64_t y = ep->offsets[t] + (x - ep->offsets[t]) / TREE * TREE;
+	return y > lo ? y : lo;
+}
+
+/* Stripe i of chunk c: xfer_stripe_of's, its ends moved down to tree-chunk
+ * boundaries (the same on both ends; a stripe may be empty). */
+static void tree_stripe_of(const xfer_endpoint *ep, xfer_span c, int nstripes, int i, uint64_t *a, uint64_t *b)
+{
+	xfer_stripe_of(c, nstripes, i, a, b);
+	uint64_t end = c.off + c.len;
+	*a = tree_floor(ep, *a, c.off, end);
+	*b = tree_floor(ep, *b, c.off, end);
+	if (*b < *a) *b = *a;
+}
+
+/* The index among all of the tree chunk that starts at x (a boundary). */
+static uint64_t tree_index(const xfer_endpoint *ep, const ucx_state *s, size_t t, uint64_t x)
+{
+	return s->tfirst[t] + (x - ep->offsets[t]) / TREE;
+}
+
+/* Receiver: the tree chunk g, just hashed, against the sender's. */
+static int tree_check(const ucx_state *s, size_t t, uint64_t g, xfer_err *err)
+{
+	if (s->hash[g] == s->peer[g]) return 0;
+	const xfer_endpoint *ep = s->ep;
+	uint64_t at = (g - s->tfirst[t]) * TREE, end = at + TREE < ep->m->t[t].nbytes ? at + TREE : ep->m->t[t].nbytes;
+	return xfer_fail(err, XFER_ECHECKSUM, "version %llu tensor %s: checksum mismatch in its bytes %llu..%llu",
+			 (unsigned long long)s->version, ep->m->t[t].name, (unsigned long long)at,
+			 (unsigned long long)end);
 }
 
 static int flush_lane(ucx_state *s, lane *l, const char *what, xfer_err *err)
@@ -360,12 +438,11 @@ static int flush_lane(ucx_state *s, lane *l, const char *what, xfer_err *err)
 /* Sender: puts the stripe [a, b) of chunk k block by block, hashing each
  * block just after its put (while it is in cache), then flushes the lane
  * (remote completion). */
-static int send_stripe(ucx_state *s, lane *l, size_t k, uint64_t a, uint64_t b, xfer_sum *sum, xfer_err *err)
+static int send_stripe(ucx_state *s, lane *l, size_t k, uint64_t a, uint64_t b, xfer_err *err)
 {
 	xfer_endpoint *ep = s->ep;
 	const xfer_ucp_api *u = s->u;
 	ucp_request_param_t prm = { .op_attr_mask = 0 };
-	XXH3_128bits_reset(l->hs);
 	for (size_t t = xfer_tensor_at(ep, a); t < ep->m->n && a < b; t++) {
 		uint64_t hi = ep->offsets[t + 1] < b ? ep->offsets[t + 1] : b;
 		for (; a < hi;) {
@@ -383,13 +460,13 @@ static int send_stripe(ucx_state *s, lane *l, size_t k, uint64_t a, uint64_t b, 
 			}
 			ph_add(s, l->ph, PH_PUT, t0);
 			t0 = ph_now(s);
-			XXH3_128bits_update(l->hs, src, n);
+			/* a block is one tree chunk: stripes start on their boundaries */
+			s->hash[tree_index(ep, s, t, a)] = XXH3_64bits(src, n);
 			ph_add(s, l->ph, PH_HASH, t0);
 			lane_progress(s, l);
 			a += n;
 		}
 	}
-	*sum = digest(l->hs);
 	if (l->rptr) return 0; /* stores, done (the ready message that follows is a system call) */
 	double t0 = ph_now(s);
 	int rc = flush_lane(s, l, "flush to the receiver", err);
@@ -397,47 +474,40 @@ static int send_stripe(ucx_state *s, lane *l, size_t k, uint64_t a, uint64_t b, 
 	return rc;
 }
 
-/* Receiver: hashes [a, b) of the tensors (direct: where the puts landed) or
- * of the slot, block by block, keeping the lane's worker moving. */
-static xfer_sum hash_landed(ucx_state *s, lane *l, const unsigned char *slot, uint64_t off, uint64_t a, uint64_t b)
+/* Receiver: hashes the tree chunks of [a, b) (direct: where the puts
+ * landed; else in the slot), RBLOCK by RBLOCK, keeping the lane's worker
+ * moving, and checks each against the sender's as it ends.  place (host
+ * tensors with staging): each block is also copied into the tensors
+ * through the stripe's journal while it is in cache, one pass; a mismatch
+ * makes the caller put the previous version back (the journal holds every
+ * byte this wrote, as p2p-tcp's streams do). */
+static int check_landed(ucx_state *s, lane *l, const unsigned char *slot, uint64_t off, uint64_t a, uint64_t b,
+			int place, xfer_journal *j, xfer_err *err)
 {
 	xfer_endpoint *ep = s->ep;
-	XXH3_128bits_reset(l->hs);
-	for (size_t t = slot ? 0 : xfer_tensor_at(ep, a); a < b; t++) {
-		uint64_t hi = slot || ep->offsets[t + 1] > b ? b : ep->offsets[t + 1];
-		for (; a < hi;) {
-			uint64_t n = hi - a < RBLOCK ? hi - a : RBLOCK;
-			double t0 = ph_now(s);
-			XXH3_128bits_update(l->hs, slot ? slot + (a - off) : tensor_at(ep, t, a), n);
-			ph_add(s, l->ph, PH_HASH, t0);
-			lane_progress(s, l);
-			a += n;
+	for (size_t t = xfer_tensor_at(ep, a); t < ep->m->n && a < b; t++) {
+		uint64_t hi = ep->offsets[t + 1] > b ? b : ep->offsets[t + 1];
+		while (a < hi) {
+			uint64_t g = tree_index(ep, s, t, a), te = a + TREE < hi ? a + TREE : hi;
+			XXH3_64bits_reset(l->hs);
+			for (; a < te;) {
+				uint64_t n = te - a < RBLOCK ? te - a : RBLOCK;
+				const unsigned char *p = slot ? slot + (a - off) : tensor_at(ep, t, a);
+				double t0 = ph_now(s);
+				XXH3_64bits_update(l->hs, p, n);
+				ph_add(s, l->ph, PH_HASH, t0);
+				if (place) {
+					t0 = ph_now(s);
+					if (xfer_place_stripe(ep, slot, off, a, a + n, j, err) != 0) return -1;
+					ph_add(s, l->ph, PH_PLACE, t0);
+				}
+				lane_progress(s, l);
+				a += n;
+			}
+			s->hash[g] = XXH3_64bits_digest(l->hs);
+			if (tree_check(s, t, g, err) != 0) return -1;
 		}
 	}
-	return digest(l->hs);
-}
-
-/* Receiver, host tensors with staging: hashes a block of the slot and
- * copies it into the tensors through the stripe's journal while it is in
- * cache, one pass; the checksum decides at the end of the stripe, and a
- * mismatch makes the caller put the previous version back (the journal
- * holds every byte this wrote, as p2p-tcp's streams do). */
-static int check_place(ucx_state *s, lane *l, const unsigned char *slot, uint64_t off, uint64_t a, uint64_t b,
-		       xfer_journal *j, xfer_sum *got, xfer_err *err)
-{
-	XXH3_128bits_reset(l->hs);
-	for (; a < b;) {
-		uint64_t n = b - a < RBLOCK ? b - a : RBLOCK;
-		double t0 = ph_now(s);
-		XXH3_128bits_update(l->hs, slot + (a - off), n);
-		ph_add(s, l->ph, PH_HASH, t0);
-		t0 = ph_now(s);
-		if (xfer_place_stripe(s->ep, slot, off, a, a + n, j, err) != 0) return -1;
-		ph_add(s, l->ph, PH_PLACE, t0);
-		lane_progress(s, l);
-		a += n;
-	}
-	*got = digest(l->hs);
 	return 0;
 }
 
@@ -448,21 +518,12 @@ static int stripe_job(ucx_state *s, lane *l, size_t k, xfer_err *err)
 	xfer_endpoint *ep = s->ep;
 	xfer_span c = s->chunks[k];
 	uint64_t a, b;
-	xfer_stripe_of(c, s->nstripes, l->idx, &a, &b);
-	if (ep->cfg.role == XFER_SENDER) return send_stripe(s, l, k, a, b, &s->sums[k % 2][l->idx], err);
+	tree_stripe_of(ep, c, s->nstripes, l->idx, &a, &b);
+	if (ep->cfg.role == XFER_SENDER) return send_stripe(s, l, k, a, b, err);
 	const unsigned char *slot = s->direct ? NULL : s->slots + (k % (size_t)s->nslots) * s->slot_bytes;
 	xfer_journal *j = ep->stats.version ? s->j[l->idx] : NULL;
-	xfer_sum got;
 	int placed = slot && !s->any_cuda; /* CUDA tensors: checked first, then copied to the device */
-	if (placed) {
-		if (check_place(s, l, slot, c.off, a, b, j, &got, err) != 0) return -1;
-	} else {
-		got = hash_landed(s, l, slot, c.off, a, b);
-	}
-	if (!xfer_sum_equal(got, s->sums[k % 2][l->idx]))
-		return xfer_fail(err, XFER_ECHECKSUM, "version %llu, bytes %llu..%llu (tensor %s): checksum mismatch on arrival",
-				 (unsigned long long)s->version, (unsigned long long)a, (unsigned long long)b,
-				 ep->m->t[xfer_tensor_at(ep, a)].name);
+	if (check_landed(s, l, slot, c.off, a, b, placed, j, err) != 0) return -1;
 	if (!slot || placed) return 0;
 	double t0 = ph_now(s);
 	int rc = xfer_place_stripe(ep, slot, c.off, a, b, j, err);
@@ -502,13 +563,22 @@ static int wait_credit(ucx_state *s, uint64_t k, uint64_t *next, xfer_err *err)
 	return 0;
 }
 
-/* Test hook: one byte of the landing place flipped after the chunk landed
- * (through lane 0, idle between chunks). */
+/* Test hooks, corrupt_at and corrupt_version (the middle byte of that
+ * version, as p2p-tcp): one byte of the landing place flipped after the
+ * chunk landed and its sums were taken (through lane 0, idle between
+ * chunks); the sender's own copy stays right. */
+static int corrupting(const xfer_endpoint *ep, const ucx_state *s)
+{
+	return xfer_hooks.corrupt_at || (xfer_hooks.corrupt_version && xfer_hooks.corrupt_version == s->version &&
+					 ep->m->bytes > 0);
+}
+
 static int corrupt_chunk(xfer_endpoint *ep, ucx_state *s, size_t k, xfer_err *err)
 {
-	long long at = xfer_hooks.corrupt_at - 1;
+	if (!corrupting(ep, s)) return 0;
+	long long at = xfer_hooks.corrupt_at ? xfer_hooks.corrupt_at - 1 : (long long)(ep->m->bytes / 2);
 	xfer_span c = s->chunks[k];
-	if (!xfer_hooks.corrupt_at || (uint64_t)at < c.off || (uint64_t)at >= c.off + c.len) return 0;
+	if (at < 0 || (uint64_t)at < c.off || (uint64_t)at >= c.off + c.len) return 0;
 	size_t t = xfer_tensor_at(ep, (uint64_t)at);
 	lane *l = &s->lane[0];
 	static unsigned char flipped;
@@ -547,11 +617,17 @@ static int send_ready(xfer_endpoint *ep, ucx_state *s, size_t k, xfer_err *err)
 	double t0 = ph_now(s);
 	if (pool_wait(s, k, err) != 0 || corrupt_chunk(ep, s, k, err) != 0) return -1;
 	ph_add(s, s->ph, PH_RUN, t0);
-	uready r = { .nstripes = (uint32_t)s->nstripes, .version = s->version, .chunk = k };
-	memcpy(r.magic, "SKR1", 4);
-	struct iovec iv[2] = { { &r, sizeof r }, { s->sums[k % 2], (size_t)s->nstripes * sizeof s->sums[0][0] } };
+	const xfer_manifest *m = ep->m;
+	for (size_t t = s->tend[k]; t < s->tend[k + 1]; t++)
+		s->tsums[t] = xfer_tree_top(s->hash + s->tfirst[t], s->tfirst[t + 1] - s->tfirst[t], m->t[t].nbytes);
+	uready r = { .ntops = (uint32_t)(s->tend[k + 1] - s->tend[k]), .version = s->version, .chunk = k,
+		     .nhash = s->hfirst[k + 1] - s->hfirst[k] };
+	memcpy(r.magic, "SKR2", 4);
+	struct iovec iv[3] = { { &r, sizeof r },
+			       { s->hash + s->hfirst[k], r.nhash * sizeof *s->hash },
+			       { s->tsums + s->tend[k], r.ntops * sizeof *s->tsums } };
 	t0 = ph_now(s);
-	if (xfer_sock_sendv(s->ctl, iv, 2, "ready", "receiver", ep->cfg.timeout_ms, err) != 0) return -1;
+	if (xfer_sock_sendv(s->ctl, iv, 3, "ready", "receiver", ep->cfg.timeout_ms, err) != 0) return -1;
 	ph_add(s, s->ph, PH_READY, t0);
 	/* test hook: the process dies once chunk k is announced */
 	if (xfer_hooks.die_after_bucket && k + 1 == (size_t)xfer_hooks.die_after_bucket) _exit(3);
@@ -571,7 +647,7 @@ int xfer_ucx_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 	pool_begin(s);
 	/* CUDA tensors go through one host slot, and the corrupting hook uses
 	 * lane 0 between chunks: then each chunk is done before the next */
-	int lockstep = s->lslot || xfer_hooks.corrupt_at;
+	int lockstep = s->lslot || corrupting(ep, s);
 	double w0 = ph_now(s), t0;
 	if (xfer_sock_send_vhead(s->ctl, ep, v, err) != 0) goto err;
 	size_t sent = 0; /* chunks announced */
@@ -608,6 +684,7 @@ int xfer_ucx_send(xfer_endpoint *ep, uint64_t v, xfer_err *err)
 	}
 	ph_add(s, s->ph, PH_ANSWER, t0);
 	ph_report(s, "sender", w0 ? xfer_now() - w0 : 0);
+	if (xfer_root_keep(ep, v, XFER_SUM_TREE, s->tsums, err) != 0) goto err; /* its sums: Done.root */
 	ep->stats.bytes_moved = ep->m->bytes;
 	ep->stats.staging_peak = s->lslot_bytes;
 	return 0;
@@ -639,6 +716,15 @@ static int placed(ucx_state *s, size_t k, xfer_err *err)
 	double t0 = ph_now(s);
 	if (pool_wait(s, k, err) != 0) return -1;
 	ph_add(s, s->ph, PH_RUN, t0);
+	/* every tree chunk matched; the sums of the tensors that end here too */
+	const xfer_manifest *m = s->ep->m;
+	for (size_t t = s->tend[k]; t < s->tend[k + 1]; t++) {
+		xfer_sum mine = xfer_tree_top(s->hash + s->tfirst[t], s->tfirst[t + 1] - s->tfirst[t], m->t[t].nbytes);
+		if (!xfer_sum_equal(mine, s->tsums[t]))
+			return xfer_fail(err, XFER_ECHECKSUM, "version %llu tensor %s: checksum mismatch on arrival "
+					 "(its tree sum, chunk %zu of %zu)", (unsigned long long)s->version, m->t[t].name,
+					 k, s->nchunks);
+	}
 	t0 = ph_now(s);
 	uint32_t c[2] = { CREDIT, (uint32_t)k };
 	if (!s->direct && xfer_sock_send(s->ctl, c, sizeof c, "credit", "sender", s->ep->cfg.timeout_ms, err) != 0)
@@ -683,15 +769,16 @@ int xfer_ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err
 			failed = 1;
 			break;
 		}
-		if (memcmp(r.magic, "SKR1", 4) != 0 || r.nstripes != (uint32_t)s->nstripes || r.version != hv ||
-		    r.chunk != k) {
+		if (memcmp(r.magic, "SKR2", 4) != 0 || r.ntops != (uint32_t)(s->tend[k + 1] - s->tend[k]) ||
+		    r.nhash != s->hfirst[k + 1] - s->hfirst[k] || r.version != hv || r.chunk != k) {
 			xfer_fail(err, XFER_EFORMAT, "unexpected message from the sender (chunk %llu of version %llu)",
 				  (unsigned long long)r.chunk, (unsigned long long)r.version);
 			failed = 1;
 			break;
 		}
-		if (xfer_sock_recv(s->ctl, s->sums[k % 2], (size_t)s->nstripes * sizeof s->sums[0][0], "ready", "sender", to,
-				   err) != 0) {
+		struct iovec iv[2] = { { s->peer + s->hfirst[k], r.nhash * sizeof *s->peer },
+				       { s->tsums + s->tend[k], r.ntops * sizeof *s->tsums } };
+		if (xfer_sock_recvv(s->ctl, iv, 2, "ready", "sender", to, err) != 0) {
 			failed = 1;
 			break;
 		}
@@ -710,6 +797,8 @@ int xfer_ucx_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err
 	}
 	if (xfer_sock_send_status(s->ctl, NULL, to, err) != 0) goto err;
 	ph_report(s, "receiver", w0 ? xfer_now() - w0 : 0);
+	/* the sums every tensor matched: their root goes to the head */
+	if (xfer_root_keep(ep, hv, XFER_SUM_TREE, s->tsums, err) != 0) goto err;
 	ep->stats.bytes_moved = m->bytes;
 	ep->stats.staging_peak = s->direct ? 0 : s->slots_len;
 	ep->undo_ready = journaled && s->j[0];

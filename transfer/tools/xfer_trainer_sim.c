@@ -35,6 +35,19 @@ int main(int argc, char **argv)
 	}
 	if (xfer_open(&ep, &c, xfer_sim_model_manifest(&s), &e) != 0) goto err;
 	if (*xfer_endpoint_note(ep)) printf("trainer: %s\n", xfer_endpoint_note(ep));
+	/* a test flag that cannot act must say so, not pass silently: these
+	 * paths read xfer_hooks.corrupt_version (issue 27) */
+	static const char *const corrupts[] = { "disk-delta", "colocated", "broadcast", "broadcast_packed",
+						"p2p",        "p2p-tcp",   "p2p-ucx" };
+	int acts = 0;
+	for (size_t i = 0; i < sizeof corrupts / sizeof *corrupts; i++)
+		acts |= !strcmp(xfer_endpoint_path(ep), corrupts[i]);
+	if (o.corrupt_version && !acts) {
+		fprintf(stderr, "trainer: error: --corrupt-version cannot act on path %s\n", xfer_endpoint_path(ep));
+		xfer_close(&ep);
+		xfer_sim_model_free(&s);
+		return 2;
+	}
 	xfer_hooks.corrupt_version = o.corrupt_version;
 	/* a restarted trainer goes on above the job's newest version (the model
 	 * is a function of the version, so it picks up where the job is);

@@ -10,7 +10,12 @@
  * failure (a half-read answer leaves the stream out of step, so it is never
  * reused).  Everything from the agent is bounded: the length before any
  * allocation (XFER_AGENT_ANSWER_MAX), the time of the whole call (poll with a
- * deadline), the answer's nonce must be ours.  Unlike agent_rpc.c this
+ * deadline), the answer's nonce must be ours.  A `wait` (the head's long
+ * poll) whose time runs out before any byte of its answer came is not
+ * dropped but kept pending: the next `wait` reads that answer instead of
+ * asking again, so a caller's short wait never loses an instruction the
+ * head handed out meanwhile (a `serve` for a peer's catch-up, a `receive`).
+ * Any other verb gives a pending wait up.  Unlike agent_rpc.c this
  * client does not seal: a Unix socket needs no key, and libskein does not
  * link the agent's crypto.  Not thread-safe: one client per thread. */
 #include "transfer/update/xfer_coord.h"
@@ -31,7 +36,13 @@ struct xfer_agent {
 	char rpc[sizeof(((struct sockaddr_un *)0)->sun_path) + 8]; /* "unix:PATH" */
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	int fd;
+	/* a `wait` sent on fd whose answer has not come yet */
+	int pending;
+	double pending_since;
+	uint8_t pending_nonce[XFER_AGENT_NONCE];
 };
+
+enum { AGENT_PENDING_MAX_MS = 2 * XFER_COORD_CALL_MS }; /* then it is asked afresh */
 
 int xfer_agent_parse(const char *rpc, char *path, size_t n, xfer_err *err)
 {
@@ -72,6 +83,12 @@ static void drop(xfer_agent *a)
 {
 	if (a->fd >= 0) close(a->fd);
 	a->fd = -1;
+	a->pending = 0;
+}
+
+int xfer_agent_pending(const xfer_agent *a)
+{
+	return a && a->pending;
 }
 
 static int left_ms(double deadline)
@@ -142,32 +159,61 @@ int xfer_agent_call(xfer_agent *a, const char *verb, const void *payload, size_t
 	double deadline = xfer_now() + (timeout_ms > 0 ? timeout_ms : 1) / 1e3;
 	uint8_t nonce[XFER_AGENT_NONCE], *frame = NULL, *in = NULL;
 	Skein__Control__Response *r = NULL;
-	if (getrandom(nonce, sizeof nonce, 0) != sizeof nonce)
-		return xfer_fail_errno(err, XFER_EIO, "getrandom");
-	Skein__Control__Request q = SKEIN__CONTROL__REQUEST__INIT;
-	char *args[1] = { (char *)verb };
-	struct timespec wall;
-	clock_gettime(CLOCK_REALTIME, &wall);
-	q.cmd = "wv";
-	q.n_args = 1;
-	q.args = args;
-	q.format = "text";
-	q.recipient = a->rpc;
-	q.time_ms = (uint64_t)wall.tv_sec * 1000 + (uint64_t)wall.tv_nsec / 1000000;
-	q.nonce.data = nonce;
-	q.nonce.len = sizeof nonce;
-	q.payload.data = (uint8_t *)payload;
-	q.payload.len = len;
-	size_t n = skein__control__request__get_packed_size(&q);
-	if (n > XFER_AGENT_REQUEST_MAX) return xfer_fail(err, XFER_EINVAL, "wv %s: a request of %zu bytes", verb, n);
-	frame = malloc(n + 4);
-	if (!frame) return xfer_fail(err, XFER_ENOMEM, "out of memory");
-	frame[0] = (uint8_t)(n >> 24), frame[1] = (uint8_t)(n >> 16), frame[2] = (uint8_t)(n >> 8), frame[3] = (uint8_t)n;
-	skein__control__request__pack(&q, frame + 4);
+	int keep = !strcmp(verb, "wait");
+	if (a->pending && (!keep || xfer_now() - a->pending_since > AGENT_PENDING_MAX_MS / 1e3))
+		drop(a); /* another call, or a wait unanswered for too long: ask afresh */
+	if (a->pending) {
+		memcpy(nonce, a->pending_nonce, sizeof nonce); /* the request is out: read its answer */
+	} else {
+		if (getrandom(nonce, sizeof nonce, 0) != sizeof nonce)
+			return xfer_fail_errno(err, XFER_EIO, "getrandom");
+		Skein__Control__Request q = SKEIN__CONTROL__REQUEST__INIT;
+		char *args[1] = { (char *)verb };
+		struct timespec wall;
+		clock_gettime(CLOCK_REALTIME, &wall);
+		q.cmd = "wv";
+		q.n_args = 1;
+		q.args = args;
+		q.format = "text";
+		q.recipient = a->rpc;
+		q.time_ms = (uint64_t)wall.tv_sec * 1000 + (uint64_t)wall.tv_nsec / 1000000;
+		q.nonce.data = nonce;
+		q.nonce.len = sizeof nonce;
+		q.payload.data = (uint8_t *)payload;
+		q.payload.len = len;
+		size_t n = skein__control__request__get_packed_size(&q);
+		if (n > XFER_AGENT_REQUEST_MAX)
+			return xfer_fail(err, XFER_EINVAL, "wv %s: a request of %zu bytes", verb, n);
+		frame = malloc(n + 4);
+		if (!frame) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+		frame[0] = (uint8_t)(n >> 24), frame[1] = (uint8_t)(n >> 16), frame[2] = (uint8_t)(n >> 8),
+		frame[3] = (uint8_t)n;
+		skein__control__request__pack(&q, frame + 4);
+		if (agent_connect(a, err) != 0 || move(a, 1, frame, n + 4, deadline, "request", err) != 0) goto broken;
+	}
+	if (keep) {
+		/* the head's answer may take its long poll: if none of it came in
+		 * our time, the request stays pending for the next wait */
+		struct pollfd pq = { .fd = a->fd, .events = POLLIN };
+		int pr;
+		while ((pr = poll(&pq, 1, left_ms(deadline))) < 0 && errno == EINTR) {}
+		if (pr < 0) { xfer_fail_errno(err, XFER_EIO, "poll"); goto broken; }
+		if (pr == 0) {
+			if (!a->pending) {
+				a->pending = 1;
+				a->pending_since = xfer_now();
+				memcpy(a->pending_nonce, nonce, sizeof nonce);
+			}
+			free(frame);
+			return xfer_fail(err, XFER_ETIMEOUT, "agent %s: no answer to wv %s yet (kept pending)", a->rpc,
+					 verb);
+		}
+		a->pending = 0;
+		/* its first bytes are here: the rest is in flight, a small frame */
+		if (deadline < xfer_now() + 1.0) deadline = xfer_now() + 1.0;
+	}
 	uint8_t hdr[4];
-	if (agent_connect(a, err) != 0 || move(a, 1, frame, n + 4, deadline, "request", err) != 0 ||
-	    move(a, 0, hdr, 4, deadline, "answer", err) != 0)
-		goto broken;
+	if (move(a, 0, hdr, 4, deadline, "answer", err) != 0) goto broken;
 	uint32_t alen = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
 	if (alen > XFER_AGENT_ANSWER_MAX) {
 		xfer_fail(err, XFER_EFORMAT, "agent %s: an answer of %u bytes (at most %d)", a->rpc, alen,

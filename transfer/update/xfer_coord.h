@@ -33,11 +33,15 @@ void xfer_agent_free(xfer_agent **a);
  * (*out malloc'd, maybe 0 bytes), within timeout_ms.  -1 with err:
  * XFER_EPEER   ask again: the agent is unreachable, the connection broke, or
  *              its answer says to retry (no head, a handover);
- * XFER_ETIMEOUT no answer in time (the connection is dropped);
+ * XFER_ETIMEOUT no answer in time: the connection is dropped, but for
+ *              `wait`, whose request stays pending (xfer_agent_pending)
+ *              and whose answer the next `wait` call reads;
  * XFER_EFORMAT a malformed answer: oversize, not a Response, another nonce;
  * XFER_EINVAL  refused (the answer's code != 0; its error line in msg). */
 int xfer_agent_call(xfer_agent *a, const char *verb, const void *payload, size_t len, int timeout_ms,
 		    uint8_t **out, size_t *olen, xfer_err *err);
+/* 1 while a `wait` was sent and its answer not read yet. */
+int xfer_agent_pending(const xfer_agent *a);
 
 /* ---- the messages (xfer_wv.c) ---- */
 typedef struct {

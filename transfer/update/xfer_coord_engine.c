@@ -20,7 +20,10 @@
  * while no sender has connected yet, and while nothing comes the engine
  * asks the head itself every RECV_ASK_MS (a disk-delta version its sender
  * removed when the update aborted never comes; the heartbeat would see it
- * only after XFER_COORD_HEARTBEAT_MS). */
+ * only after XFER_COORD_HEARTBEAT_MS).  A wait shorter than the head's long
+ * poll returns XFER_ENOVERSION with its `wait` still pending in the client
+ * (xfer_agent.c): the next xfer_receive reads that answer, so no
+ * instruction is lost to the caller's deadline. */
 #include "transfer/update/xfer_coord.h"
 
 #include <stdio.h>
@@ -188,6 +191,16 @@ static void do_receive(xfer_endpoint *ep, const xfer_wv_instr *in)
 	c->seconds = xfer_now() - t0;
 	/* the split goes with the verdict (a failed receive's undo included) */
 	c->timings = rx ? xfer_coord_timings(&ep->stats) : (xfer_timings){ 0 };
+	/* the undo journal's size and place go to the engine's log, not to
+	 * `skeinctl transfers` (that needs fields in the agent's records,
+	 * issue 27), and only when it spilled past the device: the case to act on */
+	if (rc == 0 && ep->stats.device_journal_spilled)
+		fprintf(stderr, "skein: %s v%llu: undo journal %llu MiB, %llu MiB of it spilled past the device's %llu MiB "
+			"to host memory (device_journal_bytes, docs/transfer.md)\n",
+			ep->cfg.coord.member ? ep->cfg.coord.member : "engine",
+			(unsigned long long)v, (unsigned long long)(ep->stats.journal_bytes >> 20),
+			(unsigned long long)(ep->stats.device_journal_spilled >> 20),
+			(unsigned long long)(ep->stats.device_journal_peak >> 20));
 	if (rc == 0 && xfer_hooks.stall_file) {
 		FILE *f = fopen(xfer_hooks.stall_file, "re");
 		unsigned long long sv = 0;
@@ -371,6 +384,10 @@ static int engine_loop(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_w
 		if (rc != 0) {
 			if (err->code == XFER_EPEER || err->code == XFER_ETIMEOUT) {
 				if (xfer_now() < deadline) continue; /* the agent or head comes back */
+				if (xfer_agent_pending(c->agent)) /* the head's long poll outlasts our wait: */
+					return xfer_fail(err, XFER_ENOVERSION, /* its answer is read next time */
+							 "no version committed within %d ms (holding %llu)", wait_ms,
+							 (unsigned long long)c->held);
 				xfer_err_prefix(err, "no word from the head within %d ms", wait_ms);
 			}
 			return -1;

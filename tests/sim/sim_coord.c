@@ -1,0 +1,504 @@
+/* tests/sim/sim_coord: `skein-sim coord`, the head's update coordinator at
+ * scale (issue 25, item 5).
+ *
+ * Drives the real coordinator (jobs/wv_coord), the real records (their
+ * codec and jobs/wv_state, applied on the head's replica and on a standby
+ * voter's) and the real membership (tests/sim: SWIM on every agent, the
+ * head learning of a node's failure from its own view) on a fake clock:
+ * agents x engines-per-agent engines of one job ("j/engine-<id>" on agent
+ * id / engines-per-agent), a trainer on the last agent, the head on agent
+ * 0 and its standby on agent 1.  A stream of updates with faults drawn
+ * from the seed: an engine's process exits mid-update (it comes back two
+ * updates later), every 5th update a node fails (its engines are lost when
+ * the head's membership view says so; it restarts three updates later),
+ * and in the middle update the head fails: the standby adopts the open
+ * record from its replica, the engines (level-triggered) and the sender
+ * say their words again, and the update finishes.
+ *
+ * Not the real Raft: an entry commits a fixed time after its proposal (two
+ * one-way latencies and 1 ms of fsync), and its bytes are the record's
+ * packed size (the log entry's payload).  Messages at the head are modeled
+ * on today's protocol (per engine: its receive, its verdict, its commit;
+ * the fan-in by node of item 2 is not built).  CPU is measured on this
+ * machine (CLOCK_THREAD_CPUTIME_ID) around the head's own calls: the
+ * coordinator, building, packing and applying records, adopting; idle CPU
+ * is the head's handling of the idle engines' waits (one a second each,
+ * each a lookup of the engine in the last record) over a simulated idle
+ * minute.  All else is a pure function of the seed. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/sk_heap.h"
+#include "common/sk_rng.h"
+#include "jobs/wv_coord.h"
+#include "jobs/wv_state.h"
+#include "tests/sim/sim.h"
+
+enum { EV_COMMIT, EV_STAGED, EV_DONE, EV_EXIT, EV_FAILOVER, EV_TAKEOVER, EV_POLL, EV_TICK };
+
+typedef struct {
+	int kind;
+	uint32_t a;                    /* engine id, or the entry's index */
+	uint64_t v;                    /* the update */
+} ev;
+
+typedef struct {
+	uint8_t *data;
+	size_t len;
+	uint64_t proposed_us;
+	bool final;
+} entry;
+
+typedef struct {
+	sim_t *mbr;
+	sk_heap heap;
+	sk_rng rng;
+	uint32_t agents, epa, E, head, trainer;
+	uint64_t lat_us;
+	wv_state *rep[2];              /* the head's replica, the standby's */
+	wv_coord co;
+	bool open, head_up;
+	uint64_t v;
+	uint32_t *dead_until;          /* per engine: its process is gone until update N (0: runs) */
+	uint32_t *node_dead_until;     /* per agent: down until update N */
+	uint32_t watch[8];             /* failed nodes the head has not seen fail yet */
+	size_t nwatch;
+	size_t uncommitted;            /* entries proposed, not yet applied */
+	uint64_t full_bytes;           /* every record packed as main does (all engines): the baseline */
+	entry *log;
+	size_t nlog, logcap;
+	/* per update */
+	uint64_t bytes, msgs, entries, t_verdict, t_committed;
+	double cpu_ms;
+	bool done_sent;
+	/* totals */
+	double *commit_ms;
+	size_t *upd_bytes;
+} cs;
+
+static double cpu_now_ms(void);
+static double cpu_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void at(cs *c, uint64_t t, int kind, uint32_t a, uint64_t v)
+{
+	ev *e = malloc(sizeof *e);
+	if (!e || sk_heap_push(&c->heap, t, e) < 0) {
+		fprintf(stderr, "skein-sim coord: out of memory\n");
+		exit(2);
+	}
+	*e = (ev){ kind, a, v };
+}
+
+static uint32_t node_of(const cs *c, uint32_t id) { return id / c->epa; }
+
+static bool engine_runs(const cs *c, uint32_t id)
+{
+	uint32_t n = node_of(c, id);
+	return c->dead_until[id] == 0 && c->node_dead_until[n] == 0 && sim_state(c->mbr, n) == SIM_N_UP;
+}
+
+/* The head proposes a record: packed (its bytes counted), committed a
+ * fixed time later (EV_COMMIT applies it on both replicas). */
+static void propose(cs *c, const wv_update *u, uint64_t now)
+{
+	uint8_t *data;
+	size_t len;
+	if (wv_update_encode(u, &data, &len) < 0) exit(2);
+	if (u->compact) { /* the baseline: the same record as main packs it (every engine) */
+		wv_update full = *u;
+		uint8_t *fd;
+		size_t fl;
+		double t0 = cpu_now_ms();
+		full.compact = full.bare = false;
+		if (wv_update_encode(&full, &fd, &fl) == 0) c->full_bytes += fl, free(fd);
+		c->cpu_ms -= cpu_now_ms() - t0; /* not the head's work */
+	}
+	if (c->nlog == c->logcap) {
+		c->logcap = c->logcap ? c->logcap * 2 : 64;
+		c->log = realloc(c->log, c->logcap * sizeof *c->log);
+		if (!c->log) exit(2);
+	}
+	c->log[c->nlog] = (entry){ data, len, now, !wv_update_open(u) };
+	at(c, now + 2 * c->lat_us + 1000, EV_COMMIT, (uint32_t)c->nlog, u->version);
+	c->nlog++;
+	c->uncommitted++;
+	c->bytes += len;
+	c->entries++;
+}
+
+static void settled(cs *c, bool fin, uint64_t now)
+{
+	if (!fin) return;
+	wv_update f;
+	if (wv_coord_final(&c->co, now / 1e6, 1700000000000ull + now / 1000, &f) < 0) exit(2);
+	propose(c, &f, now);
+	wv_update_free(&f);
+	c->t_verdict = now;
+}
+
+static void begin(cs *c, uint64_t now)
+{
+	c->v++;
+	wv_update r;
+	memset(&r, 0, sizeof r);
+	snprintf(r.job, sizeof r.job, "j");
+	r.version = c->v;
+	r.base_version = wv_state_committed(c->rep[0], "j");
+	snprintf(r.mode, sizeof r.mode, "p2p-tcp");
+	snprintf(r.sender, sizeof r.sender, "j/trainer-0");
+	snprintf(r.sender_node, sizeof r.sender_node, "n%u", c->trainer);
+	snprintf(r.state, sizeof r.state, "preparing");
+	r.reason = strdup("");
+	r.engines = calloc(c->E, sizeof *r.engines);
+	r.started_ms = 1700000000000ull + now / 1000;
+	r.compact = true;
+	if (!r.reason || !r.engines) exit(2);
+	for (uint32_t id = 0; id < c->E; id++) {
+		uint32_t n = node_of(c, id);
+		if (!engine_runs(c, id) || (n != c->head && sim_view(c->mbr, c->head, n) != SIM_V_ALIVE)) continue;
+		wv_engine *e = &r.engines[r.nengines++];
+		snprintf(e->member, sizeof e->member, "j/engine-%u", id);
+		snprintf(e->node, sizeof e->node, "n%u", node_of(c, id));
+		snprintf(e->state, sizeof e->state, "pending");
+		if (!(e->reason = strdup(""))) exit(2);
+	}
+	if (wv_coord_start(&c->co, &r, now / 1e6, 30000, true, false) < 0) exit(2);
+	c->open = true;
+	c->done_sent = false;
+	propose(c, &c->co.rec, now);
+	c->msgs += 2; /* the trainer's begin, its answer (at the begin's commit) */
+}
+
+/* The begin applied: every participant told (its receive), its verdict
+ * after its data path; the sender done after the slowest. */
+static void begun(cs *c, uint64_t now)
+{
+	wv_coord_begun(&c->co, now / 1e6);
+	uint64_t slowest = 0;
+	for (size_t i = 0; i < c->co.rec.nengines; i++) {
+		uint32_t id;
+		wv_engine_id("j", c->co.rec.engines[i].member, &id);
+		uint64_t d = 50000 + sk_rng_below(&c->rng, 100000);
+		if (d > slowest) slowest = d;
+		at(c, now + c->lat_us + d + c->lat_us, EV_STAGED, id, c->v);
+		c->msgs++; /* its receive */
+	}
+	at(c, now + c->lat_us + 150000 + c->lat_us, EV_DONE, 0, c->v);
+	/* faults: an engine's process exits mid-update (half the updates) */
+	if (c->co.rec.nengines && sk_rng_below(&c->rng, 2)) {
+		uint32_t id;
+		wv_engine_id("j", c->co.rec.engines[sk_rng_below(&c->rng, c->co.rec.nengines)].member, &id);
+		at(c, now + sk_rng_below(&c->rng, 40000), EV_EXIT, id, c->v);
+	}
+}
+
+/* The standby takes over: adopts the open record from its replica; the
+ * members say their words again (their next wait, the sender's done). */
+static void takeover(cs *c, uint64_t now)
+{
+	c->head = 1;
+	c->head_up = true;
+	wv_coord_free(&c->co);
+	c->open = false;
+	const wv_update *rec = wv_state_open(c->rep[1], "j");
+	if (!rec) return;
+	wv_update r;
+	if (wv_update_copy(&r, rec) < 0) exit(2);
+	for (size_t i = 0; i < r.nengines; i++) { /* nodes from the job's layout */
+		uint32_t id;
+		wv_engine_id("j", r.engines[i].member, &id);
+		snprintf(r.engines[i].node, sizeof r.engines[i].node, "n%u", node_of(c, id));
+	}
+	if (wv_coord_start(&c->co, &r, now / 1e6, 30000, true, true) < 0) exit(2);
+	c->open = true;
+	for (size_t i = 0; i < c->co.rec.nengines; i++) {
+		uint32_t id;
+		wv_engine_id("j", c->co.rec.engines[i].member, &id);
+		if (engine_runs(c, id)) at(c, now + c->lat_us + sk_rng_below(&c->rng, 100000), EV_STAGED, id, c->v);
+	}
+	at(c, now + c->lat_us + 160000, EV_DONE, 0, c->v);
+}
+
+static void lose_node(cs *c, uint32_t n, uint64_t now)
+{
+	for (uint32_t id = n * c->epa; id < (n + 1) * c->epa && c->open; id++) {
+		char m[32];
+		snprintf(m, sizeof m, "j/engine-%u", id);
+		long k = wv_coord_find(&c->co, m);
+		if (k >= 0) settled(c, wv_coord_lose(&c->co, (size_t)k, now / 1e6, "its node failed", false, false), now);
+	}
+}
+
+static void watch(cs *c, uint32_t n, uint64_t now)
+{
+	if (c->nwatch == 8) return;
+	c->watch[c->nwatch++] = n;
+	at(c, now + 10000, EV_POLL, 0, 0);
+}
+
+static void handle(cs *c, const ev *e, uint64_t now)
+{
+	bool mine = c->open && e->v == c->co.rec.version && c->head_up;
+	if (e->kind == EV_COMMIT && wv_state_apply(c->rep[1], c->log[e->a].data, c->log[e->a].len) < 0) {
+		fprintf(stderr, "skein-sim coord: entry %u refused by the standby\n", e->a);
+		exit(2);
+	}
+	double t0 = cpu_now_ms(); /* the head's work from here */
+	switch (e->kind) {
+	case EV_COMMIT: {
+		entry *x = &c->log[e->a];
+		c->uncommitted--;
+		if (wv_state_apply(c->rep[0], x->data, x->len) < 0) {
+			fprintf(stderr, "skein-sim coord: entry %u refused\n", e->a);
+			exit(2);
+		}
+		if (!c->head_up) break;
+		const wv_update *rec = wv_state_get(c->rep[0], "j", e->v);
+		if (c->open && rec && e->v == c->co.rec.version) {
+			if (wv_update_open(rec) && !c->co.begun) {
+				begun(c, now);
+			} else if (!wv_update_open(rec) && !rec->measured && x->final) {
+				c->t_committed = now;
+				wv_update m;
+				if (wv_coord_measured(&c->co, rec, now / 1e6, 1700000000000ull + now / 1000, &m) == 0) {
+					propose(c, &m, now);
+					wv_update_free(&m);
+				}
+				c->msgs += 1 + c->co.rec.nengines; /* done answered, every participant told */
+				wv_coord_free(&c->co);
+				c->open = false;
+			}
+		}
+		break;
+	}
+	case EV_STAGED:
+		if (!mine || !engine_runs(c, e->a)) break;
+		c->msgs++;
+		char m[32];
+		snprintf(m, sizeof m, "j/engine-%u", e->a);
+		long k = wv_coord_find(&c->co, m);
+		if (k >= 0) settled(c, wv_coord_staged(&c->co, (size_t)k, now / 1e6, 0.1, (wv_timings){ 0.1, 0.01, 0, 0 }, NULL), now);
+		break;
+	case EV_DONE:
+		if (!mine) break;
+		c->msgs++;
+		settled(c, wv_coord_done(&c->co, now / 1e6, true, "", NULL, 0.15, 1 << 20, 1, (wv_timings){ 0.1, 0.05, 0, 0 }), now);
+		settled(c, wv_coord_settle(&c->co, now / 1e6), now);
+		break;
+	case EV_EXIT:
+		c->dead_until[e->a] = (uint32_t)e->v + 2;
+		if (!mine) break;
+		c->msgs++; /* its agent reports the exit at once */
+		char m2[32];
+		snprintf(m2, sizeof m2, "j/engine-%u", e->a);
+		long k2 = wv_coord_find(&c->co, m2);
+		if (k2 >= 0) settled(c, wv_coord_lose(&c->co, (size_t)k2, now / 1e6, "its process exited (exited)", false, false), now);
+		break;
+	case EV_FAILOVER:
+		c->head_up = false;
+		sim_kill(c->mbr, now, 0);
+		c->node_dead_until[0] = (uint32_t)e->v + 3;
+		watch(c, 0, now); /* its engines: the new head sees the node fail */
+		at(c, now + 300000, EV_TAKEOVER, 0, e->v); /* the lease lapses, an election */
+		break;
+	case EV_TAKEOVER:
+		takeover(c, now);
+		break;
+	case EV_POLL:
+		if (!c->head_up) {
+			at(c, now + 10000, EV_POLL, 0, 0);
+			break;
+		}
+		for (size_t i = 0; i < c->nwatch;) {
+			if (sim_view(c->mbr, c->head, c->watch[i]) == SIM_V_FAILED) {
+				lose_node(c, c->watch[i], now);
+				c->watch[i] = c->watch[--c->nwatch];
+			} else {
+				i++;
+			}
+		}
+		if (c->nwatch) at(c, now + 10000, EV_POLL, 0, 0);
+		break;
+	case EV_TICK: /* the watchdog, while the update is open */
+		if (!mine) break;
+		settled(c, wv_coord_tick(&c->co, now / 1e6), now);
+		if (!c->co.final) at(c, now + 100000, EV_TICK, 0, e->v);
+		break;
+	}
+	c->cpu_ms += cpu_now_ms() - t0;
+}
+
+static int cmp_d(const void *x, const void *y)
+{
+	double a = *(const double *)x, b = *(const double *)y;
+	return a < b ? -1 : a > b;
+}
+
+static int cmp_z(const void *x, const void *y)
+{
+	size_t a = *(const size_t *)x, b = *(const size_t *)y;
+	return a < b ? -1 : a > b;
+}
+
+int sim_coord_main(int argc, char **argv)
+{
+	uint32_t agents = 1000, epa = 8, updates = 20;
+	uint64_t seed = 1;
+	double lat_ms = 0.5;
+	for (int i = 1; i < argc; i++) {
+		const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		char *end = NULL;
+		unsigned long long x = v ? strtoull(v, &end, 10) : 0;
+		bool num = v && *v && end && !*end;
+		if (!strcmp(o, "--agents") && num && x >= 4 && x <= 4096) agents = (uint32_t)x;
+		else if (!strcmp(o, "--engines-per-agent") && num && x >= 1 && x <= 64) epa = (uint32_t)x;
+		else if (!strcmp(o, "--updates") && num && x >= 1 && x <= 1000) updates = (uint32_t)x;
+		else if (!strcmp(o, "--seed") && num) seed = x;
+		else if (!strcmp(o, "--latency-ms") && v && (lat_ms = strtod(v, &end), *end == 0) && lat_ms >= 0 && lat_ms <= 100) ;
+		else {
+			fprintf(stderr, "skein-sim coord: bad flag '%s' (usage: skein-sim coord [--agents N (4..4096)] "
+					"[--engines-per-agent K (1..64)] [--updates U (1..1000)] [--seed S] "
+					"[--latency-ms X (0..100)])\n", o);
+			return 2;
+		}
+		i++;
+	}
+	if ((uint64_t)agents * epa > WV_ENGINES_MAX) {
+		fprintf(stderr, "skein-sim coord: %u engines, at most %d in an update\n", agents * epa, WV_ENGINES_MAX);
+		return 2;
+	}
+	cs c;
+	memset(&c, 0, sizeof c);
+	c.agents = agents;
+	c.epa = epa;
+	c.E = agents * epa;
+	c.trainer = agents - 1;
+	c.lat_us = (uint64_t)(lat_ms * 1000);
+	c.head_up = true;
+	sk_rng_seed(&c.rng, seed);
+	sk_heap_init(&c.heap);
+	sim_params p;
+	char err[256];
+	if (sim_params_init(&p, agents, seed, "fast", err, sizeof err) < 0 || !(c.mbr = sim_new(&p, err, sizeof err))) {
+		fprintf(stderr, "skein-sim coord: %s\n", err);
+		return 2;
+	}
+	c.rep[0] = wv_state_new();
+	c.rep[1] = wv_state_new();
+	c.dead_until = calloc(c.E, sizeof *c.dead_until);
+	c.node_dead_until = calloc(agents, sizeof *c.node_dead_until);
+	c.commit_ms = calloc(updates, sizeof *c.commit_ms);
+	c.upd_bytes = calloc(updates, sizeof *c.upd_bytes);
+	if (!c.rep[0] || !c.rep[1] || !c.dead_until || !c.node_dead_until || !c.commit_ms || !c.upd_bytes) return 2;
+	if (sim_run_until_converged(c.mbr, 120 * SIM_SEC) < 0) {
+		fprintf(stderr, "skein-sim coord: membership did not converge\n");
+		return 1;
+	}
+	/* idle: every engine's wait once a second, the head looks it up in the
+	 * last record (nothing to do); a simulated minute, before any update */
+	double idle_cpu = 0;
+	{
+		wv_update r;
+		memset(&r, 0, sizeof r);
+		double t0 = cpu_now_ms();
+		for (int s = 0; s < 60; s++)
+			for (uint32_t id = 0; id < c.E; id++) {
+				char m[32];
+				snprintf(m, sizeof m, "j/engine-%u", id);
+				(void)wv_update_engine(&r, m);
+				(void)wv_state_open(c.rep[0], "j");
+			}
+		idle_cpu = (cpu_now_ms() - t0) / 60e3 * 100; /* percent of a core */
+	}
+	double cpu_total = 0;
+	uint64_t msgs_total = 0, bytes_total = 0, entries_total = 0, wall0 = sim_now(c.mbr);
+	for (uint32_t u = 0; u < updates; u++) {
+		uint64_t now = sim_now(c.mbr);
+		/* those back: engines after two updates, nodes after three */
+		for (uint32_t id = 0; id < c.E; id++)
+			if (c.dead_until[id] && c.dead_until[id] <= c.v + 1) c.dead_until[id] = 0;
+		for (uint32_t n = 0; n < agents; n++)
+			if (c.node_dead_until[n] && c.node_dead_until[n] <= c.v + 1) {
+				c.node_dead_until[n] = 0;
+				sim_restart(c.mbr, now, n, 0);
+			}
+		c.bytes = c.msgs = c.entries = 0;
+		c.cpu_ms = 0;
+		c.t_verdict = c.t_committed = 0;
+		double t0 = cpu_now_ms();
+		begin(&c, now);
+		c.cpu_ms += cpu_now_ms() - t0;
+		if (u % 5 == 4 && agents > 4) {
+			/* a node fails mid-update (not the head's, the standby's or the trainer's) */
+			uint32_t n = 2 + (uint32_t)sk_rng_below(&c.rng, agents - 3);
+			sim_kill(c.mbr, now + 20000, n);
+			c.node_dead_until[n] = (uint32_t)c.v + 3;
+			watch(&c, n, now + 10000);
+		}
+		if (u == updates / 2 && c.head == 0) at(&c, now + 60000, EV_FAILOVER, 0, c.v);
+		at(&c, now + 100000, EV_TICK, 0, c.v);
+		/* until this update's final record (and its amendment) applied */
+		uint64_t v = c.v;
+		for (;;) {
+			sk_heap_entry he;
+			const wv_update *rec = wv_state_get(c.rep[0], "j", v);
+			if (rec && !wv_update_open(rec) && !c.uncommitted) break;
+			if (sk_heap_pop(&c.heap, &he) < 0) {
+				fprintf(stderr, "skein-sim coord: update %" PRIu64 " never finished\n", v);
+				return 1;
+			}
+			if (he.key > sim_now(c.mbr) && sim_run_until(c.mbr, he.key) < 0) return 2;
+			handle(&c, he.ptr, sim_now(c.mbr));
+			free(he.ptr);
+		}
+		const wv_update *rec = wv_state_get(c.rep[0], "j", v);
+		size_t dropped = 0;
+		for (size_t i = 0; i < rec->nengines; i++) dropped += !strcmp(rec->engines[i].state, "dropped");
+		c.commit_ms[u] = c.t_committed > c.t_verdict ? (c.t_committed - c.t_verdict) / 1e3 : 0;
+		c.upd_bytes[u] = c.bytes;
+		printf("update v%" PRIu64 ": %s, %zu engines, %zu dropped, %" PRIu64 " entries, %" PRIu64
+		       " bytes, %" PRIu64 " msgs, head cpu %.2f ms, commit %.1f ms\n",
+		       v, rec->state, rec->nengines, dropped, c.entries, c.bytes, c.msgs, c.cpu_ms, c.commit_ms[u]);
+		cpu_total += c.cpu_ms;
+		msgs_total += c.msgs;
+		bytes_total += c.bytes;
+		entries_total += c.entries;
+		sim_run_until(c.mbr, sim_now(c.mbr) + 200000); /* between updates */
+	}
+	qsort(c.commit_ms, updates, sizeof *c.commit_ms, cmp_d);
+	size_t *bs = malloc(updates * sizeof *bs);
+	memcpy(bs, c.upd_bytes, updates * sizeof *bs);
+	qsort(bs, updates, sizeof *bs, cmp_z);
+	printf("raft bytes per update: median %zu, max %zu (main's full records: %" PRIu64 "); entries per update %.1f; "
+	       "simulated %.1f s\n", bs[updates / 2], bs[updates - 1], c.full_bytes / updates,
+	       (double)entries_total / updates, (sim_now(c.mbr) - wall0) / 1e6);
+	size_t p99 = (size_t)ceil(0.99 * updates) - 1;
+	printf("coord: engines=%u updates=%u raft_bytes_per_update=%" PRIu64 " head_cpu_ms_per_update=%.2f "
+	       "idle_head_cpu_pct=%.3f head_msgs_per_update=%" PRIu64 " commit_ms_p99=%.1f\n",
+	       c.E, updates, bytes_total / updates, cpu_total / updates, idle_cpu, msgs_total / updates,
+	       c.commit_ms[p99]);
+	free(bs);
+	sk_heap_entry he;
+	while (sk_heap_pop(&c.heap, &he) == 0) free(he.ptr);
+	sk_heap_free(&c.heap);
+	for (size_t i = 0; i < c.nlog; i++) free(c.log[i].data);
+	free(c.log);
+	if (c.open) wv_coord_free(&c.co);
+	wv_state_free(&c.rep[0]);
+	wv_state_free(&c.rep[1]);
+	free(c.dead_until);
+	free(c.node_dead_until);
+	free(c.commit_ms);
+	free(c.upd_bytes);
+	sim_destroy(&c.mbr);
+	return 0;
+}
