@@ -554,28 +554,10 @@ static bool job_str_in(const char *v, const char *const *set, size_t n)
 	return false;
 }
 
-int job_spec_validate(job_spec *s, char *err, size_t errlen)
+/* The GPUs a job asks for, trainer and engines (with --colocate the
+ * engines' count is derived here). */
+static int validate_gpus(job_spec *s, char *err, size_t errlen)
 {
-	if (!s) {
-		job_err(err, errlen, "bad arguments");
-		return -1;
-	}
-	/* a spec built by hand or decoded elsewhere may hold unterminated text */
-	if (!job_str_ok(s->name, sizeof s->name) || !job_str_ok(s->transfer_mode, sizeof s->transfer_mode) ||
-	    !job_str_ok(s->disk_dir, sizeof s->disk_dir) || !job_str_ok(s->trainer_cmd, sizeof s->trainer_cmd) ||
-	    !job_str_ok(s->rollout_cmd, sizeof s->rollout_cmd) ||
-	    !job_str_ok(s->on_engine_loss, sizeof s->on_engine_loss) ||
-	    !job_str_ok(s->rollout_engine, sizeof s->rollout_engine) || !job_str_ok(s->pause_mode, sizeof s->pause_mode) ||
-	    !job_str_ok(s->engine_layout, sizeof s->engine_layout)) {
-		job_err(err, errlen, "a text field is not terminated");
-		return -1;
-	}
-	if (s->name[0] && !job_name_ok(s->name)) {
-		job_err(err, errlen,
-			"--name: '%s' is not a valid job name (up to %d of A-Z a-z 0-9 _ . -, starting with a letter or digit)",
-			s->name, JOB_NAME_MAX);
-		return -1;
-	}
 	if (s->num_gpus_per_node == 0 || s->num_gpus_per_node > JOB_GPUS_PER_NODE_MAX) {
 		job_err(err, errlen, "--num-gpus-per-node: %u is not between 1 and %d", s->num_gpus_per_node,
 			JOB_GPUS_PER_NODE_MAX);
@@ -624,6 +606,32 @@ int job_spec_validate(job_spec *s, char *err, size_t errlen)
 			s->rollout_num_gpus, s->rollout_num_gpus_per_engine);
 		return -1;
 	}
+	return 0;
+}
+
+int job_spec_validate(job_spec *s, char *err, size_t errlen)
+{
+	if (!s) {
+		job_err(err, errlen, "bad arguments");
+		return -1;
+	}
+	/* a spec built by hand or decoded elsewhere may hold unterminated text */
+	if (!job_str_ok(s->name, sizeof s->name) || !job_str_ok(s->transfer_mode, sizeof s->transfer_mode) ||
+	    !job_str_ok(s->disk_dir, sizeof s->disk_dir) || !job_str_ok(s->trainer_cmd, sizeof s->trainer_cmd) ||
+	    !job_str_ok(s->rollout_cmd, sizeof s->rollout_cmd) ||
+	    !job_str_ok(s->on_engine_loss, sizeof s->on_engine_loss) ||
+	    !job_str_ok(s->rollout_engine, sizeof s->rollout_engine) || !job_str_ok(s->pause_mode, sizeof s->pause_mode) ||
+	    !job_str_ok(s->engine_layout, sizeof s->engine_layout)) {
+		job_err(err, errlen, "a text field is not terminated");
+		return -1;
+	}
+	if (s->name[0] && !job_name_ok(s->name)) {
+		job_err(err, errlen,
+			"--name: '%s' is not a valid job name (up to %d of A-Z a-z 0-9 _ . -, starting with a letter or digit)",
+			s->name, JOB_NAME_MAX);
+		return -1;
+	}
+	if (validate_gpus(s, err, errlen) != 0) return -1;
 	if (!job_str_in(s->transfer_mode, job_modes, sizeof job_modes / sizeof job_modes[0])) {
 		job_err(err, errlen,
 			"--update-weight-transfer-mode: unknown mode '%s' (broadcast, broadcast_packed, p2p, disk-delta, colocated)",

@@ -77,6 +77,13 @@ check "rw operator key: state put over TCP" quiet octl 2 "$OPW" state put who rw
 out=$(octl 2 "$OPR" state put who ro 2>&1); rc=$?
 check "read-only key: state put refused ($out)" expect_err $rc 1 "$out" 'changes the cluster'
 check "read-only key: state get works" bash -c "SKEIN_OPERATOR_KEY_FILE='$OPR' '$SKEINCTL' --rpc 127.0.0.1:$(rport 2) state get who | grep -q '^rw$'"
+# issue 26's new words change nothing of the roles: a handover (by either name) and
+# the updates table need what they needed
+out=$(octl 2 "$OPR" head handover 2>&1); rc=$?
+check "read-only key: head handover refused ($out)" expect_err $rc 1 "$out" 'changes the cluster'
+out=$(octl 2 "$OPR" head transfer 2>&1); rc=$?
+check "read-only key: head transfer (its old name) refused ($out)" expect_err $rc 1 "$out" 'changes the cluster'
+check "read-only key: skeinctl updates answers" quiet octl 2 "$OPR" updates
 out=$(octl 2 "$KX" members 2>&1); rc=$?
 check "unknown key: refused as a wrong key ($out)" expect_err $rc 1 "$out" 'wrong key'
 out=$("$FORGE" send "127.0.0.1:$(rport 2)" --key "$OPW" --operator --cmd raft 2>&1)

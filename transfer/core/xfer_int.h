@@ -131,6 +131,8 @@ struct xfer_endpoint {
 	int keep_listener;     /* receiver: an abort ends the session, the listening socket stays */
 	int fanout;            /* coordinated sender on a peer path: sub-endpoints per peer, no setup here */
 	int commit_later;      /* receiver: a version is recorded held at ops->commit, not at receive */
+	int setup_blobs;       /* a version's setup travels as blobs (ops->begin_setup, take_setup),
+				  not over a socket of the path's own */
 	int journal_first;     /* coordinated receiver: the first version is journaled too, so that
 				  an abort (a forged first version) puts the initial weights back */
 	atomic_int user_aborted; /* xfer_abort was called (xfer_rearm leaves it) */

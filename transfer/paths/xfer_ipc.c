@@ -181,7 +181,7 @@ static int ipc_setup(xfer_endpoint *ep, xfer_err *err)
 	if (s->gpu && ep->cfg.role == XFER_RECEIVER && ep->cfg.keep_previous &&
 	    !(s->dj = xfer_djournal_new(s->gpu, ep->cfg.device_journal_bytes, ep->m->bytes, err)))
 		return -1;
-	if (ep->cfg.coord.rpc) return 0; /* coordinated: the handoff goes through the agents, no socket */
+	if (ep->setup_blobs) return 0; /* coordinated: the handoff goes through the agents, no socket */
 	if (ep->cfg.role == XFER_RECEIVER) {
 		s->lfd = xfer_sock_listen(ep->cfg.p2p.host, ep->cfg.p2p.port, &ep->port, err);
 		if (s->lfd < 0) return -1;

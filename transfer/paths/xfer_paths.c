@@ -122,6 +122,7 @@ int xfer_ep_open(xfer_endpoint **out, const xfer_config *cfg, const xfer_manifes
 						      : fan == XFER_FAN_BCAST;
 		ep->keep_listener = 1;
 		ep->commit_later = 1;
+		ep->setup_blobs = 1;
 	}
 	if (!ep->fanout && ep->ops->setup(ep, err) != 0) {
 		xfer_err_prefix(err, "%s setup", ep->ops->name);

@@ -135,7 +135,7 @@ int xfer_job_newest(xfer_endpoint *ep, uint64_t *newest, xfer_err *err)
 
 static int final_state(const xfer_wv_outcome *o)
 {
-	return !strcmp(o->state, "committed") || !strcmp(o->state, "aborted");
+	return o->state == XFER_UPD_COMMITTED || o->state == XFER_UPD_ABORTED;
 }
 
 int xfer_coord_aborted(xfer_agent *a, const uint8_t *q, size_t qlen, uint64_t v, char *reason, size_t n)
@@ -145,7 +145,7 @@ int xfer_coord_aborted(xfer_agent *a, const uint8_t *q, size_t qlen, uint64_t v,
 	uint8_t *ans = NULL;
 	size_t alen;
 	int aborted = xfer_agent_call(a, "outcome", q, qlen, XFER_COORD_CALL_MS, &ans, &alen, &e) == 0 &&
-		      xfer_wv_outcome_parse(ans, alen, &o, &e) == 0 && o.version == v && !strcmp(o.state, "aborted");
+		      xfer_wv_outcome_parse(ans, alen, &o, &e) == 0 && o.version == v && o.state == XFER_UPD_ABORTED;
 	free(ans);
 	if (aborted) snprintf(reason, n, "%s", o.reason);
 	return aborted;
@@ -623,7 +623,7 @@ static int pub_done(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 		}
 		if (xfer_now() + XFER_COORD_POLL_MS / 1e3 >= deadline) {
 			rc = xfer_fail(err, XFER_ETIMEOUT, "no verdict from the head in time (last: %s)",
-				       rc == 0 ? (*P->o.state ? P->o.state : "unknown") : e.msg);
+				       rc == 0 ? (P->o.state ? xfer_upd_state_name(P->o.state) : "unknown") : e.msg);
 			break;
 		}
 		xfer_coord_sleep_ms(XFER_COORD_POLL_MS);
@@ -635,7 +635,7 @@ static int pub_done(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 		return -1;
 	}
 	/* the heartbeat heard the verdict already */
-	snprintf(P->o.state, sizeof P->o.state, "aborted");
+	P->o.state = XFER_UPD_ABORTED;
 	snprintf(P->o.reason, sizeof P->o.reason, "%s", P->hreason);
 	return 0;
 }
@@ -644,7 +644,7 @@ static int pub_done(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 static int pub_record(xfer_endpoint *ep, pub_state *P, xfer_update_stats *st, xfer_err *err)
 {
 	xfer_update_stats *u = &ep->update;
-	snprintf(u->state, sizeof u->state, "%s", P->o.state);
+	snprintf(u->state, sizeof u->state, "%s", xfer_upd_state_name(P->o.state));
 	snprintf(u->reason, sizeof u->reason, "%s", P->o.reason);
 	u->update_seconds = xfer_now() - P->t0;
 	/* colocated: the data path ran in the engines (their copy and check),
@@ -659,7 +659,7 @@ static int pub_record(xfer_endpoint *ep, pub_state *P, xfer_update_stats *st, xf
 	ep->stats.seconds = u->update_seconds;
 	ep->stats.bytes_moved = P->wire;
 	int rc = 0;
-	if (strcmp(P->o.state, "committed") != 0) {
+	if (P->o.state != XFER_UPD_COMMITTED) {
 		rc = xfer_fail(err, XFER_EABORTED, "version %llu aborted: %s", (unsigned long long)P->v,
 			       *P->o.reason ? P->o.reason : "(no reason given)");
 		xfer_err de;

@@ -58,9 +58,15 @@ typedef struct {
 	unsigned char nonce[XFER_NONCE_BYTES];
 } xfer_wv_begin_reply;
 
+/* An update's state as the head reports it: an enum inside libskein, its
+ * name only in the codec (xfer_wv.c) and in output (xfer_update_stats). */
+typedef enum { XFER_UPD_UNKNOWN, XFER_UPD_PREPARING, XFER_UPD_MOVING, XFER_UPD_COMMITTED, XFER_UPD_ABORTED } xfer_upd_state;
+/* "", "preparing", "moving", "committed", "aborted" */
+const char *xfer_upd_state_name(xfer_upd_state s);
+
 typedef struct {
 	uint64_t version;
-	char state[16];      /* preparing, moving, committed, aborted; "" unknown */
+	xfer_upd_state state;
 	char reason[512];
 	int has_record;      /* the fields below come from the record */
 	uint64_t wire_bytes;

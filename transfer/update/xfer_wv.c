@@ -207,18 +207,29 @@ void xfer_wv_begin_reply_free(xfer_wv_begin_reply *r)
 	memset(r, 0, sizeof *r);
 }
 
+/* Outcome.state's words, by xfer_upd_state */
+static const char *const upd_states[] = { "", "preparing", "moving", "committed", "aborted" };
+
+const char *xfer_upd_state_name(xfer_upd_state s)
+{
+	return s >= XFER_UPD_UNKNOWN && s <= XFER_UPD_ABORTED ? upd_states[s] : "";
+}
+
 int xfer_wv_outcome_parse(const uint8_t *p, size_t n, xfer_wv_outcome *out, xfer_err *err)
 {
-	static const char *const states[] = { "", "preparing", "moving", "committed", "aborted", NULL };
 	memset(out, 0, sizeof *out);
 	Skein__Weights__Outcome *m = skein__weights__outcome__unpack(NULL, n, p);
 	if (!m) return xfer_fail(err, XFER_EFORMAT, "the head's answer is not an Outcome");
 	int rc = -1;
-	if (copy_str(out->state, sizeof out->state, m->state, "Outcome", "state", err) != 0) goto out;
-	if (!one_of(out->state, states)) {
-		xfer_fail(err, XFER_EFORMAT, "the head's Outcome: state \"%s\" is unknown", out->state);
+	char state[16];
+	if (copy_str(state, sizeof state, m->state, "Outcome", "state", err) != 0) goto out;
+	int s = XFER_UPD_UNKNOWN;
+	while (s <= XFER_UPD_ABORTED && strcmp(state, upd_states[s]) != 0) s++;
+	if (s > XFER_UPD_ABORTED) {
+		xfer_fail(err, XFER_EFORMAT, "the head's Outcome: state \"%s\" is unknown", state);
 		goto out;
 	}
+	out->state = (xfer_upd_state)s;
 	out->version = m->version;
 	copy_reason(out->reason, sizeof out->reason, m->reason);
 	if (m->record) {
