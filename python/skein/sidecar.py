@@ -128,7 +128,8 @@ class _DeviceReceiver(Receiver):
 
 
 def copy_where(mode, cuda, env):
-    """Where the copy lives (SKEIN_ENGINE_COPY), or exits with a one-line reason."""
+    """Where the copy lives (SKEIN_ENGINE_COPY), or exits with a one-line reason.
+    cuda: a callable (torch.cuda.is_available), called only when it decides."""
     where = env.get("SKEIN_ENGINE_COPY") or ""
     if where not in ("", "pinned", "device", "shared", "fake-device"):
         sys.exit(f"skein sidecar: SKEIN_ENGINE_COPY={where!r}: pinned, device or shared")
@@ -141,13 +142,13 @@ def copy_where(mode, cuda, env):
         if where in ("pinned", "shared"):
             sys.exit(f"skein sidecar: --update-weight-transfer-mode {mode} receives only into device memory: "
                      f"SKEIN_ENGINE_COPY={where} cannot take part (use device, the default in this mode)")
-        if where == "device" and not cuda:
+        if where == "device" and not cuda():
             sys.exit(f"skein sidecar: --update-weight-transfer-mode {mode} needs the copy on the engine's GPU, "
                      "and torch sees no CUDA device here")
         return where
-    if where == "device" and not cuda:
+    if where == "device" and not cuda():
         sys.exit("skein sidecar: SKEIN_ENGINE_COPY=device, and torch sees no CUDA device here")
-    return where or ("pinned" if cuda else "shared")
+    return where or ("pinned" if cuda() else "shared")
 
 
 def free_port():
@@ -296,9 +297,16 @@ class Sidecar:
         self.start_timeout = env_num("SKEIN_ENGINE_START_TIMEOUT", 600.0)
         self.apply_timeout = env_num("SKEIN_ENGINE_APPLY_TIMEOUT", 120.0)
         self.bucket = env_num("SKEIN_BUFFER_SIZE", 512 << 20, int)
-        import torch
         self.mode = e.get("SKEIN_TRANSFER_MODE", "")
-        self.where = where = copy_where(self.mode, torch.cuda.is_available(), e)
+
+        def cuda():
+            try:
+                import torch
+            except ImportError as ex:
+                sys.exit(f"skein sidecar: {sys.executable} cannot import torch ({ex}); SKEIN_PYTHON names the "
+                         "interpreter")
+            return torch.cuda.is_available()
+        self.where = where = copy_where(self.mode, cuda, e)
         self.layout = load_layout(e["SKEIN_ENGINE_LAYOUT"])
         self.flat, self.metas, self.views = make_copy(self.layout, where)
         # a bucket holds whole tensors: one larger than the bucket gets its own

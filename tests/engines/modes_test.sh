@@ -7,8 +7,9 @@
 # torch here has no CUDA, so the sidecar's copy is host shared memory declared
 # to libskein as device memory (SKEIN_ENGINE_COPY=fake-device), and the
 # trainer (trainer.py --fake-device) publishes tensors the stand-in allocated.
-# One agent, one job per mode: broadcast modes a trainer GPU and two engines
-# (three NCCL ranks), colocated one engine on the trainer's GPU (--colocate).
+# One agent, one job per mode, all at once: broadcast modes a trainer GPU and
+# two engines (three NCCL ranks), colocated one engine on the trainer's GPU
+# (--colocate).
 # Checked per mode: the engines become ready; every ready engine answers
 # /generate with exactly the bytes of the committed version it reports; a
 # SIGKILLed engine comes back ready only at the latest version, from its
@@ -43,7 +44,7 @@ one_refusal "" broadcast_packed
 one_refusal fake-device broadcast
 
 export SKEIN_CUDART_LIB=$FCU SKEIN_CUDA_LIB=$FCU SKEIN_NCCL_LIB=$FNC SKEIN_ENGINE_COPY=fake-device
-start_agent 1 --profile fast --head-eligible --bootstrap-expect 1 --gpus 3
+start_agent 1 --profile fast --head-eligible --bootstrap-expect 1 --gpus 7
 head_known() { ctl 1 head 2>/dev/null | awk '$1 == "head:" { print $2 }' | grep -q '^n1$'; }
 wait_until 20 head_known || { fail "no head"; finish; }
 SD=$(dirname "$(ctl 1 info | awk '$1 == "control" && $2 == "socket:" { print $3 }')")/engines
@@ -58,26 +59,33 @@ served_ok() {
 	r=$(gen "$j" "$i") || return 1
 	v=$(printf '%s' "$r" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["weight_version"])')
 	d=$(printf '%s' "$r" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["digest"])')
-	[ -n "$v" ] && [ "$v" -gt 0 ] && [ "$d" = "$(digest_of "$j" "$v")" ]
+	# the trainer logs v once its publish returned, which may be after an engine serves it
+	has_digest() { [ -n "$(digest_of "$j" "$v")" ]; }
+	[ -n "$v" ] && [ "$v" -gt 0 ] && wait_until 5 has_digest || { LAST_BAD="v$v: the trainer never logged it"; return 1; }
+	[ "$d" = "$(digest_of "$j" "$v")" ] || { LAST_BAD="v$v: served ${d:0:12}, the trainer's $(digest_of "$j" "$v" | cut -c1-12)"; return 1; }
 }
+LAST_BAD=""
 ready_at_least() { [ "$(st "$1" "$2" state)" = ready ] && [ "$(st "$1" "$2" weight_version)" -ge "$3" ]; }
 
-one_mode() {
-	local mode=$1 j n=2 shape
-	j=m-$(printf '%s' "$mode" | tr -d _ | cut -c1-10)
+# job_of MODE; submit MODE: its job (all three run at once, on GPUs of their own)
+job_of() { printf 'm-%s' "$(printf '%s' "$1" | tr -d _ | cut -c1-10)"; }
+nengines() { if [ "$1" = colocated ]; then echo 1; else echo 2; fi; }
+submit() {
+	local mode=$1 j shape
+	j=$(job_of "$mode")
 	shape="--actor-num-nodes 1 --actor-num-gpus-per-node 1 --num-gpus-per-node 3 --rollout-num-gpus 2"
-	[ "$mode" = colocated ] && { n=1; shape="--actor-num-nodes 1 --actor-num-gpus-per-node 1 --num-gpus-per-node 1 --rollout-num-gpus 1 --colocate"; }
+	[ "$mode" = colocated ] && shape="--actor-num-nodes 1 --actor-num-gpus-per-node 1 --num-gpus-per-node 1 --rollout-num-gpus 1 --colocate"
 	ctl 1 job submit --name "$j" $shape --rollout-num-gpus-per-engine 1 --update-weight-transfer-mode "$mode" \
 		--restart-backoff 100ms:1s --stop-grace 2s --update-weight-timeout 5s \
 		--rollout-engine sglang --rollout-engine-layout "$E/layout.json" \
 		--trainer-cmd "i=0; while [ ! -e $T_DIR/go-$j ] && [ \$i -lt 600 ]; do sleep 0.05; i=\$((i + 1)); done; exec $PY $E/trainer.py --layout $E/layout.json --interval-ms 400 --fake-device" \
-		--rollout-cmd "exec $PY $E/fake_sglang.py" >/dev/null || { fail "$mode: submit"; return; }
-	# the trainer starts once every sidecar asks the head for work: an NCCL
-	# group whose participants change aborts that version (a new communicator)
+		--rollout-cmd "exec $PY $E/fake_sglang.py" >/dev/null || fail "$mode: submit"
+}
+
+one_mode() {
+	local mode=$1 j n
+	j=$(job_of "$mode") n=$(nengines "$mode")
 	local i ok=1
-	syncing() { local k; for ((k = 0; k < n; k++)); do [ "$(st "$j" $k state)" = syncing ] || return 1; done; }
-	wait_until 40 syncing || fail "$mode: sidecars not syncing" "$(st "$j" 0 state) $(st "$j" 0 reason)"
-	touch "$T_DIR/go-$j"
 	for ((i = 0; i < n; i++)); do wait_until 40 ready_at_least "$j" $i 3 || ok=0; done
 	if [ $ok = 1 ]; then
 		pass "$mode: $n engine(s) ready at v$(st "$j" 0 weight_version) ($(( ($(now_ms) - T0) / 1000 )) s)"
@@ -91,9 +99,12 @@ one_mode() {
 		for ((i = 0; i < n; i++)); do served_ok "$j" $i || served_ok "$j" $i || bad=$((bad + 1)); done
 		sleep 0.2
 	done
-	check "$mode: $((4 * n)) generate answers of ready engines carry exactly their committed version's bytes ($bad not)" [ "$bad" = 0 ]
-	local pid0; pid0=$(st "$j" 0 pid)
-	kill -9 "$pid0"
+	check "$mode: $((4 * n)) generate answers of ready engines carry exactly their committed version's bytes ($bad not$([ "$bad" = 0 ] || echo ": $LAST_BAD"))" [ "$bad" = 0 ]
+}
+# after_kill MODE PID0: engine 0 of MODE's job was SIGKILLed (pid PID0)
+after_kill() {
+	local mode=$1 pid0=$2 j
+	j=$(job_of "$mode")
 	back() { [ "$(st "$j" 0 pid)" != "$pid0" ] && ready_at_least "$j" 0 "$(( $(latest "$j") - 1 ))"; }
 	if wait_until 20 back && { served_ok "$j" 0 || served_ok "$j" 0; }; then
 		pass "$mode: engine 0 SIGKILLed (pid $pid0): restarted (pid $(st "$j" 0 pid)), ready at v$(st "$j" 0 weight_version) with its bytes"
@@ -101,13 +112,31 @@ one_mode() {
 	check "$mode: engine 0's restart was never listed ready before serving the committed version" \
 		bash -c "! grep -A3 'engine restarted' '$T_DIR/n1/logs/$j/engine-0.log' | grep -q 'starting -> ready'"
 	local js; js=$(ctl 1 transfers "$j" --format json 2>/dev/null)
-	check "$mode: skeinctl transfers: $(grep -o '"state":"committed"' <<<"$js" | wc -l) committed with the engines in them" \
+	check "$mode: skeinctl transfers: mode $mode, $(grep -o '"state":"committed"' <<<"$js" | wc -l) committed" \
 		bash -c "printf '%s' \"\$1\" | grep -q '\"mode\":\"$mode\"' && printf '%s' \"\$1\" | grep -q '\"state\":\"committed\"'" _ "$js"
 	ctl 1 job stop "$j" >/dev/null
-	stopped() { ! ctl 1 placement "$j" 2>/dev/null | grep -q running; }
-	wait_until 20 stopped
 }
-for m in ${*:-broadcast broadcast_packed colocated}; do one_mode "$m"; done
+MODES=${*:-broadcast broadcast_packed colocated}
+for m in $MODES; do submit "$m"; done
+# each trainer starts once every sidecar of its job asks the head for work:
+# an NCCL group whose participants change aborts that version (a new
+# communicator, the stand-in's ranks waiting up to 20 s for the missing one)
+go_when_synced() {
+	local m j k gone=0
+	for m in $MODES; do
+		j=$(job_of "$m")
+		[ -e "$T_DIR/go-$j" ] && continue
+		for ((k = 0; k < $(nengines "$m"); k++)); do [ "$(st "$j" $k state)" = syncing ] || continue 2; done
+		touch "$T_DIR/go-$j"
+	done
+	for m in $MODES; do [ -e "$T_DIR/go-$(job_of "$m")" ] || gone=1; done
+	[ $gone = 0 ]
+}
+wait_until 60 go_when_synced || fail "sidecars not syncing" "$(cat "$SD"/*/0.json 2>/dev/null)"
+for m in $MODES; do one_mode "$m"; done
+declare -A P0
+for m in $MODES; do P0[$m]=$(st "$(job_of "$m")" 0 pid); kill -9 "${P0[$m]}"; done
+for m in $MODES; do after_kill "$m" "${P0[$m]}"; done
 tb=$(grep -l Traceback "$T_DIR"/n1/logs/*/engine-*.log "$T_DIR"/n1/logs/*/trainer-*.log 2>/dev/null)
 check "no sidecar, engine or trainer raised" [ -z "$tb" ]
 [ -z "$tb" ] || grep -h -A8 Traceback $tb | head -n 30
