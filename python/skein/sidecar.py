@@ -435,6 +435,7 @@ class Sidecar:
         log(f"engine started: pid {self.engine.proc.pid}, {self.engine.url}")
         self.set_state("starting")
         backoff, aborted_at, dirty_since = 1.0, 0, 0.0
+        last_err = ["", 0.0, 0]  # the last receive error logged, when, how many since
         while not self.stop.is_set():
             try:
                 # short: the engine is watched between waits; a head's answer our
@@ -449,7 +450,15 @@ class Sidecar:
                 aborted_at = self.recv.stats.version
                 log(f"update aborted: {e}")
             except L.Error as e:
-                log(f"receive: {e}")
+                # the same error again (an agent slow to answer while a node starts
+                # many processes): once, then every 30 s with its count
+                msg, now = str(e), time.time()
+                if msg != last_err[0] or now - last_err[1] >= 30:
+                    more = f" (and {last_err[2]} more like the last)" if last_err[2] else ""
+                    log(f"receive: {msg}{more}")
+                    last_err[:] = [msg, now, 0]
+                else:
+                    last_err[2] += 1
                 time.sleep(0.2)
             held = self.recv.version
             staged = self.recv.stats.version > held and self.recv.stats.version != aborted_at
