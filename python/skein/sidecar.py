@@ -26,6 +26,17 @@ ready) is written as JSON to ENGINES/JOB/ENGINE.json after every change
 
 The layout of the weights (names, shapes, dtypes; the trainer's manifest)
 comes from $SKEIN_ENGINE_LAYOUT: a JSON list of {"name", "shape", "dtype"}.
+
+Job modes: disk-delta and p2p receive into any copy.  broadcast,
+broadcast_packed (NCCL) and colocated (the trainer's CUDA IPC handoff) receive
+only into device memory (libskein's NCCL and IPC paths), so there the copy is
+on the engine's GPU (SKEIN_ENGINE_COPY defaults to device; pinned or shared is
+refused in one line): the sidecar is then one more NCCL rank, or, colocated,
+maps the trainer's handles on the shared GPU, and the copy is itself the
+protocol's buffer.  SKEIN_ENGINE_COPY=fake-device is for tests only: host
+shared memory that libskein is told is device memory, allowed only with a
+stand-in CUDA runtime (SKEIN_CUDART_LIB, tests/fakecuda), whose "device
+memory" is host memory.
 """
 import ctypes
 import json
@@ -47,6 +58,7 @@ from . import _lib as L
 from ._endpoint import Receiver
 
 STATES = ("starting", "syncing", "updating", "dirty", "ready")
+DEVICE_MODES = ("broadcast", "broadcast_packed", "colocated")  # libskein receives only into device memory
 PAUSE_MODES = ("abort", "retract", "in_place")
 WAIT_S = 0.5  # one coordinated wait; then the engine is looked at
 
@@ -92,7 +104,7 @@ def make_copy(layout, where):
         nb = torch.Size(shape).numel() * torch.empty((), dtype=dt).element_size()
         metas.append({"name": name, "shape": torch.Size(shape), "dtype": dt, "offset": off, "nbytes": nb})
         off = _ckpt.align(off + nb)
-    if where == "device":
+    if where == "device":  # (fake-device: shared below, declared device memory by _DeviceReceiver)
         flat = torch.zeros(off, dtype=torch.uint8, device="cuda")
     elif where == "pinned":
         flat = torch.zeros(off, dtype=torch.uint8).pin_memory()
@@ -103,6 +115,40 @@ def make_copy(layout, where):
     views = [(m["name"], flat[m["offset"]:m["offset"] + m["nbytes"]].view(m["dtype"]).view(m["shape"]))
              for m in metas]
     return flat, metas, views
+
+
+class _DeviceReceiver(Receiver):
+    """SKEIN_ENGINE_COPY=fake-device (tests): the host shared copy declared to
+    libskein as device 0's memory, which the stand-in runtime copies with memcpy."""
+
+    def _build(self, path, kw):
+        for e in self._entries:
+            e.mem, e.device = L.MEM_CUDA, 0
+        super()._build(path, kw)
+
+
+def copy_where(mode, cuda, env):
+    """Where the copy lives (SKEIN_ENGINE_COPY), or exits with a one-line reason.
+    cuda: a callable (torch.cuda.is_available), called only when it decides."""
+    where = env.get("SKEIN_ENGINE_COPY") or ""
+    if where not in ("", "pinned", "device", "shared", "fake-device"):
+        sys.exit(f"skein sidecar: SKEIN_ENGINE_COPY={where!r}: pinned, device or shared")
+    if where == "fake-device" and not env.get("SKEIN_CUDART_LIB"):
+        sys.exit("skein sidecar: SKEIN_ENGINE_COPY=fake-device is for tests with a stand-in CUDA runtime "
+                 "(SKEIN_CUDART_LIB): a real one would be handed host memory as device memory")
+    if mode in DEVICE_MODES:
+        if not where:
+            where = "device"
+        if where in ("pinned", "shared"):
+            sys.exit(f"skein sidecar: --update-weight-transfer-mode {mode} receives only into device memory: "
+                     f"SKEIN_ENGINE_COPY={where} cannot take part (use device, the default in this mode)")
+        if where == "device" and not cuda():
+            sys.exit(f"skein sidecar: --update-weight-transfer-mode {mode} needs the copy on the engine's GPU, "
+                     "and torch sees no CUDA device here")
+        return where
+    if where == "device" and not cuda():
+        sys.exit("skein sidecar: SKEIN_ENGINE_COPY=device, and torch sees no CUDA device here")
+    return where or ("pinned" if cuda() else "shared")
 
 
 def free_port():
@@ -251,11 +297,16 @@ class Sidecar:
         self.start_timeout = env_num("SKEIN_ENGINE_START_TIMEOUT", 600.0)
         self.apply_timeout = env_num("SKEIN_ENGINE_APPLY_TIMEOUT", 120.0)
         self.bucket = env_num("SKEIN_BUFFER_SIZE", 512 << 20, int)
-        import torch
-        where = e.get("SKEIN_ENGINE_COPY") or ("pinned" if torch.cuda.is_available() else "shared")
-        if where not in ("pinned", "device", "shared"):
-            sys.exit(f"skein sidecar: SKEIN_ENGINE_COPY={where!r}: pinned, device or shared")
-        self.where = where
+        self.mode = e.get("SKEIN_TRANSFER_MODE", "")
+
+        def cuda():
+            try:
+                import torch
+            except ImportError as ex:
+                sys.exit(f"skein sidecar: {sys.executable} cannot import torch ({ex}); SKEIN_PYTHON names the "
+                         "interpreter")
+            return torch.cuda.is_available()
+        self.where = where = copy_where(self.mode, cuda, e)
         self.layout = load_layout(e["SKEIN_ENGINE_LAYOUT"])
         self.flat, self.metas, self.views = make_copy(self.layout, where)
         # a bucket holds whole tensors: one larger than the bucket gets its own
@@ -377,13 +428,14 @@ class Sidecar:
 
     # ---- the loop ----
     def run(self):
-        self.recv = Receiver(self.views)
-        log(f"{self.kind}: copy of {len(self.metas)} tensors, {self.flat.numel()} bytes in {self.where} memory; "
+        self.recv = (_DeviceReceiver if self.where == "fake-device" else Receiver)(self.views)
+        log(f"{self.kind} ({self.mode or 'no'} job mode): copy of {len(self.metas)} tensors, {self.flat.numel()} bytes in {self.where} memory; "
             f"receiving on {self.recv.path}")
         self.engine.start()
         log(f"engine started: pid {self.engine.proc.pid}, {self.engine.url}")
         self.set_state("starting")
         backoff, aborted_at, dirty_since = 1.0, 0, 0.0
+        last_err = ["", 0.0, 0]  # the last receive error logged, when, how many since
         while not self.stop.is_set():
             try:
                 # short: the engine is watched between waits; a head's answer our
@@ -398,7 +450,15 @@ class Sidecar:
                 aborted_at = self.recv.stats.version
                 log(f"update aborted: {e}")
             except L.Error as e:
-                log(f"receive: {e}")
+                # the same error again (an agent slow to answer while a node starts
+                # many processes): once, then every 30 s with its count
+                msg, now = str(e), time.time()
+                if msg != last_err[0] or now - last_err[1] >= 30:
+                    more = f" (and {last_err[2]} more like the last)" if last_err[2] else ""
+                    log(f"receive: {msg}{more}")
+                    last_err[:] = [msg, now, 0]
+                else:
+                    last_err[2] += 1
                 time.sleep(0.2)
             held = self.recv.version
             staged = self.recv.stats.version > held and self.recv.stats.version != aborted_at
