@@ -46,7 +46,7 @@
  * at end of file becomes its pidfd readable: a sender that died between
  * buckets is seen the same way.  The sender holds its weights still until
  * the head's verdict, which comes only after every engine copied. */
-#include "transfer/update/xfer_coord.h"
+#include "transfer/core/xfer_int.h"
 #include "transfer/gpu/xfer_gpu.h"
 #include "transfer/core/xfer_sock.h"
 

@@ -44,17 +44,6 @@ struct xfer_agent {
 
 enum { AGENT_PENDING_MAX_MS = 2 * XFER_COORD_CALL_MS }; /* then it is asked afresh */
 
-int xfer_agent_parse(const char *rpc, char *path, size_t n, xfer_err *err)
-{
-	if (!rpc || strncmp(rpc, "unix:", 5) != 0 || !rpc[5])
-		return xfer_fail(err, XFER_EINVAL, "SKEIN_RPC \"%.200s\": libskein speaks to its agent on unix:PATH",
-				 rpc ? rpc : "(null)");
-	if (strlen(rpc + 5) >= n || strlen(rpc + 5) >= sizeof(((struct sockaddr_un *)0)->sun_path))
-		return xfer_fail(err, XFER_EINVAL, "SKEIN_RPC: the socket path is too long (%zu bytes)", strlen(rpc + 5));
-	snprintf(path, n, "%s", rpc + 5);
-	return 0;
-}
-
 xfer_agent *xfer_agent_new(const char *rpc, xfer_err *err)
 {
 	xfer_agent *a = calloc(1, sizeof *a);
@@ -62,7 +51,7 @@ xfer_agent *xfer_agent_new(const char *rpc, xfer_err *err)
 		xfer_fail(err, XFER_ENOMEM, "out of memory");
 		return NULL;
 	}
-	if (xfer_agent_parse(rpc, a->path, sizeof a->path, err) != 0) {
+	if (xfer_rpc_parse(rpc, a->path, sizeof a->path, err) != 0) {
 		free(a);
 		return NULL;
 	}

@@ -49,7 +49,7 @@ int xfer_coord_open(xfer_endpoint *ep, xfer_err *err)
 	xfer_coord *c = calloc(1, sizeof *c);
 	if (!c) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	pthread_mutex_init(&c->mu, NULL);
-	ep->coord = c;
+	ep->upd = c;
 	if (!(c->agent = xfer_agent_new(ep->cfg.coord.rpc, err))) return -1;
 	if (ep->cfg.role == XFER_RECEIVER && !ep->fanout && ep->port)
 		snprintf(c->endpoint, sizeof c->endpoint, "%s:%d", ep->cfg.p2p.host, ep->port);
@@ -59,7 +59,7 @@ int xfer_coord_open(xfer_endpoint *ep, xfer_err *err)
 
 void xfer_coord_close(xfer_endpoint *ep)
 {
-	xfer_coord *c = ep->coord;
+	xfer_coord *c = ep->upd;
 	if (!c) return;
 	for (size_t i = 0; i < c->npeers; i++) xfer_sub_close(&c->peers[i].sub);
 	free(c->peers);
@@ -68,12 +68,12 @@ void xfer_coord_close(xfer_endpoint *ep)
 	xfer_agent_free(&c->agent);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
-	ep->coord = NULL;
+	ep->upd = NULL;
 }
 
 void xfer_coord_abort(xfer_endpoint *ep)
 {
-	xfer_coord *c = ep->coord;
+	xfer_coord *c = ep->upd;
 	pthread_mutex_lock(&c->mu);
 	for (size_t i = 0; i < c->npeers; i++)
 		if (c->peers[i].sub) xfer_ep_abort(c->peers[i].sub);
@@ -85,7 +85,7 @@ void xfer_coord_abort(xfer_endpoint *ep)
 void xfer_coord_stop(xfer_endpoint *ep)
 {
 	xfer_ep_abort(ep);
-	if (ep->coord) xfer_coord_abort(ep);
+	if (ep->upd) xfer_coord_abort(ep);
 }
 
 /* ---- calls ---- */
@@ -121,12 +121,12 @@ static int parse_begin(const uint8_t *p, size_t n, void *out, xfer_err *err)
 
 int xfer_job_newest(xfer_endpoint *ep, uint64_t *newest, xfer_err *err)
 {
-	if (!ep || !ep->coord) return xfer_fail(err, XFER_EINVAL, "the endpoint is not coordinated (not in a job)");
+	if (!ep || !ep->upd) return xfer_fail(err, XFER_EINVAL, "the endpoint is not coordinated (not in a job)");
 	size_t len;
 	uint8_t *q = xfer_wv_query_pack(ep->cfg.coord.job, 0, "", &len);
 	if (!q) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	xfer_wv_outcome o;
-	int rc = xfer_coord_call(ep->coord->agent, "outcome", q, len, XFER_COORD_CALL_MS,
+	int rc = xfer_coord_call(((xfer_coord *)ep->upd)->agent, "outcome", q, len, XFER_COORD_CALL_MS,
 				 xfer_now() + ep->cfg.timeout_ms / 1e3, parse_outcome, &o, err);
 	free(q);
 	if (rc == 0) *newest = o.version;
@@ -309,7 +309,7 @@ static void *serve_peer(void *arg)
 {
 	serve_arg *a = arg;
 	coord_peer *p = a->p;
-	xfer_coord *c = a->ep->coord;
+	xfer_coord *c = a->ep->upd;
 	if (!p->sub) {
 		char host[XFER_WV_STR];
 		int port;
@@ -339,7 +339,7 @@ static void *serve_peer(void *arg)
  * errors are in c->peers). */
 static void send_peers(xfer_endpoint *ep, uint64_t v)
 {
-	xfer_coord *c = ep->coord;
+	xfer_coord *c = ep->upd;
 	pthread_t *th = calloc(c->npeers + 1, sizeof *th);
 	serve_arg *args = calloc(c->npeers + 1, sizeof *args);
 	int *started = calloc(c->npeers + 1, sizeof *started);
@@ -381,7 +381,7 @@ static uint64_t peer_set_hash(const xfer_wv_begin_reply *r)
  * reason) and the next one begins with a fresh id. */
 static int nccl_ready(xfer_endpoint *ep, const xfer_wv_begin_reply *r, int fresh, xfer_err *err)
 {
-	xfer_coord *c = ep->coord;
+	xfer_coord *c = ep->upd;
 	uint64_t set = peer_set_hash(r);
 	if (!fresh && c->nccl && set == c->nccl_set) return 0;
 	pthread_mutex_lock(&c->mu);
@@ -458,7 +458,7 @@ typedef struct {
  * communicator is to be made again, a colocated sender's handoff. */
 static int pub_setup(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 {
-	xfer_coord *c = ep->coord;
+	xfer_coord *c = ep->upd;
 	const xfer_path_ops *ops = ep->ops;
 	if (!ops->begin_setup) return 0;
 	if (ops->fan == XFER_FAN_BCAST) {
@@ -492,9 +492,9 @@ static int pub_setup(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 /* begin: the head opens v and answers with the participants. */
 static int pub_begin(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 {
-	xfer_coord *c = ep->coord;
+	xfer_coord *c = ep->upd;
 	const char *job = ep->cfg.coord.job, *me = ep->cfg.coord.member;
-	if (xfer_wv_digest(ep->m, P->b.digest, err) != 0 || pub_setup(ep, P, err) != 0) return -1;
+	if (xfer_manifest_digest(ep->m, P->b.digest, err) != 0 || pub_setup(ep, P, err) != 0) return -1;
 	size_t len;
 	uint8_t *req = xfer_wv_begin_pack(&P->b, &len);
 	if (!req) return xfer_fail(err, XFER_ENOMEM, "out of memory");
@@ -526,7 +526,7 @@ static int pub_begin(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 /* The peers' results: wire bytes, the slowest split, the root, the failed. */
 static void pub_peers(xfer_endpoint *ep, pub_state *P)
 {
-	xfer_coord *c = ep->coord;
+	xfer_coord *c = ep->upd;
 	send_peers(ep, P->v);
 	P->fm = calloc(c->npeers + 1, sizeof *P->fm);
 	P->fr = calloc(c->npeers + 1, sizeof *P->fr);
@@ -555,7 +555,7 @@ static void pub_peers(xfer_endpoint *ep, pub_state *P)
  * listening for an abort */
 static void pub_move(xfer_endpoint *ep, pub_state *P)
 {
-	xfer_coord *c = ep->coord;
+	xfer_coord *c = ep->upd;
 	uint64_t v = P->v;
 	xfer_endpoint *self = ep;
 	xfer_heartbeat *hb = xfer_heartbeat_start(ep->cfg.coord.rpc, ep->cfg.coord.job, ep->cfg.coord.member, v,
@@ -599,7 +599,7 @@ static void pub_move(xfer_endpoint *ep, pub_state *P)
  * would wait for a verdict that needs this word) */
 static int pub_done(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 {
-	xfer_coord *c = ep->coord;
+	xfer_coord *c = ep->upd;
 	uint64_t v = P->v;
 	xfer_wv_done d = { .job = ep->cfg.coord.job, .member = ep->cfg.coord.member, .version = v, .ok = P->ok,
 			   .reason = P->ok ? "" : P->derr.msg, .implementation_seconds = P->impl,

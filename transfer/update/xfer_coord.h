@@ -6,7 +6,9 @@
  *                       only files that see protobuf-c are these two)
  *   xfer_coord.c        the sender: xfer_publish
  *   xfer_coord_engine.c the receiver: the engine loop behind xfer_receive
- *   xfer_env.c          xfer_config_from_env */
+ * The state hangs off the endpoint as an opaque ep->upd (struct xfer_coord
+ * below); core/ and paths/ neither read it nor include this header: what
+ * they share with the update lives in core/xfer_int.h. */
 #ifndef XFER_COORD_H
 #define XFER_COORD_H
 
@@ -19,14 +21,10 @@ enum {
 	XFER_AGENT_REQUEST_MAX = 1 << 20,   /* what we send: a Done with many failed peers at most */
 	XFER_AGENT_ANSWER_MAX = 4 << 20,    /* an Outcome's record of thousands of engines fits */
 	XFER_WV_PEERS_MAX = 65536,          /* peers in a BeginReply */
-	XFER_WV_STR = 256,                  /* member, node, endpoint, mode, peer: longer is refused */
-	XFER_WV_SETUP_MAX = 512 << 10,      /* colocated: the handoff (handles, places, sums: ~16k tensors) */
 };
 
 /* ---- the client (xfer_agent.c) ---- */
 typedef struct xfer_agent xfer_agent;
-/* "unix:PATH" into path; -1 with a one-line error naming SKEIN_RPC. */
-int xfer_agent_parse(const char *rpc, char *path, size_t n, xfer_err *err);
 xfer_agent *xfer_agent_new(const char *rpc, xfer_err *err);
 void xfer_agent_free(xfer_agent **a);
 /* One request {cmd "wv", args [verb], payload} and its answer's payload
@@ -140,8 +138,6 @@ void xfer_wv_begin_reply_free(xfer_wv_begin_reply *r);
 int xfer_wv_outcome_parse(const uint8_t *p, size_t n, xfer_wv_outcome *out, xfer_err *err);
 int xfer_wv_instr_parse(const uint8_t *p, size_t n, xfer_wv_instr *out, xfer_err *err);
 void xfer_wv_instr_free(xfer_wv_instr *in);
-/* xxh3-128 of xfer_manifest_describe, canonical (big-endian) bytes. */
-int xfer_wv_digest(const xfer_manifest *m, unsigned char out[16], xfer_err *err);
 
 /* ---- shared by the sender and the engine (xfer_coord.c) ---- */
 typedef struct xfer_coord xfer_coord;
@@ -184,9 +180,7 @@ enum {
 	XFER_COORD_POLL_MS = 50,       /* outcome polls after a lost answer */
 	XFER_COORD_CALL_MS = 5000,     /* a call the head answers at once (wait: within 1 s) */
 };
-/* Sets ep->coord up (xfer_open with cfg.coord.rpc); frees it. */
-int xfer_coord_open(xfer_endpoint *ep, xfer_err *err);
-void xfer_coord_close(xfer_endpoint *ep);
+/* xfer_coord_open, _close, _publish, _receive, _stop: xfer_int.h (the API calls them). */
 /* From any thread: stops the data path of a publish or receive under way
  * (every peer's sub-endpoint, the NCCL communicator). */
 void xfer_coord_abort(xfer_endpoint *ep);
@@ -206,17 +200,9 @@ xfer_heartbeat *xfer_heartbeat_start(const char *rpc, const char *job, const cha
 /* Stops it; 1 when it saw the update aborted (reason copied), else 0. */
 int xfer_heartbeat_stop(xfer_heartbeat **h, char *reason, size_t n);
 
-/* The engine loop (xfer_coord_engine.c). */
-int xfer_coord_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err);
-/* The sender (xfer_coord.c). */
-int xfer_coord_publish(xfer_endpoint *ep, uint64_t version, xfer_update_stats *st, xfer_err *err);
 
 /* What the update asks of the endpoint and its path lives in xfer_int.h:
  * xfer_ep_* and the coordinated half of xfer_path_ops (fan, begin_setup,
  * take_setup, commit, forget, drop); nothing here names a path. */
-/* Stops a coordinated endpoint's data path and its subs now without
- * spoiling it: the session ends, a listening socket stays; xfer_rearm makes
- * it usable again. */
-void xfer_coord_stop(xfer_endpoint *ep);
 
 #endif

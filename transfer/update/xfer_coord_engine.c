@@ -49,7 +49,7 @@ static void set_update(xfer_endpoint *ep, uint64_t v, const char *state, const c
 	snprintf(u->reason, sizeof u->reason, "%s", reason);
 	u->update_seconds = u->implementation_seconds = seconds;
 	u->wire_bytes = ep->stats.bytes_moved;
-	u->timings = ep->coord->timings;
+	u->timings = ((xfer_coord *)ep->upd)->timings;
 }
 
 /* Runs rx's receive of exactly version v in slices until it arrives, fails,
@@ -71,7 +71,7 @@ static int receive_exact(xfer_endpoint *ep, xfer_endpoint *rx, uint64_t v, int t
 		if (rc == 0 || err->code != XFER_ENOVERSION) break;
 		if (q && xfer_now() - asked >= RECV_ASK_MS / 1e3) {
 			asked = xfer_now();
-			if (xfer_coord_aborted(ep->coord->agent, q, qlen, v, why, sizeof why)) {
+			if (xfer_coord_aborted(((xfer_coord *)ep->upd)->agent, q, qlen, v, why, sizeof why)) {
 				rc = xfer_fail(err, XFER_EABORTED, "stopped: the update was aborted (%s)", why);
 				break;
 			}
@@ -111,7 +111,7 @@ static int timeout_of(const xfer_endpoint *ep, const xfer_wv_instr *in)
  * its id, rank or size changed). */
 static xfer_endpoint *nccl_rx(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 {
-	xfer_coord *c = ep->coord;
+	xfer_coord *c = ep->upd;
 	if (in->setup_len != XFER_NCCL_ID_BYTES) {
 		if (c->nccl) return c->nccl;
 		xfer_fail(err, XFER_EINVAL, "NCCL: the head sent no unique id");
@@ -150,7 +150,7 @@ static int check_root(xfer_endpoint *ep, xfer_endpoint *rx, const xfer_wv_instr 
 	xfer_root_hex(rx->root, mine);
 	xfer_root_hex(in->root, want);
 	xfer_err e;
-	if (xfer_ep_rollback(rx, &e) != 0) rx->stats.version = ep->coord->held;
+	if (xfer_ep_rollback(rx, &e) != 0) rx->stats.version = ((xfer_coord *)ep->upd)->held;
 	if (rx->ops->forget) rx->ops->forget(rx); /* disk-delta: the next receive plans from a full version */
 	return xfer_fail(err, XFER_ECHECKSUM, "version %llu: root mismatch: the checksums it was verified against "
 			 "(root %.12s) are not the sender's (root %.12s): a forged or corrupted data path",
@@ -160,7 +160,7 @@ static int check_root(xfer_endpoint *ep, xfer_endpoint *rx, const xfer_wv_instr 
 /* receive v: staged, or failed with the reason. */
 static void do_receive(xfer_endpoint *ep, const xfer_wv_instr *in)
 {
-	xfer_coord *c = ep->coord;
+	xfer_coord *c = ep->upd;
 	uint64_t v = in->version;
 	if (c->staged == v || c->held >= v || c->failed == v) return; /* told again: our status answers */
 	xfer_err e = { 0 };
@@ -223,7 +223,7 @@ static void do_receive(xfer_endpoint *ep, const xfer_wv_instr *in)
 /* The held version changes to v: receivers/<id> says so on disk-delta. */
 static void now_holding(xfer_endpoint *ep, uint64_t v)
 {
-	xfer_coord *c = ep->coord;
+	xfer_coord *c = ep->upd;
 	xfer_err e;
 	c->held = v;
 	c->staged = 0;
@@ -237,7 +237,7 @@ static void now_holding(xfer_endpoint *ep, uint64_t v)
  * taking v), 0 when the update never touched them. */
 static int do_abort(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 {
-	xfer_coord *c = ep->coord;
+	xfer_coord *c = ep->upd;
 	uint64_t v = in->version;
 	int touched = c->staged == v || c->failed == v;
 	if (c->staged == v) {
@@ -271,7 +271,7 @@ static int do_abort(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 /* catchup L: from the disk chain or from the engine that serves it. */
 static int do_catchup(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 {
-	xfer_coord *c = ep->coord;
+	xfer_coord *c = ep->upd;
 	uint64_t L = in->version;
 	int to = timeout_of(ep, in), rc;
 	double t0 = xfer_now();
@@ -323,7 +323,7 @@ static int do_catchup(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 /* serve L: our buffers to the syncing engine at in->peer, over p2p-tcp. */
 static void do_serve(xfer_endpoint *ep, const xfer_wv_instr *in)
 {
-	xfer_coord *c = ep->coord;
+	xfer_coord *c = ep->upd;
 	if (c->held != in->version || !*in->peer) return; /* we cannot: its catch-up fails and is retried */
 	const char *colon = strrchr(in->peer, ':');
 	char host[XFER_WV_STR];
@@ -362,7 +362,7 @@ int xfer_coord_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_e
 /* *inp: the last instruction (its setup freed before the next is parsed). */
 static int engine_loop(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_wv_instr *inp, xfer_err *err)
 {
-	xfer_coord *c = ep->coord;
+	xfer_coord *c = ep->upd;
 	double deadline = wait_ms < 0 ? 1e300 : xfer_now() + wait_ms / 1e3;
 	if (xfer_check_aborted(ep, err) != 0) return -1;
 	for (;;) {

@@ -333,15 +333,3 @@ void xfer_wv_instr_free(xfer_wv_instr *in)
 	in->setup = NULL;
 	in->setup_len = 0;
 }
-
-int xfer_wv_digest(const xfer_manifest *m, unsigned char out[16], xfer_err *err)
-{
-	size_t len;
-	char *d = xfer_manifest_describe(m, &len);
-	if (!d) return xfer_fail(err, XFER_ENOMEM, "out of memory");
-	XXH128_canonical_t c;
-	XXH128_canonicalFromHash(&c, XXH3_128bits(d, len));
-	memcpy(out, c.digest, 16);
-	free(d);
-	return 0;
-}
