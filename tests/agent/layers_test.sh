@@ -56,7 +56,7 @@ fi
 # an update/ header named by a lower layer's file (#include "transfer/update/..."
 # or a relative one); the check is first run on a made-up file
 upd_includes() { grep -lE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"(transfer/)?update/|^[[:space:]]*#[[:space:]]*include[[:space:]]*"\.\./update/' "$@" 2>/dev/null; }
-printf '#include "transfer/update/xfer_coord.h"\n' >"$T_DIR/fake.c"
+printf '#include "transfer/update/update.h"\n' >"$T_DIR/fake.c"
 has_upd_include() { upd_includes "$@" >/dev/null; }
 check "the include check sees a made-up one" has_upd_include "$T_DIR/fake.c"
 inc=$(upd_includes "$ROOT"/transfer/core/*.[ch] "$ROOT"/transfer/paths/*.[ch] "$ROOT"/transfer/gpu/*.[ch] \

@@ -1,5 +1,5 @@
 /* tests/fuzz/fuzz_wv_reply: what libskein reads back from its agent during
- * a coordinated update (transfer/update/xfer_wv.c): the head's BeginReply to a
+ * a coordinated update (transfer/update/update_msg.c): the head's BeginReply to a
  * sender's begin, the Instruction an engine's wait is answered with, and the
  * Outcome of a version.  fuzz_wv covers the head's own table; these are the
  * other end, parsed in the trainer's and the engines' processes.
@@ -7,13 +7,13 @@
  * Every input goes to all three parsers, so none waits for the fuzzer to
  * guess which one it is.  Properties: a refused answer leaves nothing
  * allocated and nothing set (peers NULL, setup NULL); an accepted one keeps
- * the promises of xfer_coord.h: every string ends inside its field, the
+ * the promises of update.h: every string ends inside its field, the
  * state or kind is one of those named, the peers and ranks are within their
  * bounds, a setup is 0 or 128 bytes (colocated: at most 512 KiB), and only
  * an idle instruction has version 0. */
 #include "tests/fuzz/fuzz.h"
 
-#include "transfer/update/xfer_coord.h"
+#include "transfer/update/update.h"
 
 static int ends_in(const char *s, size_t cap) { return memchr(s, 0, cap) != NULL; }
 

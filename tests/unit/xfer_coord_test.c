@@ -15,7 +15,7 @@
  * own endpoint; every version's bytes are precomputed from the seed so an
  * engine compares what it holds with what the version must be. */
 #include "tests/unit/xfer_testlib.h"
-#include "transfer/update/xfer_coord.h"
+#include "transfer/update/update.h"
 #include "transfer/core/xfer_sock.h"
 
 #include <errno.h>

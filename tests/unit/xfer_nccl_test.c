@@ -24,7 +24,7 @@
  * where the kernels load.  Its RESULT lines are the root's figures. */
 #include "tests/unit/xfer_testlib.h"
 #include "transfer/core/xfer_hash.h"
-#include "transfer/update/xfer_coord.h"
+#include "transfer/update/update.h"
 
 #include <dlfcn.h>
 #include <signal.h>

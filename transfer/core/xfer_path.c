@@ -2,7 +2,7 @@
  *
  * The top of libskein's files: xfer_open opens the endpoint on its path
  * (paths/xfer_paths.c) and, for a coordinated one (cfg.coord.rpc), adds the
- * update client (transfer/update/xfer_coord*.c), to which send, publish and
+ * update client (transfer/update/update_*.c), to which send, publish and
  * receive then go; it drives the same path through xfer_path_send and
  * xfer_path_receive (core/xfer_endpoint.c), never through these calls. */
 #include "transfer/core/xfer_int.h"

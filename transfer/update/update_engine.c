@@ -1,4 +1,4 @@
-/* transfer/update/xfer_coord_engine.c: the coordinated receiver, the engine loop of
+/* transfer/update/update_engine.c: the coordinated receiver, the engine loop of
  * docs/updates.md behind xfer_receive.
  *
  * The engine asks its agent `wait` with its whole state (held, staged,
@@ -22,9 +22,9 @@
  * removed when the update aborted never comes; the heartbeat would see it
  * only after XFER_COORD_HEARTBEAT_MS).  A wait shorter than the head's long
  * poll returns XFER_ENOVERSION with its `wait` still pending in the client
- * (xfer_agent.c): the next xfer_receive reads that answer, so no
+ * (update_agent.c): the next xfer_receive reads that answer, so no
  * instruction is lost to the caller's deadline. */
-#include "transfer/update/xfer_coord.h"
+#include "transfer/update/update.h"
 
 #include <stdio.h>
 #include <stdlib.h>

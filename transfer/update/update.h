@@ -1,16 +1,16 @@
-/* transfer/update/xfer_coord.h: libskein's side of the coordinated update
+/* transfer/update/update.h: libskein's side of the coordinated update
  * (docs/updates.md), shared by its files and the unit tests, nobody else.
  *
- *   xfer_agent.c        the blocking client of the agent's Unix socket
- *   xfer_wv.c           proto/weights.proto <-> the plain structs below (the
- *                       only files that see protobuf-c are these two)
- *   xfer_coord.c        the sender: xfer_publish
- *   xfer_coord_engine.c the receiver: the engine loop behind xfer_receive
+ *   update_agent.c   the blocking client of the agent's Unix socket
+ *   update_msg.c     proto/weights.proto <-> the plain structs below (the
+ *                    only files that see protobuf-c are these two)
+ *   update_client.c  the sender: xfer_publish, and what the engine shares
+ *   update_engine.c  the receiver: the engine loop behind xfer_receive
  * The state hangs off the endpoint as an opaque ep->upd (struct xfer_coord
  * below); core/ and paths/ neither read it nor include this header: what
  * they share with the update lives in core/xfer_int.h. */
-#ifndef XFER_COORD_H
-#define XFER_COORD_H
+#ifndef SKEIN_UPDATE_H
+#define SKEIN_UPDATE_H
 
 #include "transfer/core/xfer_int.h"
 
@@ -23,7 +23,7 @@ enum {
 	XFER_WV_PEERS_MAX = 65536,          /* peers in a BeginReply */
 };
 
-/* ---- the client (xfer_agent.c) ---- */
+/* ---- the client (update_agent.c) ---- */
 typedef struct xfer_agent xfer_agent;
 xfer_agent *xfer_agent_new(const char *rpc, xfer_err *err);
 void xfer_agent_free(xfer_agent **a);
@@ -41,7 +41,7 @@ int xfer_agent_call(xfer_agent *a, const char *verb, const void *payload, size_t
 /* 1 while a `wait` was sent and its answer not read yet. */
 int xfer_agent_pending(const xfer_agent *a);
 
-/* ---- the messages (xfer_wv.c) ---- */
+/* ---- the messages (update_msg.c) ---- */
 typedef struct {
 	char member[XFER_WV_STR], node[XFER_WV_STR], endpoint[XFER_WV_STR];
 	int rank;
@@ -57,7 +57,7 @@ typedef struct {
 } xfer_wv_begin_reply;
 
 /* An update's state as the head reports it: an enum inside libskein, its
- * name only in the codec (xfer_wv.c) and in output (xfer_update_stats). */
+ * name only in the codec (update_msg.c) and in output (xfer_update_stats). */
 typedef enum { XFER_UPD_UNKNOWN, XFER_UPD_PREPARING, XFER_UPD_MOVING, XFER_UPD_COMMITTED, XFER_UPD_ABORTED } xfer_upd_state;
 /* "", "preparing", "moving", "committed", "aborted" */
 const char *xfer_upd_state_name(xfer_upd_state s);
@@ -139,7 +139,7 @@ int xfer_wv_outcome_parse(const uint8_t *p, size_t n, xfer_wv_outcome *out, xfer
 int xfer_wv_instr_parse(const uint8_t *p, size_t n, xfer_wv_instr *out, xfer_err *err);
 void xfer_wv_instr_free(xfer_wv_instr *in);
 
-/* ---- shared by the sender and the engine (xfer_coord.c) ---- */
+/* ---- shared by the sender and the engine (update_client.c) ---- */
 typedef struct xfer_coord xfer_coord;
 typedef struct {
 	char member[XFER_WV_STR], endpoint[XFER_WV_STR];
@@ -160,7 +160,7 @@ struct xfer_coord {
 	unsigned char nccl_id[XFER_NCCL_ID_BYTES];
 	uint64_t nccl_set;      /* hash of the participants and ranks it was made for */
 	int nccl_rank, nccl_nranks;
-	/* engine: xfer_coord_engine.c keeps its state here */
+	/* engine: update_engine.c keeps its state here */
 	uint64_t held, staged, failed, last_notice;
 	char reason[512];
 	double seconds;

@@ -1,11 +1,11 @@
-/* transfer/update/xfer_wv.c: the coordinated update's messages
- * (proto/weights.proto) to and from the plain structs of xfer_coord.h.
+/* transfer/update/update_msg.c: the coordinated update's messages
+ * (proto/weights.proto) to and from the plain structs of update.h.
  *
- * protobuf-c stays here (and in xfer_agent.c): pack what we send, unpack
+ * protobuf-c stays here (and in update_agent.c): pack what we send, unpack
  * what the head answers, check it whole (every string bounded, every enum
  * of text one we know), copy it into fixed-size fields, free.  A bad
  * answer is a one-line XFER_EFORMAT naming the message and the field. */
-#include "transfer/update/xfer_coord.h"
+#include "transfer/update/update.h"
 
 #include <stdlib.h>
 #include <string.h>

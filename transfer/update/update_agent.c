@@ -1,4 +1,4 @@
-/* transfer/update/xfer_agent.c: libskein's blocking client of its agent's Unix
+/* transfer/update/update_agent.c: libskein's blocking client of its agent's Unix
  * socket (SKEIN_RPC "unix:PATH"), for the coordinated update
  * (docs/updates.md).
  *
@@ -18,7 +18,7 @@
  * Any other verb gives a pending wait up.  Unlike agent_rpc.c this
  * client does not seal: a Unix socket needs no key, and libskein does not
  * link the agent's crypto.  Not thread-safe: one client per thread. */
-#include "transfer/update/xfer_coord.h"
+#include "transfer/update/update.h"
 
 #include <errno.h>
 #include <poll.h>

@@ -1,4 +1,4 @@
-/* transfer/update/xfer_coord.c: the coordinated sender (xfer_publish) and what the
+/* transfer/update/update_client.c: the coordinated sender (xfer_publish) and what the
  * engine loop shares with it: calls that ask again after a lost answer, the
  * heartbeat thread.  The protocol: docs/updates.md.
  *
@@ -27,7 +27,7 @@
  * (rank 0) and the participants (ranks from the reply), made again with a
  * fresh unique id whenever the participants change; built, not run here
  * (no GPU on the build machine). */
-#include "transfer/update/xfer_coord.h"
+#include "transfer/update/update.h"
 
 #include <pthread.h>
 #include <stdlib.h>
