@@ -69,8 +69,8 @@ int xfer_config_from_env(xfer_config *c, xfer_role role, xfer_err *err)
 	if (!rpc) return xfer_fail(err, XFER_EINVAL, "SKEIN_JOB is set but SKEIN_RPC is not: the agent's socket is needed");
 	if (xfer_rpc_parse(rpc, path, sizeof path, err) != 0) return -1;
 	if (!member) return xfer_fail(err, XFER_EINVAL, "SKEIN_JOB is set but SKEIN_MEMBER is not");
-	if (strlen(member) >= XFER_WV_STR)
-		return xfer_fail(err, XFER_EINVAL, "SKEIN_MEMBER: %zu bytes (at most %d)", strlen(member), XFER_WV_STR - 1);
+	if (strlen(member) >= XFER_UPD_STR)
+		return xfer_fail(err, XFER_EINVAL, "SKEIN_MEMBER: %zu bytes (at most %d)", strlen(member), XFER_UPD_STR - 1);
 	c->coord.rpc = rpc;
 	c->coord.job = job;
 	c->coord.member = member;

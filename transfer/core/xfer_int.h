@@ -154,8 +154,8 @@ struct xfer_endpoint {
 /* Limits of what a coordinated update carries, checked where the values
  * enter: the environment (xfer_env.c), the handoff (xfer_ipc.c), the codec. */
 enum {
-	XFER_WV_STR = 256,                  /* member, node, endpoint, mode, peer: longer is refused */
-	XFER_WV_SETUP_MAX = 512 << 10,      /* colocated: the handoff (handles, places, sums: ~16k tensors) */
+	XFER_UPD_STR = 256,                  /* member, node, endpoint, mode, peer: longer is refused */
+	XFER_UPD_SETUP_MAX = 512 << 10,      /* colocated: the handoff (handles, places, sums: ~16k tensors) */
 };
 /* SKEIN_RPC "unix:PATH" into path; -1 with a one-line error naming SKEIN_RPC. */
 int xfer_rpc_parse(const char *rpc, char *path, size_t n, xfer_err *err);

@@ -20,7 +20,7 @@ enum {
 	XFER_AGENT_NONCE = 16,
 	XFER_AGENT_REQUEST_MAX = 1 << 20,   /* what we send: a Done with many failed peers at most */
 	XFER_AGENT_ANSWER_MAX = 4 << 20,    /* an Outcome's record of thousands of engines fits */
-	XFER_WV_PEERS_MAX = 65536,          /* peers in a BeginReply */
+	XFER_UPD_PEERS_MAX = 65536,          /* peers in a BeginReply */
 };
 
 /* ---- the client (update_agent.c) ---- */
@@ -43,18 +43,18 @@ int xfer_agent_pending(const xfer_agent *a);
 
 /* ---- the messages (update_msg.c) ---- */
 typedef struct {
-	char member[XFER_WV_STR], node[XFER_WV_STR], endpoint[XFER_WV_STR];
+	char member[XFER_UPD_STR], node[XFER_UPD_STR], endpoint[XFER_UPD_STR];
 	int rank;
-} xfer_wv_peer;
+} xfer_upd_peer;
 
 typedef struct {
 	uint64_t version, base_version;
-	xfer_wv_peer *peers; /* malloc'd: xfer_wv_begin_reply_free */
+	xfer_upd_peer *peers; /* malloc'd: xfer_upd_begin_reply_free */
 	size_t npeers;
 	int timeout_ms;
 	int has_nonce;       /* the p2p hello's ticket (an older head sends none) */
 	unsigned char nonce[XFER_NONCE_BYTES];
-} xfer_wv_begin_reply;
+} xfer_upd_begin_reply;
 
 /* An update's state as the head reports it: an enum inside libskein, its
  * name only in the codec (update_msg.c) and in output (xfer_update_stats). */
@@ -72,14 +72,14 @@ typedef struct {
 	double engine_seconds;   /* the slowest verified participant's receive */
 	uint32_t participants, dropped;
 	xfer_timings engines;    /* each figure's largest over the participants (0 when absent) */
-} xfer_wv_outcome;
+} xfer_upd_outcome;
 
 typedef struct {
 	char kind[16];       /* idle, receive, commit, abort, catchup, serve */
 	uint64_t version, base_version;
-	char mode[XFER_WV_STR], peer[XFER_WV_STR];
-	unsigned char *setup; /* malloc'd (xfer_wv_instr_free): NCCL's unique id, or colocated's handoff */
-	size_t setup_len;    /* NCCL: 0 or XFER_NCCL_ID_BYTES; colocated: 0..XFER_WV_SETUP_MAX */
+	char mode[XFER_UPD_STR], peer[XFER_UPD_STR];
+	unsigned char *setup; /* malloc'd (xfer_upd_instr_free): NCCL's unique id, or colocated's handoff */
+	size_t setup_len;    /* NCCL: 0 or XFER_NCCL_ID_BYTES; colocated: 0..XFER_UPD_SETUP_MAX */
 	int rank, nranks;
 	char reason[512];
 	int timeout_ms;
@@ -87,7 +87,7 @@ typedef struct {
 	int has_root;           /* ... when the head has it */
 	int has_nonce;       /* receive, catchup, serve: the p2p hello's ticket */
 	unsigned char nonce[XFER_NONCE_BYTES];
-} xfer_wv_instr;
+} xfer_upd_instr;
 
 typedef struct {
 	const char *job, *member, *mode;
@@ -98,7 +98,7 @@ typedef struct {
 	size_t setup_len;
 	const unsigned char *root;  /* 16 bytes: the root of v's sums when known before the bytes move
 				       (colocated: the handoff's; xfer_root.c); NULL: none */
-} xfer_wv_begin;
+} xfer_upd_begin;
 
 typedef struct {
 	const char *job, *member;
@@ -114,7 +114,7 @@ typedef struct {
 	const unsigned char *setup; /* colocated: the handoff again, for a head that took over */
 	size_t setup_len;
 	const unsigned char *root;  /* 16 bytes: the root of the sums it sent (xfer_root.c); NULL: none */
-} xfer_wv_done;
+} xfer_upd_done;
 
 typedef struct {
 	const char *job, *member, *endpoint, *reason;
@@ -122,27 +122,27 @@ typedef struct {
 	double seconds;
 	xfer_timings timings;       /* of its last receive */
 	const unsigned char *root;  /* 16 bytes: the root `staged` was verified against; NULL: none */
-} xfer_wv_status;
+} xfer_upd_status;
 
 /* Packed messages, malloc'd (NULL: out of memory). */
-uint8_t *xfer_wv_begin_pack(const xfer_wv_begin *b, size_t *len);
-uint8_t *xfer_wv_done_pack(const xfer_wv_done *d, size_t *len);
-uint8_t *xfer_wv_query_pack(const char *job, uint64_t version, const char *member, size_t *len);
-uint8_t *xfer_wv_status_pack(const xfer_wv_status *s, size_t *len);
+uint8_t *xfer_upd_begin_pack(const xfer_upd_begin *b, size_t *len);
+uint8_t *xfer_upd_done_pack(const xfer_upd_done *d, size_t *len);
+uint8_t *xfer_upd_query_pack(const char *job, uint64_t version, const char *member, size_t *len);
+uint8_t *xfer_upd_status_pack(const xfer_upd_status *s, size_t *len);
 /* Each answer checked whole before it is used: every string bounded, the
  * state or kind one of those named, a setup of 0 or 128 bytes (colocated:
- * at most XFER_WV_SETUP_MAX, checked whole by xfer_ipc.c); -1 with
+ * at most XFER_UPD_SETUP_MAX, checked whole by xfer_ipc.c); -1 with
  * XFER_EFORMAT naming the message and the field. */
-int xfer_wv_begin_reply_parse(const uint8_t *p, size_t n, xfer_wv_begin_reply *out, xfer_err *err);
-void xfer_wv_begin_reply_free(xfer_wv_begin_reply *r);
-int xfer_wv_outcome_parse(const uint8_t *p, size_t n, xfer_wv_outcome *out, xfer_err *err);
-int xfer_wv_instr_parse(const uint8_t *p, size_t n, xfer_wv_instr *out, xfer_err *err);
-void xfer_wv_instr_free(xfer_wv_instr *in);
+int xfer_upd_begin_reply_parse(const uint8_t *p, size_t n, xfer_upd_begin_reply *out, xfer_err *err);
+void xfer_upd_begin_reply_free(xfer_upd_begin_reply *r);
+int xfer_upd_outcome_parse(const uint8_t *p, size_t n, xfer_upd_outcome *out, xfer_err *err);
+int xfer_upd_instr_parse(const uint8_t *p, size_t n, xfer_upd_instr *out, xfer_err *err);
+void xfer_upd_instr_free(xfer_upd_instr *in);
 
 /* ---- shared by the sender and the engine (update_client.c) ---- */
 typedef struct xfer_coord xfer_coord;
 typedef struct {
-	char member[XFER_WV_STR], endpoint[XFER_WV_STR];
+	char member[XFER_UPD_STR], endpoint[XFER_UPD_STR];
 	xfer_endpoint *sub;
 	int in_reply;   /* a participant of the version being published */
 	int failed;
@@ -164,7 +164,7 @@ struct xfer_coord {
 	uint64_t held, staged, failed, last_notice;
 	char reason[512];
 	double seconds;
-	char endpoint[XFER_WV_STR];
+	char endpoint[XFER_UPD_STR];
 	xfer_timings timings;   /* the last receive's split, told with seconds */
 	unsigned char staged_root[16]; /* the root `staged` was verified against (xfer_root.c) ... */
 	int has_staged_root;    /* ... when its path keeps one: told to the head in every wait */
@@ -186,10 +186,10 @@ enum {
 void xfer_coord_abort(xfer_endpoint *ep);
 /* One call with its answer parsed by parse (NULL: none), asked again on
  * XFER_EPEER every XFER_COORD_POLL_MS until deadline (monotonic seconds). */
-typedef int (*xfer_wv_parse_fn)(const uint8_t *p, size_t n, void *out, xfer_err *err);
+typedef int (*xfer_upd_parse_fn)(const uint8_t *p, size_t n, void *out, xfer_err *err);
 int xfer_coord_call(xfer_agent *a, const char *verb, const uint8_t *req, size_t len, int call_ms, double deadline,
-		    xfer_wv_parse_fn parse, void *out, xfer_err *err);
-/* One `outcome` query (q: xfer_wv_query_pack's): 1 when the head says v was
+		    xfer_upd_parse_fn parse, void *out, xfer_err *err);
+/* One `outcome` query (q: xfer_upd_query_pack's): 1 when the head says v was
  * aborted (its reason copied), 0 when not or when there was no answer. */
 int xfer_coord_aborted(xfer_agent *a, const uint8_t *q, size_t qlen, uint64_t v, char *reason, size_t n);
 /* A thread that asks `outcome` every XFER_COORD_HEARTBEAT_MS and calls

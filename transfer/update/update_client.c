@@ -91,7 +91,7 @@ void xfer_coord_stop(xfer_endpoint *ep)
 /* ---- calls ---- */
 
 int xfer_coord_call(xfer_agent *a, const char *verb, const uint8_t *req, size_t len, int call_ms, double deadline,
-		    xfer_wv_parse_fn parse, void *out, xfer_err *err)
+		    xfer_upd_parse_fn parse, void *out, xfer_err *err)
 {
 	for (;;) {
 		uint8_t *ans = NULL;
@@ -111,21 +111,21 @@ int xfer_coord_call(xfer_agent *a, const char *verb, const uint8_t *req, size_t 
 
 static int parse_outcome(const uint8_t *p, size_t n, void *out, xfer_err *err)
 {
-	return xfer_wv_outcome_parse(p, n, out, err);
+	return xfer_upd_outcome_parse(p, n, out, err);
 }
 
 static int parse_begin(const uint8_t *p, size_t n, void *out, xfer_err *err)
 {
-	return xfer_wv_begin_reply_parse(p, n, out, err);
+	return xfer_upd_begin_reply_parse(p, n, out, err);
 }
 
 int xfer_job_newest(xfer_endpoint *ep, uint64_t *newest, xfer_err *err)
 {
 	if (!ep || !ep->upd) return xfer_fail(err, XFER_EINVAL, "the endpoint is not coordinated (not in a job)");
 	size_t len;
-	uint8_t *q = xfer_wv_query_pack(ep->cfg.coord.job, 0, "", &len);
+	uint8_t *q = xfer_upd_query_pack(ep->cfg.coord.job, 0, "", &len);
 	if (!q) return xfer_fail(err, XFER_ENOMEM, "out of memory");
-	xfer_wv_outcome o;
+	xfer_upd_outcome o;
 	int rc = xfer_coord_call(((xfer_coord *)ep->upd)->agent, "outcome", q, len, XFER_COORD_CALL_MS,
 				 xfer_now() + ep->cfg.timeout_ms / 1e3, parse_outcome, &o, err);
 	free(q);
@@ -133,19 +133,19 @@ int xfer_job_newest(xfer_endpoint *ep, uint64_t *newest, xfer_err *err)
 	return rc;
 }
 
-static int final_state(const xfer_wv_outcome *o)
+static int final_state(const xfer_upd_outcome *o)
 {
 	return o->state == XFER_UPD_COMMITTED || o->state == XFER_UPD_ABORTED;
 }
 
 int xfer_coord_aborted(xfer_agent *a, const uint8_t *q, size_t qlen, uint64_t v, char *reason, size_t n)
 {
-	xfer_wv_outcome o;
+	xfer_upd_outcome o;
 	xfer_err e;
 	uint8_t *ans = NULL;
 	size_t alen;
 	int aborted = xfer_agent_call(a, "outcome", q, qlen, XFER_COORD_CALL_MS, &ans, &alen, &e) == 0 &&
-		      xfer_wv_outcome_parse(ans, alen, &o, &e) == 0 && o.version == v && o.state == XFER_UPD_ABORTED;
+		      xfer_upd_outcome_parse(ans, alen, &o, &e) == 0 && o.version == v && o.state == XFER_UPD_ABORTED;
 	free(ans);
 	if (aborted) snprintf(reason, n, "%s", o.reason);
 	return aborted;
@@ -213,7 +213,7 @@ xfer_heartbeat *xfer_heartbeat_start(const char *rpc, const char *job, const cha
 	h->neps = neps;
 	pthread_mutex_init(&h->mu, NULL);
 	pthread_cond_init(&h->cv, NULL);
-	if (!(h->agent = xfer_agent_new(rpc, &e)) || !(h->query = xfer_wv_query_pack(job, v, member, &h->qlen)) ||
+	if (!(h->agent = xfer_agent_new(rpc, &e)) || !(h->query = xfer_upd_query_pack(job, v, member, &h->qlen)) ||
 	    pthread_create(&h->th, NULL, heartbeat_main, h) != 0) {
 		/* no heartbeat: the watchdog still ends the update, only later */
 		heartbeat_free(h);
@@ -256,11 +256,11 @@ static int split_endpoint(const char *ep, char *host, size_t n, int *port)
 
 /* Makes the peer list the reply's: new participants get an entry (their
  * sub-endpoint opens when served), those that left are closed. */
-static int sync_peers(xfer_coord *c, const xfer_wv_begin_reply *r, xfer_err *err)
+static int sync_peers(xfer_coord *c, const xfer_upd_begin_reply *r, xfer_err *err)
 {
 	for (size_t i = 0; i < c->npeers; i++) c->peers[i].in_reply = 0;
 	for (size_t k = 0; k < r->npeers; k++) {
-		const xfer_wv_peer *q = &r->peers[k];
+		const xfer_upd_peer *q = &r->peers[k];
 		size_t i = 0;
 		while (i < c->npeers && strcmp(c->peers[i].member, q->member) != 0) i++;
 		if (i == c->npeers) {
@@ -311,7 +311,7 @@ static void *serve_peer(void *arg)
 	coord_peer *p = a->p;
 	xfer_coord *c = a->ep->upd;
 	if (!p->sub) {
-		char host[XFER_WV_STR];
+		char host[XFER_UPD_STR];
 		int port;
 		if (split_endpoint(p->endpoint, host, sizeof host, &port) != 0) {
 			p->failed = 1;
@@ -365,7 +365,7 @@ static void send_peers(xfer_endpoint *ep, uint64_t v)
 	free(started);
 }
 
-static uint64_t peer_set_hash(const xfer_wv_begin_reply *r)
+static uint64_t peer_set_hash(const xfer_upd_begin_reply *r)
 {
 	uint64_t h = 0x9e3779b97f4a7c15ull ^ r->npeers;
 	for (size_t i = 0; i < r->npeers; i++) {
@@ -379,7 +379,7 @@ static uint64_t peer_set_hash(const xfer_wv_begin_reply *r)
  * The id in Begin was the current communicator's when there was one; when
  * the participants changed under it this version cannot run (-1: its
  * reason) and the next one begins with a fresh id. */
-static int nccl_ready(xfer_endpoint *ep, const xfer_wv_begin_reply *r, int fresh, xfer_err *err)
+static int nccl_ready(xfer_endpoint *ep, const xfer_upd_begin_reply *r, int fresh, xfer_err *err)
 {
 	xfer_coord *c = ep->upd;
 	uint64_t set = peer_set_hash(r);
@@ -434,8 +434,8 @@ typedef struct {
 	double t0;
 	int to;                    /* the watchdog: ours, or the head's */
 	int fresh;                 /* NCCL: a new communicator for this version */
-	xfer_wv_begin b;
-	xfer_wv_begin_reply r;
+	xfer_upd_begin b;
+	xfer_upd_begin_reply r;
 	unsigned char *setup;      /* the begin's setup blob when the path made one (ours to free) */
 	double setup_s;            /* its making is part of the data path's time */
 	/* what the move did */
@@ -451,7 +451,7 @@ typedef struct {
 	int no_root;               /* a peer served over a path that keeps none */
 	int head_aborted;
 	char hreason[512];
-	xfer_wv_outcome o;
+	xfer_upd_outcome o;
 } pub_state;
 
 /* The path's setup blob for Begin.setup: a fresh NCCL id when the
@@ -496,7 +496,7 @@ static int pub_begin(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 	const char *job = ep->cfg.coord.job, *me = ep->cfg.coord.member;
 	if (xfer_manifest_digest(ep->m, P->b.digest, err) != 0 || pub_setup(ep, P, err) != 0) return -1;
 	size_t len;
-	uint8_t *req = xfer_wv_begin_pack(&P->b, &len);
+	uint8_t *req = xfer_upd_begin_pack(&P->b, &len);
 	if (!req) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	int rc = xfer_coord_call(c->agent, "begin", req, len, XFER_COORD_CALL_MS, P->t0 + P->to / 1e3, parse_begin,
 				 &P->r, err);
@@ -505,11 +505,11 @@ static int pub_begin(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 		if (err->code != XFER_EINVAL) {
 			/* the head may have opened v and its answer was lost or
 			 * spoiled: say at once that this sender gives it up */
-			xfer_wv_done d = { .job = job, .member = me, .version = P->v, .reason = err->msg };
+			xfer_upd_done d = { .job = job, .member = me, .version = P->v, .reason = err->msg };
 			xfer_err ignored;
 			uint8_t *out = NULL;
 			size_t olen;
-			if ((req = xfer_wv_done_pack(&d, &len)) &&
+			if ((req = xfer_upd_done_pack(&d, &len)) &&
 			    xfer_agent_call(c->agent, "done", req, len, XFER_COORD_CALL_MS, &out, &olen, &ignored) == 0)
 				free(out);
 			free(req);
@@ -601,14 +601,14 @@ static int pub_done(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 {
 	xfer_coord *c = ep->upd;
 	uint64_t v = P->v;
-	xfer_wv_done d = { .job = ep->cfg.coord.job, .member = ep->cfg.coord.member, .version = v, .ok = P->ok,
+	xfer_upd_done d = { .job = ep->cfg.coord.job, .member = ep->cfg.coord.member, .version = v, .ok = P->ok,
 			   .reason = P->ok ? "" : P->derr.msg, .implementation_seconds = P->impl,
 			   .density = P->density, .wire_bytes = P->wire, .failed_member = P->fm,
 			   .failed_reason = P->fr, .failed_verdict = P->fv, .nfailed = P->nf, .timings = P->split,
 			   .setup = P->setup, .setup_len = P->setup ? P->b.setup_len : 0,
 			   .root = P->no_root ? NULL : P->root };
 	size_t len;
-	uint8_t *req = xfer_wv_done_pack(&d, &len);
+	uint8_t *req = xfer_upd_done_pack(&d, &len);
 	if (!req) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	double deadline = xfer_now() + P->to / 1e3 + XFER_COORD_CALL_MS / 1e3;
 	int rc;
@@ -677,7 +677,7 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 				 (unsigned long long)v, (unsigned long long)ep->stats.version);
 	if (xfer_check_aborted(ep, err) != 0) return -1;
 	pub_state P = { .v = v, .t0 = xfer_now(), .to = ep->cfg.timeout_ms };
-	P.b = (xfer_wv_begin){ .job = ep->cfg.coord.job, .member = ep->cfg.coord.member, .mode = ep->cfg.path,
+	P.b = (xfer_upd_begin){ .job = ep->cfg.coord.job, .member = ep->cfg.coord.member, .mode = ep->cfg.path,
 			       .version = v, .bytes = ep->m->bytes, .tensors = (uint32_t)ep->m->n };
 	memset(&ep->update, 0, sizeof ep->update);
 	ep->update.version = v;
@@ -691,6 +691,6 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 	free(P.fv);
 	free(P.fr);
 	free(P.setup);
-	xfer_wv_begin_reply_free(&P.r);
+	xfer_upd_begin_reply_free(&P.r);
 	return rc;
 }

@@ -37,7 +37,7 @@ enum {
 
 static int parse_instr(const uint8_t *p, size_t n, void *out, xfer_err *err)
 {
-	return xfer_wv_instr_parse(p, n, out, err);
+	return xfer_upd_instr_parse(p, n, out, err);
 }
 
 static void set_update(xfer_endpoint *ep, uint64_t v, const char *state, const char *reason, double seconds)
@@ -60,7 +60,7 @@ static int receive_exact(xfer_endpoint *ep, xfer_endpoint *rx, uint64_t v, int t
 	double deadline = xfer_now() + timeout_ms / 1e3;
 	uint64_t got = 0;
 	size_t qlen = 0;
-	uint8_t *q = ep ? xfer_wv_query_pack(ep->cfg.coord.job, v, ep->cfg.coord.member, &qlen) : NULL;
+	uint8_t *q = ep ? xfer_upd_query_pack(ep->cfg.coord.job, v, ep->cfg.coord.member, &qlen) : NULL;
 	char why[512];
 	double asked = xfer_now();
 	uint64_t refused0 = xfer_p2p_refused(rx);
@@ -102,14 +102,14 @@ static int receive_exact(xfer_endpoint *ep, xfer_endpoint *rx, uint64_t v, int t
 	return rc;
 }
 
-static int timeout_of(const xfer_endpoint *ep, const xfer_wv_instr *in)
+static int timeout_of(const xfer_endpoint *ep, const xfer_upd_instr *in)
 {
 	return in->timeout_ms > 0 ? in->timeout_ms : ep->cfg.timeout_ms;
 }
 
 /* NCCL receivers: the communicator the instruction names (made again when
  * its id, rank or size changed). */
-static xfer_endpoint *nccl_rx(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
+static xfer_endpoint *nccl_rx(xfer_endpoint *ep, const xfer_upd_instr *in, xfer_err *err)
 {
 	xfer_coord *c = ep->upd;
 	if (in->setup_len != XFER_NCCL_ID_BYTES) {
@@ -143,7 +143,7 @@ static xfer_endpoint *nccl_rx(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_e
  * the head sent it: 0 when they agree or either is unknown, else -1 with a
  * checksum error, the buffers put back where the path can (a catch-up or a
  * first version has no journal: its bytes stay, never held). */
-static int check_root(xfer_endpoint *ep, xfer_endpoint *rx, const xfer_wv_instr *in, uint64_t v, xfer_err *err)
+static int check_root(xfer_endpoint *ep, xfer_endpoint *rx, const xfer_upd_instr *in, uint64_t v, xfer_err *err)
 {
 	if (!in->has_root || rx->root_version != v || !memcmp(rx->root, in->root, 16)) return 0;
 	char mine[33], want[33];
@@ -158,7 +158,7 @@ static int check_root(xfer_endpoint *ep, xfer_endpoint *rx, const xfer_wv_instr 
 }
 
 /* receive v: staged, or failed with the reason. */
-static void do_receive(xfer_endpoint *ep, const xfer_wv_instr *in)
+static void do_receive(xfer_endpoint *ep, const xfer_upd_instr *in)
 {
 	xfer_coord *c = ep->upd;
 	uint64_t v = in->version;
@@ -235,7 +235,7 @@ static void now_holding(xfer_endpoint *ep, uint64_t v)
 
 /* abort v: 1 when the caller is to hear of it (our buffers held or were
  * taking v), 0 when the update never touched them. */
-static int do_abort(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
+static int do_abort(xfer_endpoint *ep, const xfer_upd_instr *in, xfer_err *err)
 {
 	xfer_coord *c = ep->upd;
 	uint64_t v = in->version;
@@ -269,7 +269,7 @@ static int do_abort(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 }
 
 /* catchup L: from the disk chain or from the engine that serves it. */
-static int do_catchup(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
+static int do_catchup(xfer_endpoint *ep, const xfer_upd_instr *in, xfer_err *err)
 {
 	xfer_coord *c = ep->upd;
 	uint64_t L = in->version;
@@ -321,12 +321,12 @@ static int do_catchup(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 }
 
 /* serve L: our buffers to the syncing engine at in->peer, over p2p-tcp. */
-static void do_serve(xfer_endpoint *ep, const xfer_wv_instr *in)
+static void do_serve(xfer_endpoint *ep, const xfer_upd_instr *in)
 {
 	xfer_coord *c = ep->upd;
 	if (c->held != in->version || !*in->peer) return; /* we cannot: its catch-up fails and is retried */
 	const char *colon = strrchr(in->peer, ':');
-	char host[XFER_WV_STR];
+	char host[XFER_UPD_STR];
 	if (!colon || colon == in->peer) return;
 	snprintf(host, sizeof host, "%.*s", (int)(colon - in->peer), in->peer);
 	xfer_config sc = ep->cfg;
@@ -349,32 +349,32 @@ static void do_serve(xfer_endpoint *ep, const xfer_wv_instr *in)
 	xfer_ep_close(&s);
 }
 
-static int engine_loop(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_wv_instr *inp, xfer_err *err);
+static int engine_loop(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_upd_instr *inp, xfer_err *err);
 
 int xfer_coord_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err)
 {
-	xfer_wv_instr in = { 0 };
+	xfer_upd_instr in = { 0 };
 	int rc = engine_loop(ep, wait_ms, version, &in, err);
-	xfer_wv_instr_free(&in);
+	xfer_upd_instr_free(&in);
 	return rc;
 }
 
 /* *inp: the last instruction (its setup freed before the next is parsed). */
-static int engine_loop(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_wv_instr *inp, xfer_err *err)
+static int engine_loop(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_upd_instr *inp, xfer_err *err)
 {
 	xfer_coord *c = ep->upd;
 	double deadline = wait_ms < 0 ? 1e300 : xfer_now() + wait_ms / 1e3;
 	if (xfer_check_aborted(ep, err) != 0) return -1;
 	for (;;) {
-		xfer_wv_status s = { .job = ep->cfg.coord.job, .member = ep->cfg.coord.member, .endpoint = c->endpoint,
+		xfer_upd_status s = { .job = ep->cfg.coord.job, .member = ep->cfg.coord.member, .endpoint = c->endpoint,
 				     .reason = c->reason, .held = c->held, .staged = c->staged, .failed = c->failed,
 				     .generation = ep->cfg.coord.generation, .seconds = c->seconds,
 				     .timings = c->timings,
 				     .root = c->staged && c->has_staged_root ? c->staged_root : NULL };
 		size_t len;
-		uint8_t *req = xfer_wv_status_pack(&s, &len);
+		uint8_t *req = xfer_upd_status_pack(&s, &len);
 		if (!req) return xfer_fail(err, XFER_ENOMEM, "out of memory");
-		xfer_wv_instr_free(inp);
+		xfer_upd_instr_free(inp);
 		double asked = xfer_now();
 		double call_deadline = deadline < xfer_now() + XFER_COORD_CALL_MS / 1e3 ? deadline
 											 : xfer_now() + XFER_COORD_CALL_MS / 1e3;
@@ -393,7 +393,7 @@ static int engine_loop(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_w
 			return -1;
 		}
 		if (xfer_check_aborted(ep, err) != 0) return -1;
-		const xfer_wv_instr in = *inp;
+		const xfer_upd_instr in = *inp;
 		if (!strcmp(in.kind, "idle") && xfer_now() - asked < XFER_COORD_POLL_MS / 1e3)
 			xfer_coord_sleep_ms(XFER_COORD_POLL_MS); /* a head that answers idle at once: no busy loop */
 		if (!strcmp(in.kind, "receive")) {
