@@ -8,8 +8,9 @@
 # libskein's files too (issue 26): no circle among transfer/'s files (the
 # two files of p2p-ucx, which share xfer_ucx.h, count as one), no data
 # path (paths/, gpu/) calls the update client (update/), and no file of
-# core/, paths/, gpu/ or engine/ includes an update/ header (only the API,
-# core/xfer_path.c, calls its entry points, declared in core/xfer_int.h).
+# core/, paths/, gpu/ or engine/ includes an update/ header or names the
+# client's state type (only the API, core/xfer_path.c, calls its entry
+# points, declared in core/xfer_int.h).
 . "$(dirname "$0")/lib.sh"
 command -v nm >/dev/null && command -v tsort >/dev/null || skip_all "needs nm and tsort (binutils, coreutils)"
 OBJ=$(cd "$BIN/.." 2>/dev/null && pwd)/agent
@@ -62,5 +63,9 @@ check "the include check sees a made-up one" has_upd_include "$T_DIR/fake.c"
 inc=$(upd_includes "$ROOT"/transfer/core/*.[ch] "$ROOT"/transfer/paths/*.[ch] "$ROOT"/transfer/gpu/*.[ch] \
 	"$ROOT"/transfer/engine/*.[ch] | sed "s#^$ROOT/##" | tr '\n' ' ')
 check "core/, paths/, gpu/, engine/ include no update/ header${inc:+ ($inc)}" test -z "$inc"
+# nor name the update client's state type (the endpoint holds it as void *upd)
+typ=$(grep -lw 'xfer_coord' "$ROOT"/transfer/core/*.[ch] "$ROOT"/transfer/paths/*.[ch] "$ROOT"/transfer/gpu/*.[ch] \
+	"$ROOT"/transfer/engine/*.[ch] 2>/dev/null | sed "s#^$ROOT/##" | tr '\n' ' ')
+check "core/, paths/, gpu/, engine/ do not name struct xfer_coord${typ:+ ($typ)}" test -z "$typ"
 
 finish
