@@ -63,9 +63,10 @@ check "the include check sees a made-up one" has_upd_include "$T_DIR/fake.c"
 inc=$(upd_includes "$ROOT"/transfer/core/*.[ch] "$ROOT"/transfer/paths/*.[ch] "$ROOT"/transfer/gpu/*.[ch] \
 	"$ROOT"/transfer/engine/*.[ch] | sed "s#^$ROOT/##" | tr '\n' ' ')
 check "core/, paths/, gpu/, engine/ include no update/ header${inc:+ ($inc)}" test -z "$inc"
-# nor name the update client's state type (the endpoint holds it as void *upd)
-typ=$(grep -lw 'xfer_coord' "$ROOT"/transfer/core/*.[ch] "$ROOT"/transfer/paths/*.[ch] "$ROOT"/transfer/gpu/*.[ch] \
+# nor name the update client's state type (struct xfer_upd_client, was
+# xfer_coord; the endpoint holds it as void *upd)
+typ=$(grep -lwE 'xfer_coord|xfer_upd_client' "$ROOT"/transfer/core/*.[ch] "$ROOT"/transfer/paths/*.[ch] "$ROOT"/transfer/gpu/*.[ch] \
 	"$ROOT"/transfer/engine/*.[ch] 2>/dev/null | sed "s#^$ROOT/##" | tr '\n' ' ')
-check "core/, paths/, gpu/, engine/ do not name struct xfer_coord${typ:+ ($typ)}" test -z "$typ"
+check "core/, paths/, gpu/, engine/ do not name the client's state type${typ:+ ($typ)}" test -z "$typ"
 
 finish

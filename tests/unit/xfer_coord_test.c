@@ -780,8 +780,8 @@ static void commit_run_with(const char *path, uint64_t corrupt, int attack)
 		int rc = s_publish(&s, v, &u, &er);
 		pthread_mutex_lock(&w.f->mu);
 		/* the verdict is the answer to done, not the outcome poll's (the
-		 * heartbeat asks only after XFER_COORD_HEARTBEAT_MS) */
-		if (t_now() - t0 < 0.9 * XFER_COORD_HEARTBEAT_MS / 1e3) T_EQ(w.f->outcome_calls, polls);
+		 * heartbeat asks only after XFER_UPD_HEARTBEAT_MS) */
+		if (t_now() - t0 < 0.9 * XFER_UPD_HEARTBEAT_MS / 1e3) T_EQ(w.f->outcome_calls, polls);
 		pthread_mutex_unlock(&w.f->mu);
 		if (v == corrupt) {
 			if (rc == 0) T_FAIL("v%llu: the corrupted version committed", (unsigned long long)v);

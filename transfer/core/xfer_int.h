@@ -218,17 +218,17 @@ void xfer_rearm(xfer_endpoint *ep);
 
 /* ---- the update client's entry points (transfer/update/) ----
  * The one place core names the coordinated update: xfer_path.c hands a
- * coordinated endpoint (ep->upd set by xfer_coord_open) to these.  Their
+ * coordinated endpoint (ep->upd set by xfer_upd_open) to these.  Their
  * state stays opaque here (void *upd); core and paths include no update/
  * header (tests/agent/layers_test.sh). */
-int xfer_coord_open(xfer_endpoint *ep, xfer_err *err);  /* sets ep->upd (cfg.coord.rpc set) */
-void xfer_coord_close(xfer_endpoint *ep);               /* frees it */
-int xfer_coord_publish(xfer_endpoint *ep, uint64_t version, xfer_update_stats *st, xfer_err *err);
-int xfer_coord_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err);
+int xfer_upd_open(xfer_endpoint *ep, xfer_err *err);  /* sets ep->upd (cfg.coord.rpc set) */
+void xfer_upd_close(xfer_endpoint *ep);               /* frees it */
+int xfer_upd_publish(xfer_endpoint *ep, uint64_t version, xfer_update_stats *st, xfer_err *err);
+int xfer_upd_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err);
 /* Stops a coordinated endpoint's data path and its subs now without
  * spoiling it: the session ends, a listening socket stays; xfer_rearm makes
  * it usable again. */
-void xfer_coord_stop(xfer_endpoint *ep);
+void xfer_upd_stop(xfer_endpoint *ep);
 xfer_endpoint *xfer_peer_open(xfer_endpoint *parent, const char *host, int port, xfer_err *err);
 
 /* A path's endpoint inside another (the p2p chooser's): shares the parent's

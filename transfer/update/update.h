@@ -6,9 +6,9 @@
  *                    only files that see protobuf-c are these two)
  *   update_client.c  the sender: xfer_publish, and what the engine shares
  *   update_engine.c  the receiver: the engine loop behind xfer_receive
- * The state hangs off the endpoint as an opaque ep->upd (struct xfer_coord
- * below); core/ and paths/ neither read it nor include this header: what
- * they share with the update lives in core/xfer_int.h. */
+ * The state hangs off the endpoint as an opaque ep->upd (struct
+ * xfer_upd_client below); core/ and paths/ neither read it nor include this
+ * header: what they share with the update lives in core/xfer_int.h. */
 #ifndef SKEIN_UPDATE_H
 #define SKEIN_UPDATE_H
 
@@ -140,7 +140,7 @@ int xfer_upd_instr_parse(const uint8_t *p, size_t n, xfer_upd_instr *out, xfer_e
 void xfer_upd_instr_free(xfer_upd_instr *in);
 
 /* ---- shared by the sender and the engine (update_client.c) ---- */
-typedef struct xfer_coord xfer_coord;
+typedef struct xfer_upd_client xfer_upd_client;
 typedef struct {
 	char member[XFER_UPD_STR], endpoint[XFER_UPD_STR];
 	xfer_endpoint *sub;
@@ -148,13 +148,13 @@ typedef struct {
 	int failed;
 	xfer_err err;   /* its failure this version */
 	uint64_t wire;
-} coord_peer;
+} upd_peer;
 
-struct xfer_coord {
+struct xfer_upd_client {
 	xfer_agent *agent;
-	pthread_mutex_t mu;     /* the sub-endpoints, for xfer_coord_abort from another thread */
+	pthread_mutex_t mu;     /* the sub-endpoints, for xfer_upd_abort from another thread */
 	/* sender */
-	coord_peer *peers;
+	upd_peer *peers;
 	size_t npeers;
 	xfer_endpoint *nccl;    /* the communicator's endpoint (sender and NCCL receivers) */
 	unsigned char nccl_id[XFER_NCCL_ID_BYTES];
@@ -171,28 +171,28 @@ struct xfer_coord {
 	xfer_endpoint *side;    /* a catch-up's disk-delta receiver, or a serve's sender, while it runs */
 };
 /* broadcast or broadcast_packed */
-int xfer_coord_nccl(const xfer_endpoint *ep);
+int xfer_upd_nccl(const xfer_endpoint *ep);
 /* The split of a data path's last version, from its stats. */
-xfer_timings xfer_coord_timings(const xfer_stats *st);
-void xfer_coord_sleep_ms(int ms);
+xfer_timings xfer_upd_timings(const xfer_stats *st);
+void xfer_upd_sleep_ms(int ms);
 enum {
-	XFER_COORD_HEARTBEAT_MS = 500, /* outcome queries while the data path runs */
-	XFER_COORD_POLL_MS = 50,       /* outcome polls after a lost answer */
-	XFER_COORD_CALL_MS = 5000,     /* a call the head answers at once (wait: within 1 s) */
+	XFER_UPD_HEARTBEAT_MS = 500, /* outcome queries while the data path runs */
+	XFER_UPD_POLL_MS = 50,       /* outcome polls after a lost answer */
+	XFER_UPD_CALL_MS = 5000,     /* a call the head answers at once (wait: within 1 s) */
 };
-/* xfer_coord_open, _close, _publish, _receive, _stop: xfer_int.h (the API calls them). */
+/* xfer_upd_open, _close, _publish, _receive, _stop: xfer_int.h (the API calls them). */
 /* From any thread: stops the data path of a publish or receive under way
  * (every peer's sub-endpoint, the NCCL communicator). */
-void xfer_coord_abort(xfer_endpoint *ep);
+void xfer_upd_abort(xfer_endpoint *ep);
 /* One call with its answer parsed by parse (NULL: none), asked again on
- * XFER_EPEER every XFER_COORD_POLL_MS until deadline (monotonic seconds). */
+ * XFER_EPEER every XFER_UPD_POLL_MS until deadline (monotonic seconds). */
 typedef int (*xfer_upd_parse_fn)(const uint8_t *p, size_t n, void *out, xfer_err *err);
-int xfer_coord_call(xfer_agent *a, const char *verb, const uint8_t *req, size_t len, int call_ms, double deadline,
+int xfer_upd_call(xfer_agent *a, const char *verb, const uint8_t *req, size_t len, int call_ms, double deadline,
 		    xfer_upd_parse_fn parse, void *out, xfer_err *err);
 /* One `outcome` query (q: xfer_upd_query_pack's): 1 when the head says v was
  * aborted (its reason copied), 0 when not or when there was no answer. */
-int xfer_coord_aborted(xfer_agent *a, const uint8_t *q, size_t qlen, uint64_t v, char *reason, size_t n);
-/* A thread that asks `outcome` every XFER_COORD_HEARTBEAT_MS and calls
+int xfer_upd_aborted(xfer_agent *a, const uint8_t *q, size_t qlen, uint64_t v, char *reason, size_t n);
+/* A thread that asks `outcome` every XFER_UPD_HEARTBEAT_MS and calls
  * xfer_abort_data on the endpoints given when the answer says aborted. */
 typedef struct xfer_heartbeat xfer_heartbeat;
 xfer_heartbeat *xfer_heartbeat_start(const char *rpc, const char *job, const char *member, uint64_t v,

@@ -42,7 +42,7 @@ struct xfer_agent {
 	uint8_t pending_nonce[XFER_AGENT_NONCE];
 };
 
-enum { AGENT_PENDING_MAX_MS = 2 * XFER_COORD_CALL_MS }; /* then it is asked afresh */
+enum { AGENT_PENDING_MAX_MS = 2 * XFER_UPD_CALL_MS }; /* then it is asked afresh */
 
 xfer_agent *xfer_agent_new(const char *rpc, xfer_err *err)
 {

@@ -35,18 +35,18 @@
 #include <time.h>
 #include "transfer/core/xfer_hash.h"
 
-void xfer_coord_sleep_ms(int ms)
+void xfer_upd_sleep_ms(int ms)
 {
 	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
 	nanosleep(&ts, NULL);
 }
 
-int xfer_coord_open(xfer_endpoint *ep, xfer_err *err)
+int xfer_upd_open(xfer_endpoint *ep, xfer_err *err)
 {
 	if (!ep->cfg.coord.job || !*ep->cfg.coord.job || !ep->cfg.coord.member || !*ep->cfg.coord.member)
 		return xfer_fail(err, XFER_EINVAL, "coordinated (coord.rpc %s) but coord.job or coord.member is empty",
 				 ep->cfg.coord.rpc);
-	xfer_coord *c = calloc(1, sizeof *c);
+	xfer_upd_client *c = calloc(1, sizeof *c);
 	if (!c) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	pthread_mutex_init(&c->mu, NULL);
 	ep->upd = c;
@@ -57,9 +57,9 @@ int xfer_coord_open(xfer_endpoint *ep, xfer_err *err)
 	return 0;
 }
 
-void xfer_coord_close(xfer_endpoint *ep)
+void xfer_upd_close(xfer_endpoint *ep)
 {
-	xfer_coord *c = ep->upd;
+	xfer_upd_client *c = ep->upd;
 	if (!c) return;
 	for (size_t i = 0; i < c->npeers; i++) xfer_sub_close(&c->peers[i].sub);
 	free(c->peers);
@@ -71,9 +71,9 @@ void xfer_coord_close(xfer_endpoint *ep)
 	ep->upd = NULL;
 }
 
-void xfer_coord_abort(xfer_endpoint *ep)
+void xfer_upd_abort(xfer_endpoint *ep)
 {
-	xfer_coord *c = ep->upd;
+	xfer_upd_client *c = ep->upd;
 	pthread_mutex_lock(&c->mu);
 	for (size_t i = 0; i < c->npeers; i++)
 		if (c->peers[i].sub) xfer_ep_abort(c->peers[i].sub);
@@ -82,15 +82,15 @@ void xfer_coord_abort(xfer_endpoint *ep)
 	pthread_mutex_unlock(&c->mu);
 }
 
-void xfer_coord_stop(xfer_endpoint *ep)
+void xfer_upd_stop(xfer_endpoint *ep)
 {
 	xfer_ep_abort(ep);
-	if (ep->upd) xfer_coord_abort(ep);
+	if (ep->upd) xfer_upd_abort(ep);
 }
 
 /* ---- calls ---- */
 
-int xfer_coord_call(xfer_agent *a, const char *verb, const uint8_t *req, size_t len, int call_ms, double deadline,
+int xfer_upd_call(xfer_agent *a, const char *verb, const uint8_t *req, size_t len, int call_ms, double deadline,
 		    xfer_upd_parse_fn parse, void *out, xfer_err *err)
 {
 	for (;;) {
@@ -104,8 +104,8 @@ int xfer_coord_call(xfer_agent *a, const char *verb, const uint8_t *req, size_t 
 			return rc;
 		}
 		if (err->code != XFER_EPEER && err->code != XFER_ETIMEOUT) return -1;
-		if (xfer_now() + XFER_COORD_POLL_MS / 1e3 >= deadline) return -1;
-		xfer_coord_sleep_ms(XFER_COORD_POLL_MS);
+		if (xfer_now() + XFER_UPD_POLL_MS / 1e3 >= deadline) return -1;
+		xfer_upd_sleep_ms(XFER_UPD_POLL_MS);
 	}
 }
 
@@ -126,7 +126,7 @@ int xfer_job_newest(xfer_endpoint *ep, uint64_t *newest, xfer_err *err)
 	uint8_t *q = xfer_upd_query_pack(ep->cfg.coord.job, 0, "", &len);
 	if (!q) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	xfer_upd_outcome o;
-	int rc = xfer_coord_call(((xfer_coord *)ep->upd)->agent, "outcome", q, len, XFER_COORD_CALL_MS,
+	int rc = xfer_upd_call(((xfer_upd_client *)ep->upd)->agent, "outcome", q, len, XFER_UPD_CALL_MS,
 				 xfer_now() + ep->cfg.timeout_ms / 1e3, parse_outcome, &o, err);
 	free(q);
 	if (rc == 0) *newest = o.version;
@@ -138,13 +138,13 @@ static int final_state(const xfer_upd_outcome *o)
 	return o->state == XFER_UPD_COMMITTED || o->state == XFER_UPD_ABORTED;
 }
 
-int xfer_coord_aborted(xfer_agent *a, const uint8_t *q, size_t qlen, uint64_t v, char *reason, size_t n)
+int xfer_upd_aborted(xfer_agent *a, const uint8_t *q, size_t qlen, uint64_t v, char *reason, size_t n)
 {
 	xfer_upd_outcome o;
 	xfer_err e;
 	uint8_t *ans = NULL;
 	size_t alen;
-	int aborted = xfer_agent_call(a, "outcome", q, qlen, XFER_COORD_CALL_MS, &ans, &alen, &e) == 0 &&
+	int aborted = xfer_agent_call(a, "outcome", q, qlen, XFER_UPD_CALL_MS, &ans, &alen, &e) == 0 &&
 		      xfer_upd_outcome_parse(ans, alen, &o, &e) == 0 && o.version == v && o.state == XFER_UPD_ABORTED;
 	free(ans);
 	if (aborted) snprintf(reason, n, "%s", o.reason);
@@ -174,19 +174,19 @@ static void *heartbeat_main(void *arg)
 	while (!h->stop && !h->aborted) {
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += XFER_COORD_HEARTBEAT_MS * 1000000L;
+		ts.tv_nsec += XFER_UPD_HEARTBEAT_MS * 1000000L;
 		ts.tv_sec += ts.tv_nsec / 1000000000L;
 		ts.tv_nsec %= 1000000000L;
 		pthread_cond_timedwait(&h->cv, &h->mu, &ts);
 		if (h->stop) break;
 		pthread_mutex_unlock(&h->mu);
 		char reason[sizeof h->reason];
-		int aborted = xfer_coord_aborted(h->agent, h->query, h->qlen, h->version, reason, sizeof reason);
+		int aborted = xfer_upd_aborted(h->agent, h->query, h->qlen, h->version, reason, sizeof reason);
 		pthread_mutex_lock(&h->mu);
 		if (aborted && !h->stop) {
 			h->aborted = 1;
 			memcpy(h->reason, reason, sizeof h->reason);
-			for (size_t i = 0; i < h->neps; i++) xfer_coord_stop(h->eps[i]);
+			for (size_t i = 0; i < h->neps; i++) xfer_upd_stop(h->eps[i]);
 		}
 	}
 	pthread_mutex_unlock(&h->mu);
@@ -256,7 +256,7 @@ static int split_endpoint(const char *ep, char *host, size_t n, int *port)
 
 /* Makes the peer list the reply's: new participants get an entry (their
  * sub-endpoint opens when served), those that left are closed. */
-static int sync_peers(xfer_coord *c, const xfer_upd_begin_reply *r, xfer_err *err)
+static int sync_peers(xfer_upd_client *c, const xfer_upd_begin_reply *r, xfer_err *err)
 {
 	for (size_t i = 0; i < c->npeers; i++) c->peers[i].in_reply = 0;
 	for (size_t k = 0; k < r->npeers; k++) {
@@ -264,7 +264,7 @@ static int sync_peers(xfer_coord *c, const xfer_upd_begin_reply *r, xfer_err *er
 		size_t i = 0;
 		while (i < c->npeers && strcmp(c->peers[i].member, q->member) != 0) i++;
 		if (i == c->npeers) {
-			coord_peer *np = realloc(c->peers, (c->npeers + 1) * sizeof *np);
+			upd_peer *np = realloc(c->peers, (c->npeers + 1) * sizeof *np);
 			if (!np) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 			pthread_mutex_lock(&c->mu);
 			c->peers = np;
@@ -273,7 +273,7 @@ static int sync_peers(xfer_coord *c, const xfer_upd_begin_reply *r, xfer_err *er
 			c->npeers++;
 			pthread_mutex_unlock(&c->mu);
 		}
-		coord_peer *p = &c->peers[i];
+		upd_peer *p = &c->peers[i];
 		if (strcmp(p->endpoint, q->endpoint) != 0) { /* a restarted engine listens elsewhere */
 			pthread_mutex_lock(&c->mu);
 			xfer_sub_close(&p->sub);
@@ -301,15 +301,15 @@ static int sync_peers(xfer_coord *c, const xfer_upd_begin_reply *r, xfer_err *er
 
 typedef struct {
 	xfer_endpoint *ep;
-	coord_peer *p;
+	upd_peer *p;
 	uint64_t v;
 } serve_arg;
 
 static void *serve_peer(void *arg)
 {
 	serve_arg *a = arg;
-	coord_peer *p = a->p;
-	xfer_coord *c = a->ep->upd;
+	upd_peer *p = a->p;
+	xfer_upd_client *c = a->ep->upd;
 	if (!p->sub) {
 		char host[XFER_UPD_STR];
 		int port;
@@ -339,7 +339,7 @@ static void *serve_peer(void *arg)
  * errors are in c->peers). */
 static void send_peers(xfer_endpoint *ep, uint64_t v)
 {
-	xfer_coord *c = ep->upd;
+	xfer_upd_client *c = ep->upd;
 	pthread_t *th = calloc(c->npeers + 1, sizeof *th);
 	serve_arg *args = calloc(c->npeers + 1, sizeof *args);
 	int *started = calloc(c->npeers + 1, sizeof *started);
@@ -381,7 +381,7 @@ static uint64_t peer_set_hash(const xfer_upd_begin_reply *r)
  * reason) and the next one begins with a fresh id. */
 static int nccl_ready(xfer_endpoint *ep, const xfer_upd_begin_reply *r, int fresh, xfer_err *err)
 {
-	xfer_coord *c = ep->upd;
+	xfer_upd_client *c = ep->upd;
 	uint64_t set = peer_set_hash(r);
 	if (!fresh && c->nccl && set == c->nccl_set) return 0;
 	pthread_mutex_lock(&c->mu);
@@ -403,12 +403,12 @@ static int nccl_ready(xfer_endpoint *ep, const xfer_upd_begin_reply *r, int fres
 	return 0;
 }
 
-int xfer_coord_nccl(const xfer_endpoint *ep)
+int xfer_upd_nccl(const xfer_endpoint *ep)
 {
 	return ep->ops->fan == XFER_FAN_BCAST;
 }
 
-xfer_timings xfer_coord_timings(const xfer_stats *st)
+xfer_timings xfer_upd_timings(const xfer_stats *st)
 {
 	return (xfer_timings){ st->data_seconds, st->hash_seconds, st->journal_seconds, st->undo_seconds };
 }
@@ -424,7 +424,7 @@ static void timings_max(xfer_timings *to, xfer_timings from)
 
 /* ---- publish ----
  *
- * xfer_coord_publish runs four steps over one pub_state: begin (the
+ * xfer_upd_publish runs four steps over one pub_state: begin (the
  * path's setup blob, the head's reply), move (the bytes, as the path's fan
  * says, under the heartbeat), done (our figures; the head's verdict) and
  * the record of it (ep->update; an aborted version dropped). */
@@ -458,7 +458,7 @@ typedef struct {
  * communicator is to be made again, a colocated sender's handoff. */
 static int pub_setup(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 {
-	xfer_coord *c = ep->upd;
+	xfer_upd_client *c = ep->upd;
 	const xfer_path_ops *ops = ep->ops;
 	if (!ops->begin_setup) return 0;
 	if (ops->fan == XFER_FAN_BCAST) {
@@ -492,13 +492,13 @@ static int pub_setup(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 /* begin: the head opens v and answers with the participants. */
 static int pub_begin(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 {
-	xfer_coord *c = ep->upd;
+	xfer_upd_client *c = ep->upd;
 	const char *job = ep->cfg.coord.job, *me = ep->cfg.coord.member;
 	if (xfer_manifest_digest(ep->m, P->b.digest, err) != 0 || pub_setup(ep, P, err) != 0) return -1;
 	size_t len;
 	uint8_t *req = xfer_upd_begin_pack(&P->b, &len);
 	if (!req) return xfer_fail(err, XFER_ENOMEM, "out of memory");
-	int rc = xfer_coord_call(c->agent, "begin", req, len, XFER_COORD_CALL_MS, P->t0 + P->to / 1e3, parse_begin,
+	int rc = xfer_upd_call(c->agent, "begin", req, len, XFER_UPD_CALL_MS, P->t0 + P->to / 1e3, parse_begin,
 				 &P->r, err);
 	free(req);
 	if (rc != 0) {
@@ -510,7 +510,7 @@ static int pub_begin(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 			uint8_t *out = NULL;
 			size_t olen;
 			if ((req = xfer_upd_done_pack(&d, &len)) &&
-			    xfer_agent_call(c->agent, "done", req, len, XFER_COORD_CALL_MS, &out, &olen, &ignored) == 0)
+			    xfer_agent_call(c->agent, "done", req, len, XFER_UPD_CALL_MS, &out, &olen, &ignored) == 0)
 				free(out);
 			free(req);
 		}
@@ -526,16 +526,16 @@ static int pub_begin(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 /* The peers' results: wire bytes, the slowest split, the root, the failed. */
 static void pub_peers(xfer_endpoint *ep, pub_state *P)
 {
-	xfer_coord *c = ep->upd;
+	xfer_upd_client *c = ep->upd;
 	send_peers(ep, P->v);
 	P->fm = calloc(c->npeers + 1, sizeof *P->fm);
 	P->fr = calloc(c->npeers + 1, sizeof *P->fr);
 	P->fv = calloc(c->npeers + 1, sizeof *P->fv);
 	for (size_t i = 0; i < c->npeers; i++) {
-		coord_peer *p = &c->peers[i];
+		upd_peer *p = &c->peers[i];
 		P->wire += p->wire;
 		if (p->sub && !p->failed) {
-			timings_max(&P->split, xfer_coord_timings(&p->sub->stats));
+			timings_max(&P->split, xfer_upd_timings(&p->sub->stats));
 			/* every peer's sub hashed the same bytes; a root only when every
 			 * peer served kept one (p2p-ucx keeps none): the head then holds
 			 * every verified engine to it, and one without it refused */
@@ -555,7 +555,7 @@ static void pub_peers(xfer_endpoint *ep, pub_state *P)
  * listening for an abort */
 static void pub_move(xfer_endpoint *ep, pub_state *P)
 {
-	xfer_coord *c = ep->upd;
+	xfer_upd_client *c = ep->upd;
 	uint64_t v = P->v;
 	xfer_endpoint *self = ep;
 	xfer_heartbeat *hb = xfer_heartbeat_start(ep->cfg.coord.rpc, ep->cfg.coord.job, ep->cfg.coord.member, v,
@@ -567,12 +567,12 @@ static void pub_move(xfer_endpoint *ep, pub_state *P)
 		if (xfer_path_send(ep, v, &P->derr) != 0) P->ok = 0;
 		P->wire = ep->stats.bytes_moved;
 		P->density = ep->m->bytes ? (double)P->wire / (double)ep->m->bytes : 0;
-		P->split = xfer_coord_timings(&ep->stats);
+		P->split = xfer_upd_timings(&ep->stats);
 		if (P->ok && ep->root_version == v) P->root = ep->root;
 		break;
 	case XFER_FAN_BCAST:
 		if (nccl_ready(ep, &P->r, P->fresh, &P->derr) != 0 || xfer_path_send(c->nccl, v, &P->derr) != 0) P->ok = 0;
-		if (c->nccl) xfer_rearm(c->nccl), P->split = xfer_coord_timings(&c->nccl->stats);
+		if (c->nccl) xfer_rearm(c->nccl), P->split = xfer_upd_timings(&c->nccl->stats);
 		if (P->ok && c->nccl && c->nccl->root_version == v) P->root = c->nccl->root;
 		P->wire = P->ok ? ep->m->bytes : 0;
 		break;
@@ -599,7 +599,7 @@ static void pub_move(xfer_endpoint *ep, pub_state *P)
  * would wait for a verdict that needs this word) */
 static int pub_done(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 {
-	xfer_coord *c = ep->upd;
+	xfer_upd_client *c = ep->upd;
 	uint64_t v = P->v;
 	xfer_upd_done d = { .job = ep->cfg.coord.job, .member = ep->cfg.coord.member, .version = v, .ok = P->ok,
 			   .reason = P->ok ? "" : P->derr.msg, .implementation_seconds = P->impl,
@@ -610,23 +610,23 @@ static int pub_done(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 	size_t len;
 	uint8_t *req = xfer_upd_done_pack(&d, &len);
 	if (!req) return xfer_fail(err, XFER_ENOMEM, "out of memory");
-	double deadline = xfer_now() + P->to / 1e3 + XFER_COORD_CALL_MS / 1e3;
+	double deadline = xfer_now() + P->to / 1e3 + XFER_UPD_CALL_MS / 1e3;
 	int rc;
 	for (;;) {
 		xfer_err e = { 0 };
 		int left = (int)((deadline - xfer_now()) * 1e3);
-		rc = xfer_coord_call(c->agent, "done", req, len, left > 1 ? left : 1, deadline, parse_outcome, &P->o, &e);
+		rc = xfer_upd_call(c->agent, "done", req, len, left > 1 ? left : 1, deadline, parse_outcome, &P->o, &e);
 		if (rc == 0 && P->o.version == v && final_state(&P->o)) break;
 		if (rc != 0 && e.code == XFER_EFORMAT) {
 			*err = e;
 			break;
 		}
-		if (xfer_now() + XFER_COORD_POLL_MS / 1e3 >= deadline) {
+		if (xfer_now() + XFER_UPD_POLL_MS / 1e3 >= deadline) {
 			rc = xfer_fail(err, XFER_ETIMEOUT, "no verdict from the head in time (last: %s)",
 				       rc == 0 ? (P->o.state ? xfer_upd_state_name(P->o.state) : "unknown") : e.msg);
 			break;
 		}
-		xfer_coord_sleep_ms(XFER_COORD_POLL_MS);
+		xfer_upd_sleep_ms(XFER_UPD_POLL_MS);
 	}
 	free(req);
 	if (rc == 0) return 0;
@@ -670,7 +670,7 @@ static int pub_record(xfer_endpoint *ep, pub_state *P, xfer_update_stats *st, xf
 	return rc;
 }
 
-int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfer_err *err)
+int xfer_upd_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfer_err *err)
 {
 	if (v == 0 || v <= ep->stats.version)
 		return xfer_fail(err, XFER_EINVAL, "version %llu: versions start at 1 and increase (last %llu)",
