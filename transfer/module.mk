@@ -27,7 +27,10 @@ $(XFER_PB_OBJ): $(O)/transfer/pb/%.o: $(O)/gen/proto/%.c | $(DEPS_OK)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-shadow -fPIC -fvisibility=hidden -c -o $@ $<
 
+# rm first: ar keeps members whose source was renamed or removed (an old
+# object would still define the symbols its successor defines)
 $(LIB_XFER): $(XFER_OBJ) $(XFER_PB_OBJ)
+	rm -f $@
 	$(AR) rcs $@ $^
 $(LIB_XFER_SO): $(XFER_OBJ) $(XFER_PB_OBJ)
 	$(CC) $(LDFLAGS) -shared -Wl,-soname,libskein.so -o $@ $^ $(XFER_LIBS)

@@ -6,8 +6,11 @@
 # the layers) is called only from agent_main.c and agent_ctl.c.  The check
 # is first run on a made-up circle, so that it is known to catch one.
 # libskein's files too (issue 26): no circle among transfer/'s files (the
-# two files of p2p-ucx, which share xfer_ucx.h, count as one), and no data
-# path (paths/, gpu/) calls the update client (update/).
+# two files of p2p-ucx, which share xfer_ucx.h, count as one), no data
+# path (paths/, gpu/) calls the update client (update/), and no file of
+# core/, paths/, gpu/ or engine/ includes an update/ header or names the
+# client's state type (only the API, core/xfer_path.c, calls its entry
+# points, declared in core/xfer_int.h).
 . "$(dirname "$0")/lib.sh"
 command -v nm >/dev/null && command -v tsort >/dev/null || skip_all "needs nm and tsort (binutils, coreutils)"
 OBJ=$(cd "$BIN/.." 2>/dev/null && pwd)/agent
@@ -51,4 +54,19 @@ if [ -d "$X/core" ]; then
 else
 	fail "no transfer objects in $X (run make)"
 fi
+# an update/ header named by a lower layer's file (#include "transfer/update/..."
+# or a relative one); the check is first run on a made-up file
+upd_includes() { grep -lE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"(transfer/)?update/|^[[:space:]]*#[[:space:]]*include[[:space:]]*"\.\./update/' "$@" 2>/dev/null; }
+printf '#include "transfer/update/update.h"\n' >"$T_DIR/fake.c"
+has_upd_include() { upd_includes "$@" >/dev/null; }
+check "the include check sees a made-up one" has_upd_include "$T_DIR/fake.c"
+inc=$(upd_includes "$ROOT"/transfer/core/*.[ch] "$ROOT"/transfer/paths/*.[ch] "$ROOT"/transfer/gpu/*.[ch] \
+	"$ROOT"/transfer/engine/*.[ch] | sed "s#^$ROOT/##" | tr '\n' ' ')
+check "core/, paths/, gpu/, engine/ include no update/ header${inc:+ ($inc)}" test -z "$inc"
+# nor name the update client's state type (struct xfer_upd_client, was
+# xfer_coord; the endpoint holds it as void *upd)
+typ=$(grep -lwE 'xfer_coord|xfer_upd_client' "$ROOT"/transfer/core/*.[ch] "$ROOT"/transfer/paths/*.[ch] "$ROOT"/transfer/gpu/*.[ch] \
+	"$ROOT"/transfer/engine/*.[ch] 2>/dev/null | sed "s#^$ROOT/##" | tr '\n' ' ')
+check "core/, paths/, gpu/, engine/ do not name the client's state type${typ:+ ($typ)}" test -z "$typ"
+
 finish

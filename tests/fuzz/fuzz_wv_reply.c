@@ -1,5 +1,5 @@
 /* tests/fuzz/fuzz_wv_reply: what libskein reads back from its agent during
- * a coordinated update (transfer/update/xfer_wv.c): the head's BeginReply to a
+ * a coordinated update (transfer/update/update_msg.c): the head's BeginReply to a
  * sender's begin, the Instruction an engine's wait is answered with, and the
  * Outcome of a version.  fuzz_wv covers the head's own table; these are the
  * other end, parsed in the trainer's and the engines' processes.
@@ -7,13 +7,13 @@
  * Every input goes to all three parsers, so none waits for the fuzzer to
  * guess which one it is.  Properties: a refused answer leaves nothing
  * allocated and nothing set (peers NULL, setup NULL); an accepted one keeps
- * the promises of xfer_coord.h: every string ends inside its field, the
+ * the promises of update.h: every string ends inside its field, the
  * state or kind is one of those named, the peers and ranks are within their
  * bounds, a setup is 0 or 128 bytes (colocated: at most 512 KiB), and only
  * an idle instruction has version 0. */
 #include "tests/fuzz/fuzz.h"
 
-#include "transfer/update/xfer_coord.h"
+#include "transfer/update/update.h"
 
 static int ends_in(const char *s, size_t cap) { return memchr(s, 0, cap) != NULL; }
 
@@ -26,31 +26,31 @@ static int one_of(const char *s, const char *const *set)
 
 static void begin_reply(const uint8_t *data, size_t size)
 {
-	xfer_wv_begin_reply r;
+	xfer_upd_begin_reply r;
 	xfer_err err = { 0 };
-	if (xfer_wv_begin_reply_parse(data, size, &r, &err) != 0) {
+	if (xfer_upd_begin_reply_parse(data, size, &r, &err) != 0) {
 		FUZZ_CHECK(err.code == XFER_EFORMAT || err.code == XFER_ENOMEM);
 		FUZZ_CHECK(!r.peers && r.npeers == 0);
 		return;
 	}
-	FUZZ_CHECK(r.npeers <= XFER_WV_PEERS_MAX);
+	FUZZ_CHECK(r.npeers <= XFER_UPD_PEERS_MAX);
 	FUZZ_CHECK(r.timeout_ms >= 0);
 	FUZZ_CHECK(r.peers || r.npeers == 0);
 	for (size_t i = 0; i < r.npeers; i++) {
-		const xfer_wv_peer *p = &r.peers[i];
+		const xfer_upd_peer *p = &r.peers[i];
 		FUZZ_CHECK(ends_in(p->member, sizeof p->member) && ends_in(p->node, sizeof p->node) &&
 			   ends_in(p->endpoint, sizeof p->endpoint));
-		FUZZ_CHECK(p->rank >= 0 && p->rank <= XFER_WV_PEERS_MAX);
+		FUZZ_CHECK(p->rank >= 0 && p->rank <= XFER_UPD_PEERS_MAX);
 	}
-	xfer_wv_begin_reply_free(&r);
+	xfer_upd_begin_reply_free(&r);
 	FUZZ_CHECK(!r.peers && r.npeers == 0);
 }
 
 static void outcome(const uint8_t *data, size_t size)
 {
-	xfer_wv_outcome o;
+	xfer_upd_outcome o;
 	xfer_err err = { 0 };
-	if (xfer_wv_outcome_parse(data, size, &o, &err) != 0) {
+	if (xfer_upd_outcome_parse(data, size, &o, &err) != 0) {
 		FUZZ_CHECK(err.code == XFER_EFORMAT);
 		return;
 	}
@@ -64,9 +64,9 @@ static void outcome(const uint8_t *data, size_t size)
 static void instruction(const uint8_t *data, size_t size)
 {
 	static const char *const kinds[] = { "idle", "receive", "commit", "abort", "catchup", "serve", NULL };
-	xfer_wv_instr in;
+	xfer_upd_instr in;
 	xfer_err err = { 0 };
-	if (xfer_wv_instr_parse(data, size, &in, &err) != 0) {
+	if (xfer_upd_instr_parse(data, size, &in, &err) != 0) {
 		FUZZ_CHECK(err.code == XFER_EFORMAT || err.code == XFER_ENOMEM);
 		FUZZ_CHECK(!in.setup && in.setup_len == 0);
 		return;
@@ -75,13 +75,13 @@ static void instruction(const uint8_t *data, size_t size)
 	FUZZ_CHECK(ends_in(in.mode, sizeof in.mode) && ends_in(in.peer, sizeof in.peer) &&
 		   ends_in(in.reason, sizeof in.reason));
 	FUZZ_CHECK(in.version != 0 || !strcmp(in.kind, "idle"));
-	FUZZ_CHECK(in.timeout_ms >= 0 && in.nranks >= 0 && in.nranks <= XFER_WV_PEERS_MAX + 1);
+	FUZZ_CHECK(in.timeout_ms >= 0 && in.nranks >= 0 && in.nranks <= XFER_UPD_PEERS_MAX + 1);
 	FUZZ_CHECK(in.rank >= 0 && (in.rank < in.nranks || in.rank == 0));
 	FUZZ_CHECK((in.setup != NULL) == (in.setup_len != 0));
-	if (!strcmp(in.mode, "colocated")) FUZZ_CHECK(in.setup_len <= XFER_WV_SETUP_MAX);
+	if (!strcmp(in.mode, "colocated")) FUZZ_CHECK(in.setup_len <= XFER_UPD_SETUP_MAX);
 	else FUZZ_CHECK(in.setup_len == 0 || in.setup_len == XFER_NCCL_ID_BYTES);
 	if (in.setup_len) FUZZ_CHECK(!memcmp(in.setup, in.setup, in.setup_len)); /* ASan: readable */
-	xfer_wv_instr_free(&in);
+	xfer_upd_instr_free(&in);
 	FUZZ_CHECK(!in.setup && in.setup_len == 0);
 }
 

@@ -15,7 +15,7 @@
  * own endpoint; every version's bytes are precomputed from the seed so an
  * engine compares what it holds with what the version must be. */
 #include "tests/unit/xfer_testlib.h"
-#include "transfer/update/xfer_coord.h"
+#include "transfer/update/update.h"
 #include "transfer/core/xfer_sock.h"
 
 #include <errno.h>
@@ -780,8 +780,8 @@ static void commit_run_with(const char *path, uint64_t corrupt, int attack)
 		int rc = s_publish(&s, v, &u, &er);
 		pthread_mutex_lock(&w.f->mu);
 		/* the verdict is the answer to done, not the outcome poll's (the
-		 * heartbeat asks only after XFER_COORD_HEARTBEAT_MS) */
-		if (t_now() - t0 < 0.9 * XFER_COORD_HEARTBEAT_MS / 1e3) T_EQ(w.f->outcome_calls, polls);
+		 * heartbeat asks only after XFER_UPD_HEARTBEAT_MS) */
+		if (t_now() - t0 < 0.9 * XFER_UPD_HEARTBEAT_MS / 1e3) T_EQ(w.f->outcome_calls, polls);
 		pthread_mutex_unlock(&w.f->mu);
 		if (v == corrupt) {
 			if (rc == 0) T_FAIL("v%llu: the corrupted version committed", (unsigned long long)v);
@@ -1022,7 +1022,7 @@ T_TEST(xfer_coord_malformed_answers)
 	xfer_agent *a = xfer_agent_new(w.rpc, &er);
 	T_CHECK(a != NULL);
 	size_t ql;
-	uint8_t *q = xfer_wv_query_pack("j", 0, "j/trainer-0", &ql), *out;
+	uint8_t *q = xfer_upd_query_pack("j", 0, "j/trainer-0", &ql), *out;
 	size_t olen;
 	static const struct {
 		int knob;
@@ -1041,8 +1041,8 @@ T_TEST(xfer_coord_malformed_answers)
 		T_EQ(er.code, cases[i].code);
 		if (!strstr(er.msg, cases[i].says)) T_FAIL("knob %d: \"%s\" lacks \"%s\"", cases[i].knob, er.msg, cases[i].says);
 		T_XOK(xfer_agent_call(a, "outcome", q, ql, 2000, &out, &olen, err_));
-		xfer_wv_outcome o;
-		T_XOK(xfer_wv_outcome_parse(out, olen, &o, err_));
+		xfer_upd_outcome o;
+		T_XOK(xfer_upd_outcome_parse(out, olen, &o, err_));
 		free(out);
 	}
 	free(q);
@@ -1068,45 +1068,45 @@ T_TEST(xfer_coord_malformed_answers)
 	for (int i = 0; i < 2000; i++) {
 		size_t n = sk_rng_below(&r, sizeof junk);
 		for (size_t k = 0; k < n; k++) junk[k] = (uint8_t)sk_rng_next(&r);
-		xfer_wv_begin_reply br;
-		xfer_wv_outcome o;
-		xfer_wv_instr in;
-		if (xfer_wv_begin_reply_parse(junk, n, &br, &er) == 0) xfer_wv_begin_reply_free(&br);
-		xfer_wv_outcome_parse(junk, n, &o, &er);
-		xfer_wv_instr_parse(junk, n, &in, &er);
-		xfer_wv_instr_free(&in);
+		xfer_upd_begin_reply br;
+		xfer_upd_outcome o;
+		xfer_upd_instr in;
+		if (xfer_upd_begin_reply_parse(junk, n, &br, &er) == 0) xfer_upd_begin_reply_free(&br);
+		xfer_upd_outcome_parse(junk, n, &o, &er);
+		xfer_upd_instr_parse(junk, n, &in, &er);
+		xfer_upd_instr_free(&in);
 	}
 	/* an instruction of an unknown kind, a setup of the wrong size */
 	Skein__Weights__Instruction in = SKEIN__WEIGHTS__INSTRUCTION__INIT;
 	uint8_t buf[512];
-	xfer_wv_instr got;
+	xfer_upd_instr got;
 	in.kind = "explode";
 	in.version = 3;
 	size_t n = skein__weights__instruction__pack(&in, buf);
-	T_EQ(xfer_wv_instr_parse(buf, n, &got, &er), -1);
+	T_EQ(xfer_upd_instr_parse(buf, n, &got, &er), -1);
 	if (!strstr(er.msg, "explode")) T_FAIL("%s", er.msg);
 	in.kind = "receive";
 	in.setup.data = buf;
 	in.setup.len = 5;
 	n = skein__weights__instruction__pack(&in, buf + 256);
-	T_EQ(xfer_wv_instr_parse(buf + 256, n, &got, &er), -1);
+	T_EQ(xfer_upd_instr_parse(buf + 256, n, &got, &er), -1);
 	if (!strstr(er.msg, "setup of 5 bytes")) T_FAIL("%s", er.msg);
-	/* colocated: a handoff of any size up to XFER_WV_SETUP_MAX, kept whole */
-	uint8_t *big = calloc(1, XFER_WV_SETUP_MAX + 1024);
+	/* colocated: a handoff of any size up to XFER_UPD_SETUP_MAX, kept whole */
+	uint8_t *big = calloc(1, XFER_UPD_SETUP_MAX + 1024);
 	T_CHECK(big != NULL);
 	in.mode = "colocated";
 	in.setup.data = big;
 	in.setup.len = 5;
 	n = skein__weights__instruction__pack(&in, buf + 256);
-	T_EQ(xfer_wv_instr_parse(buf + 256, n, &got, &er), 0);
+	T_EQ(xfer_upd_instr_parse(buf + 256, n, &got, &er), 0);
 	T_EQ(got.setup_len, 5);
-	xfer_wv_instr_free(&got);
+	xfer_upd_instr_free(&got);
 	T_CHECK(got.setup == NULL);
-	in.setup.len = XFER_WV_SETUP_MAX + 1;
-	uint8_t *packed = malloc(XFER_WV_SETUP_MAX + 2048);
+	in.setup.len = XFER_UPD_SETUP_MAX + 1;
+	uint8_t *packed = malloc(XFER_UPD_SETUP_MAX + 2048);
 	T_CHECK(packed != NULL);
 	n = skein__weights__instruction__pack(&in, packed);
-	T_EQ(xfer_wv_instr_parse(packed, n, &got, &er), -1);
+	T_EQ(xfer_upd_instr_parse(packed, n, &got, &er), -1);
 	if (!strstr(er.msg, "at most 512 KiB")) T_FAIL("%s", er.msg);
 	free(packed);
 	free(big);
@@ -1119,25 +1119,25 @@ T_TEST(xfer_coord_malformed_answers)
 	rc.nonce.data = nonce;
 	rc.nonce.len = sizeof nonce;
 	n = skein__weights__instruction__pack(&rc, buf);
-	T_EQ(xfer_wv_instr_parse(buf, n, &got, &er), 0);
+	T_EQ(xfer_upd_instr_parse(buf, n, &got, &er), 0);
 	T_CHECK(got.has_nonce && !memcmp(got.nonce, nonce, sizeof nonce));
-	xfer_wv_instr_free(&got);
+	xfer_upd_instr_free(&got);
 	rc.nonce.len = 5;
 	n = skein__weights__instruction__pack(&rc, buf);
-	T_EQ(xfer_wv_instr_parse(buf, n, &got, &er), -1);
+	T_EQ(xfer_upd_instr_parse(buf, n, &got, &er), -1);
 	if (!strstr(er.msg, "nonce of 5 bytes")) T_FAIL("%s", er.msg);
 	Skein__Weights__BeginReply br = SKEIN__WEIGHTS__BEGIN_REPLY__INIT;
-	xfer_wv_begin_reply gb;
+	xfer_upd_begin_reply gb;
 	br.version = 4;
 	br.nonce.data = nonce;
 	br.nonce.len = sizeof nonce;
 	n = skein__weights__begin_reply__pack(&br, buf);
-	T_EQ(xfer_wv_begin_reply_parse(buf, n, &gb, &er), 0);
+	T_EQ(xfer_upd_begin_reply_parse(buf, n, &gb, &er), 0);
 	T_CHECK(gb.has_nonce && !memcmp(gb.nonce, nonce, sizeof nonce));
-	xfer_wv_begin_reply_free(&gb);
+	xfer_upd_begin_reply_free(&gb);
 	br.nonce.len = 3;
 	n = skein__weights__begin_reply__pack(&br, buf);
-	T_EQ(xfer_wv_begin_reply_parse(buf, n, &gb, &er), -1);
+	T_EQ(xfer_upd_begin_reply_parse(buf, n, &gb, &er), -1);
 	if (!strstr(er.msg, "nonce of 3 bytes")) T_FAIL("%s", er.msg);
 	w_free(&w);
 }

@@ -6,7 +6,7 @@
  * folder and a 0600 file elsewhere must stay as they were, and nothing may
  * hang on a FIFO. */
 #include "tests/unit/xfer_testlib.h"
-#include "transfer/update/xfer_coord.h"
+#include "transfer/update/update.h"
 #include "transfer/core/xfer_int.h"
 
 #include <errno.h>

@@ -24,7 +24,7 @@
  * where the kernels load.  Its RESULT lines are the root's figures. */
 #include "tests/unit/xfer_testlib.h"
 #include "transfer/core/xfer_hash.h"
-#include "transfer/update/xfer_coord.h"
+#include "transfer/update/update.h"
 
 #include <dlfcn.h>
 #include <signal.h>
@@ -168,7 +168,7 @@ static void expect_root(const xfer_endpoint *ep, const nmodel *nm, uint64_t seed
 		sums[i] = xfer_tree_checksum(h, nm->n[i], 1);
 		free(h);
 	}
-	T_XOK(xfer_wv_digest(nm->m, dg, err_));
+	T_XOK(xfer_manifest_digest(nm->m, dg, err_));
 	T_XOK(xfer_root_of(dg, XFER_SUM_TREE, sums, (size_t)nm->sp->nt, want, err_));
 	T_EQ(ep->root_version, v);
 	T_CHECK(!memcmp(ep->root, want, 16));

@@ -3,7 +3,7 @@
  * and a p2p-tcp receiver end up with the sender's root, and with another
  * one when a forged version that is consistent with itself is swapped in. */
 #include "tests/unit/xfer_testlib.h"
-#include "transfer/update/xfer_coord.h"
+#include "transfer/update/update.h"
 #include "transfer/core/xfer_hash.h"
 
 #include <stdio.h>

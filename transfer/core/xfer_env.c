@@ -4,12 +4,13 @@
  *
  * Every variable that is set is checked; a bad one is a one-line error that
  * names it.  Strings point into the environment (xfer_open copies them). */
-#include "transfer/update/xfer_coord.h"
+#include "transfer/core/xfer_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/un.h>
 
 static const char *env(const char *name)
 {
@@ -66,13 +67,24 @@ int xfer_config_from_env(xfer_config *c, xfer_role role, xfer_err *err)
 	const char *rpc = env("SKEIN_RPC"), *member = env("SKEIN_MEMBER");
 	char path[128];
 	if (!rpc) return xfer_fail(err, XFER_EINVAL, "SKEIN_JOB is set but SKEIN_RPC is not: the agent's socket is needed");
-	if (xfer_agent_parse(rpc, path, sizeof path, err) != 0) return -1;
+	if (xfer_rpc_parse(rpc, path, sizeof path, err) != 0) return -1;
 	if (!member) return xfer_fail(err, XFER_EINVAL, "SKEIN_JOB is set but SKEIN_MEMBER is not");
-	if (strlen(member) >= XFER_WV_STR)
-		return xfer_fail(err, XFER_EINVAL, "SKEIN_MEMBER: %zu bytes (at most %d)", strlen(member), XFER_WV_STR - 1);
+	if (strlen(member) >= XFER_UPD_STR)
+		return xfer_fail(err, XFER_EINVAL, "SKEIN_MEMBER: %zu bytes (at most %d)", strlen(member), XFER_UPD_STR - 1);
 	c->coord.rpc = rpc;
 	c->coord.job = job;
 	c->coord.member = member;
 	c->disk.receiver_id = member; /* its '/' become '-' in receivers/ (xfer_open) */
+	return 0;
+}
+
+int xfer_rpc_parse(const char *rpc, char *path, size_t n, xfer_err *err)
+{
+	if (!rpc || strncmp(rpc, "unix:", 5) != 0 || !rpc[5])
+		return xfer_fail(err, XFER_EINVAL, "SKEIN_RPC \"%.200s\": libskein speaks to its agent on unix:PATH",
+				 rpc ? rpc : "(null)");
+	if (strlen(rpc + 5) >= n || strlen(rpc + 5) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+		return xfer_fail(err, XFER_EINVAL, "SKEIN_RPC: the socket path is too long (%zu bytes)", strlen(rpc + 5));
+	snprintf(path, n, "%s", rpc + 5);
 	return 0;
 }

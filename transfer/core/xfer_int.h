@@ -122,8 +122,9 @@ struct xfer_endpoint {
 	size_t pending_hello_len;
 	int p2p_auto;          /* p2p-ucx: the peer may be told to use p2p-tcp instead */
 	const char *run_path;  /* the path that runs when not ops->name */
-	/* coordinated updates (xfer_coord.h) */
-	struct xfer_coord *coord; /* NULL: not coordinated */
+	/* coordinated updates: the update client's state (transfer/update/),
+	 * opaque here; core and the paths never read it, only test it for NULL */
+	void *upd;             /* NULL: not coordinated */
 	char *s_rpc, *s_job, *s_member;
 	uint64_t target;       /* receiver: receive up to exactly this version (0: the newest) */
 	int undo_ready;        /* receiver: the last receive journaled what it overwrote ... */
@@ -141,7 +142,7 @@ struct xfer_endpoint {
 	 * receive verified against, for root_version (0: none, the path keeps none) */
 	unsigned char root[16], mdigest[16];
 	uint64_t root_version;
-	int have_mdigest;      /* mdigest: xfer_wv_digest of m, computed once */
+	int have_mdigest;      /* mdigest: xfer_manifest_digest of m, computed once */
 	/* p2p hellos (xfer_gate.c): the ticket a sender presents and a receiver
 	 * requires (has_ticket 0: none); a receiver's gate on its listener, the
 	 * listener's owner's (subs under the chooser share it) */
@@ -149,6 +150,18 @@ struct xfer_endpoint {
 	xfer_ticket ticket;
 	struct xfer_gate *gate;
 };
+
+/* Limits of what a coordinated update carries, checked where the values
+ * enter: the environment (xfer_env.c), the handoff (xfer_ipc.c), the codec. */
+enum {
+	XFER_UPD_STR = 256,                  /* member, node, endpoint, mode, peer: longer is refused */
+	XFER_UPD_SETUP_MAX = 512 << 10,      /* colocated: the handoff (handles, places, sums: ~16k tensors) */
+};
+/* SKEIN_RPC "unix:PATH" into path; -1 with a one-line error naming SKEIN_RPC. */
+int xfer_rpc_parse(const char *rpc, char *path, size_t n, xfer_err *err);
+/* xxh3-128 of xfer_manifest_describe, canonical (big-endian) bytes: the
+ * manifest digest a Begin carries and the root binds. */
+int xfer_manifest_digest(const xfer_manifest *m, unsigned char out[16], xfer_err *err);
 
 /* ---- the root of a version's checksums (xfer_root.c) ----
  * XXH3-128 over a fixed tag, the manifest digest, the sum kind and every
@@ -202,6 +215,20 @@ int xfer_ep_rollback(xfer_endpoint *ep, xfer_err *err);
 int xfer_path_send(xfer_endpoint *ep, uint64_t version, xfer_err *err);
 int xfer_path_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err);
 void xfer_rearm(xfer_endpoint *ep);
+
+/* ---- the update client's entry points (transfer/update/) ----
+ * The one place core names the coordinated update: xfer_path.c hands a
+ * coordinated endpoint (ep->upd set by xfer_upd_open) to these.  Their
+ * state stays opaque here (void *upd); core and paths include no update/
+ * header (tests/agent/layers_test.sh). */
+int xfer_upd_open(xfer_endpoint *ep, xfer_err *err);  /* sets ep->upd (cfg.coord.rpc set) */
+void xfer_upd_close(xfer_endpoint *ep);               /* frees it */
+int xfer_upd_publish(xfer_endpoint *ep, uint64_t version, xfer_update_stats *st, xfer_err *err);
+int xfer_upd_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err);
+/* Stops a coordinated endpoint's data path and its subs now without
+ * spoiling it: the session ends, a listening socket stays; xfer_rearm makes
+ * it usable again. */
+void xfer_upd_stop(xfer_endpoint *ep);
 xfer_endpoint *xfer_peer_open(xfer_endpoint *parent, const char *host, int port, xfer_err *err);
 
 /* A path's endpoint inside another (the p2p chooser's): shares the parent's

@@ -2,10 +2,10 @@
  *
  * The top of libskein's files: xfer_open opens the endpoint on its path
  * (paths/xfer_paths.c) and, for a coordinated one (cfg.coord.rpc), adds the
- * update client (transfer/update/xfer_coord*.c), to which send, publish and
+ * update client (transfer/update/update_*.c), to which send, publish and
  * receive then go; it drives the same path through xfer_path_send and
  * xfer_path_receive (core/xfer_endpoint.c), never through these calls. */
-#include "transfer/update/xfer_coord.h"
+#include "transfer/core/xfer_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +13,7 @@
 int xfer_open(xfer_endpoint **out, const xfer_config *cfg, const xfer_manifest *m, xfer_err *err)
 {
 	if (xfer_ep_open(out, cfg, m, err) != 0) return -1;
-	if ((*out)->cfg.coord.rpc && xfer_coord_open(*out, err) != 0) {
+	if ((*out)->cfg.coord.rpc && xfer_upd_open(*out, err) != 0) {
 		xfer_close(out);
 		return -1;
 	}
@@ -24,7 +24,7 @@ int xfer_send(xfer_endpoint *ep, uint64_t version, xfer_err *err)
 {
 	if (!ep) return xfer_fail(err, XFER_EINVAL, "xfer_send: NULL endpoint");
 	if (ep->cfg.role != XFER_SENDER) return xfer_fail(err, XFER_EINVAL, "xfer_send on a receiver");
-	if (ep->coord) return xfer_coord_publish(ep, version, NULL, err);
+	if (ep->upd) return xfer_upd_publish(ep, version, NULL, err);
 	return xfer_path_send(ep, version, err);
 }
 
@@ -32,7 +32,7 @@ int xfer_publish(xfer_endpoint *ep, uint64_t version, xfer_update_stats *st, xfe
 {
 	if (!ep) return xfer_fail(err, XFER_EINVAL, "xfer_publish: NULL endpoint");
 	if (ep->cfg.role != XFER_SENDER) return xfer_fail(err, XFER_EINVAL, "xfer_publish on a receiver");
-	if (ep->coord) return xfer_coord_publish(ep, version, st, err);
+	if (ep->upd) return xfer_upd_publish(ep, version, st, err);
 	double t0 = xfer_now();
 	if (xfer_path_send(ep, version, err) != 0) return -1;
 	xfer_update_stats u = { .version = version, .update_seconds = xfer_now() - t0,
@@ -48,7 +48,7 @@ int xfer_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *er
 {
 	if (!ep) return xfer_fail(err, XFER_EINVAL, "xfer_receive: NULL endpoint");
 	if (ep->cfg.role != XFER_RECEIVER) return xfer_fail(err, XFER_EINVAL, "xfer_receive on a sender");
-	if (ep->coord) return xfer_coord_receive(ep, wait_ms, version, err);
+	if (ep->upd) return xfer_upd_receive(ep, wait_ms, version, err);
 	return xfer_path_receive(ep, wait_ms, version, err);
 }
 
@@ -63,13 +63,13 @@ void xfer_abort(xfer_endpoint *ep)
 {
 	if (!ep) return;
 	atomic_store(&ep->user_aborted, 1);
-	if (ep->coord) xfer_coord_stop(ep);
+	if (ep->upd) xfer_upd_stop(ep);
 	else xfer_ep_abort(ep);
 }
 
 void xfer_close(xfer_endpoint **epp)
 {
 	if (!epp || !*epp) return;
-	if ((*epp)->coord) xfer_coord_close(*epp);
+	if ((*epp)->upd) xfer_upd_close(*epp);
 	xfer_ep_close(epp);
 }

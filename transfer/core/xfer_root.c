@@ -9,7 +9,7 @@
  * The sender computes it from the sums it computed; a receiver from the sums
  * it verified against; the head commits only when they agree.  Not a
  * signature: it needs the channel to the head to be authentic. */
-#include "transfer/update/xfer_coord.h"
+#include "transfer/core/xfer_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +46,7 @@ int xfer_root_keep(xfer_endpoint *ep, uint64_t v, xfer_sum_kind kind, const xfer
 {
 	ep->root_version = 0;
 	if (!ep->have_mdigest) {
-		if (xfer_wv_digest(ep->m, ep->mdigest, err) != 0) return -1;
+		if (xfer_manifest_digest(ep->m, ep->mdigest, err) != 0) return -1;
 		ep->have_mdigest = 1;
 	}
 	if (xfer_root_of(ep->mdigest, kind, sums, ep->m->n, ep->root, err) != 0) return -1;
@@ -62,4 +62,16 @@ void xfer_root_hex(const unsigned char root[16], char out[33])
 		out[2 * i + 1] = hx[root[i] & 15];
 	}
 	out[32] = 0;
+}
+
+int xfer_manifest_digest(const xfer_manifest *m, unsigned char out[16], xfer_err *err)
+{
+	size_t len;
+	char *d = xfer_manifest_describe(m, &len);
+	if (!d) return xfer_fail(err, XFER_ENOMEM, "out of memory");
+	XXH128_canonical_t c;
+	XXH128_canonicalFromHash(&c, XXH3_128bits(d, len));
+	memcpy(out, c.digest, 16);
+	free(d);
+	return 0;
 }

@@ -28,7 +28,7 @@
  * Where we differ from slime: XOR deltas are sparse too (see xfer_delta.c),
  * the index has a checksum line (a torn or truncated index is an error, not
  * garbage), and the chain id makes a delta from another run an error. */
-#include "transfer/update/xfer_coord.h"
+#include "transfer/core/xfer_int.h"
 
 #include <dirent.h>
 #include <stdbool.h>

@@ -46,7 +46,7 @@
  * at end of file becomes its pidfd readable: a sender that died between
  * buckets is seen the same way.  The sender holds its weights still until
  * the head's verdict, which comes only after every engine copied. */
-#include "transfer/update/xfer_coord.h"
+#include "transfer/core/xfer_int.h"
 #include "transfer/gpu/xfer_gpu.h"
 #include "transfer/core/xfer_sock.h"
 
@@ -674,9 +674,9 @@ static int ipc_begin_setup(xfer_endpoint *ep, uint64_t v, unsigned char **out, s
 	if (export_handles(ep, s, err) != 0 || hash_version(ep, s, err) != 0) return -1;
 	if (ep->cfg.verify_device && xfer_root_keep(ep, v, XFER_SUM_TREE, s->sums, err) != 0) return -1;
 	size_t n = sizeof(ipc_handoff_head) + s->nhx * sizeof *s->hx + m->n * (sizeof *s->place + sizeof *s->sums);
-	if (n > XFER_WV_SETUP_MAX)
+	if (n > XFER_UPD_SETUP_MAX)
 		return xfer_fail(err, XFER_EINVAL, "colocated: the handoff of %zu tensors needs %zu bytes (at most %d)",
-				 m->n, n, XFER_WV_SETUP_MAX);
+				 m->n, n, XFER_UPD_SETUP_MAX);
 	unsigned char *b = calloc(1, n);
 	if (!b) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	ipc_handoff_head h = { .version = v, .total = m->bytes, .ntensors = (uint32_t)m->n, .nallocs = s->nhx,

@@ -1,11 +1,11 @@
-/* transfer/update/xfer_wv.c: the coordinated update's messages
- * (proto/weights.proto) to and from the plain structs of xfer_coord.h.
+/* transfer/update/update_msg.c: the coordinated update's messages
+ * (proto/weights.proto) to and from the plain structs of update.h.
  *
- * protobuf-c stays here (and in xfer_agent.c): pack what we send, unpack
+ * protobuf-c stays here (and in update_agent.c): pack what we send, unpack
  * what the head answers, check it whole (every string bounded, every enum
  * of text one we know), copy it into fixed-size fields, free.  A bad
  * answer is a one-line XFER_EFORMAT naming the message and the field. */
-#include "transfer/update/xfer_coord.h"
+#include "transfer/update/update.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +36,7 @@ static Skein__Weights__Timings *timings_pb(const xfer_timings *t, Skein__Weights
 	return pb;
 }
 
-uint8_t *xfer_wv_begin_pack(const xfer_wv_begin *b, size_t *len)
+uint8_t *xfer_upd_begin_pack(const xfer_upd_begin *b, size_t *len)
 {
 	Skein__Weights__Begin m = SKEIN__WEIGHTS__BEGIN__INIT;
 	m.job = s_(b->job);
@@ -58,7 +58,7 @@ uint8_t *xfer_wv_begin_pack(const xfer_wv_begin *b, size_t *len)
 	PACK(begin, &m, len);
 }
 
-uint8_t *xfer_wv_done_pack(const xfer_wv_done *d, size_t *len)
+uint8_t *xfer_upd_done_pack(const xfer_upd_done *d, size_t *len)
 {
 	Skein__Weights__Done m = SKEIN__WEIGHTS__DONE__INIT;
 	m.job = s_(d->job);
@@ -100,7 +100,7 @@ uint8_t *xfer_wv_done_pack(const xfer_wv_done *d, size_t *len)
 	return out;
 }
 
-uint8_t *xfer_wv_query_pack(const char *job, uint64_t version, const char *member, size_t *len)
+uint8_t *xfer_upd_query_pack(const char *job, uint64_t version, const char *member, size_t *len)
 {
 	Skein__Weights__Query m = SKEIN__WEIGHTS__QUERY__INIT;
 	m.job = s_(job);
@@ -109,7 +109,7 @@ uint8_t *xfer_wv_query_pack(const char *job, uint64_t version, const char *membe
 	PACK(query, &m, len);
 }
 
-uint8_t *xfer_wv_status_pack(const xfer_wv_status *s, size_t *len)
+uint8_t *xfer_upd_status_pack(const xfer_upd_status *s, size_t *len)
 {
 	Skein__Weights__EngineStatus m = SKEIN__WEIGHTS__ENGINE_STATUS__INIT;
 	m.job = s_(s->job);
@@ -160,14 +160,14 @@ static int bad_int(int64_t v, int64_t lo, int64_t hi, const char *msg, const cha
 	return xfer_fail(err, XFER_EFORMAT, "the head's %s: %s %lld out of range", msg, field, (long long)v);
 }
 
-int xfer_wv_begin_reply_parse(const uint8_t *p, size_t n, xfer_wv_begin_reply *out, xfer_err *err)
+int xfer_upd_begin_reply_parse(const uint8_t *p, size_t n, xfer_upd_begin_reply *out, xfer_err *err)
 {
 	memset(out, 0, sizeof *out);
 	Skein__Weights__BeginReply *m = skein__weights__begin_reply__unpack(NULL, n, p);
 	if (!m) return xfer_fail(err, XFER_EFORMAT, "the head's answer to begin is not a BeginReply");
 	int rc = -1;
-	if (m->n_peers > XFER_WV_PEERS_MAX) {
-		xfer_fail(err, XFER_EFORMAT, "the head's BeginReply: %zu peers (at most %d)", m->n_peers, XFER_WV_PEERS_MAX);
+	if (m->n_peers > XFER_UPD_PEERS_MAX) {
+		xfer_fail(err, XFER_EFORMAT, "the head's BeginReply: %zu peers (at most %d)", m->n_peers, XFER_UPD_PEERS_MAX);
 		goto out;
 	}
 	if (bad_int(m->timeout_ms, 0, 24 * 3600 * 1000, "BeginReply", "timeout_ms", err) != 0) goto out;
@@ -180,11 +180,11 @@ int xfer_wv_begin_reply_parse(const uint8_t *p, size_t n, xfer_wv_begin_reply *o
 	if (!out->peers) { xfer_fail(err, XFER_ENOMEM, "out of memory"); goto out; }
 	for (size_t i = 0; i < m->n_peers; i++) {
 		const Skein__Weights__Peer *q = m->peers[i];
-		xfer_wv_peer *d = &out->peers[i];
+		xfer_upd_peer *d = &out->peers[i];
 		if (copy_str(d->member, sizeof d->member, q->member, "BeginReply", "peers.member", err) != 0 ||
 		    copy_str(d->node, sizeof d->node, q->node, "BeginReply", "peers.node", err) != 0 ||
 		    copy_str(d->endpoint, sizeof d->endpoint, q->endpoint, "BeginReply", "peers.endpoint", err) != 0 ||
-		    bad_int(q->rank, 0, XFER_WV_PEERS_MAX, "BeginReply", "peers.rank", err) != 0)
+		    bad_int(q->rank, 0, XFER_UPD_PEERS_MAX, "BeginReply", "peers.rank", err) != 0)
 			goto out;
 		d->rank = q->rank;
 	}
@@ -196,12 +196,12 @@ int xfer_wv_begin_reply_parse(const uint8_t *p, size_t n, xfer_wv_begin_reply *o
 	if (out->has_nonce) memcpy(out->nonce, m->nonce.data, XFER_NONCE_BYTES);
 	rc = 0;
 out:
-	if (rc != 0) xfer_wv_begin_reply_free(out);
+	if (rc != 0) xfer_upd_begin_reply_free(out);
 	skein__weights__begin_reply__free_unpacked(m, NULL);
 	return rc;
 }
 
-void xfer_wv_begin_reply_free(xfer_wv_begin_reply *r)
+void xfer_upd_begin_reply_free(xfer_upd_begin_reply *r)
 {
 	free(r->peers);
 	memset(r, 0, sizeof *r);
@@ -215,7 +215,7 @@ const char *xfer_upd_state_name(xfer_upd_state s)
 	return s >= XFER_UPD_UNKNOWN && s <= XFER_UPD_ABORTED ? upd_states[s] : "";
 }
 
-int xfer_wv_outcome_parse(const uint8_t *p, size_t n, xfer_wv_outcome *out, xfer_err *err)
+int xfer_upd_outcome_parse(const uint8_t *p, size_t n, xfer_upd_outcome *out, xfer_err *err)
 {
 	memset(out, 0, sizeof *out);
 	Skein__Weights__Outcome *m = skein__weights__outcome__unpack(NULL, n, p);
@@ -265,7 +265,7 @@ out:
 	return rc;
 }
 
-int xfer_wv_instr_parse(const uint8_t *p, size_t n, xfer_wv_instr *out, xfer_err *err)
+int xfer_upd_instr_parse(const uint8_t *p, size_t n, xfer_upd_instr *out, xfer_err *err)
 {
 	static const char *const kinds[] = { "idle", "receive", "commit", "abort", "catchup", "serve", NULL };
 	memset(out, 0, sizeof *out);
@@ -276,7 +276,7 @@ int xfer_wv_instr_parse(const uint8_t *p, size_t n, xfer_wv_instr *out, xfer_err
 	    copy_str(out->mode, sizeof out->mode, m->mode, "Instruction", "mode", err) != 0 ||
 	    copy_str(out->peer, sizeof out->peer, m->peer, "Instruction", "peer", err) != 0 ||
 	    bad_int(m->timeout_ms, 0, 24 * 3600 * 1000, "Instruction", "timeout_ms", err) != 0 ||
-	    bad_int(m->nranks, 0, XFER_WV_PEERS_MAX + 1, "Instruction", "nranks", err) != 0 ||
+	    bad_int(m->nranks, 0, XFER_UPD_PEERS_MAX + 1, "Instruction", "nranks", err) != 0 ||
 	    bad_int(m->rank, 0, m->nranks > 0 ? m->nranks - 1 : 0, "Instruction", "rank", err) != 0)
 		goto out;
 	if (!one_of(out->kind, kinds)) {
@@ -284,7 +284,7 @@ int xfer_wv_instr_parse(const uint8_t *p, size_t n, xfer_wv_instr *out, xfer_err
 		goto out;
 	}
 	/* colocated: the sender's handoff, checked whole where it is used */
-	if (!strcmp(out->mode, "colocated") ? m->setup.len > XFER_WV_SETUP_MAX
+	if (!strcmp(out->mode, "colocated") ? m->setup.len > XFER_UPD_SETUP_MAX
 					    : m->setup.len != 0 && m->setup.len != XFER_NCCL_ID_BYTES) {
 		xfer_fail(err, XFER_EFORMAT, "the head's Instruction: a setup of %zu bytes (%s)", m->setup.len,
 			  !strcmp(out->mode, "colocated") ? "at most 512 KiB" : "0 or 128");
@@ -327,21 +327,9 @@ out:
 	return rc;
 }
 
-void xfer_wv_instr_free(xfer_wv_instr *in)
+void xfer_upd_instr_free(xfer_upd_instr *in)
 {
 	free(in->setup);
 	in->setup = NULL;
 	in->setup_len = 0;
-}
-
-int xfer_wv_digest(const xfer_manifest *m, unsigned char out[16], xfer_err *err)
-{
-	size_t len;
-	char *d = xfer_manifest_describe(m, &len);
-	if (!d) return xfer_fail(err, XFER_ENOMEM, "out of memory");
-	XXH128_canonical_t c;
-	XXH128_canonicalFromHash(&c, XXH3_128bits(d, len));
-	memcpy(out, c.digest, 16);
-	free(d);
-	return 0;
 }

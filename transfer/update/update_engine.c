@@ -1,4 +1,4 @@
-/* transfer/update/xfer_coord_engine.c: the coordinated receiver, the engine loop of
+/* transfer/update/update_engine.c: the coordinated receiver, the engine loop of
  * docs/updates.md behind xfer_receive.
  *
  * The engine asks its agent `wait` with its whole state (held, staged,
@@ -20,11 +20,11 @@
  * while no sender has connected yet, and while nothing comes the engine
  * asks the head itself every RECV_ASK_MS (a disk-delta version its sender
  * removed when the update aborted never comes; the heartbeat would see it
- * only after XFER_COORD_HEARTBEAT_MS).  A wait shorter than the head's long
+ * only after XFER_UPD_HEARTBEAT_MS).  A wait shorter than the head's long
  * poll returns XFER_ENOVERSION with its `wait` still pending in the client
- * (xfer_agent.c): the next xfer_receive reads that answer, so no
+ * (update_agent.c): the next xfer_receive reads that answer, so no
  * instruction is lost to the caller's deadline. */
-#include "transfer/update/xfer_coord.h"
+#include "transfer/update/update.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +37,7 @@ enum {
 
 static int parse_instr(const uint8_t *p, size_t n, void *out, xfer_err *err)
 {
-	return xfer_wv_instr_parse(p, n, out, err);
+	return xfer_upd_instr_parse(p, n, out, err);
 }
 
 static void set_update(xfer_endpoint *ep, uint64_t v, const char *state, const char *reason, double seconds)
@@ -49,7 +49,7 @@ static void set_update(xfer_endpoint *ep, uint64_t v, const char *state, const c
 	snprintf(u->reason, sizeof u->reason, "%s", reason);
 	u->update_seconds = u->implementation_seconds = seconds;
 	u->wire_bytes = ep->stats.bytes_moved;
-	u->timings = ep->coord->timings;
+	u->timings = ((xfer_upd_client *)ep->upd)->timings;
 }
 
 /* Runs rx's receive of exactly version v in slices until it arrives, fails,
@@ -60,7 +60,7 @@ static int receive_exact(xfer_endpoint *ep, xfer_endpoint *rx, uint64_t v, int t
 	double deadline = xfer_now() + timeout_ms / 1e3;
 	uint64_t got = 0;
 	size_t qlen = 0;
-	uint8_t *q = ep ? xfer_wv_query_pack(ep->cfg.coord.job, v, ep->cfg.coord.member, &qlen) : NULL;
+	uint8_t *q = ep ? xfer_upd_query_pack(ep->cfg.coord.job, v, ep->cfg.coord.member, &qlen) : NULL;
 	char why[512];
 	double asked = xfer_now();
 	uint64_t refused0 = xfer_p2p_refused(rx);
@@ -71,7 +71,7 @@ static int receive_exact(xfer_endpoint *ep, xfer_endpoint *rx, uint64_t v, int t
 		if (rc == 0 || err->code != XFER_ENOVERSION) break;
 		if (q && xfer_now() - asked >= RECV_ASK_MS / 1e3) {
 			asked = xfer_now();
-			if (xfer_coord_aborted(ep->coord->agent, q, qlen, v, why, sizeof why)) {
+			if (xfer_upd_aborted(((xfer_upd_client *)ep->upd)->agent, q, qlen, v, why, sizeof why)) {
 				rc = xfer_fail(err, XFER_EABORTED, "stopped: the update was aborted (%s)", why);
 				break;
 			}
@@ -102,16 +102,16 @@ static int receive_exact(xfer_endpoint *ep, xfer_endpoint *rx, uint64_t v, int t
 	return rc;
 }
 
-static int timeout_of(const xfer_endpoint *ep, const xfer_wv_instr *in)
+static int timeout_of(const xfer_endpoint *ep, const xfer_upd_instr *in)
 {
 	return in->timeout_ms > 0 ? in->timeout_ms : ep->cfg.timeout_ms;
 }
 
 /* NCCL receivers: the communicator the instruction names (made again when
  * its id, rank or size changed). */
-static xfer_endpoint *nccl_rx(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
+static xfer_endpoint *nccl_rx(xfer_endpoint *ep, const xfer_upd_instr *in, xfer_err *err)
 {
-	xfer_coord *c = ep->coord;
+	xfer_upd_client *c = ep->upd;
 	if (in->setup_len != XFER_NCCL_ID_BYTES) {
 		if (c->nccl) return c->nccl;
 		xfer_fail(err, XFER_EINVAL, "NCCL: the head sent no unique id");
@@ -143,14 +143,14 @@ static xfer_endpoint *nccl_rx(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_e
  * the head sent it: 0 when they agree or either is unknown, else -1 with a
  * checksum error, the buffers put back where the path can (a catch-up or a
  * first version has no journal: its bytes stay, never held). */
-static int check_root(xfer_endpoint *ep, xfer_endpoint *rx, const xfer_wv_instr *in, uint64_t v, xfer_err *err)
+static int check_root(xfer_endpoint *ep, xfer_endpoint *rx, const xfer_upd_instr *in, uint64_t v, xfer_err *err)
 {
 	if (!in->has_root || rx->root_version != v || !memcmp(rx->root, in->root, 16)) return 0;
 	char mine[33], want[33];
 	xfer_root_hex(rx->root, mine);
 	xfer_root_hex(in->root, want);
 	xfer_err e;
-	if (xfer_ep_rollback(rx, &e) != 0) rx->stats.version = ep->coord->held;
+	if (xfer_ep_rollback(rx, &e) != 0) rx->stats.version = ((xfer_upd_client *)ep->upd)->held;
 	if (rx->ops->forget) rx->ops->forget(rx); /* disk-delta: the next receive plans from a full version */
 	return xfer_fail(err, XFER_ECHECKSUM, "version %llu: root mismatch: the checksums it was verified against "
 			 "(root %.12s) are not the sender's (root %.12s): a forged or corrupted data path",
@@ -158,14 +158,14 @@ static int check_root(xfer_endpoint *ep, xfer_endpoint *rx, const xfer_wv_instr 
 }
 
 /* receive v: staged, or failed with the reason. */
-static void do_receive(xfer_endpoint *ep, const xfer_wv_instr *in)
+static void do_receive(xfer_endpoint *ep, const xfer_upd_instr *in)
 {
-	xfer_coord *c = ep->coord;
+	xfer_upd_client *c = ep->upd;
 	uint64_t v = in->version;
 	if (c->staged == v || c->held >= v || c->failed == v) return; /* told again: our status answers */
 	xfer_err e = { 0 };
 	double t0 = xfer_now();
-	xfer_endpoint *rx = xfer_coord_nccl(ep) ? nccl_rx(ep, in, &e) : ep;
+	xfer_endpoint *rx = xfer_upd_nccl(ep) ? nccl_rx(ep, in, &e) : ep;
 	int rc = -1;
 	if (ep->ops->take_setup &&
 	    ep->ops->take_setup(ep, in->setup ? in->setup : (const unsigned char *)"", in->setup_len, &e) != 0)
@@ -190,7 +190,7 @@ static void do_receive(xfer_endpoint *ep, const xfer_wv_instr *in)
 	if (ep->ops->take_setup) ep->ops->take_setup(ep, NULL, 0, &e);
 	c->seconds = xfer_now() - t0;
 	/* the split goes with the verdict (a failed receive's undo included) */
-	c->timings = rx ? xfer_coord_timings(&ep->stats) : (xfer_timings){ 0 };
+	c->timings = rx ? xfer_upd_timings(&ep->stats) : (xfer_timings){ 0 };
 	/* the undo journal's size and place go to the engine's log, not to
 	 * `skeinctl transfers` (that needs fields in the agent's records,
 	 * issue 27), and only when it spilled past the device: the case to act on */
@@ -204,7 +204,7 @@ static void do_receive(xfer_endpoint *ep, const xfer_wv_instr *in)
 	if (rc == 0 && xfer_hooks.stall_file) {
 		FILE *f = fopen(xfer_hooks.stall_file, "re");
 		unsigned long long sv = 0;
-		if (f && fscanf(f, "%llu", &sv) == 1 && sv == v) xfer_coord_sleep_ms(xfer_hooks.stall_ms);
+		if (f && fscanf(f, "%llu", &sv) == 1 && sv == v) xfer_upd_sleep_ms(xfer_hooks.stall_ms);
 		if (f) fclose(f);
 	}
 	if (rc == 0 && rx && check_root(ep, rx, in, v, &e) != 0) rc = -1;
@@ -223,7 +223,7 @@ static void do_receive(xfer_endpoint *ep, const xfer_wv_instr *in)
 /* The held version changes to v: receivers/<id> says so on disk-delta. */
 static void now_holding(xfer_endpoint *ep, uint64_t v)
 {
-	xfer_coord *c = ep->coord;
+	xfer_upd_client *c = ep->upd;
 	xfer_err e;
 	c->held = v;
 	c->staged = 0;
@@ -235,9 +235,9 @@ static void now_holding(xfer_endpoint *ep, uint64_t v)
 
 /* abort v: 1 when the caller is to hear of it (our buffers held or were
  * taking v), 0 when the update never touched them. */
-static int do_abort(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
+static int do_abort(xfer_endpoint *ep, const xfer_upd_instr *in, xfer_err *err)
 {
-	xfer_coord *c = ep->coord;
+	xfer_upd_client *c = ep->upd;
 	uint64_t v = in->version;
 	int touched = c->staged == v || c->failed == v;
 	if (c->staged == v) {
@@ -269,9 +269,9 @@ static int do_abort(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 }
 
 /* catchup L: from the disk chain or from the engine that serves it. */
-static int do_catchup(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
+static int do_catchup(xfer_endpoint *ep, const xfer_upd_instr *in, xfer_err *err)
 {
-	xfer_coord *c = ep->coord;
+	xfer_upd_client *c = ep->upd;
 	uint64_t L = in->version;
 	int to = timeout_of(ep, in), rc;
 	double t0 = xfer_now();
@@ -309,7 +309,7 @@ static int do_catchup(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 	if (rc == 0 && (*in->peer || ep->ops->chain)) rc = check_root(ep, ep, in, L, err);
 	xfer_rearm(ep);
 	c->seconds = xfer_now() - t0;
-	c->timings = xfer_coord_timings(&ep->stats);
+	c->timings = xfer_upd_timings(&ep->stats);
 	if (rc != 0) {
 		c->failed = L;
 		snprintf(c->reason, sizeof c->reason, "catch-up to version %llu: %s", (unsigned long long)L, err->msg);
@@ -321,12 +321,12 @@ static int do_catchup(xfer_endpoint *ep, const xfer_wv_instr *in, xfer_err *err)
 }
 
 /* serve L: our buffers to the syncing engine at in->peer, over p2p-tcp. */
-static void do_serve(xfer_endpoint *ep, const xfer_wv_instr *in)
+static void do_serve(xfer_endpoint *ep, const xfer_upd_instr *in)
 {
-	xfer_coord *c = ep->coord;
+	xfer_upd_client *c = ep->upd;
 	if (c->held != in->version || !*in->peer) return; /* we cannot: its catch-up fails and is retried */
 	const char *colon = strrchr(in->peer, ':');
-	char host[XFER_WV_STR];
+	char host[XFER_UPD_STR];
 	if (!colon || colon == in->peer) return;
 	snprintf(host, sizeof host, "%.*s", (int)(colon - in->peer), in->peer);
 	xfer_config sc = ep->cfg;
@@ -349,36 +349,36 @@ static void do_serve(xfer_endpoint *ep, const xfer_wv_instr *in)
 	xfer_ep_close(&s);
 }
 
-static int engine_loop(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_wv_instr *inp, xfer_err *err);
+static int engine_loop(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_upd_instr *inp, xfer_err *err);
 
-int xfer_coord_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err)
+int xfer_upd_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err)
 {
-	xfer_wv_instr in = { 0 };
+	xfer_upd_instr in = { 0 };
 	int rc = engine_loop(ep, wait_ms, version, &in, err);
-	xfer_wv_instr_free(&in);
+	xfer_upd_instr_free(&in);
 	return rc;
 }
 
 /* *inp: the last instruction (its setup freed before the next is parsed). */
-static int engine_loop(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_wv_instr *inp, xfer_err *err)
+static int engine_loop(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_upd_instr *inp, xfer_err *err)
 {
-	xfer_coord *c = ep->coord;
+	xfer_upd_client *c = ep->upd;
 	double deadline = wait_ms < 0 ? 1e300 : xfer_now() + wait_ms / 1e3;
 	if (xfer_check_aborted(ep, err) != 0) return -1;
 	for (;;) {
-		xfer_wv_status s = { .job = ep->cfg.coord.job, .member = ep->cfg.coord.member, .endpoint = c->endpoint,
+		xfer_upd_status s = { .job = ep->cfg.coord.job, .member = ep->cfg.coord.member, .endpoint = c->endpoint,
 				     .reason = c->reason, .held = c->held, .staged = c->staged, .failed = c->failed,
 				     .generation = ep->cfg.coord.generation, .seconds = c->seconds,
 				     .timings = c->timings,
 				     .root = c->staged && c->has_staged_root ? c->staged_root : NULL };
 		size_t len;
-		uint8_t *req = xfer_wv_status_pack(&s, &len);
+		uint8_t *req = xfer_upd_status_pack(&s, &len);
 		if (!req) return xfer_fail(err, XFER_ENOMEM, "out of memory");
-		xfer_wv_instr_free(inp);
+		xfer_upd_instr_free(inp);
 		double asked = xfer_now();
-		double call_deadline = deadline < xfer_now() + XFER_COORD_CALL_MS / 1e3 ? deadline
-											 : xfer_now() + XFER_COORD_CALL_MS / 1e3;
-		int rc = xfer_coord_call(c->agent, "wait", req, len, XFER_COORD_CALL_MS, call_deadline, parse_instr, inp,
+		double call_deadline = deadline < xfer_now() + XFER_UPD_CALL_MS / 1e3 ? deadline
+											 : xfer_now() + XFER_UPD_CALL_MS / 1e3;
+		int rc = xfer_upd_call(c->agent, "wait", req, len, XFER_UPD_CALL_MS, call_deadline, parse_instr, inp,
 					 err);
 		free(req);
 		if (rc != 0) {
@@ -393,9 +393,9 @@ static int engine_loop(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_w
 			return -1;
 		}
 		if (xfer_check_aborted(ep, err) != 0) return -1;
-		const xfer_wv_instr in = *inp;
-		if (!strcmp(in.kind, "idle") && xfer_now() - asked < XFER_COORD_POLL_MS / 1e3)
-			xfer_coord_sleep_ms(XFER_COORD_POLL_MS); /* a head that answers idle at once: no busy loop */
+		const xfer_upd_instr in = *inp;
+		if (!strcmp(in.kind, "idle") && xfer_now() - asked < XFER_UPD_POLL_MS / 1e3)
+			xfer_upd_sleep_ms(XFER_UPD_POLL_MS); /* a head that answers idle at once: no busy loop */
 		if (!strcmp(in.kind, "receive")) {
 			do_receive(ep, &in);
 		} else if (!strcmp(in.kind, "commit")) {

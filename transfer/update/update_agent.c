@@ -1,4 +1,4 @@
-/* transfer/update/xfer_agent.c: libskein's blocking client of its agent's Unix
+/* transfer/update/update_agent.c: libskein's blocking client of its agent's Unix
  * socket (SKEIN_RPC "unix:PATH"), for the coordinated update
  * (docs/updates.md).
  *
@@ -18,7 +18,7 @@
  * Any other verb gives a pending wait up.  Unlike agent_rpc.c this
  * client does not seal: a Unix socket needs no key, and libskein does not
  * link the agent's crypto.  Not thread-safe: one client per thread. */
-#include "transfer/update/xfer_coord.h"
+#include "transfer/update/update.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -42,18 +42,7 @@ struct xfer_agent {
 	uint8_t pending_nonce[XFER_AGENT_NONCE];
 };
 
-enum { AGENT_PENDING_MAX_MS = 2 * XFER_COORD_CALL_MS }; /* then it is asked afresh */
-
-int xfer_agent_parse(const char *rpc, char *path, size_t n, xfer_err *err)
-{
-	if (!rpc || strncmp(rpc, "unix:", 5) != 0 || !rpc[5])
-		return xfer_fail(err, XFER_EINVAL, "SKEIN_RPC \"%.200s\": libskein speaks to its agent on unix:PATH",
-				 rpc ? rpc : "(null)");
-	if (strlen(rpc + 5) >= n || strlen(rpc + 5) >= sizeof(((struct sockaddr_un *)0)->sun_path))
-		return xfer_fail(err, XFER_EINVAL, "SKEIN_RPC: the socket path is too long (%zu bytes)", strlen(rpc + 5));
-	snprintf(path, n, "%s", rpc + 5);
-	return 0;
-}
+enum { AGENT_PENDING_MAX_MS = 2 * XFER_UPD_CALL_MS }; /* then it is asked afresh */
 
 xfer_agent *xfer_agent_new(const char *rpc, xfer_err *err)
 {
@@ -62,7 +51,7 @@ xfer_agent *xfer_agent_new(const char *rpc, xfer_err *err)
 		xfer_fail(err, XFER_ENOMEM, "out of memory");
 		return NULL;
 	}
-	if (xfer_agent_parse(rpc, a->path, sizeof a->path, err) != 0) {
+	if (xfer_rpc_parse(rpc, a->path, sizeof a->path, err) != 0) {
 		free(a);
 		return NULL;
 	}

@@ -1,14 +1,16 @@
-/* transfer/update/xfer_coord.h: libskein's side of the coordinated update
+/* transfer/update/update.h: libskein's side of the coordinated update
  * (docs/updates.md), shared by its files and the unit tests, nobody else.
  *
- *   xfer_agent.c        the blocking client of the agent's Unix socket
- *   xfer_wv.c           proto/weights.proto <-> the plain structs below (the
- *                       only files that see protobuf-c are these two)
- *   xfer_coord.c        the sender: xfer_publish
- *   xfer_coord_engine.c the receiver: the engine loop behind xfer_receive
- *   xfer_env.c          xfer_config_from_env */
-#ifndef XFER_COORD_H
-#define XFER_COORD_H
+ *   update_agent.c   the blocking client of the agent's Unix socket
+ *   update_msg.c     proto/weights.proto <-> the plain structs below (the
+ *                    only files that see protobuf-c are these two)
+ *   update_client.c  the sender: xfer_publish, and what the engine shares
+ *   update_engine.c  the receiver: the engine loop behind xfer_receive
+ * The state hangs off the endpoint as an opaque ep->upd (struct
+ * xfer_upd_client below); core/ and paths/ neither read it nor include this
+ * header: what they share with the update lives in core/xfer_int.h. */
+#ifndef SKEIN_UPDATE_H
+#define SKEIN_UPDATE_H
 
 #include "transfer/core/xfer_int.h"
 
@@ -18,15 +20,11 @@ enum {
 	XFER_AGENT_NONCE = 16,
 	XFER_AGENT_REQUEST_MAX = 1 << 20,   /* what we send: a Done with many failed peers at most */
 	XFER_AGENT_ANSWER_MAX = 4 << 20,    /* an Outcome's record of thousands of engines fits */
-	XFER_WV_PEERS_MAX = 65536,          /* peers in a BeginReply */
-	XFER_WV_STR = 256,                  /* member, node, endpoint, mode, peer: longer is refused */
-	XFER_WV_SETUP_MAX = 512 << 10,      /* colocated: the handoff (handles, places, sums: ~16k tensors) */
+	XFER_UPD_PEERS_MAX = 65536,          /* peers in a BeginReply */
 };
 
-/* ---- the client (xfer_agent.c) ---- */
+/* ---- the client (update_agent.c) ---- */
 typedef struct xfer_agent xfer_agent;
-/* "unix:PATH" into path; -1 with a one-line error naming SKEIN_RPC. */
-int xfer_agent_parse(const char *rpc, char *path, size_t n, xfer_err *err);
 xfer_agent *xfer_agent_new(const char *rpc, xfer_err *err);
 void xfer_agent_free(xfer_agent **a);
 /* One request {cmd "wv", args [verb], payload} and its answer's payload
@@ -43,23 +41,23 @@ int xfer_agent_call(xfer_agent *a, const char *verb, const void *payload, size_t
 /* 1 while a `wait` was sent and its answer not read yet. */
 int xfer_agent_pending(const xfer_agent *a);
 
-/* ---- the messages (xfer_wv.c) ---- */
+/* ---- the messages (update_msg.c) ---- */
 typedef struct {
-	char member[XFER_WV_STR], node[XFER_WV_STR], endpoint[XFER_WV_STR];
+	char member[XFER_UPD_STR], node[XFER_UPD_STR], endpoint[XFER_UPD_STR];
 	int rank;
-} xfer_wv_peer;
+} xfer_upd_peer;
 
 typedef struct {
 	uint64_t version, base_version;
-	xfer_wv_peer *peers; /* malloc'd: xfer_wv_begin_reply_free */
+	xfer_upd_peer *peers; /* malloc'd: xfer_upd_begin_reply_free */
 	size_t npeers;
 	int timeout_ms;
 	int has_nonce;       /* the p2p hello's ticket (an older head sends none) */
 	unsigned char nonce[XFER_NONCE_BYTES];
-} xfer_wv_begin_reply;
+} xfer_upd_begin_reply;
 
 /* An update's state as the head reports it: an enum inside libskein, its
- * name only in the codec (xfer_wv.c) and in output (xfer_update_stats). */
+ * name only in the codec (update_msg.c) and in output (xfer_update_stats). */
 typedef enum { XFER_UPD_UNKNOWN, XFER_UPD_PREPARING, XFER_UPD_MOVING, XFER_UPD_COMMITTED, XFER_UPD_ABORTED } xfer_upd_state;
 /* "", "preparing", "moving", "committed", "aborted" */
 const char *xfer_upd_state_name(xfer_upd_state s);
@@ -74,14 +72,14 @@ typedef struct {
 	double engine_seconds;   /* the slowest verified participant's receive */
 	uint32_t participants, dropped;
 	xfer_timings engines;    /* each figure's largest over the participants (0 when absent) */
-} xfer_wv_outcome;
+} xfer_upd_outcome;
 
 typedef struct {
 	char kind[16];       /* idle, receive, commit, abort, catchup, serve */
 	uint64_t version, base_version;
-	char mode[XFER_WV_STR], peer[XFER_WV_STR];
-	unsigned char *setup; /* malloc'd (xfer_wv_instr_free): NCCL's unique id, or colocated's handoff */
-	size_t setup_len;    /* NCCL: 0 or XFER_NCCL_ID_BYTES; colocated: 0..XFER_WV_SETUP_MAX */
+	char mode[XFER_UPD_STR], peer[XFER_UPD_STR];
+	unsigned char *setup; /* malloc'd (xfer_upd_instr_free): NCCL's unique id, or colocated's handoff */
+	size_t setup_len;    /* NCCL: 0 or XFER_NCCL_ID_BYTES; colocated: 0..XFER_UPD_SETUP_MAX */
 	int rank, nranks;
 	char reason[512];
 	int timeout_ms;
@@ -89,7 +87,7 @@ typedef struct {
 	int has_root;           /* ... when the head has it */
 	int has_nonce;       /* receive, catchup, serve: the p2p hello's ticket */
 	unsigned char nonce[XFER_NONCE_BYTES];
-} xfer_wv_instr;
+} xfer_upd_instr;
 
 typedef struct {
 	const char *job, *member, *mode;
@@ -100,7 +98,7 @@ typedef struct {
 	size_t setup_len;
 	const unsigned char *root;  /* 16 bytes: the root of v's sums when known before the bytes move
 				       (colocated: the handoff's; xfer_root.c); NULL: none */
-} xfer_wv_begin;
+} xfer_upd_begin;
 
 typedef struct {
 	const char *job, *member;
@@ -116,7 +114,7 @@ typedef struct {
 	const unsigned char *setup; /* colocated: the handoff again, for a head that took over */
 	size_t setup_len;
 	const unsigned char *root;  /* 16 bytes: the root of the sums it sent (xfer_root.c); NULL: none */
-} xfer_wv_done;
+} xfer_upd_done;
 
 typedef struct {
 	const char *job, *member, *endpoint, *reason;
@@ -124,81 +122,77 @@ typedef struct {
 	double seconds;
 	xfer_timings timings;       /* of its last receive */
 	const unsigned char *root;  /* 16 bytes: the root `staged` was verified against; NULL: none */
-} xfer_wv_status;
+} xfer_upd_status;
 
 /* Packed messages, malloc'd (NULL: out of memory). */
-uint8_t *xfer_wv_begin_pack(const xfer_wv_begin *b, size_t *len);
-uint8_t *xfer_wv_done_pack(const xfer_wv_done *d, size_t *len);
-uint8_t *xfer_wv_query_pack(const char *job, uint64_t version, const char *member, size_t *len);
-uint8_t *xfer_wv_status_pack(const xfer_wv_status *s, size_t *len);
+uint8_t *xfer_upd_begin_pack(const xfer_upd_begin *b, size_t *len);
+uint8_t *xfer_upd_done_pack(const xfer_upd_done *d, size_t *len);
+uint8_t *xfer_upd_query_pack(const char *job, uint64_t version, const char *member, size_t *len);
+uint8_t *xfer_upd_status_pack(const xfer_upd_status *s, size_t *len);
 /* Each answer checked whole before it is used: every string bounded, the
  * state or kind one of those named, a setup of 0 or 128 bytes (colocated:
- * at most XFER_WV_SETUP_MAX, checked whole by xfer_ipc.c); -1 with
+ * at most XFER_UPD_SETUP_MAX, checked whole by xfer_ipc.c); -1 with
  * XFER_EFORMAT naming the message and the field. */
-int xfer_wv_begin_reply_parse(const uint8_t *p, size_t n, xfer_wv_begin_reply *out, xfer_err *err);
-void xfer_wv_begin_reply_free(xfer_wv_begin_reply *r);
-int xfer_wv_outcome_parse(const uint8_t *p, size_t n, xfer_wv_outcome *out, xfer_err *err);
-int xfer_wv_instr_parse(const uint8_t *p, size_t n, xfer_wv_instr *out, xfer_err *err);
-void xfer_wv_instr_free(xfer_wv_instr *in);
-/* xxh3-128 of xfer_manifest_describe, canonical (big-endian) bytes. */
-int xfer_wv_digest(const xfer_manifest *m, unsigned char out[16], xfer_err *err);
+int xfer_upd_begin_reply_parse(const uint8_t *p, size_t n, xfer_upd_begin_reply *out, xfer_err *err);
+void xfer_upd_begin_reply_free(xfer_upd_begin_reply *r);
+int xfer_upd_outcome_parse(const uint8_t *p, size_t n, xfer_upd_outcome *out, xfer_err *err);
+int xfer_upd_instr_parse(const uint8_t *p, size_t n, xfer_upd_instr *out, xfer_err *err);
+void xfer_upd_instr_free(xfer_upd_instr *in);
 
-/* ---- shared by the sender and the engine (xfer_coord.c) ---- */
-typedef struct xfer_coord xfer_coord;
+/* ---- shared by the sender and the engine (update_client.c) ---- */
+typedef struct xfer_upd_client xfer_upd_client;
 typedef struct {
-	char member[XFER_WV_STR], endpoint[XFER_WV_STR];
+	char member[XFER_UPD_STR], endpoint[XFER_UPD_STR];
 	xfer_endpoint *sub;
 	int in_reply;   /* a participant of the version being published */
 	int failed;
 	xfer_err err;   /* its failure this version */
 	uint64_t wire;
-} coord_peer;
+} upd_peer;
 
-struct xfer_coord {
+struct xfer_upd_client {
 	xfer_agent *agent;
-	pthread_mutex_t mu;     /* the sub-endpoints, for xfer_coord_abort from another thread */
+	pthread_mutex_t mu;     /* the sub-endpoints, for xfer_upd_abort from another thread */
 	/* sender */
-	coord_peer *peers;
+	upd_peer *peers;
 	size_t npeers;
 	xfer_endpoint *nccl;    /* the communicator's endpoint (sender and NCCL receivers) */
 	unsigned char nccl_id[XFER_NCCL_ID_BYTES];
 	uint64_t nccl_set;      /* hash of the participants and ranks it was made for */
 	int nccl_rank, nccl_nranks;
-	/* engine: xfer_coord_engine.c keeps its state here */
+	/* engine: update_engine.c keeps its state here */
 	uint64_t held, staged, failed, last_notice;
 	char reason[512];
 	double seconds;
-	char endpoint[XFER_WV_STR];
+	char endpoint[XFER_UPD_STR];
 	xfer_timings timings;   /* the last receive's split, told with seconds */
 	unsigned char staged_root[16]; /* the root `staged` was verified against (xfer_root.c) ... */
 	int has_staged_root;    /* ... when its path keeps one: told to the head in every wait */
 	xfer_endpoint *side;    /* a catch-up's disk-delta receiver, or a serve's sender, while it runs */
 };
 /* broadcast or broadcast_packed */
-int xfer_coord_nccl(const xfer_endpoint *ep);
+int xfer_upd_nccl(const xfer_endpoint *ep);
 /* The split of a data path's last version, from its stats. */
-xfer_timings xfer_coord_timings(const xfer_stats *st);
-void xfer_coord_sleep_ms(int ms);
+xfer_timings xfer_upd_timings(const xfer_stats *st);
+void xfer_upd_sleep_ms(int ms);
 enum {
-	XFER_COORD_HEARTBEAT_MS = 500, /* outcome queries while the data path runs */
-	XFER_COORD_POLL_MS = 50,       /* outcome polls after a lost answer */
-	XFER_COORD_CALL_MS = 5000,     /* a call the head answers at once (wait: within 1 s) */
+	XFER_UPD_HEARTBEAT_MS = 500, /* outcome queries while the data path runs */
+	XFER_UPD_POLL_MS = 50,       /* outcome polls after a lost answer */
+	XFER_UPD_CALL_MS = 5000,     /* a call the head answers at once (wait: within 1 s) */
 };
-/* Sets ep->coord up (xfer_open with cfg.coord.rpc); frees it. */
-int xfer_coord_open(xfer_endpoint *ep, xfer_err *err);
-void xfer_coord_close(xfer_endpoint *ep);
+/* xfer_upd_open, _close, _publish, _receive, _stop: xfer_int.h (the API calls them). */
 /* From any thread: stops the data path of a publish or receive under way
  * (every peer's sub-endpoint, the NCCL communicator). */
-void xfer_coord_abort(xfer_endpoint *ep);
+void xfer_upd_abort(xfer_endpoint *ep);
 /* One call with its answer parsed by parse (NULL: none), asked again on
- * XFER_EPEER every XFER_COORD_POLL_MS until deadline (monotonic seconds). */
-typedef int (*xfer_wv_parse_fn)(const uint8_t *p, size_t n, void *out, xfer_err *err);
-int xfer_coord_call(xfer_agent *a, const char *verb, const uint8_t *req, size_t len, int call_ms, double deadline,
-		    xfer_wv_parse_fn parse, void *out, xfer_err *err);
-/* One `outcome` query (q: xfer_wv_query_pack's): 1 when the head says v was
+ * XFER_EPEER every XFER_UPD_POLL_MS until deadline (monotonic seconds). */
+typedef int (*xfer_upd_parse_fn)(const uint8_t *p, size_t n, void *out, xfer_err *err);
+int xfer_upd_call(xfer_agent *a, const char *verb, const uint8_t *req, size_t len, int call_ms, double deadline,
+		    xfer_upd_parse_fn parse, void *out, xfer_err *err);
+/* One `outcome` query (q: xfer_upd_query_pack's): 1 when the head says v was
  * aborted (its reason copied), 0 when not or when there was no answer. */
-int xfer_coord_aborted(xfer_agent *a, const uint8_t *q, size_t qlen, uint64_t v, char *reason, size_t n);
-/* A thread that asks `outcome` every XFER_COORD_HEARTBEAT_MS and calls
+int xfer_upd_aborted(xfer_agent *a, const uint8_t *q, size_t qlen, uint64_t v, char *reason, size_t n);
+/* A thread that asks `outcome` every XFER_UPD_HEARTBEAT_MS and calls
  * xfer_abort_data on the endpoints given when the answer says aborted. */
 typedef struct xfer_heartbeat xfer_heartbeat;
 xfer_heartbeat *xfer_heartbeat_start(const char *rpc, const char *job, const char *member, uint64_t v,
@@ -206,17 +200,9 @@ xfer_heartbeat *xfer_heartbeat_start(const char *rpc, const char *job, const cha
 /* Stops it; 1 when it saw the update aborted (reason copied), else 0. */
 int xfer_heartbeat_stop(xfer_heartbeat **h, char *reason, size_t n);
 
-/* The engine loop (xfer_coord_engine.c). */
-int xfer_coord_receive(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_err *err);
-/* The sender (xfer_coord.c). */
-int xfer_coord_publish(xfer_endpoint *ep, uint64_t version, xfer_update_stats *st, xfer_err *err);
 
 /* What the update asks of the endpoint and its path lives in xfer_int.h:
  * xfer_ep_* and the coordinated half of xfer_path_ops (fan, begin_setup,
  * take_setup, commit, forget, drop); nothing here names a path. */
-/* Stops a coordinated endpoint's data path and its subs now without
- * spoiling it: the session ends, a listening socket stays; xfer_rearm makes
- * it usable again. */
-void xfer_coord_stop(xfer_endpoint *ep);
 
 #endif

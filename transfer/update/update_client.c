@@ -1,4 +1,4 @@
-/* transfer/update/xfer_coord.c: the coordinated sender (xfer_publish) and what the
+/* transfer/update/update_client.c: the coordinated sender (xfer_publish) and what the
  * engine loop shares with it: calls that ask again after a lost answer, the
  * heartbeat thread.  The protocol: docs/updates.md.
  *
@@ -27,7 +27,7 @@
  * (rank 0) and the participants (ranks from the reply), made again with a
  * fresh unique id whenever the participants change; built, not run here
  * (no GPU on the build machine). */
-#include "transfer/update/xfer_coord.h"
+#include "transfer/update/update.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -35,21 +35,21 @@
 #include <time.h>
 #include "transfer/core/xfer_hash.h"
 
-void xfer_coord_sleep_ms(int ms)
+void xfer_upd_sleep_ms(int ms)
 {
 	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
 	nanosleep(&ts, NULL);
 }
 
-int xfer_coord_open(xfer_endpoint *ep, xfer_err *err)
+int xfer_upd_open(xfer_endpoint *ep, xfer_err *err)
 {
 	if (!ep->cfg.coord.job || !*ep->cfg.coord.job || !ep->cfg.coord.member || !*ep->cfg.coord.member)
 		return xfer_fail(err, XFER_EINVAL, "coordinated (coord.rpc %s) but coord.job or coord.member is empty",
 				 ep->cfg.coord.rpc);
-	xfer_coord *c = calloc(1, sizeof *c);
+	xfer_upd_client *c = calloc(1, sizeof *c);
 	if (!c) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 	pthread_mutex_init(&c->mu, NULL);
-	ep->coord = c;
+	ep->upd = c;
 	if (!(c->agent = xfer_agent_new(ep->cfg.coord.rpc, err))) return -1;
 	if (ep->cfg.role == XFER_RECEIVER && !ep->fanout && ep->port)
 		snprintf(c->endpoint, sizeof c->endpoint, "%s:%d", ep->cfg.p2p.host, ep->port);
@@ -57,9 +57,9 @@ int xfer_coord_open(xfer_endpoint *ep, xfer_err *err)
 	return 0;
 }
 
-void xfer_coord_close(xfer_endpoint *ep)
+void xfer_upd_close(xfer_endpoint *ep)
 {
-	xfer_coord *c = ep->coord;
+	xfer_upd_client *c = ep->upd;
 	if (!c) return;
 	for (size_t i = 0; i < c->npeers; i++) xfer_sub_close(&c->peers[i].sub);
 	free(c->peers);
@@ -68,12 +68,12 @@ void xfer_coord_close(xfer_endpoint *ep)
 	xfer_agent_free(&c->agent);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
-	ep->coord = NULL;
+	ep->upd = NULL;
 }
 
-void xfer_coord_abort(xfer_endpoint *ep)
+void xfer_upd_abort(xfer_endpoint *ep)
 {
-	xfer_coord *c = ep->coord;
+	xfer_upd_client *c = ep->upd;
 	pthread_mutex_lock(&c->mu);
 	for (size_t i = 0; i < c->npeers; i++)
 		if (c->peers[i].sub) xfer_ep_abort(c->peers[i].sub);
@@ -82,16 +82,16 @@ void xfer_coord_abort(xfer_endpoint *ep)
 	pthread_mutex_unlock(&c->mu);
 }
 
-void xfer_coord_stop(xfer_endpoint *ep)
+void xfer_upd_stop(xfer_endpoint *ep)
 {
 	xfer_ep_abort(ep);
-	if (ep->coord) xfer_coord_abort(ep);
+	if (ep->upd) xfer_upd_abort(ep);
 }
 
 /* ---- calls ---- */
 
-int xfer_coord_call(xfer_agent *a, const char *verb, const uint8_t *req, size_t len, int call_ms, double deadline,
-		    xfer_wv_parse_fn parse, void *out, xfer_err *err)
+int xfer_upd_call(xfer_agent *a, const char *verb, const uint8_t *req, size_t len, int call_ms, double deadline,
+		    xfer_upd_parse_fn parse, void *out, xfer_err *err)
 {
 	for (;;) {
 		uint8_t *ans = NULL;
@@ -104,48 +104,48 @@ int xfer_coord_call(xfer_agent *a, const char *verb, const uint8_t *req, size_t 
 			return rc;
 		}
 		if (err->code != XFER_EPEER && err->code != XFER_ETIMEOUT) return -1;
-		if (xfer_now() + XFER_COORD_POLL_MS / 1e3 >= deadline) return -1;
-		xfer_coord_sleep_ms(XFER_COORD_POLL_MS);
+		if (xfer_now() + XFER_UPD_POLL_MS / 1e3 >= deadline) return -1;
+		xfer_upd_sleep_ms(XFER_UPD_POLL_MS);
 	}
 }
 
 static int parse_outcome(const uint8_t *p, size_t n, void *out, xfer_err *err)
 {
-	return xfer_wv_outcome_parse(p, n, out, err);
+	return xfer_upd_outcome_parse(p, n, out, err);
 }
 
 static int parse_begin(const uint8_t *p, size_t n, void *out, xfer_err *err)
 {
-	return xfer_wv_begin_reply_parse(p, n, out, err);
+	return xfer_upd_begin_reply_parse(p, n, out, err);
 }
 
 int xfer_job_newest(xfer_endpoint *ep, uint64_t *newest, xfer_err *err)
 {
-	if (!ep || !ep->coord) return xfer_fail(err, XFER_EINVAL, "the endpoint is not coordinated (not in a job)");
+	if (!ep || !ep->upd) return xfer_fail(err, XFER_EINVAL, "the endpoint is not coordinated (not in a job)");
 	size_t len;
-	uint8_t *q = xfer_wv_query_pack(ep->cfg.coord.job, 0, "", &len);
+	uint8_t *q = xfer_upd_query_pack(ep->cfg.coord.job, 0, "", &len);
 	if (!q) return xfer_fail(err, XFER_ENOMEM, "out of memory");
-	xfer_wv_outcome o;
-	int rc = xfer_coord_call(ep->coord->agent, "outcome", q, len, XFER_COORD_CALL_MS,
+	xfer_upd_outcome o;
+	int rc = xfer_upd_call(((xfer_upd_client *)ep->upd)->agent, "outcome", q, len, XFER_UPD_CALL_MS,
 				 xfer_now() + ep->cfg.timeout_ms / 1e3, parse_outcome, &o, err);
 	free(q);
 	if (rc == 0) *newest = o.version;
 	return rc;
 }
 
-static int final_state(const xfer_wv_outcome *o)
+static int final_state(const xfer_upd_outcome *o)
 {
 	return o->state == XFER_UPD_COMMITTED || o->state == XFER_UPD_ABORTED;
 }
 
-int xfer_coord_aborted(xfer_agent *a, const uint8_t *q, size_t qlen, uint64_t v, char *reason, size_t n)
+int xfer_upd_aborted(xfer_agent *a, const uint8_t *q, size_t qlen, uint64_t v, char *reason, size_t n)
 {
-	xfer_wv_outcome o;
+	xfer_upd_outcome o;
 	xfer_err e;
 	uint8_t *ans = NULL;
 	size_t alen;
-	int aborted = xfer_agent_call(a, "outcome", q, qlen, XFER_COORD_CALL_MS, &ans, &alen, &e) == 0 &&
-		      xfer_wv_outcome_parse(ans, alen, &o, &e) == 0 && o.version == v && o.state == XFER_UPD_ABORTED;
+	int aborted = xfer_agent_call(a, "outcome", q, qlen, XFER_UPD_CALL_MS, &ans, &alen, &e) == 0 &&
+		      xfer_upd_outcome_parse(ans, alen, &o, &e) == 0 && o.version == v && o.state == XFER_UPD_ABORTED;
 	free(ans);
 	if (aborted) snprintf(reason, n, "%s", o.reason);
 	return aborted;
@@ -174,19 +174,19 @@ static void *heartbeat_main(void *arg)
 	while (!h->stop && !h->aborted) {
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += XFER_COORD_HEARTBEAT_MS * 1000000L;
+		ts.tv_nsec += XFER_UPD_HEARTBEAT_MS * 1000000L;
 		ts.tv_sec += ts.tv_nsec / 1000000000L;
 		ts.tv_nsec %= 1000000000L;
 		pthread_cond_timedwait(&h->cv, &h->mu, &ts);
 		if (h->stop) break;
 		pthread_mutex_unlock(&h->mu);
 		char reason[sizeof h->reason];
-		int aborted = xfer_coord_aborted(h->agent, h->query, h->qlen, h->version, reason, sizeof reason);
+		int aborted = xfer_upd_aborted(h->agent, h->query, h->qlen, h->version, reason, sizeof reason);
 		pthread_mutex_lock(&h->mu);
 		if (aborted && !h->stop) {
 			h->aborted = 1;
 			memcpy(h->reason, reason, sizeof h->reason);
-			for (size_t i = 0; i < h->neps; i++) xfer_coord_stop(h->eps[i]);
+			for (size_t i = 0; i < h->neps; i++) xfer_upd_stop(h->eps[i]);
 		}
 	}
 	pthread_mutex_unlock(&h->mu);
@@ -213,7 +213,7 @@ xfer_heartbeat *xfer_heartbeat_start(const char *rpc, const char *job, const cha
 	h->neps = neps;
 	pthread_mutex_init(&h->mu, NULL);
 	pthread_cond_init(&h->cv, NULL);
-	if (!(h->agent = xfer_agent_new(rpc, &e)) || !(h->query = xfer_wv_query_pack(job, v, member, &h->qlen)) ||
+	if (!(h->agent = xfer_agent_new(rpc, &e)) || !(h->query = xfer_upd_query_pack(job, v, member, &h->qlen)) ||
 	    pthread_create(&h->th, NULL, heartbeat_main, h) != 0) {
 		/* no heartbeat: the watchdog still ends the update, only later */
 		heartbeat_free(h);
@@ -256,15 +256,15 @@ static int split_endpoint(const char *ep, char *host, size_t n, int *port)
 
 /* Makes the peer list the reply's: new participants get an entry (their
  * sub-endpoint opens when served), those that left are closed. */
-static int sync_peers(xfer_coord *c, const xfer_wv_begin_reply *r, xfer_err *err)
+static int sync_peers(xfer_upd_client *c, const xfer_upd_begin_reply *r, xfer_err *err)
 {
 	for (size_t i = 0; i < c->npeers; i++) c->peers[i].in_reply = 0;
 	for (size_t k = 0; k < r->npeers; k++) {
-		const xfer_wv_peer *q = &r->peers[k];
+		const xfer_upd_peer *q = &r->peers[k];
 		size_t i = 0;
 		while (i < c->npeers && strcmp(c->peers[i].member, q->member) != 0) i++;
 		if (i == c->npeers) {
-			coord_peer *np = realloc(c->peers, (c->npeers + 1) * sizeof *np);
+			upd_peer *np = realloc(c->peers, (c->npeers + 1) * sizeof *np);
 			if (!np) return xfer_fail(err, XFER_ENOMEM, "out of memory");
 			pthread_mutex_lock(&c->mu);
 			c->peers = np;
@@ -273,7 +273,7 @@ static int sync_peers(xfer_coord *c, const xfer_wv_begin_reply *r, xfer_err *err
 			c->npeers++;
 			pthread_mutex_unlock(&c->mu);
 		}
-		coord_peer *p = &c->peers[i];
+		upd_peer *p = &c->peers[i];
 		if (strcmp(p->endpoint, q->endpoint) != 0) { /* a restarted engine listens elsewhere */
 			pthread_mutex_lock(&c->mu);
 			xfer_sub_close(&p->sub);
@@ -301,17 +301,17 @@ static int sync_peers(xfer_coord *c, const xfer_wv_begin_reply *r, xfer_err *err
 
 typedef struct {
 	xfer_endpoint *ep;
-	coord_peer *p;
+	upd_peer *p;
 	uint64_t v;
 } serve_arg;
 
 static void *serve_peer(void *arg)
 {
 	serve_arg *a = arg;
-	coord_peer *p = a->p;
-	xfer_coord *c = a->ep->coord;
+	upd_peer *p = a->p;
+	xfer_upd_client *c = a->ep->upd;
 	if (!p->sub) {
-		char host[XFER_WV_STR];
+		char host[XFER_UPD_STR];
 		int port;
 		if (split_endpoint(p->endpoint, host, sizeof host, &port) != 0) {
 			p->failed = 1;
@@ -339,7 +339,7 @@ static void *serve_peer(void *arg)
  * errors are in c->peers). */
 static void send_peers(xfer_endpoint *ep, uint64_t v)
 {
-	xfer_coord *c = ep->coord;
+	xfer_upd_client *c = ep->upd;
 	pthread_t *th = calloc(c->npeers + 1, sizeof *th);
 	serve_arg *args = calloc(c->npeers + 1, sizeof *args);
 	int *started = calloc(c->npeers + 1, sizeof *started);
@@ -365,7 +365,7 @@ static void send_peers(xfer_endpoint *ep, uint64_t v)
 	free(started);
 }
 
-static uint64_t peer_set_hash(const xfer_wv_begin_reply *r)
+static uint64_t peer_set_hash(const xfer_upd_begin_reply *r)
 {
 	uint64_t h = 0x9e3779b97f4a7c15ull ^ r->npeers;
 	for (size_t i = 0; i < r->npeers; i++) {
@@ -379,9 +379,9 @@ static uint64_t peer_set_hash(const xfer_wv_begin_reply *r)
  * The id in Begin was the current communicator's when there was one; when
  * the participants changed under it this version cannot run (-1: its
  * reason) and the next one begins with a fresh id. */
-static int nccl_ready(xfer_endpoint *ep, const xfer_wv_begin_reply *r, int fresh, xfer_err *err)
+static int nccl_ready(xfer_endpoint *ep, const xfer_upd_begin_reply *r, int fresh, xfer_err *err)
 {
-	xfer_coord *c = ep->coord;
+	xfer_upd_client *c = ep->upd;
 	uint64_t set = peer_set_hash(r);
 	if (!fresh && c->nccl && set == c->nccl_set) return 0;
 	pthread_mutex_lock(&c->mu);
@@ -403,12 +403,12 @@ static int nccl_ready(xfer_endpoint *ep, const xfer_wv_begin_reply *r, int fresh
 	return 0;
 }
 
-int xfer_coord_nccl(const xfer_endpoint *ep)
+int xfer_upd_nccl(const xfer_endpoint *ep)
 {
 	return ep->ops->fan == XFER_FAN_BCAST;
 }
 
-xfer_timings xfer_coord_timings(const xfer_stats *st)
+xfer_timings xfer_upd_timings(const xfer_stats *st)
 {
 	return (xfer_timings){ st->data_seconds, st->hash_seconds, st->journal_seconds, st->undo_seconds };
 }
@@ -424,7 +424,7 @@ static void timings_max(xfer_timings *to, xfer_timings from)
 
 /* ---- publish ----
  *
- * xfer_coord_publish runs four steps over one pub_state: begin (the
+ * xfer_upd_publish runs four steps over one pub_state: begin (the
  * path's setup blob, the head's reply), move (the bytes, as the path's fan
  * says, under the heartbeat), done (our figures; the head's verdict) and
  * the record of it (ep->update; an aborted version dropped). */
@@ -434,8 +434,8 @@ typedef struct {
 	double t0;
 	int to;                    /* the watchdog: ours, or the head's */
 	int fresh;                 /* NCCL: a new communicator for this version */
-	xfer_wv_begin b;
-	xfer_wv_begin_reply r;
+	xfer_upd_begin b;
+	xfer_upd_begin_reply r;
 	unsigned char *setup;      /* the begin's setup blob when the path made one (ours to free) */
 	double setup_s;            /* its making is part of the data path's time */
 	/* what the move did */
@@ -451,14 +451,14 @@ typedef struct {
 	int no_root;               /* a peer served over a path that keeps none */
 	int head_aborted;
 	char hreason[512];
-	xfer_wv_outcome o;
+	xfer_upd_outcome o;
 } pub_state;
 
 /* The path's setup blob for Begin.setup: a fresh NCCL id when the
  * communicator is to be made again, a colocated sender's handoff. */
 static int pub_setup(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 {
-	xfer_coord *c = ep->coord;
+	xfer_upd_client *c = ep->upd;
 	const xfer_path_ops *ops = ep->ops;
 	if (!ops->begin_setup) return 0;
 	if (ops->fan == XFER_FAN_BCAST) {
@@ -492,25 +492,25 @@ static int pub_setup(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 /* begin: the head opens v and answers with the participants. */
 static int pub_begin(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 {
-	xfer_coord *c = ep->coord;
+	xfer_upd_client *c = ep->upd;
 	const char *job = ep->cfg.coord.job, *me = ep->cfg.coord.member;
-	if (xfer_wv_digest(ep->m, P->b.digest, err) != 0 || pub_setup(ep, P, err) != 0) return -1;
+	if (xfer_manifest_digest(ep->m, P->b.digest, err) != 0 || pub_setup(ep, P, err) != 0) return -1;
 	size_t len;
-	uint8_t *req = xfer_wv_begin_pack(&P->b, &len);
+	uint8_t *req = xfer_upd_begin_pack(&P->b, &len);
 	if (!req) return xfer_fail(err, XFER_ENOMEM, "out of memory");
-	int rc = xfer_coord_call(c->agent, "begin", req, len, XFER_COORD_CALL_MS, P->t0 + P->to / 1e3, parse_begin,
+	int rc = xfer_upd_call(c->agent, "begin", req, len, XFER_UPD_CALL_MS, P->t0 + P->to / 1e3, parse_begin,
 				 &P->r, err);
 	free(req);
 	if (rc != 0) {
 		if (err->code != XFER_EINVAL) {
 			/* the head may have opened v and its answer was lost or
 			 * spoiled: say at once that this sender gives it up */
-			xfer_wv_done d = { .job = job, .member = me, .version = P->v, .reason = err->msg };
+			xfer_upd_done d = { .job = job, .member = me, .version = P->v, .reason = err->msg };
 			xfer_err ignored;
 			uint8_t *out = NULL;
 			size_t olen;
-			if ((req = xfer_wv_done_pack(&d, &len)) &&
-			    xfer_agent_call(c->agent, "done", req, len, XFER_COORD_CALL_MS, &out, &olen, &ignored) == 0)
+			if ((req = xfer_upd_done_pack(&d, &len)) &&
+			    xfer_agent_call(c->agent, "done", req, len, XFER_UPD_CALL_MS, &out, &olen, &ignored) == 0)
 				free(out);
 			free(req);
 		}
@@ -526,16 +526,16 @@ static int pub_begin(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 /* The peers' results: wire bytes, the slowest split, the root, the failed. */
 static void pub_peers(xfer_endpoint *ep, pub_state *P)
 {
-	xfer_coord *c = ep->coord;
+	xfer_upd_client *c = ep->upd;
 	send_peers(ep, P->v);
 	P->fm = calloc(c->npeers + 1, sizeof *P->fm);
 	P->fr = calloc(c->npeers + 1, sizeof *P->fr);
 	P->fv = calloc(c->npeers + 1, sizeof *P->fv);
 	for (size_t i = 0; i < c->npeers; i++) {
-		coord_peer *p = &c->peers[i];
+		upd_peer *p = &c->peers[i];
 		P->wire += p->wire;
 		if (p->sub && !p->failed) {
-			timings_max(&P->split, xfer_coord_timings(&p->sub->stats));
+			timings_max(&P->split, xfer_upd_timings(&p->sub->stats));
 			/* every peer's sub hashed the same bytes; a root only when every
 			 * peer served kept one (p2p-ucx keeps none): the head then holds
 			 * every verified engine to it, and one without it refused */
@@ -555,7 +555,7 @@ static void pub_peers(xfer_endpoint *ep, pub_state *P)
  * listening for an abort */
 static void pub_move(xfer_endpoint *ep, pub_state *P)
 {
-	xfer_coord *c = ep->coord;
+	xfer_upd_client *c = ep->upd;
 	uint64_t v = P->v;
 	xfer_endpoint *self = ep;
 	xfer_heartbeat *hb = xfer_heartbeat_start(ep->cfg.coord.rpc, ep->cfg.coord.job, ep->cfg.coord.member, v,
@@ -567,12 +567,12 @@ static void pub_move(xfer_endpoint *ep, pub_state *P)
 		if (xfer_path_send(ep, v, &P->derr) != 0) P->ok = 0;
 		P->wire = ep->stats.bytes_moved;
 		P->density = ep->m->bytes ? (double)P->wire / (double)ep->m->bytes : 0;
-		P->split = xfer_coord_timings(&ep->stats);
+		P->split = xfer_upd_timings(&ep->stats);
 		if (P->ok && ep->root_version == v) P->root = ep->root;
 		break;
 	case XFER_FAN_BCAST:
 		if (nccl_ready(ep, &P->r, P->fresh, &P->derr) != 0 || xfer_path_send(c->nccl, v, &P->derr) != 0) P->ok = 0;
-		if (c->nccl) xfer_rearm(c->nccl), P->split = xfer_coord_timings(&c->nccl->stats);
+		if (c->nccl) xfer_rearm(c->nccl), P->split = xfer_upd_timings(&c->nccl->stats);
 		if (P->ok && c->nccl && c->nccl->root_version == v) P->root = c->nccl->root;
 		P->wire = P->ok ? ep->m->bytes : 0;
 		break;
@@ -599,34 +599,34 @@ static void pub_move(xfer_endpoint *ep, pub_state *P)
  * would wait for a verdict that needs this word) */
 static int pub_done(xfer_endpoint *ep, pub_state *P, xfer_err *err)
 {
-	xfer_coord *c = ep->coord;
+	xfer_upd_client *c = ep->upd;
 	uint64_t v = P->v;
-	xfer_wv_done d = { .job = ep->cfg.coord.job, .member = ep->cfg.coord.member, .version = v, .ok = P->ok,
+	xfer_upd_done d = { .job = ep->cfg.coord.job, .member = ep->cfg.coord.member, .version = v, .ok = P->ok,
 			   .reason = P->ok ? "" : P->derr.msg, .implementation_seconds = P->impl,
 			   .density = P->density, .wire_bytes = P->wire, .failed_member = P->fm,
 			   .failed_reason = P->fr, .failed_verdict = P->fv, .nfailed = P->nf, .timings = P->split,
 			   .setup = P->setup, .setup_len = P->setup ? P->b.setup_len : 0,
 			   .root = P->no_root ? NULL : P->root };
 	size_t len;
-	uint8_t *req = xfer_wv_done_pack(&d, &len);
+	uint8_t *req = xfer_upd_done_pack(&d, &len);
 	if (!req) return xfer_fail(err, XFER_ENOMEM, "out of memory");
-	double deadline = xfer_now() + P->to / 1e3 + XFER_COORD_CALL_MS / 1e3;
+	double deadline = xfer_now() + P->to / 1e3 + XFER_UPD_CALL_MS / 1e3;
 	int rc;
 	for (;;) {
 		xfer_err e = { 0 };
 		int left = (int)((deadline - xfer_now()) * 1e3);
-		rc = xfer_coord_call(c->agent, "done", req, len, left > 1 ? left : 1, deadline, parse_outcome, &P->o, &e);
+		rc = xfer_upd_call(c->agent, "done", req, len, left > 1 ? left : 1, deadline, parse_outcome, &P->o, &e);
 		if (rc == 0 && P->o.version == v && final_state(&P->o)) break;
 		if (rc != 0 && e.code == XFER_EFORMAT) {
 			*err = e;
 			break;
 		}
-		if (xfer_now() + XFER_COORD_POLL_MS / 1e3 >= deadline) {
+		if (xfer_now() + XFER_UPD_POLL_MS / 1e3 >= deadline) {
 			rc = xfer_fail(err, XFER_ETIMEOUT, "no verdict from the head in time (last: %s)",
 				       rc == 0 ? (P->o.state ? xfer_upd_state_name(P->o.state) : "unknown") : e.msg);
 			break;
 		}
-		xfer_coord_sleep_ms(XFER_COORD_POLL_MS);
+		xfer_upd_sleep_ms(XFER_UPD_POLL_MS);
 	}
 	free(req);
 	if (rc == 0) return 0;
@@ -670,14 +670,14 @@ static int pub_record(xfer_endpoint *ep, pub_state *P, xfer_update_stats *st, xf
 	return rc;
 }
 
-int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfer_err *err)
+int xfer_upd_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfer_err *err)
 {
 	if (v == 0 || v <= ep->stats.version)
 		return xfer_fail(err, XFER_EINVAL, "version %llu: versions start at 1 and increase (last %llu)",
 				 (unsigned long long)v, (unsigned long long)ep->stats.version);
 	if (xfer_check_aborted(ep, err) != 0) return -1;
 	pub_state P = { .v = v, .t0 = xfer_now(), .to = ep->cfg.timeout_ms };
-	P.b = (xfer_wv_begin){ .job = ep->cfg.coord.job, .member = ep->cfg.coord.member, .mode = ep->cfg.path,
+	P.b = (xfer_upd_begin){ .job = ep->cfg.coord.job, .member = ep->cfg.coord.member, .mode = ep->cfg.path,
 			       .version = v, .bytes = ep->m->bytes, .tensors = (uint32_t)ep->m->n };
 	memset(&ep->update, 0, sizeof ep->update);
 	ep->update.version = v;
@@ -691,6 +691,6 @@ int xfer_coord_publish(xfer_endpoint *ep, uint64_t v, xfer_update_stats *st, xfe
 	free(P.fv);
 	free(P.fr);
 	free(P.setup);
-	xfer_wv_begin_reply_free(&P.r);
+	xfer_upd_begin_reply_free(&P.r);
 	return rc;
 }
