@@ -17,14 +17,20 @@
  *
  * Not the real Raft: an entry commits a fixed time after its proposal (two
  * one-way latencies and 1 ms of fsync), and its bytes are the record's
- * packed size (the log entry's payload).  Messages at the head are modeled
- * on today's protocol (per engine: its receive, its verdict, its commit;
- * the fan-in by node of item 2 is not built).  CPU is measured on this
- * machine (CLOCK_THREAD_CPUTIME_ID) around the head's own calls: the
- * coordinator, building, packing and applying records, adopting; idle CPU
- * is the head's handling of the idle engines' waits (one a second each,
- * each a lookup of the engine in the last record) over a simulated idle
- * minute.  All else is a pure function of the seed. */
+ * packed size (the log entry's payload).  Messages at the head are those of
+ * the fan-in by node (item 2): every agent runs the real jobs/update_fanin
+ * over its engines' words (which reach only their own agent) and sends the
+ * head one report per node when it is due, held there as the node's long
+ * poll; the head answers each node once per instruction (receive, commit)
+ * and a newer report replaces the held one on the node's connection
+ * without an answer.  Counted at the head: the sender's begin and done and
+ * their answers, every report that arrives, every answer to a node.  CPU
+ * is measured on this machine (CLOCK_THREAD_CPUTIME_ID) around the head's
+ * own calls: the coordinator, the reports, building, packing and applying
+ * records, adopting; idle CPU is the head's handling of the idle nodes'
+ * reports (one per node per UPDATE_FANIN_IDLE_S, each a lookup of its
+ * engines in the last record) over a simulated idle minute.  All else is a
+ * pure function of the seed. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -35,15 +41,25 @@
 #include "common/sk_heap.h"
 #include "common/sk_rng.h"
 #include "jobs/update_coord.h"
+#include "jobs/update_fanin.h"
 #include "jobs/update_state.h"
 #include "tests/sim/sim.h"
 
-enum { EV_COMMIT, EV_STAGED, EV_DONE, EV_EXIT, EV_FAILOVER, EV_TAKEOVER, EV_POLL, EV_TICK };
+enum { EV_COMMIT, EV_STAGED, EV_DONE, EV_EXIT, EV_FAILOVER, EV_TAKEOVER, EV_POLL, EV_TICK, EV_FLUSH, EV_RESEND, EV_REPORT };
+
+/* One engine's word in a node's report (EV_REPORT). */
+enum { W_NONE, W_STAGED, W_FAILED, W_GONE };
+typedef struct {
+	uint32_t id;
+	uint8_t word;
+} said;
 
 typedef struct {
 	int kind;
 	uint32_t a;                    /* engine id, or the entry's index */
 	uint64_t v;                    /* the update */
+	said *snap;                    /* EV_REPORT: the node's engines (malloc'd) */
+	size_t nsnap;
 } ev;
 
 typedef struct {
@@ -65,6 +81,10 @@ typedef struct {
 	uint64_t v;
 	uint32_t *dead_until;          /* per engine: its process is gone until update N (0: runs) */
 	uint32_t *node_dead_until;     /* per agent: down until update N */
+	uint32_t *gen;                 /* per engine: its process's generation */
+	update_fanin *fan;             /* per agent: its engines' waits (jobs/update_fanin) */
+	uint64_t *flush_at;            /* per agent: its EV_FLUSH scheduled (0: none) */
+	bool *part_node;               /* per agent: it has participants in the open update */
 	uint32_t watch[8];             /* failed nodes the head has not seen fail yet */
 	size_t nwatch;
 	size_t uncommitted;            /* entries proposed, not yet applied */
@@ -95,7 +115,7 @@ static void at(cs *c, uint64_t t, int kind, uint32_t a, uint64_t v)
 		fprintf(stderr, "skein-sim coord: out of memory\n");
 		exit(2);
 	}
-	*e = (ev){ kind, a, v };
+	*e = (ev){ kind, a, v, NULL, 0 };
 }
 
 static uint32_t node_of(const cs *c, uint32_t id) { return id / c->epa; }
@@ -104,6 +124,81 @@ static bool engine_runs(const cs *c, uint32_t id)
 {
 	uint32_t n = node_of(c, id);
 	return c->dead_until[id] == 0 && c->node_dead_until[n] == 0 && sim_state(c->mbr, n) == SIM_N_UP;
+}
+
+static bool node_runs(const cs *c, uint32_t n)
+{
+	return c->node_dead_until[n] == 0 && sim_state(c->mbr, n) == SIM_N_UP;
+}
+
+/* Agent n sends the head its report: every engine's word on update v. */
+static void node_send(cs *c, uint32_t n, uint64_t now)
+{
+	update_fanin *f = &c->fan[n];
+	said *snap = malloc((f->n ? f->n : 1) * sizeof *snap);
+	ev *e = malloc(sizeof *e);
+	if (!snap || !e) exit(2);
+	for (size_t i = 0; i < f->n; i++) {
+		const update_fanin_eng *x = &f->e[i];
+		update_engine_id("j", x->member, &snap[i].id);
+		snap[i].word = x->gone ? W_GONE : x->staged == c->v ? W_STAGED : x->failed == c->v ? W_FAILED : W_NONE;
+	}
+	*e = (ev){ EV_REPORT, n, c->v, snap, f->n };
+	update_fanin_sent(f, now / 1e6);
+	if (sk_heap_push(&c->heap, now + c->lat_us, e) < 0) exit(2);
+}
+
+/* Agent n after its engines' words: its report now, or a flush when the
+ * batch is due (an idle node's resend is the head's answer, not modeled
+ * here: it costs the idle figure). */
+static void node_check(cs *c, uint32_t n, uint64_t now)
+{
+	update_fanin *f = &c->fan[n];
+	if (!node_runs(c, n)) return;
+	double d = update_fanin_due(f, now / 1e6);
+	if (d < 0) return;
+	uint64_t t = (uint64_t)ceil(d * 1e6);
+	if (t <= now) {
+		node_send(c, n, now);
+	} else if (!f->in_flight || d < f->sent_at + UPDATE_FANIN_IDLE_S) {
+		if (c->flush_at[n] <= now || t < c->flush_at[n]) {
+			c->flush_at[n] = t;
+			at(c, t, EV_FLUSH, n, 0);
+		}
+	}
+}
+
+/* Engine id's wait on its agent, its state now (held, staged, failed). */
+static void engine_says(cs *c, uint32_t id, uint64_t held, uint64_t staged, uint64_t failed, uint64_t now)
+{
+	char m[32];
+	snprintf(m, sizeof m, "j/engine-%u", id);
+	if (update_fanin_wait(&c->fan[node_of(c, id)], m, c->gen[id], held, staged, failed, now / 1e6) < 0) exit(2);
+	node_check(c, node_of(c, id), now);
+}
+
+/* The head answers every node with participants (receive v, or commit:
+ * held v then): the node's engines' waits answered, the engines wait again. */
+static void answer_nodes(cs *c, bool commit, uint64_t now)
+{
+	for (uint32_t n = 0; n < c->agents; n++) {
+		if (!c->part_node[n]) continue;
+		c->msgs++;
+		if (!node_runs(c, n)) continue;
+		double t0 = cpu_now_ms(); /* from here its agent's work, not the head's */
+		update_fanin *f = &c->fan[n];
+		update_fanin_answered(f);
+		for (size_t i = 0; i < f->n; i++) {
+			uint32_t id;
+			update_engine_id("j", f->e[i].member, &id);
+			bool part = update_coord_find(&c->co, f->e[i].member) >= 0;
+			update_fanin_told(f, i, !commit && part ? c->v : 0);
+			if (commit && part && f->e[i].staged == c->v) f->e[i].held = c->v, f->e[i].staged = 0;
+		}
+		for (size_t i = 0; i < f->n; i++) f->e[i].waiting = true, f->e[i].dirty |= commit; /* they ask again */
+		node_check(c, n, now);
+		c->cpu_ms -= cpu_now_ms() - t0;
+	}
 }
 
 /* The head proposes a record: packed (its bytes counted), committed a
@@ -162,9 +257,11 @@ static void begin(cs *c, uint64_t now)
 	r.started_ms = 1700000000000ull + now / 1000;
 	r.compact = true;
 	if (!r.reason || !r.engines) exit(2);
+	memset(c->part_node, 0, c->agents * sizeof *c->part_node);
 	for (uint32_t id = 0; id < c->E; id++) {
 		uint32_t n = node_of(c, id);
 		if (!engine_runs(c, id) || (n != c->head && sim_view(c->mbr, c->head, n) != SIM_V_ALIVE)) continue;
+		c->part_node[n] = true;
 		update_engine *e = &r.engines[r.nengines++];
 		snprintf(e->member, sizeof e->member, "j/engine-%u", id);
 		snprintf(e->node, sizeof e->node, "n%u", node_of(c, id));
@@ -189,9 +286,9 @@ static void begun(cs *c, uint64_t now)
 		update_engine_id("j", c->co.rec.engines[i].member, &id);
 		uint64_t d = 50000 + sk_rng_below(&c->rng, 100000);
 		if (d > slowest) slowest = d;
-		at(c, now + c->lat_us + d + c->lat_us, EV_STAGED, id, c->v);
-		c->msgs++; /* its receive */
+		at(c, now + c->lat_us + d, EV_STAGED, id, c->v); /* its word, to its own agent */
 	}
+	answer_nodes(c, false, now); /* every node told: its engines receive */
 	at(c, now + c->lat_us + 150000 + c->lat_us, EV_DONE, 0, c->v);
 	/* faults: an engine's process exits mid-update (half the updates) */
 	if (c->co.rec.nengines && sk_rng_below(&c->rng, 2)) {
@@ -220,11 +317,9 @@ static void takeover(cs *c, uint64_t now)
 	}
 	if (update_coord_start(&c->co, &r, now / 1e6, 30000, true, true) < 0) exit(2);
 	c->open = true;
-	for (size_t i = 0; i < c->co.rec.nengines; i++) {
-		uint32_t id;
-		update_engine_id("j", c->co.rec.engines[i].member, &id);
-		if (engine_runs(c, id)) at(c, now + c->lat_us + sk_rng_below(&c->rng, 100000), EV_STAGED, id, c->v);
-	}
+	/* every node finds the new head and says all its engines' words again */
+	for (uint32_t n = 0; n < c->agents; n++)
+		if (node_runs(c, n) && c->fan[n].n) at(c, now + sk_rng_below(&c->rng, 100000), EV_RESEND, n, c->v);
 	at(c, now + c->lat_us + 160000, EV_DONE, 0, c->v);
 }
 
@@ -273,20 +368,48 @@ static void handle(cs *c, const ev *e, uint64_t now)
 					propose(c, &m, now);
 					update_rec_free(&m);
 				}
-				c->msgs += 1 + c->co.rec.nengines; /* done answered, every participant told */
+				c->msgs++; /* done answered */
+				answer_nodes(c, true, now); /* every node told: commit or abort */
 				update_coord_free(&c->co);
 				c->open = false;
 			}
 		}
 		break;
 	}
-	case EV_STAGED:
-		if (!mine || !engine_runs(c, e->a)) break;
+	case EV_STAGED: /* not the head's work: its agent's */
+		c->cpu_ms -= cpu_now_ms() - t0;
+		if (e->v == c->v && engine_runs(c, e->a)) engine_says(c, e->a, e->v - 1, e->v, 0, now);
+		t0 = cpu_now_ms();
+		break;
+	case EV_FLUSH:
+		c->cpu_ms -= cpu_now_ms() - t0;
+		if (c->flush_at[e->a] <= now) c->flush_at[e->a] = 0; /* late: handled after its update ended */
+		node_check(c, e->a, now);
+		t0 = cpu_now_ms();
+		break;
+	case EV_RESEND:
+		c->cpu_ms -= cpu_now_ms() - t0;
+		if (node_runs(c, e->a)) {
+			update_fanin_answered(&c->fan[e->a]);
+			node_send(c, e->a, now);
+		}
+		t0 = cpu_now_ms();
+		break;
+	case EV_REPORT: /* a node's report reaches the head */
+		if (!c->head_up || !node_runs(c, e->a)) break;
 		c->msgs++;
-		char m[32];
-		snprintf(m, sizeof m, "j/engine-%u", e->a);
-		long k = update_coord_find(&c->co, m);
-		if (k >= 0) settled(c, update_coord_staged(&c->co, (size_t)k, now / 1e6, 0.1, (update_timings){ 0.1, 0.01, 0, 0 }, NULL), now);
+		for (size_t i = 0; i < e->nsnap && mine && !c->co.final; i++) {
+			char m[32];
+			snprintf(m, sizeof m, "j/engine-%u", e->snap[i].id);
+			long k = update_coord_find(&c->co, m);
+			if (k < 0) continue;
+			if (e->snap[i].word == W_STAGED)
+				settled(c, update_coord_staged(&c->co, (size_t)k, now / 1e6, 0.1, (update_timings){ 0.1, 0.01, 0, 0 }, NULL), now);
+			else if (e->snap[i].word == W_FAILED)
+				settled(c, update_coord_failed(&c->co, (size_t)k, now / 1e6, 0.1, (update_timings){ 0 }, "failed"), now);
+			else if (e->snap[i].word == W_GONE)
+				settled(c, update_coord_lose(&c->co, (size_t)k, now / 1e6, "its process exited (exited)", false, false), now);
+		}
 		break;
 	case EV_DONE:
 		if (!mine) break;
@@ -296,12 +419,16 @@ static void handle(cs *c, const ev *e, uint64_t now)
 		break;
 	case EV_EXIT:
 		c->dead_until[e->a] = (uint32_t)e->v + 2;
-		if (!mine) break;
-		c->msgs++; /* its agent reports the exit at once */
-		char m2[32];
-		snprintf(m2, sizeof m2, "j/engine-%u", e->a);
-		long k2 = update_coord_find(&c->co, m2);
-		if (k2 >= 0) settled(c, update_coord_lose(&c->co, (size_t)k2, now / 1e6, "its process exited (exited)", false, false), now);
+		c->cpu_ms -= cpu_now_ms() - t0; /* its agent's work: the exit in its next report, at once */
+		if (node_runs(c, node_of(c, e->a))) {
+			char m2[32];
+			snprintf(m2, sizeof m2, "j/engine-%u", e->a);
+			update_fanin *f = &c->fan[node_of(c, e->a)];
+			long k2 = update_fanin_find(f, m2);
+			if (k2 >= 0) update_fanin_gone(f, (size_t)k2, now / 1e6);
+			node_check(c, node_of(c, e->a), now);
+		}
+		t0 = cpu_now_ms();
 		break;
 	case EV_FAILOVER:
 		c->head_up = false;
@@ -396,26 +523,40 @@ int sim_coord_main(int argc, char **argv)
 	c.rep[1] = update_state_new();
 	c.dead_until = calloc(c.E, sizeof *c.dead_until);
 	c.node_dead_until = calloc(agents, sizeof *c.node_dead_until);
+	c.gen = calloc(c.E, sizeof *c.gen);
+	c.fan = calloc(agents, sizeof *c.fan);
+	c.flush_at = calloc(agents, sizeof *c.flush_at);
+	c.part_node = calloc(agents, sizeof *c.part_node);
 	c.commit_ms = calloc(updates, sizeof *c.commit_ms);
 	c.upd_bytes = calloc(updates, sizeof *c.upd_bytes);
-	if (!c.rep[0] || !c.rep[1] || !c.dead_until || !c.node_dead_until || !c.commit_ms || !c.upd_bytes) return 2;
+	if (!c.rep[0] || !c.rep[1] || !c.dead_until || !c.node_dead_until || !c.gen || !c.fan || !c.flush_at || !c.part_node || !c.commit_ms || !c.upd_bytes) return 2;
 	if (sim_run_until_converged(c.mbr, 120 * SIM_SEC) < 0) {
 		fprintf(stderr, "skein-sim coord: membership did not converge\n");
 		return 1;
 	}
-	/* idle: every engine's wait once a second, the head looks it up in the
-	 * last record (nothing to do); a simulated minute, before any update */
+	/* every engine waits on its agent; each agent's first report (before
+	 * the updates: not counted) */
+	for (uint32_t n = 0; n < agents; n++) {
+		update_fanin_init(&c.fan[n]);
+		for (uint32_t id = n * epa; id < (n + 1) * epa; id++) {
+			char m[32];
+			snprintf(m, sizeof m, "j/engine-%u", id);
+			if (update_fanin_wait(&c.fan[n], m, 0, 0, 0, 0, 0) < 0) return 2;
+		}
+		update_fanin_sent(&c.fan[n], 0);
+	}
+	/* idle: every node's report once per UPDATE_FANIN_IDLE_S, the head
+	 * looks each of its engines up in the last record (nothing to do); a
+	 * simulated minute, before any update */
 	double idle_cpu = 0;
 	{
 		update_rec r;
 		memset(&r, 0, sizeof r);
 		double t0 = cpu_now_ms();
-		for (int s = 0; s < 60; s++)
-			for (uint32_t id = 0; id < c.E; id++) {
-				char m[32];
-				snprintf(m, sizeof m, "j/engine-%u", id);
-				(void)update_rec_engine(&r, m);
+		for (int s = 0; s < (int)(60 / UPDATE_FANIN_IDLE_S); s++)
+			for (uint32_t n = 0; n < agents; n++) {
 				(void)update_state_open(c.rep[0], "j");
+				for (size_t i = 0; i < c.fan[n].n; i++) (void)update_rec_engine(&r, c.fan[n].e[i].member);
 			}
 		idle_cpu = (cpu_now_ms() - t0) / 60e3 * 100; /* percent of a core */
 	}
@@ -425,11 +566,18 @@ int sim_coord_main(int argc, char **argv)
 		uint64_t now = sim_now(c.mbr);
 		/* those back: engines after two updates, nodes after three */
 		for (uint32_t id = 0; id < c.E; id++)
-			if (c.dead_until[id] && c.dead_until[id] <= c.v + 1) c.dead_until[id] = 0;
+			if (c.dead_until[id] && c.dead_until[id] <= c.v + 1) {
+				c.dead_until[id] = 0;
+				c.gen[id]++;
+				if (engine_runs(&c, id)) engine_says(&c, id, c.v, 0, 0, now); /* a new process waits */
+			}
 		for (uint32_t n = 0; n < agents; n++)
 			if (c.node_dead_until[n] && c.node_dead_until[n] <= c.v + 1) {
 				c.node_dead_until[n] = 0;
 				sim_restart(c.mbr, now, n, 0);
+				update_fanin_init(&c.fan[n]); /* its agent starts afresh; its engines wait */
+				for (uint32_t id = n * epa; id < (n + 1) * epa; id++)
+					if (!c.dead_until[id]) c.gen[id]++, engine_says(&c, id, c.v, 0, 0, now);
 			}
 		c.bytes = c.msgs = c.entries = 0;
 		c.cpu_ms = 0;
@@ -458,6 +606,7 @@ int sim_coord_main(int argc, char **argv)
 			}
 			if (he.key > sim_now(c.mbr) && sim_run_until(c.mbr, he.key) < 0) return 2;
 			handle(&c, he.ptr, sim_now(c.mbr));
+			free(((ev *)he.ptr)->snap);
 			free(he.ptr);
 		}
 		const update_rec *rec = update_state_get(c.rep[0], "j", v);
@@ -465,6 +614,7 @@ int sim_coord_main(int argc, char **argv)
 		for (size_t i = 0; i < rec->nengines; i++) dropped += !strcmp(rec->engines[i].state, "dropped");
 		c.commit_ms[u] = c.t_committed > c.t_verdict ? (c.t_committed - c.t_verdict) / 1e3 : 0;
 		c.upd_bytes[u] = c.bytes;
+		if (getenv("SIM_DEBUG")) fprintf(stderr, "v%" PRIu64 " %s %s\n", v, rec->cause, rec->reason);
 		printf("update v%" PRIu64 ": %s, %zu engines, %zu dropped, %" PRIu64 " entries, %" PRIu64
 		       " bytes, %" PRIu64 " msgs, head cpu %.2f ms, commit %.1f ms\n",
 		       v, rec->state, rec->nengines, dropped, c.entries, c.bytes, c.msgs, c.cpu_ms, c.commit_ms[u]);
@@ -488,7 +638,7 @@ int sim_coord_main(int argc, char **argv)
 	       c.commit_ms[p99]);
 	free(bs);
 	sk_heap_entry he;
-	while (sk_heap_pop(&c.heap, &he) == 0) free(he.ptr);
+	while (sk_heap_pop(&c.heap, &he) == 0) free(((ev *)he.ptr)->snap), free(he.ptr);
 	sk_heap_free(&c.heap);
 	for (size_t i = 0; i < c.nlog; i++) free(c.log[i].data);
 	free(c.log);
@@ -497,6 +647,10 @@ int sim_coord_main(int argc, char **argv)
 	update_state_free(&c.rep[1]);
 	free(c.dead_until);
 	free(c.node_dead_until);
+	free(c.gen);
+	free(c.fan);
+	free(c.flush_at);
+	free(c.part_node);
 	free(c.commit_ms);
 	free(c.upd_bytes);
 	sim_destroy(&c.mbr);
