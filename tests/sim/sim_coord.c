@@ -614,7 +614,6 @@ int sim_coord_main(int argc, char **argv)
 		for (size_t i = 0; i < rec->nengines; i++) dropped += !strcmp(rec->engines[i].state, "dropped");
 		c.commit_ms[u] = c.t_committed > c.t_verdict ? (c.t_committed - c.t_verdict) / 1e3 : 0;
 		c.upd_bytes[u] = c.bytes;
-		if (getenv("SIM_DEBUG")) fprintf(stderr, "v%" PRIu64 " %s %s\n", v, rec->cause, rec->reason);
 		printf("update v%" PRIu64 ": %s, %zu engines, %zu dropped, %" PRIu64 " entries, %" PRIu64
 		       " bytes, %" PRIu64 " msgs, head cpu %.2f ms, commit %.1f ms\n",
 		       v, rec->state, rec->nengines, dropped, c.entries, c.bytes, c.msgs, c.cpu_ms, c.commit_ms[u]);
