@@ -18,9 +18,12 @@
  *                 most WAIT_HOLD_S
  *
  * One timer (TICK_S while anything is open or waiting, else IDLE_TICK_S)
- * answers old waits, drops participants whose process or node is gone,
- * runs the watchdog, and acts on the head's "state changed" flag: this file
- * is never called from inside the head's pump. */
+ * answers old waits, runs the watchdog, and acts on the head's "state
+ * changed" flag: this file is never called from inside the head's pump.
+ * Participants whose process or node is gone are looked for only after an
+ * event that can tell (a node's report, a membership change, a new process
+ * at a wait, an adoption: agent_update_members_changed), not on every tick:
+ * the pass costs O(participants), a tick O(open updates) (issue 25, item 4). */
 #include "agent/agent_update.h"
 
 #include <arpa/inet.h>
@@ -91,6 +94,7 @@ typedef struct {
 struct agent_update {
 	ev_timer tick;
 	bool changed;                  /* the head applied a weight entry */
+	bool recheck;                  /* a report or membership changed: look at the participants again */
 	bool was_ready;
 	update_eng *eng;
 	size_t neng, engcap;
@@ -980,7 +984,9 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 	}
 	const job_member_status *ms = aj_status_of(a, node, st->member);
 	if (e->gen != st->generation || (ms && ms->pid != e->pid)) {
-		/* a new process: nothing it said before holds */
+		/* a new process: nothing it said before holds (and a participant
+		 * of that name is the old one's: lost) */
+		W->recheck = true;
 		e->serve_to[0] = e->source[0] = 0;
 		e->catchup_version = 0;
 	}
@@ -1071,6 +1077,7 @@ static void adopt(agent *a)
 			W->nopen--;
 			continue;
 		}
+		W->recheck = true; /* reports came before: their news holds */
 		SK_INFO("wv", "%s v%llu: open when the head changed: adopted", rec->job, (unsigned long long)rec->version);
 	}
 }
@@ -1118,11 +1125,18 @@ static void on_changed(agent *a)
 static void check_open(agent *a, double now)
 {
 	agent_update *W = a->wv;
+	bool pass = W->recheck;
+	W->recheck = false;
+	if (pass && W->nopen) a->cnt.wv_passes++; /* `skeinctl status`: update_participant_passes */
 	for (size_t i = 0; i < W->nopen; i++) {
 		update_open *u = &W->open[i];
 		if (u->co.final) {
 			/* the final record did not commit (the head lost its majority, or
 			 * it was refused): forget it after a while; a new head adopts */
+			continue;
+		}
+		if (!pass) {
+			settled(a, u, update_coord_tick(&u->co, now));
 			continue;
 		}
 		/* participants by id sit node by node: each node's liveness asked once */
@@ -1239,6 +1253,17 @@ static void arm(agent *a)
 	ev_timer_stop(a->loop, &W->tick);
 	ev_timer_set(&W->tick, want, 0.0);
 	ev_timer_start(a->loop, &W->tick);
+}
+
+void agent_update_members_changed(agent *a)
+{
+	if (!a->wv || a->wv->recheck) return;
+	a->wv->recheck = true;
+	if (a->wv->nopen) { /* at once, not at the next tick */
+		ev_timer_stop(a->loop, &a->wv->tick);
+		ev_timer_set(&a->wv->tick, 0.0, 0.0);
+		ev_timer_start(a->loop, &a->wv->tick);
+	}
 }
 
 void agent_update_state_changed(agent *a)
