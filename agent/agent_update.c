@@ -23,7 +23,10 @@
  * Participants whose process or node is gone are looked for only after an
  * event that can tell (a node's report, a membership change, a new process
  * at a wait, an adoption: agent_update_members_changed), not on every tick:
- * the pass costs O(participants), a tick O(open updates) (issue 25, item 4). */
+ * the pass costs O(participants), a tick O(open updates) (issue 25, item 4).
+ * A held wait's deadline (answered idle after WAIT_HOLD_S) and a silent
+ * engine's (forgotten after ENGINE_FORGET_S) sit on a min-heap, popped as
+ * they come due: no tick scans the engines. */
 #include "agent/agent_update.h"
 
 #include <arpa/inet.h>
@@ -38,6 +41,7 @@
 #include "agent/agent_jobs_int.h"
 #include "agent/agent_stats.h"
 #include "agent/agent_update_show.h"
+#include "common/sk_heap.h"
 #include "common/sk_log.h"
 #include "common/sk_time.h"
 #include "jobs/update_coord.h"
@@ -68,6 +72,7 @@ typedef struct {
 	int pid;                       /* its process, as its node last reported it */
 	char reason[REASON_MAX], endpoint[ENDPOINT_MAX];
 	double seconds, last_seen;
+	bool forget_queued;            /* its silence's deadline is on the heap (one at a time) */
 	bool waiting;
 	bool behind;                   /* its last wait held less than its job's latest committed version */
 	agent_client client;
@@ -104,6 +109,11 @@ struct agent_update {
 	size_t hcap;
 	bool hdirty;
 	size_t nbehind;                /* engines whose last wait held less than the job's latest (catch-ups to pair) */
+	/* deadlines of waits (wait_since + WAIT_HOLD_S; one per wait, stale
+	 * ones skipped when popped) and of silences (last_seen +
+	 * ENGINE_FORGET_S; one per engine, pushed again if it was heard
+	 * since), in microseconds */
+	sk_heap due;
 	update_open *open;
 	size_t nopen, opencap;
 	/* final and measured records Raft refused (a handover in progress, the
@@ -244,6 +254,29 @@ static bool endpoint_ok(agent *a, const char *node, const char *ep)
 
 /* Room for one more of n elements in *arr (capacity *cap, at most max):
  * the new element's address, or NULL. */
+typedef struct {
+	char member[MEMBER_MAX];
+	double at;                     /* the wait_since (or last_seen) it was pushed for */
+	bool forget;                   /* a silence's deadline, not a wait's */
+} update_due;
+
+static void due_push(agent_update *W, const char *member, double at, bool forget)
+{
+	update_due *d = malloc(sizeof *d);
+	if (!d) return; /* the engine's next wait pushes again; meanwhile it waits longer */
+	snprintf(d->member, sizeof d->member, "%s", member);
+	d->at = at;
+	d->forget = forget;
+	double when = at + (forget ? ENGINE_FORGET_S : WAIT_HOLD_S);
+	if (sk_heap_push(&W->due, (uint64_t)(when * 1e6), d) < 0) free(d);
+}
+
+static void due_clear(agent_update *W)
+{
+	sk_heap_entry he;
+	while (sk_heap_pop(&W->due, &he) == 0) free(he.ptr);
+}
+
 static void *grow_one(void **arr, size_t *cap, size_t n, size_t elem, size_t max)
 {
 	if (n >= max) return NULL;
@@ -1026,6 +1059,8 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 	e->waiting = true;
 	e->client = *c;
 	e->wait_since = sk_mono_s();
+	due_push(W, e->member, e->wait_since, false);
+	if (!e->forget_queued) e->forget_queued = true, due_push(W, e->member, e->last_seen, true);
 	/* its own answer; the others' change only with an applied record
 	 * (on_changed wakes them), or when it pairs for a catch-up */
 	const update_state *ws = state_of(a);
@@ -1175,21 +1210,26 @@ static void check_open(agent *a, double now)
 	}
 }
 
+/* The deadlines come due: old waits answered idle, silent engines forgotten. */
 static void check_waits(agent *a, double now)
 {
 	agent_update *W = a->wv;
-	for (size_t i = 0; i < W->neng;) {
-		update_eng *e = &W->eng[i];
-		if (e->waiting && now - e->wait_since >= WAIT_HOLD_S) {
+	const sk_heap_entry *top;
+	while ((top = sk_heap_peek(&W->due)) && top->key <= (uint64_t)(now * 1e6)) {
+		sk_heap_entry he;
+		sk_heap_pop(&W->due, &he);
+		update_due *d = he.ptr;
+		update_eng *e = eng_find(W, d->member);
+		if (e && !d->forget && e->waiting && e->wait_since == d->at) {
 			Skein__Weights__Instruction idle = SKEIN__WEIGHTS__INSTRUCTION__INIT;
 			idle.kind = "idle";
 			send_instruction(a, e, &idle);
+		} else if (e && d->forget) {
+			e->forget_queued = false;
+			if (!e->waiting && now - e->last_seen > ENGINE_FORGET_S) eng_drop_at(W, (size_t)(e - W->eng));
+			else e->forget_queued = true, due_push(W, e->member, e->last_seen, true); /* heard since */
 		}
-		if (!e->waiting && now - e->last_seen > ENGINE_FORGET_S) {
-			eng_drop_at(W, i);
-			continue;
-		}
-		i++;
+		free(d);
 	}
 }
 
@@ -1213,6 +1253,7 @@ static void forget_all(agent *a)
 	}
 	W->nopen = 0;
 	W->neng = 0;
+	due_clear(W);
 	W->nbehind = 0;
 	W->hdirty = true;
 	retry_clear(W);
@@ -1247,8 +1288,11 @@ static void arm(agent *a)
 	agent_update *W = a->wv;
 	if (!W) return;
 	double want = W->nopen || W->changed || W->nretry ? TICK_S : IDLE_TICK_S;
-	for (size_t i = 0; i < W->neng && want > TICK_S; i++)
-		if (W->eng[i].waiting) want = 0.1;
+	const sk_heap_entry *top = sk_heap_peek(&W->due);
+	if (top) { /* the next deadline, not sooner than a tick */
+		double d = top->key / 1e6 - sk_mono_s();
+		if (d < want) want = d < TICK_S ? TICK_S : d;
+	}
 	if (ev_is_active(&W->tick) && ev_timer_remaining(a->loop, &W->tick) <= want) return;
 	ev_timer_stop(a->loop, &W->tick);
 	ev_timer_set(&W->tick, want, 0.0);
@@ -1519,6 +1563,7 @@ int agent_update_open(agent *a, char *err, size_t errlen)
 		W->engines_max = (size_t)atoi(emax);
 		SK_WARN("wv", "SKEIN_TEST_WV_ENGINES_MAX: at most %zu engines per update (a test)", W->engines_max);
 	}
+	sk_heap_init(&W->due);
 	ev_timer_init(&W->tick, tick_cb, IDLE_TICK_S, 0.0);
 	W->tick.data = a;
 	ev_timer_start(a->loop, &W->tick);
@@ -1531,6 +1576,7 @@ void agent_update_close(agent *a)
 	if (!W) return;
 	ev_timer_stop(a->loop, &W->tick);
 	forget_all(a);
+	sk_heap_free(&W->due);
 	detail_clear(W);
 	free(W->eng);
 	free(W->hidx);
