@@ -1288,9 +1288,12 @@ static void arm(agent *a)
 	agent_update *W = a->wv;
 	if (!W) return;
 	double want = W->nopen || W->changed || W->nretry ? TICK_S : IDLE_TICK_S;
+	/* while engines wait: every 0.1 s at most (catch-ups pair on the
+	 * tick), sooner for a deadline due, never sooner than a tick */
 	const sk_heap_entry *top = sk_heap_peek(&W->due);
-	if (top) { /* the next deadline, not sooner than a tick */
+	if (top) {
 		double d = top->key / 1e6 - sk_mono_s();
+		if (d > 0.1) d = 0.1;
 		if (d < want) want = d < TICK_S ? TICK_S : d;
 	}
 	if (ev_is_active(&W->tick) && ev_timer_remaining(a->loop, &W->tick) <= want) return;
