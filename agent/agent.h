@@ -144,6 +144,7 @@ typedef struct {
 	uint64_t tcp_accept_no_fd;     /* accept failed for want of fds (EMFILE/ENFILE): the
 				* connection closed through the reserve fd, or the listener rested */
 	uint64_t ctl_requests, ctl_rejected;
+	uint64_t wv_passes;            /* passes over an open update's participants (after a report or a membership change) */
 	uint64_t ctl_auth_failed;      /* sealed with no key of ours, or plaintext where a key is needed */
 	uint64_t ctl_refused_role;     /* authenticated, but not allowed that command */
 	uint64_t ctl_refused_replay;   /* a nonce seen before, or the replay cache full */

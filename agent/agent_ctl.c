@@ -263,6 +263,7 @@ static void cmd_info(agent *a, const Skein__Control__Request *q, reply *r)
 		{ "failures_declared", s->dead_declared }, { "push_pulls", s->pushpulls },
 		{ "time_jumps", s->time_jumps }, { "control_requests", c->ctl_requests },
 		{ "control_rejected", c->ctl_rejected }, { "control_auth_failed", c->ctl_auth_failed },
+		{ "update_participant_passes", c->wv_passes },
 		{ "control_refused_role", c->ctl_refused_role }, { "control_refused_replay", c->ctl_refused_replay },
 		{ "control_refused_clock_skew", c->ctl_refused_skew },
 		{ "control_refused_recipient", c->ctl_refused_recipient },

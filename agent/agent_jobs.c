@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "agent/agent_jobs_int.h"
+#include "agent/agent_update.h"
 #include "agent/sup/agent_cgroup.h"
 #include "agent/agent_stats.h"
 #include "agent/sup/agent_sup.h"
@@ -741,6 +742,7 @@ void aj_handle_report(agent *a, const char *node, const uint8_t *data, size_t le
 	J->reports[i] = nr;
 	const job_report *r = &J->reports[i];
 	node = r->node;
+	agent_update_members_changed(a); /* a participant's process may be gone */
 	/* act now on what needs the head (a trainer rank exited, a port came);
 	 * the rest waits for the periodic round */
 	bool act = false;

@@ -193,6 +193,7 @@ static void members_changed_cb(struct ev_loop *loop, ev_timer *t, int revents)
 	if (!a->head) return;
 	agent_head_members_changed(a);
 	agent_jobs_members_changed(a);
+	agent_update_members_changed(a);
 }
 
 /* The head or term this voter publishes changed (agent_head.c). */

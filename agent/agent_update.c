@@ -18,9 +18,15 @@
  *                 most WAIT_HOLD_S
  *
  * One timer (TICK_S while anything is open or waiting, else IDLE_TICK_S)
- * answers old waits, drops participants whose process or node is gone,
- * runs the watchdog, and acts on the head's "state changed" flag: this file
- * is never called from inside the head's pump. */
+ * answers old waits, runs the watchdog, and acts on the head's "state
+ * changed" flag: this file is never called from inside the head's pump.
+ * Participants whose process or node is gone are looked for only after an
+ * event that can tell (a node's report, a membership change, a new process
+ * at a wait, an adoption: agent_update_members_changed), not on every tick:
+ * the pass costs O(participants), a tick O(open updates) (issue 25, item 4).
+ * A held wait's deadline (answered idle after WAIT_HOLD_S) and a silent
+ * engine's (forgotten after ENGINE_FORGET_S) sit on a min-heap, popped as
+ * they come due: no tick scans the engines. */
 #include "agent/agent_update.h"
 
 #include <arpa/inet.h>
@@ -35,6 +41,7 @@
 #include "agent/agent_jobs_int.h"
 #include "agent/agent_stats.h"
 #include "agent/agent_update_show.h"
+#include "common/sk_heap.h"
 #include "common/sk_log.h"
 #include "common/sk_time.h"
 #include "jobs/update_coord.h"
@@ -65,6 +72,7 @@ typedef struct {
 	int pid;                       /* its process, as its node last reported it */
 	char reason[REASON_MAX], endpoint[ENDPOINT_MAX];
 	double seconds, last_seen;
+	bool forget_queued;            /* its silence's deadline is on the heap (one at a time) */
 	bool waiting;
 	bool behind;                   /* its last wait held less than its job's latest committed version */
 	agent_client client;
@@ -91,6 +99,7 @@ typedef struct {
 struct agent_update {
 	ev_timer tick;
 	bool changed;                  /* the head applied a weight entry */
+	bool recheck;                  /* a report or membership changed: look at the participants again */
 	bool was_ready;
 	update_eng *eng;
 	size_t neng, engcap;
@@ -100,6 +109,11 @@ struct agent_update {
 	size_t hcap;
 	bool hdirty;
 	size_t nbehind;                /* engines whose last wait held less than the job's latest (catch-ups to pair) */
+	/* deadlines of waits (wait_since + WAIT_HOLD_S; one per wait, stale
+	 * ones skipped when popped) and of silences (last_seen +
+	 * ENGINE_FORGET_S; one per engine, pushed again if it was heard
+	 * since), in microseconds */
+	sk_heap due;
 	update_open *open;
 	size_t nopen, opencap;
 	/* final and measured records Raft refused (a handover in progress, the
@@ -240,6 +254,29 @@ static bool endpoint_ok(agent *a, const char *node, const char *ep)
 
 /* Room for one more of n elements in *arr (capacity *cap, at most max):
  * the new element's address, or NULL. */
+typedef struct {
+	char member[MEMBER_MAX];
+	double at;                     /* the wait_since (or last_seen) it was pushed for */
+	bool forget;                   /* a silence's deadline, not a wait's */
+} update_due;
+
+static void due_push(agent_update *W, const char *member, double at, bool forget)
+{
+	update_due *d = malloc(sizeof *d);
+	if (!d) return; /* the engine's next wait pushes again; meanwhile it waits longer */
+	snprintf(d->member, sizeof d->member, "%s", member);
+	d->at = at;
+	d->forget = forget;
+	double when = at + (forget ? ENGINE_FORGET_S : WAIT_HOLD_S);
+	if (sk_heap_push(&W->due, (uint64_t)(when * 1e6), d) < 0) free(d);
+}
+
+static void due_clear(agent_update *W)
+{
+	sk_heap_entry he;
+	while (sk_heap_pop(&W->due, &he) == 0) free(he.ptr);
+}
+
 static void *grow_one(void **arr, size_t *cap, size_t n, size_t elem, size_t max)
 {
 	if (n >= max) return NULL;
@@ -980,7 +1017,9 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 	}
 	const job_member_status *ms = aj_status_of(a, node, st->member);
 	if (e->gen != st->generation || (ms && ms->pid != e->pid)) {
-		/* a new process: nothing it said before holds */
+		/* a new process: nothing it said before holds (and a participant
+		 * of that name is the old one's: lost) */
+		W->recheck = true;
 		e->serve_to[0] = e->source[0] = 0;
 		e->catchup_version = 0;
 	}
@@ -1020,6 +1059,8 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 	e->waiting = true;
 	e->client = *c;
 	e->wait_since = sk_mono_s();
+	due_push(W, e->member, e->wait_since, false);
+	if (!e->forget_queued) e->forget_queued = true, due_push(W, e->member, e->last_seen, true);
 	/* its own answer; the others' change only with an applied record
 	 * (on_changed wakes them), or when it pairs for a catch-up */
 	const update_state *ws = state_of(a);
@@ -1071,6 +1112,7 @@ static void adopt(agent *a)
 			W->nopen--;
 			continue;
 		}
+		W->recheck = true; /* reports came before: their news holds */
 		SK_INFO("wv", "%s v%llu: open when the head changed: adopted", rec->job, (unsigned long long)rec->version);
 	}
 }
@@ -1118,11 +1160,18 @@ static void on_changed(agent *a)
 static void check_open(agent *a, double now)
 {
 	agent_update *W = a->wv;
+	bool pass = W->recheck;
+	W->recheck = false;
+	if (pass && W->nopen) a->cnt.wv_passes++; /* `skeinctl status`: update_participant_passes */
 	for (size_t i = 0; i < W->nopen; i++) {
 		update_open *u = &W->open[i];
 		if (u->co.final) {
 			/* the final record did not commit (the head lost its majority, or
 			 * it was refused): forget it after a while; a new head adopts */
+			continue;
+		}
+		if (!pass) {
+			settled(a, u, update_coord_tick(&u->co, now));
 			continue;
 		}
 		/* participants by id sit node by node: each node's liveness asked once */
@@ -1161,21 +1210,26 @@ static void check_open(agent *a, double now)
 	}
 }
 
+/* The deadlines come due: old waits answered idle, silent engines forgotten. */
 static void check_waits(agent *a, double now)
 {
 	agent_update *W = a->wv;
-	for (size_t i = 0; i < W->neng;) {
-		update_eng *e = &W->eng[i];
-		if (e->waiting && now - e->wait_since >= WAIT_HOLD_S) {
+	const sk_heap_entry *top;
+	while ((top = sk_heap_peek(&W->due)) && top->key <= (uint64_t)(now * 1e6)) {
+		sk_heap_entry he;
+		sk_heap_pop(&W->due, &he);
+		update_due *d = he.ptr;
+		update_eng *e = eng_find(W, d->member);
+		if (e && !d->forget && e->waiting && e->wait_since == d->at) {
 			Skein__Weights__Instruction idle = SKEIN__WEIGHTS__INSTRUCTION__INIT;
 			idle.kind = "idle";
 			send_instruction(a, e, &idle);
+		} else if (e && d->forget) {
+			e->forget_queued = false;
+			if (!e->waiting && now - e->last_seen > ENGINE_FORGET_S) eng_drop_at(W, (size_t)(e - W->eng));
+			else e->forget_queued = true, due_push(W, e->member, e->last_seen, true); /* heard since */
 		}
-		if (!e->waiting && now - e->last_seen > ENGINE_FORGET_S) {
-			eng_drop_at(W, i);
-			continue;
-		}
-		i++;
+		free(d);
 	}
 }
 
@@ -1199,6 +1253,7 @@ static void forget_all(agent *a)
 	}
 	W->nopen = 0;
 	W->neng = 0;
+	due_clear(W);
 	W->nbehind = 0;
 	W->hdirty = true;
 	retry_clear(W);
@@ -1233,12 +1288,29 @@ static void arm(agent *a)
 	agent_update *W = a->wv;
 	if (!W) return;
 	double want = W->nopen || W->changed || W->nretry ? TICK_S : IDLE_TICK_S;
-	for (size_t i = 0; i < W->neng && want > TICK_S; i++)
-		if (W->eng[i].waiting) want = 0.1;
+	/* while engines wait: every 0.1 s at most (catch-ups pair on the
+	 * tick), sooner for a deadline due, never sooner than a tick */
+	const sk_heap_entry *top = sk_heap_peek(&W->due);
+	if (top) {
+		double d = top->key / 1e6 - sk_mono_s();
+		if (d > 0.1) d = 0.1;
+		if (d < want) want = d < TICK_S ? TICK_S : d;
+	}
 	if (ev_is_active(&W->tick) && ev_timer_remaining(a->loop, &W->tick) <= want) return;
 	ev_timer_stop(a->loop, &W->tick);
 	ev_timer_set(&W->tick, want, 0.0);
 	ev_timer_start(a->loop, &W->tick);
+}
+
+void agent_update_members_changed(agent *a)
+{
+	if (!a->wv || a->wv->recheck) return;
+	a->wv->recheck = true;
+	if (a->wv->nopen) { /* at once, not at the next tick */
+		ev_timer_stop(a->loop, &a->wv->tick);
+		ev_timer_set(&a->wv->tick, 0.0, 0.0);
+		ev_timer_start(a->loop, &a->wv->tick);
+	}
 }
 
 void agent_update_state_changed(agent *a)
@@ -1494,6 +1566,7 @@ int agent_update_open(agent *a, char *err, size_t errlen)
 		W->engines_max = (size_t)atoi(emax);
 		SK_WARN("wv", "SKEIN_TEST_WV_ENGINES_MAX: at most %zu engines per update (a test)", W->engines_max);
 	}
+	sk_heap_init(&W->due);
 	ev_timer_init(&W->tick, tick_cb, IDLE_TICK_S, 0.0);
 	W->tick.data = a;
 	ev_timer_start(a->loop, &W->tick);
@@ -1506,6 +1579,7 @@ void agent_update_close(agent *a)
 	if (!W) return;
 	ev_timer_stop(a->loop, &W->tick);
 	forget_all(a);
+	sk_heap_free(&W->due);
 	detail_clear(W);
 	free(W->eng);
 	free(W->hidx);

@@ -26,6 +26,9 @@ bool agent_update_dispatch(agent *a, const struct Skein__Control__Request *q, co
 
 /* The head applied a weight-update entry or a snapshot. */
 void agent_update_state_changed(agent *a);
+/* A node's report came or the membership changed: the open updates'
+ * participants are looked at again (their process, their node). */
+void agent_update_members_changed(agent *a);
 
 /* What the head knows of an engine's weights: false when it has not heard
  * from it.  syncing: it does not hold the job's latest committed version. */

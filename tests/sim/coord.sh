@@ -3,8 +3,8 @@
 # test can afford (100 agents x 8 engines, 10 updates with an engine exit,
 # node failures and the head's failover): the last line's format, the same
 # seed giving the same line but for the measured CPU figures, every update
-# final, the log bytes within the issue's budget, bad flags one line and
-# exit 2.  Prints "# N passed, M failed" for tests/run.sh.
+# final, the log bytes within the issue's budget, the head's messages
+# O(nodes) (the fan-in by node), bad flags one line and exit 2.  Prints "# N passed, M failed" for tests/run.sh.
 set -u
 SIM=${SKEIN_SIM:-${SKEIN_BIN:-bin}/skein-sim}
 pass=0 fail=0
@@ -24,6 +24,10 @@ c=$("$SIM" coord --agents 100 --engines-per-agent 8 --updates 10 --seed 6 | tail
 n=$(grep -c '^update v[0-9]*: \(committed\|aborted\)' <<<"$a")
 [ "$n" = 10 ] && ok "10 updates final" || bad "updates final" "$n"
 grep -q ' [1-9][0-9]* dropped' <<<"$a" && ok "faults dropped participants" || bad "faults" "none dropped"
+# the fan-in by node (item 2): the head's messages grow with nodes, not
+# engines (per engine, 3 each: 2,400 here; per node about 5)
+msgs=$(sed -nE 's/.* head_msgs_per_update=([0-9]+) .*/\1/p' <<<"$last")
+[ -n "$msgs" ] && [ "$msgs" -le 600 ] && ok "messages at the head per update O(nodes) ($msgs <= 6 x 100)" || bad "messages" "$msgs"
 max=$(sed -nE 's/^raft bytes per update: median ([0-9]+), max ([0-9]+).*/\2/p' <<<"$a")
 [ -n "$max" ] && [ "$max" -le 16384 ] && ok "log bytes per update at most 16 KB ($max)" || bad "log bytes" "$max"
 for args in "--agents" "--agents 2" "--engines-per-agent 99" "--bogus 1" "--agents 2000 --engines-per-agent 8"; do
