@@ -24,7 +24,7 @@ TEST_SCRIPTS += tests/agent/cluster_test.sh tests/agent/security_test.sh tests/a
 	tests/agent/hygiene_test.sh tests/agent/flood_test.sh tests/agent/metrics_test.sh tests/agent/drain_test.sh \
 	tests/agent/clock_test.sh tests/agent/colocated_test.sh tests/agent/updates_test.sh \
 	tests/agent/updates_partition_test.sh tests/agent/updates_chaos_test.sh tests/agent/layers_test.sh \
-	tests/agent/ctl_test.sh tests/agent/updates_forge_test.sh
+	tests/agent/ctl_test.sh tests/agent/updates_forge_test.sh tests/agent/updates_events_test.sh
 TEST_SCRIPTS += tests/agent/disk_dir_test.sh tests/agent/formats_test.sh
 CHECK_SCRIPTS += tests/agent/layers_test.sh
 BENCH_SCRIPTS += tests/agent/bench.sh tests/agent/auth_bench.sh tests/agent/head_bench.sh tests/agent/etcd_bench.sh tests/agent/idle_bench.sh tests/agent/jobs_bench.sh tests/agent/jobs_scale_bench.sh \
