@@ -188,34 +188,6 @@ static int sup_log_open(const sup *s, const char *id, int flags, bool create, ch
 	return fd;
 }
 
-/* Field 22 of /proc/<pid>/stat; -1 when the process is gone. */
-static int sup_starttime(pid_t pid, unsigned long long *out)
-{
-	char path[64], buf[1024];
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) return -1;
-	ssize_t n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0) return -1;
-	buf[n] = '\0';
-	char *p = strrchr(buf, ')'); /* comm may hold spaces and ')' */
-	if (!p) return -1;
-	p++;
-	for (int field = 3; field <= 22; field++) { /* p sits before field `field` */
-		while (*p == ' ') p++;
-		if (!*p) return -1;
-		if (field == 22) {
-			char *e;
-			errno = 0;
-			*out = strtoull(p, &e, 10);
-			return e == p || errno ? -1 : 0;
-		}
-		while (*p && *p != ' ') p++;
-	}
-	return -1;
-}
-
 /* ---- descendants without a cgroup ----
  *
  * A process group does not hold what a member starts with setsid (or
@@ -262,6 +234,15 @@ static int sup_proc_read(pid_t pid, sup_proc *pr)
 		while (*p && *p != ' ') p++;
 	}
 	return -1;
+}
+
+/* Field 22 of /proc/<pid>/stat (its start time); -1 when the process is gone. */
+static int sup_starttime(pid_t pid, unsigned long long *out)
+{
+	sup_proc pr;
+	if (sup_proc_read(pid, &pr) != 0) return -1;
+	*out = pr.stt;
+	return 0;
 }
 
 static int sup_proc_cmp(const void *x, const void *y)

@@ -192,6 +192,10 @@ void xfer_gate_free(xfer_gate **g);
  * with the hello's bytes, read off it, in out and *outn; -1 with
  * XFER_ENOVERSION when wait_ms passed (the message names the last refusal),
  * XFER_EABORTED when lfd was shut down. */
+/* The control connection the p2p chooser accepted for ep, and its hello
+ * (copied to raw, at most XFER_GATE_HELLO_MAX bytes, *rn): its fd, handed
+ * over (ep keeps none); -1 when there is none. */
+int xfer_gate_take_pending(xfer_endpoint *ep, unsigned char raw[XFER_GATE_HELLO_MAX], size_t *rn);
 int xfer_gate_next(xfer_gate *g, int lfd, int wait_ms, int timeout_ms, xfer_gate_judge judge, void *ctx,
 		   unsigned char out[XFER_GATE_HELLO_MAX], size_t *outn, xfer_err *err);
 /* A few rounds without waiting, while a session runs: what is pending is read

@@ -136,22 +136,24 @@ int xfer_dir_open(const char *path, int create, xfer_err *err)
 	return fd;
 }
 
-int xfer_read_file_at(int dirfd, const char *rel, size_t max, char **out, size_t *len, xfer_err *err)
+/* Reads the whole regular file open at fd (closed here) of at most max
+ * bytes, NUL-terminated; name says which in errors.  A FIFO or device in
+ * place of the file fails the check (the callers open with O_NONBLOCK, so
+ * the open itself never hangs). */
+static int read_whole(int fd, const char *name, size_t max, char **out, size_t *len, xfer_err *err)
 {
 	char *buf = NULL;
-	int fd = xfer_open_beneath(dirfd, rel, O_RDONLY | O_NONBLOCK, 0);
-	if (fd < 0) return xfer_fail_errno(err, XFER_EIO, "open %s", rel);
 	struct stat st;
-	if (fstat(fd, &st) != 0) { xfer_fail_errno(err, XFER_EIO, "stat %s", rel); goto err; }
-	if (!S_ISREG(st.st_mode)) { xfer_fail(err, XFER_EFORMAT, "%s: not a regular file", rel); goto err; }
+	if (fstat(fd, &st) != 0) { xfer_fail_errno(err, XFER_EIO, "stat %s", name); goto err; }
+	if (!S_ISREG(st.st_mode)) { xfer_fail(err, XFER_EFORMAT, "%s: not a regular file", name); goto err; }
 	if ((uint64_t)st.st_size > max) {
-		xfer_fail(err, XFER_EFORMAT, "%s: %lld bytes, more than %zu", rel, (long long)st.st_size, max);
+		xfer_fail(err, XFER_EFORMAT, "%s: %lld bytes, more than %zu", name, (long long)st.st_size, max);
 		goto err;
 	}
 	buf = malloc((size_t)st.st_size + 1);
-	if (!buf) { xfer_fail(err, XFER_ENOMEM, "read %s: out of memory", rel); goto err; }
+	if (!buf) { xfer_fail(err, XFER_ENOMEM, "read %s: out of memory", name); goto err; }
 	if (xfer_read_all(fd, buf, (size_t)st.st_size, err) != 0) {
-		xfer_err_prefix(err, "%s", rel);
+		xfer_err_prefix(err, "%s", name);
 		goto err;
 	}
 	buf[st.st_size] = 0;
@@ -165,30 +167,18 @@ err:
 	return -1;
 }
 
+int xfer_read_file_at(int dirfd, const char *rel, size_t max, char **out, size_t *len, xfer_err *err)
+{
+	int fd = xfer_open_beneath(dirfd, rel, O_RDONLY | O_NONBLOCK, 0);
+	if (fd < 0) return xfer_fail_errno(err, XFER_EIO, "open %s", rel);
+	return read_whole(fd, rel, max, out, len, err);
+}
+
 int xfer_read_file(const char *path, char **out, size_t *len, xfer_err *err)
 {
-	/* O_NONBLOCK: a FIFO in place of the file fails the check, not hangs */
-	char *buf = NULL;
 	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0) return xfer_fail_errno(err, XFER_EIO, "open %s", path);
-	struct stat st;
-	if (fstat(fd, &st) != 0) { xfer_fail_errno(err, XFER_EIO, "stat %s", path); goto err; }
-	if (!S_ISREG(st.st_mode)) { xfer_fail(err, XFER_EFORMAT, "%s: not a regular file", path); goto err; }
-	buf = malloc((size_t)st.st_size + 1);
-	if (!buf) { xfer_fail(err, XFER_ENOMEM, "read %s: out of memory", path); goto err; }
-	if (xfer_read_all(fd, buf, (size_t)st.st_size, err) != 0) {
-		xfer_err_prefix(err, "%s", path);
-		goto err;
-	}
-	buf[st.st_size] = 0;
-	close(fd);
-	*out = buf;
-	*len = (size_t)st.st_size;
-	return 0;
-err:
-	free(buf);
-	close(fd);
-	return -1;
+	return read_whole(fd, path, SIZE_MAX, out, len, err);
 }
 
 int xfer_fsync_dir(const char *dir, xfer_err *err)

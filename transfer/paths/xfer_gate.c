@@ -324,3 +324,13 @@ uint64_t xfer_p2p_refused(const xfer_endpoint *ep)
 {
 	return ep ? xfer_gate_refused(ep->gate) : 0;
 }
+
+int xfer_gate_take_pending(xfer_endpoint *ep, unsigned char raw[XFER_GATE_HELLO_MAX], size_t *rn)
+{
+	int fd = ep->pending_ctl;
+	if (fd < 0) return -1;
+	ep->pending_ctl = -1;
+	*rn = ep->pending_hello_len < XFER_GATE_HELLO_MAX ? ep->pending_hello_len : XFER_GATE_HELLO_MAX;
+	memcpy(raw, ep->pending_hello, *rn);
+	return fd;
+}

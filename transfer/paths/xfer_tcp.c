@@ -870,12 +870,8 @@ static int receiver_accept(xfer_endpoint *ep, tcp_state *s, int wait_ms, xfer_er
 	hello h;
 	unsigned char raw[XFER_GATE_HELLO_MAX];
 	size_t rn = 0;
-	if (ep->pending_ctl >= 0) { /* accepted, and its hello judged, by the p2p chooser */
-		s->ctl = ep->pending_ctl;
-		ep->pending_ctl = -1;
-		rn = ep->pending_hello_len < sizeof raw ? ep->pending_hello_len : sizeof raw;
-		memcpy(raw, ep->pending_hello, rn);
-	} else {
+	/* accepted, and its hello judged, by the p2p chooser; else through the gate */
+	if ((s->ctl = xfer_gate_take_pending(ep, raw, &rn)) < 0) {
 		tcp_judge_ctx j = { ep, 0, 0, 0 };
 		if ((s->ctl = xfer_gate_next(ep->gate, s->lfd, wait_ms, to, tcp_judge, &j, raw, &rn, err)) < 0) return -1;
 	}

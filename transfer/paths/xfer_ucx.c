@@ -620,14 +620,10 @@ int xfer_ucx_accept(xfer_endpoint *ep, ucx_state *s, int wait_ms, xfer_err *err)
 	uhello h;
 	unsigned char raw[XFER_GATE_HELLO_MAX];
 	size_t rn = 0;
-	if (ep->pending_ctl >= 0) { /* accepted, and its hello judged, by the p2p chooser */
-		s->ctl = ep->pending_ctl;
-		ep->pending_ctl = -1;
-		rn = ep->pending_hello_len < sizeof raw ? ep->pending_hello_len : sizeof raw;
-		memcpy(raw, ep->pending_hello, rn);
-	} else if ((s->ctl = xfer_gate_next(ep->gate, s->lfd, wait_ms, to, ucx_judge, ep, raw, &rn, err)) < 0) {
+	/* accepted, and its hello judged, by the p2p chooser; else through the gate */
+	if ((s->ctl = xfer_gate_take_pending(ep, raw, &rn)) < 0 &&
+	    (s->ctl = xfer_gate_next(ep->gate, s->lfd, wait_ms, to, ucx_judge, ep, raw, &rn, err)) < 0)
 		return -1;
-	}
 	if (xfer_ucx_hello_parse(raw, rn, &h, err) != 0) {
 		xfer_fail(err, XFER_EFORMAT, "the first connection is not a skein p2p-ucx sender's control stream");
 		goto err;
