@@ -997,6 +997,16 @@ static void cmd_outcome(agent *a, const agent_client *c, const Skein__Weights__Q
 	answer_outcome(a, c, u, rec, u ? &u->co.rec : NULL);
 }
 
+/* EngineStatus.journal_where: "" (no receive yet) or a name libskein says
+ * (xfer_upd_journal_where); anything else is refused, not shown. */
+static bool journal_where_ok(const char *w)
+{
+	static const char *const names[] = { "", "none", "host", "device", "pinned", "device+pinned" };
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+		if (!strcmp(w, names[i])) return true;
+	return false;
+}
+
 static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_client *c, const Skein__Weights__EngineStatus *st)
 {
 	agent_update *W = a->wv;
@@ -1008,6 +1018,12 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 	if (strlen(st->endpoint) >= ENDPOINT_MAX || !endpoint_ok(a, node, st->endpoint))
 		return fail_client(a, c, "endpoint '%.64s' is not on %s's address", st->endpoint, node);
 	if (st->root.len != 0 && st->root.len != UPDATE_DIGEST_LEN) return fail_client(a, c, "root: 16 bytes expected");
+	if (!journal_where_ok(st->journal_where))
+		return fail_client(a, c, "journal_where '%.16s' is not one of none, host, device, pinned, device+pinned",
+				   st->journal_where);
+	if (st->journal_spilled_bytes > st->journal_bytes)
+		return fail_client(a, c, "journal_spilled_bytes %llu over journal_bytes %llu",
+				   (unsigned long long)st->journal_spilled_bytes, (unsigned long long)st->journal_bytes);
 	update_eng *e = eng_get(W, st->member);
 	if (!e) return fail_client(a, c, "too many engines");
 	if (e->waiting) { /* the older wait gives way */
@@ -1049,6 +1065,13 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 	if (pi >= 0) {
 		double now = sk_mono_s();
 		bool fin = false;
+		if (st->staged == u->co.rec.version || st->failed == u->co.rec.version) {
+			/* its receive's journal, into the head's detail (not replicated) */
+			update_engine *x = &u->co.rec.engines[pi];
+			x->journal_bytes = st->journal_bytes;
+			x->journal_spilled = st->journal_spilled_bytes;
+			snprintf(x->journal_where, sizeof x->journal_where, "%s", st->journal_where);
+		}
 		if (st->staged == u->co.rec.version)
 			fin = update_coord_staged(&u->co, (size_t)pi, now, secs(st->seconds), timings_of(st->timings),
 					      e->has_staged_root ? e->staged_root : NULL);
