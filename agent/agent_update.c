@@ -43,6 +43,7 @@
 #include "agent/agent_update_show.h"
 #include "common/sk_heap.h"
 #include "common/sk_log.h"
+#include "common/sk_text.h"
 #include "common/sk_time.h"
 #include "jobs/update_coord.h"
 #include "jobs/update_state.h"
@@ -1011,6 +1012,16 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 {
 	agent_update *W = a->wv;
 	char node[MBR_NAME_MAX + 1];
+	/* the message's own bounds first, whoever sent it */
+	if (!journal_where_ok(st->journal_where)) {
+		char w[4 * (UPDATE_JOURNAL_WHERE_MAX + 1) + 1], cut[UPDATE_JOURNAL_WHERE_MAX + 2];
+		snprintf(cut, sizeof cut, "%s", st->journal_where); /* at most 16 bytes of it, escaped */
+		return fail_client(a, c, "journal_where '%s' is not one of none, host, device, pinned, device+pinned",
+				   sk_text_escape(cut, w, sizeof w));
+	}
+	if (st->journal_spilled_bytes > st->journal_bytes)
+		return fail_client(a, c, "journal_spilled_bytes %llu over journal_bytes %llu",
+				   (unsigned long long)st->journal_spilled_bytes, (unsigned long long)st->journal_bytes);
 	if (!member_node(a, st->job, st->member, 1, node, sizeof node, NULL))
 		return fail_client(a, c, "%s is not an engine of a running job %s", st->member, st->job);
 	if (strcmp(node, origin(a, q, c)))
@@ -1018,12 +1029,6 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 	if (strlen(st->endpoint) >= ENDPOINT_MAX || !endpoint_ok(a, node, st->endpoint))
 		return fail_client(a, c, "endpoint '%.64s' is not on %s's address", st->endpoint, node);
 	if (st->root.len != 0 && st->root.len != UPDATE_DIGEST_LEN) return fail_client(a, c, "root: 16 bytes expected");
-	if (!journal_where_ok(st->journal_where))
-		return fail_client(a, c, "journal_where '%.16s' is not one of none, host, device, pinned, device+pinned",
-				   st->journal_where);
-	if (st->journal_spilled_bytes > st->journal_bytes)
-		return fail_client(a, c, "journal_spilled_bytes %llu over journal_bytes %llu",
-				   (unsigned long long)st->journal_spilled_bytes, (unsigned long long)st->journal_bytes);
 	update_eng *e = eng_get(W, st->member);
 	if (!e) return fail_client(a, c, "too many engines");
 	if (e->waiting) { /* the older wait gives way */
