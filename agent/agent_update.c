@@ -30,6 +30,7 @@
 #include "agent/agent_update.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -1386,13 +1387,20 @@ static void cmd_transfers(agent *a, const Skein__Control__Request *q, agent_repl
 	const update_state *ws = state_of(a);
 	const char *job = NULL;
 	long last = 20;
+	uint64_t version = 0; /* JOB VERSION: that update alone */
 	for (size_t i = 0; i < q->n_args; i++) {
 		if (!strcmp(q->args[i], "--last") && i + 1 < q->n_args) {
 			char *end;
 			last = strtol(q->args[++i], &end, 10);
 			if (*end || last < 1 || last > 100000) return agent_reply_fail(r, 2, "--last: a count from 1");
+		} else if (job && !version && q->args[i][0] >= '1' && q->args[i][0] <= '9') {
+			char *end;
+			errno = 0;
+			unsigned long long v = strtoull(q->args[i], &end, 10);
+			if (*end || errno) return agent_reply_fail(r, 2, "VERSION: a number from 1");
+			version = v;
 		} else if (q->args[i][0] == '-' || job) {
-			return agent_reply_fail(r, 2, "usage: transfers [JOB] [--last N] [--format text|json]");
+			return agent_reply_fail(r, 2, "usage: transfers [JOB [VERSION]] [--last N] [--format text|json]");
 		} else {
 			job = q->args[i];
 		}
@@ -1408,7 +1416,7 @@ static void cmd_transfers(agent *a, const Skein__Control__Request *q, agent_repl
 	}
 	for (size_t i = 0; i < n; i++) {
 		const update_rec *u = update_state_at(ws, i);
-		if (job && strcmp(u->job, job)) continue;
+		if ((job && strcmp(u->job, job)) || (version && u->version != version)) continue;
 		update_open *o = !strcmp(u->state, "preparing") ? open_find(W, u->job) : NULL;
 		const update_rec *d = u->compact && !o ? detail_find(W, u->job, u->version) : NULL;
 		if (o && o->co.rec.version == u->version && update_rec_copy(&live[nl], &o->co.rec) == 0) {

@@ -130,6 +130,17 @@ check "transfers JSON: the data path's split of the sender and every engine, pre
 # each engine's undo journal (issue 27): host memory on these stand-ins, past their first version
 check "transfers JSON: engines' journal figures ($(tj dd | grep -o '"journal_bytes":[0-9]*,"journal_spilled_bytes":[0-9]*,"journal_where":"[a-z+]*"' | sort | uniq -c | sort -rn | head -1))" \
 	has "$(tj dd)" '"journal_bytes":[1-9][0-9]*,"journal_spilled_bytes":0,"journal_where":"host"'
+# ... and in `updates JOB VERSION`: that update alone, a journal line per engine
+JV=$(latest dd); out=$(wv_ctl updates dd "$JV" 2>&1)
+check "updates dd $JV: one record, its engines' journal lines ($(echo "$out" | grep -c '^dd ') records)" \
+	bash -c "[ \$(printf '%s\n' \"\$1\" | grep -c '^dd ') = 1 ] && printf '%s\n' \"\$1\" | grep -q '^dd  *$JV ' &&
+		printf '%s\n' \"\$1\" | grep -q '^  journal: dd/engine-[0-9]* [1-9][0-9]* bytes, 0 spilled, host$'" _ "$out"
+out=$(wv_ctl updates dd "$JV" --format json 2>&1)
+check "updates dd $JV --format json: that version alone" \
+	bash -c "[ \$(printf %s \"\$1\" | grep -o '\"job\":' | wc -l) = 1 ]" _ "$out"
+check "... with its engines' journal figures" \
+	has "$out" "^{\"transfers\":\[{\"job\":\"dd\",\"version\":$JV,.*\"journal_where\":\"host\""
+check "updates dd 0: refused with its usage" has "$(wv_ctl updates dd 0 2>&1)" "usage: transfers \[JOB \[VERSION\]\]"
 for j in dd pp; do
 	why=$(tj $j | $WVJ monotonic)
 	check "$j: versions newest first, started in order ($why)" [ -z "$why" ]
