@@ -30,6 +30,7 @@
 #include "agent/agent_update.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -43,6 +44,7 @@
 #include "agent/agent_update_show.h"
 #include "common/sk_heap.h"
 #include "common/sk_log.h"
+#include "common/sk_text.h"
 #include "common/sk_time.h"
 #include "jobs/update_coord.h"
 #include "jobs/update_state.h"
@@ -997,10 +999,30 @@ static void cmd_outcome(agent *a, const agent_client *c, const Skein__Weights__Q
 	answer_outcome(a, c, u, rec, u ? &u->co.rec : NULL);
 }
 
+/* EngineStatus.journal_where: "" (no receive yet) or a name libskein says
+ * (xfer_upd_journal_where); anything else is refused, not shown. */
+static bool journal_where_ok(const char *w)
+{
+	static const char *const names[] = { "", "none", "host", "device", "pinned", "device+pinned" };
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+		if (!strcmp(w, names[i])) return true;
+	return false;
+}
+
 static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_client *c, const Skein__Weights__EngineStatus *st)
 {
 	agent_update *W = a->wv;
 	char node[MBR_NAME_MAX + 1];
+	/* the message's own bounds first, whoever sent it */
+	if (!journal_where_ok(st->journal_where)) {
+		char w[4 * (UPDATE_JOURNAL_WHERE_MAX + 1) + 1], cut[UPDATE_JOURNAL_WHERE_MAX + 2];
+		snprintf(cut, sizeof cut, "%s", st->journal_where); /* at most 16 bytes of it, escaped */
+		return fail_client(a, c, "journal_where '%s' is not one of none, host, device, pinned, device+pinned",
+				   sk_text_escape(cut, w, sizeof w));
+	}
+	if (st->journal_spilled_bytes > st->journal_bytes)
+		return fail_client(a, c, "journal_spilled_bytes %llu over journal_bytes %llu",
+				   (unsigned long long)st->journal_spilled_bytes, (unsigned long long)st->journal_bytes);
 	if (!member_node(a, st->job, st->member, 1, node, sizeof node, NULL))
 		return fail_client(a, c, "%s is not an engine of a running job %s", st->member, st->job);
 	if (strcmp(node, origin(a, q, c)))
@@ -1049,6 +1071,13 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 	if (pi >= 0) {
 		double now = sk_mono_s();
 		bool fin = false;
+		if (st->staged == u->co.rec.version || st->failed == u->co.rec.version) {
+			/* its receive's journal, into the head's detail (not replicated) */
+			update_engine *x = &u->co.rec.engines[pi];
+			x->journal_bytes = st->journal_bytes;
+			x->journal_spilled = st->journal_spilled_bytes;
+			snprintf(x->journal_where, sizeof x->journal_where, "%s", st->journal_where);
+		}
 		if (st->staged == u->co.rec.version)
 			fin = update_coord_staged(&u->co, (size_t)pi, now, secs(st->seconds), timings_of(st->timings),
 					      e->has_staged_root ? e->staged_root : NULL);
@@ -1358,13 +1387,20 @@ static void cmd_transfers(agent *a, const Skein__Control__Request *q, agent_repl
 	const update_state *ws = state_of(a);
 	const char *job = NULL;
 	long last = 20;
+	uint64_t version = 0; /* JOB VERSION: that update alone */
 	for (size_t i = 0; i < q->n_args; i++) {
 		if (!strcmp(q->args[i], "--last") && i + 1 < q->n_args) {
 			char *end;
 			last = strtol(q->args[++i], &end, 10);
 			if (*end || last < 1 || last > 100000) return agent_reply_fail(r, 2, "--last: a count from 1");
+		} else if (job && !version && q->args[i][0] >= '1' && q->args[i][0] <= '9') {
+			char *end;
+			errno = 0;
+			unsigned long long v = strtoull(q->args[i], &end, 10);
+			if (*end || errno) return agent_reply_fail(r, 2, "VERSION: a number from 1");
+			version = v;
 		} else if (q->args[i][0] == '-' || job) {
-			return agent_reply_fail(r, 2, "usage: transfers [JOB] [--last N] [--format text|json]");
+			return agent_reply_fail(r, 2, "usage: transfers [JOB [VERSION]] [--last N] [--format text|json]");
 		} else {
 			job = q->args[i];
 		}
@@ -1380,7 +1416,7 @@ static void cmd_transfers(agent *a, const Skein__Control__Request *q, agent_repl
 	}
 	for (size_t i = 0; i < n; i++) {
 		const update_rec *u = update_state_at(ws, i);
-		if (job && strcmp(u->job, job)) continue;
+		if ((job && strcmp(u->job, job)) || (version && u->version != version)) continue;
 		update_open *o = !strcmp(u->state, "preparing") ? open_find(W, u->job) : NULL;
 		const update_rec *d = u->compact && !o ? detail_find(W, u->job, u->version) : NULL;
 		if (o && o->co.rec.version == u->version && update_rec_copy(&live[nl], &o->co.rec) == 0) {

@@ -65,6 +65,10 @@ static void json_engine(sk_buf *o, const update_engine *e)
 	kv_str(o, "node", e->node);
 	kv_str(o, "state", e->state);
 	kv_num(o, "seconds", e->seconds);
+	/* its receive's undo journal (issue 27; the head's detail: 0 and "" past it) */
+	kv_u64(o, "journal_bytes", e->journal_bytes);
+	kv_u64(o, "journal_spilled_bytes", e->journal_spilled);
+	kv_str(o, "journal_where", e->journal_where);
 	sk_buf_printf(o, ",\"verified\":%s}", !strcmp(e->state, "verified") ? "true" : "false");
 }
 
@@ -142,6 +146,21 @@ static void text_split(sk_buf *o, const update_rec *u)
 	sk_buf_add(o, "\n", 1);
 }
 
+/* Each engine's undo journal, where it told one (the head's detail). */
+static void text_journal(sk_buf *o, const update_rec *u)
+{
+	for (size_t i = 0; i < u->nengines; i++) {
+		const update_engine *e = &u->engines[i];
+		if (!e->journal_where[0]) continue;
+		sk_buf_printf(o, "  journal: ");
+		sk_buf_text(o, e->member);
+		sk_buf_printf(o, " %llu bytes, %llu spilled, ", (unsigned long long)e->journal_bytes,
+			      (unsigned long long)e->journal_spilled);
+		sk_buf_text(o, e->journal_where);
+		sk_buf_add(o, "\n", 1);
+	}
+}
+
 static const char TEXT_HDR[] = "%-24s %-8s %-12s %-10s %-14s %-9s %-9s %s\n";
 
 static void text_update(sk_buf *o, const update_rec *u)
@@ -169,6 +188,7 @@ static void text_update(sk_buf *o, const update_rec *u)
 	if (!said) sk_buf_add(o, "-", 1);
 	sk_buf_add(o, "\n", 1);
 	text_split(o, u);
+	text_journal(o, u);
 }
 
 void update_show(sk_buf *out, const update_rec *const *list, size_t n, bool json)

@@ -1,4 +1,4 @@
-/* agent/agent_update_show: `skeinctl transfers [JOB] [--last N] [--format
+/* agent/agent_update_show: `skeinctl transfers [JOB [VERSION]] [--last N] [--format
  * text|json]`, the rendering (docs/updates.md, issue 13 item 4).
  *
  * The head picks the records (update_state_job_at newest first, or every job's

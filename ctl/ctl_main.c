@@ -85,7 +85,7 @@ static void usage(FILE *f)
 		"                         delete forgets a stopped, failed or completed job\n"
 		"  placement [JOB] [--format text|json]\n"
 		"                         every member: role, node, GPUs, pid, state, restarts\n"
-		"  updates [JOB] [--last N] [--format text|json]   (old name, kept: transfers)\n"
+		"  updates [JOB [VERSION]] [--last N] [--format text|json]   (old name, kept: transfers)\n"
 		"                         weight updates, newest first: version, mode, state (preparing,\n"
 		"                         moving, committed, aborted) and why, bytes, timings (Miles's\n"
 		"                         perf/update_weights_*), each engine's part (docs/updates.md)\n"

@@ -63,6 +63,7 @@ enum {
 	UPDATE_STATE_NAME_MAX = 11,    /* "preparing", "committed", ... */
 	UPDATE_DIGEST_LEN = 16,        /* xxh3-128 of the manifest */
 	UPDATE_NONCE_LEN = 16,         /* the p2p hello's ticket */
+	UPDATE_JOURNAL_WHERE_MAX = 15, /* EngineStatus.journal_where: "device+pinned" and room */
 };
 
 /* Where one side's data path spent a version's time (proto Timings; all 0
@@ -80,6 +81,10 @@ typedef struct {
 	char *reason;
 	double seconds;
 	update_timings t;                        /* its receive's split */
+	/* its receive's undo journal (EngineStatus): the head's in-memory
+	 * detail only, never encoded (update_rec_encode leaves them out) */
+	uint64_t journal_bytes, journal_spilled;
+	char journal_where[UPDATE_JOURNAL_WHERE_MAX + 1]; /* "" when it said none */
 } update_engine;
 
 /* One update.  reason and engines are malloc'd; after decode or copy reason

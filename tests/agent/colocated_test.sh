@@ -116,6 +116,15 @@ check "skeinctl transfers: mode colocated, $((ALL - 1)) committed, 1 aborted" \
 	test "$(grep -o '"state":"committed"' <<<"$js" | wc -l)/$(grep -o '"state":"aborted"' <<<"$js" | wc -l)" = "$((ALL - 1))/1"
 why=$(/usr/bin/python3 "$ROOT/tests/agent/wv_json.py" split <<<"$js" 2>&1)
 check "skeinctl transfers: the sender's hashing and the engine's copy in each committed record's split ($why)" [ -z "$why" ]
+# each engine's undo journal (issue 27): on a GPU in device memory past v1;
+# the stand-in has no kernels (the sender's bytes checked before the copy),
+# so it journals nothing: "none" on every record
+places=$(grep -o '"journal_bytes":[0-9]*,"journal_spilled_bytes":[0-9]*,"journal_where":"[a-z+]*"' <<<"$js")
+if [ "${SKEIN_COLO_REAL:-0}" = 1 ]; then want='"journal_bytes":[1-9][0-9]*,"journal_spilled_bytes":[0-9]*,"journal_where":"device'
+else want='^"journal_bytes":0,"journal_spilled_bytes":0,"journal_where":"none"$'; fi
+check "skeinctl transfers: the engine's undo journal on each record ($(sed 's/.*://' <<<"$places" | sort | uniq -c | tr -s ' \n' ' '))" \
+	bash -c '[ "$(grep -c . <<<"$1")" = "$2" ] && grep -q -- "$3" <<<"$1" &&
+		{ [ "$4" = 1 ] || ! grep -qv -- "$3" <<<"$1"; }' _ "$places" "$ALL" "$want" "${SKEIN_COLO_REAL:-0}"
 
 # The engine keeps the trainer's handles open across versions: the first
 # trainer's allocation opened at v1 and again after v$CORRUPT (a failed

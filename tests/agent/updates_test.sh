@@ -127,6 +127,20 @@ why=$(tj pp | $WVJ shape)
 check "... and on p2p's ($why)" [ -z "$why" ]
 why=$(tj dd | $WVJ split 2>&1; tj pp | $WVJ split 2>&1)
 check "transfers JSON: the data path's split of the sender and every engine, prepare + commit within the update ($why)" [ -z "$why" ]
+# each engine's undo journal (issue 27): host memory on these stand-ins, past their first version
+check "transfers JSON: engines' journal figures ($(tj dd | grep -o '"journal_bytes":[0-9]*,"journal_spilled_bytes":[0-9]*,"journal_where":"[a-z+]*"' | sort | uniq -c | sort -rn | head -1))" \
+	has "$(tj dd)" '"journal_bytes":[1-9][0-9]*,"journal_spilled_bytes":0,"journal_where":"host"'
+# ... and in `updates JOB VERSION`: that update alone, a journal line per engine
+JV=$(latest dd); out=$(wv_ctl updates dd "$JV" 2>&1)
+check "updates dd $JV: one record, its engines' journal lines ($(echo "$out" | grep -c '^dd ') records)" \
+	bash -c "[ \$(printf '%s\n' \"\$1\" | grep -c '^dd ') = 1 ] && printf '%s\n' \"\$1\" | grep -q '^dd  *$JV ' &&
+		printf '%s\n' \"\$1\" | grep -q '^  journal: dd/engine-[0-9]* [1-9][0-9]* bytes, 0 spilled, host$'" _ "$out"
+out=$(wv_ctl updates dd "$JV" --format json 2>&1)
+check "updates dd $JV --format json: that version alone" \
+	bash -c "[ \$(printf %s \"\$1\" | grep -o '\"job\":' | wc -l) = 1 ]" _ "$out"
+check "... with its engines' journal figures" \
+	has "$out" "^{\"transfers\":\[{\"job\":\"dd\",\"version\":$JV,.*\"journal_where\":\"host\""
+check "updates dd 0: refused with its usage" has "$(wv_ctl updates dd 0 2>&1)" "usage: transfers \[JOB \[VERSION\]\]"
 for j in dd pp; do
 	why=$(tj $j | $WVJ monotonic)
 	check "$j: versions newest first, started in order ($why)" [ -z "$why" ]
@@ -206,6 +220,10 @@ expect "a 5-byte digest" "code=1 error=manifest digest: 16 bytes expected" begin
 expect "a setup over 512 KiB" "code=1 error=setup: at most 524288 bytes" begin begin $G version=1 mode=p2p setup=zeros:524289
 expect "version 0" "code=1 error=version 0 of gt: versions must grow" begin begin $G version=0 mode=p2p
 expect "a trainer's wait" "code=1 error=gt/trainer-0 is not an engine of a running job gt" wait status $G
+expect "a wait with an unknown journal place" "code=1 error=journal_where '.x1b\\[31mdisk' is not one of" \
+	wait status $G "journal_where=$(printf '\033[31mdisk')"
+expect "a wait spilling more than its journal" "code=1 error=journal_spilled_bytes 9 over journal_bytes 8" \
+	wait status $G journal_bytes=8 journal_spilled_bytes=9 journal_where=host
 expect "done of no update" "code=1 error=no update v77 of gt" done done $G version=77 ok=true
 expect "a truncated message" "code=1 error=wv done: malformed request" done raw hex=0a0567
 expect "a job name of 5000 bytes" "code=1 error=wv begin: malformed request" begin begin job=$(printf 'x%.0s' $(seq 5000)) member=gt/trainer-0

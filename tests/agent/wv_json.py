@@ -32,7 +32,9 @@ FINAL = ("committed", "aborted")
 RECORD_KEYS = ["job", "version", "mode", "state", "reason", "cause", "bytes", "wire_bytes", "participants", "dropped",
                "started_ms", "seconds", "engines", "perf"]
 SECONDS_KEYS = ["update_weights", "implementation", "prepare", "commit"]
-ENGINE_KEYS = ["member", "node", "state", "seconds", "verified"]
+ENGINE_KEYS = ["member", "node", "state", "seconds", "journal_bytes", "journal_spilled_bytes", "journal_where",
+               "verified"]
+JOURNAL_WHERE = ("", "none", "host", "device", "pinned", "device+pinned")
 PERF_KEYS = ["perf/update_weights_time", "perf/update_weights_implementation_time",
              "perf/update_weights_wire_bytes", "perf/update_weights_density", "sender", "engines"]
 SPLIT_KEYS = ["data_seconds", "hash_seconds", "journal_seconds", "undo_seconds"]
@@ -62,6 +64,8 @@ def shape(doc):
         for e in r["engines"]:
             if list(e.keys()) != ENGINE_KEYS or not isinstance(e["verified"], bool):
                 return "v%s: engine %s" % (v, e)
+            if e["journal_where"] not in JOURNAL_WHERE or not 0 <= e["journal_spilled_bytes"] <= e["journal_bytes"]:
+                return "v%s: engine %s's journal" % (v, e)
         if r["participants"] != len(r["engines"]):
             return "v%s: participants %d, %d engines listed" % (v, r["participants"], len(r["engines"]))
         if r["dropped"] != sum(e["state"] == "dropped" for e in r["engines"]):

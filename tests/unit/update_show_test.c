@@ -5,9 +5,9 @@
  * engines) and checks: the JSON is read by Python's json module with
  * exactly the issue's keys, the counts (participants, dropped, verified),
  * Miles's perf names, the data path's split (sender, each engine) and the
- * escaped strings; the text has its header, one line per transfer (and
- * one of its split where it has one), and no control byte but the line
- * ends. */
+ * escaped strings, each engine's undo journal; the text has its header, one
+ * line per transfer (and one of its split where it has one, one per engine
+ * that told its journal), and no control byte but the line ends. */
 #include "tests/t.h"
 
 #include <math.h>
@@ -35,13 +35,17 @@ static const char CHECK_PY[] =
 	"    for m, v in x['perf']['engines'].items():\n"
 	"        assert list(v) == split, v\n"
 	"    for e in x['engines']:\n"
-	"        assert list(e) == ['member','node','state','seconds','verified'], list(e)\n"
+	"        assert list(e) == ['member','node','state','seconds','journal_bytes','journal_spilled_bytes',\n"
+	"                           'journal_where','verified'], list(e)\n"
 	"a, b, c = t\n"
 	"assert a['job'] == 'j1' and a['version'] == 12 and a['state'] == 'committed' and a['mode'] == 'p2p-tcp'\n"
 	"assert a['bytes'] == 1 << 34 and a['wire_bytes'] == 1 << 33 and a['started_ms'] == 1700000000123\n"
 	"assert a['participants'] == 3 and a['dropped'] == 1 and a['reason'] == ''\n"
 	"assert [e['verified'] for e in a['engines']] == [True, False, True]\n"
 	"assert a['engines'][1]['state'] == 'dropped' and a['engines'][0]['seconds'] == 0.25\n"
+	"assert [(e['journal_bytes'], e['journal_spilled_bytes'], e['journal_where']) for e in a['engines']] == \\\n"
+	"    [(1 << 30, 1 << 28, 'device+pinned'), (0, 0, ''), (4096, 0, 'host')], a['engines']\n"
+	"assert b['engines'][0]['journal_where'] == 'ho\\x1bst', repr(b['engines'][0])\n"
 	"assert a['seconds']['update_weights'] == 1.5 and a['seconds']['commit'] == 0.125\n"
 	"assert a['perf']['perf/update_weights_time'] == 1.5\n"
 	"assert a['perf']['perf/update_weights_implementation_time'] == 1.25\n"
@@ -87,6 +91,12 @@ static void fill(update_rec *a, update_rec *b, update_rec *c)
 		snprintf(ea[i].state, sizeof ea[i].state, "%s", st[i]);
 		ea[i].seconds = 0.25;
 	}
+	/* each engine's undo journal (issue 27): one spilled, one dropped before it said */
+	ea[0].journal_bytes = 1ull << 30;
+	ea[0].journal_spilled = 1ull << 28;
+	snprintf(ea[0].journal_where, sizeof ea[0].journal_where, "device+pinned");
+	ea[2].journal_bytes = 4096;
+	snprintf(ea[2].journal_where, sizeof ea[2].journal_where, "host");
 	a->sender_t = (update_timings){ 0.5, 0.25, 0, 0 };
 	ea[0].t = (update_timings){ 0.125, 0.0625, 0.03125, 0 };
 	ea[2].t = (update_timings){ 0.0625, 0.125, 0, 0.5 };
@@ -103,6 +113,7 @@ static void fill(update_rec *a, update_rec *b, update_rec *c)
 	snprintf(eb[0].node, sizeof eb[0].node, "n\x7f");
 	snprintf(eb[0].state, sizeof eb[0].state, "pending");
 	eb[0].reason = (char *)"\xc0\xaf";
+	snprintf(eb[0].journal_where, sizeof eb[0].journal_where, "ho\x1bst"); /* the table refuses it; shown escaped */
 	b->engines = eb;
 	b->nengines = 1;
 	*c = *a;
@@ -168,10 +179,15 @@ T_TEST(text_one_line_each_escaped)
 		if (ch == '\n') lines++;
 		else if (ch < 0x20 || ch == 0x7f) T_FAIL("control byte 0x%02x at %zu:\n%s", ch, i, s);
 	}
-	T_EQ(lines, 6);
+	T_EQ(lines, 9);
 	T_CHECK(!strncmp(s, "JOB ", 4));
-	const char *l1 = strchr(s, '\n') + 1, *s1 = strchr(l1, '\n') + 1, *l2 = strchr(s1, '\n') + 1;
-	const char *s2 = strchr(l2, '\n') + 1, *l3 = strchr(s2, '\n') + 1;
+	const char *l1 = strchr(s, '\n') + 1, *s1 = strchr(l1, '\n') + 1, *j0 = strchr(s1, '\n') + 1;
+	const char *j2 = strchr(j0, '\n') + 1, *l2 = strchr(j2, '\n') + 1;
+	const char *s2 = strchr(l2, '\n') + 1, *jb = strchr(s2, '\n') + 1, *l3 = strchr(jb, '\n') + 1;
+	/* each engine that told its journal, one line (the dropped one told none) */
+	T_CHECK(!strncmp(j0, "  journal: j1/engine-0 1073741824 bytes, 268435456 spilled, device+pinned\n", 74));
+	T_CHECK(!strncmp(j2, "  journal: j1/engine-2 4096 bytes, 0 spilled, host\n", 51));
+	T_CHECK(!strncmp(jb, "  journal: j\\x01/engine-0 0 bytes, 0 spilled, ho\\x1bst\n", 55));
 	/* the split: the sender's, each figure's largest over the engines */
 	T_CHECK(!strncmp(s1, "  split (s): sender data 0.5000 hash 0.2500; engines, slowest: data 0.1250 hash 0.1250 "
 			 "journal 0.0312 undo 0.5000\n", 105));

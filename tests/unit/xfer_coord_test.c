@@ -47,6 +47,8 @@ typedef struct {
 	uint64_t held, staged, failed, told_receive, told_catchup;
 	uint64_t serve_v;
 	char serve_peer[64];
+	char journal_where[16];  /* its last staged word's undo journal (EngineStatus 12-14) */
+	uint64_t journal_bytes, journal_spilled;
 } f_eng;
 
 typedef struct {
@@ -372,6 +374,11 @@ static void f_handle(fake *f, const Skein__Control__Request *q, f_answer *a)
 			e->failed = s->failed;
 			snprintf(e->endpoint, sizeof e->endpoint, "%s", s->endpoint);
 			snprintf(e->reason, sizeof e->reason, "%s", s->reason);
+			if (s->staged) {
+				snprintf(e->journal_where, sizeof e->journal_where, "%s", s->journal_where);
+				e->journal_bytes = s->journal_bytes;
+				e->journal_spilled = s->journal_spilled_bytes;
+			}
 			Skein__Weights__Instruction in = SKEIN__WEIGHTS__INSTRUCTION__INIT;
 			double t0 = t_now(), end = t0 + 0.3;
 			for (;;) {
@@ -831,6 +838,18 @@ static void commit_run_with(const char *path, uint64_t corrupt, int attack)
 	}
 	if (attack)
 		for (int i = 0; i < 2; i++) close(afd[i][0]), close(afd[i][1]);
+	/* each engine told the head its last receive's undo journal (issue 27):
+	 * host memory on these paths, past v1 (which journals nothing) */
+	pthread_mutex_lock(&w.f->mu);
+	for (int i = 0; i < 2; i++) {
+		f_eng *fe = &w.f->eng[i];
+		printf("  %s: journal %llu bytes, %llu spilled, where '%s'\n", fe->member,
+		       (unsigned long long)fe->journal_bytes, (unsigned long long)fe->journal_spilled, fe->journal_where);
+		T_STREQ(fe->journal_where, "host");
+		T_LE(1, fe->journal_bytes);
+		T_EQ(fe->journal_spilled, 0);
+	}
+	pthread_mutex_unlock(&w.f->mu);
 	int heard = 0;
 	for (int i = 0; i < 2; i++) {
 		pthread_join(th[i], NULL);

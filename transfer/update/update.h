@@ -122,6 +122,8 @@ typedef struct {
 	double seconds;
 	xfer_timings timings;       /* of its last receive */
 	const unsigned char *root;  /* 16 bytes: the root `staged` was verified against; NULL: none */
+	uint64_t journal_bytes, journal_spilled; /* its last receive's undo journal ... */
+	const char *journal_where;  /* ... and where it lived (xfer_upd_journal_where) */
 } xfer_upd_status;
 
 /* Packed messages, malloc'd (NULL: out of memory). */
@@ -166,6 +168,8 @@ struct xfer_upd_client {
 	double seconds;
 	char endpoint[XFER_UPD_STR];
 	xfer_timings timings;   /* the last receive's split, told with seconds */
+	uint64_t journal_bytes, journal_spilled; /* the last receive's undo journal, told with it */
+	char journal_where[16];
 	unsigned char staged_root[16]; /* the root `staged` was verified against (xfer_root.c) ... */
 	int has_staged_root;    /* ... when its path keeps one: told to the head in every wait */
 	xfer_endpoint *side;    /* a catch-up's disk-delta receiver, or a serve's sender, while it runs */
@@ -174,6 +178,9 @@ struct xfer_upd_client {
 int xfer_upd_nccl(const xfer_endpoint *ep);
 /* The split of a data path's last version, from its stats. */
 xfer_timings xfer_upd_timings(const xfer_stats *st);
+/* Where the last version's undo journal lived, as the Python package's
+ * skein/journal_where says it: none, host, device, pinned, device+pinned. */
+const char *xfer_upd_journal_where(const xfer_stats *st);
 void xfer_upd_sleep_ms(int ms);
 enum {
 	XFER_UPD_HEARTBEAT_MS = 500, /* outcome queries while the data path runs */

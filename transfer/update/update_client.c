@@ -413,6 +413,13 @@ xfer_timings xfer_upd_timings(const xfer_stats *st)
 	return (xfer_timings){ st->data_seconds, st->hash_seconds, st->journal_seconds, st->undo_seconds };
 }
 
+const char *xfer_upd_journal_where(const xfer_stats *st)
+{
+	uint64_t dev = st->device_journal_peak, spill = st->device_journal_spilled;
+	if (dev || spill) return dev && spill ? "device+pinned" : dev ? "device" : "pinned";
+	return st->journal_bytes ? "host" : "none";
+}
+
 /* Each figure of *to the larger of its own and from's. */
 static void timings_max(xfer_timings *to, xfer_timings from)
 {

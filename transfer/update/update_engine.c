@@ -191,9 +191,11 @@ static void do_receive(xfer_endpoint *ep, const xfer_upd_instr *in)
 	c->seconds = xfer_now() - t0;
 	/* the split goes with the verdict (a failed receive's undo included) */
 	c->timings = rx ? xfer_upd_timings(&ep->stats) : (xfer_timings){ 0 };
-	/* the undo journal's size and place go to the engine's log, not to
-	 * `skeinctl transfers` (that needs fields in the agent's records,
-	 * issue 27), and only when it spilled past the device: the case to act on */
+	/* the journal's figures go with it (`skeinctl updates JOB VERSION`) */
+	c->journal_bytes = rx ? ep->stats.journal_bytes : 0;
+	c->journal_spilled = rx ? ep->stats.device_journal_spilled : 0;
+	snprintf(c->journal_where, sizeof c->journal_where, "%s", rx ? xfer_upd_journal_where(&ep->stats) : "");
+	/* and to the engine's log only when it spilled past the device: the case to act on */
 	if (rc == 0 && ep->stats.device_journal_spilled)
 		fprintf(stderr, "skein: %s v%llu: undo journal %llu MiB, %llu MiB of it spilled past the device's %llu MiB "
 			"to host memory (device_journal_bytes, docs/transfer.md)\n",
@@ -369,7 +371,8 @@ static int engine_loop(xfer_endpoint *ep, int wait_ms, uint64_t *version, xfer_u
 		xfer_upd_status s = { .job = ep->cfg.coord.job, .member = ep->cfg.coord.member, .endpoint = c->endpoint,
 				     .reason = c->reason, .held = c->held, .staged = c->staged, .failed = c->failed,
 				     .generation = ep->cfg.coord.generation, .seconds = c->seconds,
-				     .timings = c->timings,
+				     .timings = c->timings, .journal_bytes = c->journal_bytes,
+				     .journal_spilled = c->journal_spilled, .journal_where = c->journal_where,
 				     .root = c->staged && c->has_staged_root ? c->staged_root : NULL };
 		size_t len;
 		uint8_t *req = xfer_upd_status_pack(&s, &len);

@@ -127,6 +127,9 @@ uint8_t *xfer_upd_status_pack(const xfer_upd_status *s, size_t *len)
 		m.root.data = (uint8_t *)s->root;
 		m.root.len = 16;
 	}
+	m.journal_bytes = s->journal_bytes;
+	m.journal_spilled_bytes = s->journal_spilled;
+	m.journal_where = s_(s->journal_where);
 	PACK(engine_status, &m, len);
 }
 
