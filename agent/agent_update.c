@@ -27,7 +27,7 @@
  * A held wait's deadline (answered idle after WAIT_HOLD_S) and a silent
  * engine's (forgotten after ENGINE_FORGET_S) sit on a min-heap, popped as
  * they come due: no tick scans the engines. */
-#include "agent/agent_update.h"
+#include "agent/agent_update_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -50,89 +50,6 @@
 #include "jobs/update_state.h"
 #include "proto/control.pb-c.h"
 #include "proto/weights.pb-c.h"
-
-static const double TICK_S = 0.02;
-static const double IDLE_TICK_S = 0.5;
-static const double WAIT_HOLD_S = 1.0;      /* a wait with nothing to do is answered idle after this */
-static const double ENGINE_FORGET_S = 10.0; /* an engine not heard from for this long is forgotten */
-static const double CATCHUP_STALL_S = 30.0; /* a peer catch-up without news is given up */
-static const double CATCHUP_RETRY_S = 1.0;
-static const double RETRY_S = 0.1;          /* a refused final/measured proposal is made again after this */
-enum {
-	MEMBER_MAX = JOB_NAME_MAX + 32,
-	ENDPOINT_MAX = 64,
-	REASON_MAX = 400,
-	ENGINES_MAX = 4 * UPDATE_ENGINES_MAX, /* engines known to the head, every job */
-	OPEN_MAX = 1024,
-	DETAIL_MAX = 512,             /* finished updates whose engines' detail this head keeps (all jobs) */
-	SETUP_MAX = 512 << 10,         /* an NCCL unique id (128), a colocated sender's handoff (xfer_ipc.c) */
-};
-
-typedef struct {
-	char member[MEMBER_MAX], job[JOB_NAME_MAX + 1], node[MBR_NAME_MAX + 1];
-	uint64_t gen, held, staged, failed;
-	int pid;                       /* its process, as its node last reported it */
-	char reason[REASON_MAX], endpoint[ENDPOINT_MAX];
-	double seconds, last_seen;
-	bool forget_queued;            /* its silence's deadline is on the heap (one at a time) */
-	bool waiting;
-	bool behind;                   /* its last wait held less than its job's latest committed version */
-	agent_client client;
-	double wait_since;
-	/* p2p catch-up: this engine serves `serve_version` to `serve_to`, or is
-	 * served `catchup_version` by `source` */
-	char serve_to[MEMBER_MAX], source[MEMBER_MAX];
-	uint8_t staged_root[UPDATE_DIGEST_LEN]; /* the root it verified `staged` against (EngineStatus.root) */
-	bool has_staged_root;
-	uint64_t serve_version, catchup_version;
-	uint8_t serve_nonce[UPDATE_NONCE_LEN], catchup_nonce[UPDATE_NONCE_LEN]; /* the pairing's p2p ticket (both ends) */
-	double catchup_since, retry_at; /* a failed catch-up is asked again after CATCHUP_RETRY_S */
-} update_eng;
-
-typedef struct {
-	update_coord co;                   /* the record as proposed and the rules (jobs/update_coord) */
-	bool begin_waiting, done_waiting;
-	agent_client begin_client, done_client;
-	uint8_t *setup;                /* malloc'd; held here only: a new head adopts an update without it
-					  (colocated: the sender's done brings it again) */
-	size_t setup_len;
-} update_open;
-
-struct agent_update {
-	ev_timer tick;
-	bool changed;                  /* the head applied a weight entry */
-	bool recheck;                  /* a report or membership changed: look at the participants again */
-	bool was_ready;
-	update_eng *eng;
-	size_t neng, engcap;
-	/* eng by member: open addressing, index + 1 (0 empty), at most half
-	 * full; rebuilt after a drop (rare: an engine silent for 10 s) */
-	uint32_t *hidx;
-	size_t hcap;
-	bool hdirty;
-	size_t nbehind;                /* engines whose last wait held less than the job's latest (catch-ups to pair) */
-	/* deadlines of waits (wait_since + WAIT_HOLD_S; one per wait, stale
-	 * ones skipped when popped) and of silences (last_seen +
-	 * ENGINE_FORGET_S; one per engine, pushed again if it was heard
-	 * since), in microseconds */
-	sk_heap due;
-	update_open *open;
-	size_t nopen, opencap;
-	/* final and measured records Raft refused (a handover in progress, the
-	 * lease lapsing): proposed again every RETRY_S until one is taken or the
-	 * head steps down (forget_all; the next head adopts what is open) */
-	update_rec *retry;
-	size_t nretry, retrycap;
-	double retry_at;
-	/* the per-engine detail of the last DETAIL_MAX updates this head
-	 * finished (nodes, seconds, timings, reasons' text): compact records do
-	 * not replicate it; `transfers` shows it from here (a ring) */
-	update_rec detail[DETAIL_MAX];
-	size_t detail_next;
-	size_t engines_max;            /* UPDATE_ENGINES_MAX; SKEIN_TEST_WV_ENGINES_MAX lowers it (tests) */
-	int test_refuse;               /* SKEIN_TEST_WV_REFUSE=N: the first N final/measured
-					  proposals refused as Raft refuses them in a handover */
-};
 
 /* ---------------------------------------------------------------- small helpers */
 
@@ -252,142 +169,6 @@ static bool endpoint_ok(agent *a, const char *node, const char *ep)
 	return !strcmp(host, ip);
 }
 
-/* ---------------------------------------------------------------- tables */
-
-/* Room for one more of n elements in *arr (capacity *cap, at most max):
- * the new element's address, or NULL. */
-typedef struct {
-	char member[MEMBER_MAX];
-	double at;                     /* the wait_since (or last_seen) it was pushed for */
-	bool forget;                   /* a silence's deadline, not a wait's */
-} update_due;
-
-static void due_push(agent_update *W, const char *member, double at, bool forget)
-{
-	update_due *d = malloc(sizeof *d);
-	if (!d) return; /* the engine's next wait pushes again; meanwhile it waits longer */
-	snprintf(d->member, sizeof d->member, "%s", member);
-	d->at = at;
-	d->forget = forget;
-	double when = at + (forget ? ENGINE_FORGET_S : WAIT_HOLD_S);
-	if (sk_heap_push(&W->due, (uint64_t)(when * 1e6), d) < 0) free(d);
-}
-
-static void due_clear(agent_update *W)
-{
-	sk_heap_entry he;
-	while (sk_heap_pop(&W->due, &he) == 0) free(he.ptr);
-}
-
-static void *grow_one(void **arr, size_t *cap, size_t n, size_t elem, size_t max)
-{
-	if (n >= max) return NULL;
-	if (n == *cap) {
-		size_t nc = *cap ? *cap * 2 : 8;
-		void *p = realloc(*arr, nc * elem);
-		if (!p) return NULL;
-		*arr = p;
-		*cap = nc;
-	}
-	return (char *)*arr + n * elem;
-}
-
-static uint64_t member_hash(const char *s)
-{
-	uint64_t h = 1469598103934665603ull; /* FNV-1a */
-	for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-	return h;
-}
-
-static void hash_put(agent_update *W, size_t i)
-{
-	size_t m = W->hcap - 1, k = (size_t)member_hash(W->eng[i].member) & m;
-	while (W->hidx[k]) k = (k + 1) & m;
-	W->hidx[k] = (uint32_t)i + 1;
-}
-
-/* The index for cap engines: 0, -1 when memory runs out (then linear). */
-static int hash_rebuild(agent_update *W, size_t cap)
-{
-	size_t hc = 16;
-	while (hc < cap * 2) hc *= 2;
-	uint32_t *h = calloc(hc, sizeof *h);
-	if (!h) return -1;
-	free(W->hidx);
-	W->hidx = h;
-	W->hcap = hc;
-	W->hdirty = false;
-	for (size_t i = 0; i < W->neng; i++) hash_put(W, i);
-	return 0;
-}
-
-static update_eng *eng_find(agent_update *W, const char *member)
-{
-	if ((W->hdirty || !W->hidx) && hash_rebuild(W, W->neng + 1) < 0) {
-		for (size_t i = 0; i < W->neng; i++)
-			if (!strcmp(W->eng[i].member, member)) return &W->eng[i];
-		return NULL;
-	}
-	size_t m = W->hcap - 1;
-	for (size_t k = (size_t)member_hash(member) & m; W->hidx[k]; k = (k + 1) & m)
-		if (!strcmp(W->eng[W->hidx[k] - 1].member, member)) return &W->eng[W->hidx[k] - 1];
-	return NULL;
-}
-
-static update_eng *eng_get(agent_update *W, const char *member)
-{
-	update_eng *e = eng_find(W, member);
-	if (e) return e;
-	if ((W->neng + 1) * 2 > W->hcap && hash_rebuild(W, W->neng + 1) < 0) return NULL;
-	if (!(e = grow_one((void **)&W->eng, &W->engcap, W->neng, sizeof *e, ENGINES_MAX))) return NULL;
-	W->neng++;
-	memset(e, 0, sizeof *e);
-	snprintf(e->member, sizeof e->member, "%s", member);
-	hash_put(W, W->neng - 1);
-	return e;
-}
-
-static void eng_drop_at(agent_update *W, size_t i)
-{
-	W->nbehind -= W->eng[i].behind;
-	W->eng[i] = W->eng[--W->neng];
-	W->hdirty = true;
-}
-
-static update_open *open_find(agent_update *W, const char *job)
-{
-	for (size_t i = 0; i < W->nopen; i++)
-		if (!strcmp(W->open[i].co.rec.job, job)) return &W->open[i];
-	return NULL;
-}
-
-static update_open *open_new(agent_update *W)
-{
-	update_open *u = grow_one((void **)&W->open, &W->opencap, W->nopen, sizeof *u, OPEN_MAX);
-	if (!u) return NULL;
-	W->nopen++;
-	memset(u, 0, sizeof *u);
-	return u;
-}
-
-static void open_free(agent_update *W, update_open *u)
-{
-	update_coord_free(&u->co);
-	free(u->setup);
-	*u = W->open[--W->nopen];
-}
-
-static update_engine *part_of(update_open *u, const char *member)
-{
-	long i = update_coord_find(&u->co, member);
-	return i >= 0 ? &u->co.rec.engines[i] : NULL;
-}
-
-static bool is_full_copy(const char *mode)
-{
-	return strcmp(mode, "disk-delta") != 0;
-}
-
 /* ---------------------------------------------------------------- proposing */
 
 static void arm(agent *a);
@@ -425,7 +206,7 @@ static void propose_final(agent *a, const update_rec *u, const char *what)
 {
 	agent_update *W = a->wv;
 	if (propose(a, u, what) == 0) return;
-	update_rec *q = grow_one((void **)&W->retry, &W->retrycap, W->nretry, sizeof *q, OPEN_MAX * 2);
+	update_rec *q = aupd_grow_one((void **)&W->retry, &W->retrycap, W->nretry, sizeof *q, OPEN_MAX * 2);
 	if (!q || update_rec_copy(q, u) < 0) {
 		SK_WARN("wv", "%s of %s v%llu: cannot queue its retry", what, u->job, (unsigned long long)u->version);
 		return;
@@ -547,7 +328,7 @@ static bool decide(agent *a, update_eng *e, Skein__Weights__Instruction *in, cha
 	agent_update *W = a->wv;
 	const update_state *ws = state_of(a);
 	if (!ws) return false;
-	update_open *u = open_find(W, e->job);
+	update_open *u = aupd_open_find(W, e->job);
 	uint64_t L = update_state_committed(ws, e->job);
 	if (e->staged) {
 		const update_rec *rec = update_state_get(ws, e->job, e->staged);
@@ -604,7 +385,7 @@ static bool decide(agent *a, update_eng *e, Skein__Weights__Instruction *in, cha
 		return true;
 	}
 	if (e->serve_to[0]) {
-		update_eng *t = eng_find(W, e->serve_to);
+		update_eng *t = aupd_eng_find(W, e->serve_to);
 		if (t && t->catchup_version == e->serve_version && !strcmp(t->source, e->member)) {
 			in->kind = "serve";
 			in->version = e->serve_version;
@@ -628,7 +409,7 @@ static bool decide(agent *a, update_eng *e, Skein__Weights__Instruction *in, cha
 		in->root.data = (uint8_t *)lrec->root;
 		in->root.len = UPDATE_DIGEST_LEN;
 	}
-	if (!is_full_copy(j->spec.transfer_mode)) {
+	if (!aupd_is_full_copy(j->spec.transfer_mode)) {
 		in->kind = "catchup";
 		in->version = L;
 		in->peer = "";
@@ -643,7 +424,7 @@ static bool decide(agent *a, update_eng *e, Skein__Weights__Instruction *in, cha
 		if (s == e || strcmp(s->job, e->job) || s->held != L || s->staged || !s->waiting || s->serve_to[0] ||
 		    !s->endpoint[0] || !e->endpoint[0])
 			continue;
-		if (u && part_of(u, s->member) && !strcmp(part_of(u, s->member)->state, "pending")) continue;
+		if (u && aupd_part_of(u, s->member) && !strcmp(aupd_part_of(u, s->member)->state, "pending")) continue;
 		/* the p2p hello of this pairing: only the server knows it */
 		if (getrandom(e->catchup_nonce, UPDATE_NONCE_LEN, 0) != UPDATE_NONCE_LEN) return false;
 		memcpy(s->serve_nonce, e->catchup_nonce, UPDATE_NONCE_LEN);
@@ -671,7 +452,7 @@ static void wake_one(agent *a, update_eng *e)
 	char reason[REASON_MAX];
 	if (!e->waiting || !decide(a, e, &in, reason, sizeof reason)) return;
 	send_instruction(a, e, &in);
-	update_eng *s = e->source[0] ? eng_find(a->wv, e->source) : NULL;
+	update_eng *s = e->source[0] ? aupd_eng_find(a->wv, e->source) : NULL;
 	if (s && s != e && s->waiting) {
 		Skein__Weights__Instruction sin = SKEIN__WEIGHTS__INSTRUCTION__INIT;
 		if (decide(a, s, &sin, reason, sizeof reason)) send_instruction(a, s, &sin);
@@ -716,7 +497,7 @@ static void begin_reply(agent *a, update_open *u)
 	}
 	for (size_t i = 0; i < n; i++) {
 		update_engine *p = &u->co.rec.engines[i];
-		update_eng *e = eng_find(W, p->member);
+		update_eng *e = aupd_eng_find(W, p->member);
 		skein__weights__peer__init(&pv[i]);
 		pv[i].member = p->member;
 		pv[i].node = p->node;
@@ -813,9 +594,9 @@ static size_t pick_participants(agent *a, const char *job, const char *mode, uin
 		/* a delta needs the base; a whole copy does not, unless the engine
 		 * is being caught up right now (it joins the next one) */
 		bool mid_catchup = e->catchup_version && sk_mono_s() - e->catchup_since < CATCHUP_STALL_S;
-		if (held != L && (!is_full_copy(mode) || mid_catchup)) continue;
+		if (held != L && (!aupd_is_full_copy(mode) || mid_catchup)) continue;
 		/* NCCL ranks and colocated engines (the handles come to them) need no endpoint */
-		if (is_full_copy(mode) && strcmp(mode, "broadcast") && strcmp(mode, "broadcast_packed") &&
+		if (aupd_is_full_copy(mode) && strcmp(mode, "broadcast") && strcmp(mode, "broadcast_packed") &&
 		    strcmp(mode, "colocated") && !e->endpoint[0])
 			continue;
 		snprintf(v[n].member, sizeof v[n].member, "%s", e->member);
@@ -846,7 +627,7 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 	if (b->digest.len != 0 && b->digest.len != 16) return fail_client(a, c, "manifest digest: 16 bytes expected");
 	if (b->setup.len > SETUP_MAX) return fail_client(a, c, "setup: at most %d bytes", SETUP_MAX);
 	if (b->root.len != 0 && b->root.len != UPDATE_DIGEST_LEN) return fail_client(a, c, "root: 16 bytes expected");
-	update_open *u = open_find(W, b->job);
+	update_open *u = aupd_open_find(W, b->job);
 	if (u) {
 		if (u->co.rec.version == b->version && !strcmp(u->co.rec.sender, b->member) && !u->co.final) {
 			/* the same begin again (its answer was lost, or the head changed:
@@ -875,7 +656,7 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 	if (b->version <= max)
 		return fail_client(a, c, "version %llu of %s: versions must grow (the newest is %llu)",
 				   (unsigned long long)b->version, b->job, (unsigned long long)max);
-	u = open_new(W);
+	u = aupd_open_new(W);
 	if (!u) return fail_client(a, c, "too many open updates");
 	update_rec *r = &u->co.rec;
 	snprintf(r->job, sizeof r->job, "%s", b->job);
@@ -900,7 +681,7 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 		/* every voter refuses such a record at apply (update_codec.c): say so now
 		 * rather than let the update time out */
 		size_t n = r->nengines;
-		open_free(W, u);
+		aupd_open_free(W, u);
 		return fail_client(a, c, "update v%llu of %s: %zu engines would take part, at most %zu per update",
 				   (unsigned long long)b->version, b->job, n, W->engines_max);
 	}
@@ -911,14 +692,14 @@ static void cmd_begin(agent *a, const Skein__Control__Request *q, const agent_cl
 	u->begin_client = *c;
 	u->begin_waiting = true;
 	if (!r->reason || !r->engines || (b->setup.len && !u->setup)) {
-		open_free(W, u);
+		aupd_open_free(W, u);
 		return fail_client(a, c, "out of memory");
 	}
 	update_rec r0 = *r;
 	memset(r, 0, sizeof *r);
 	if (update_coord_start(&u->co, &r0, sk_mono_s(), (int)s.update_timeout_ms, strcmp(s.on_engine_loss, "abort") != 0,
 			   false) < 0) {
-		open_free(W, u);
+		aupd_open_free(W, u);
 		return fail_client(a, c, "out of memory");
 	}
 	propose(a, &u->co.rec, "begin");
@@ -929,7 +710,7 @@ static void cmd_done(agent *a, const Skein__Control__Request *q, const agent_cli
 {
 	agent_update *W = a->wv;
 	const update_state *ws = state_of(a);
-	update_open *u = open_find(W, d->job);
+	update_open *u = aupd_open_find(W, d->job);
 	if (!u || u->co.rec.version != d->version) {
 		const update_rec *rec = update_state_get(ws, d->job, d->version);
 		if (!rec) return fail_client(a, c, "no update v%llu of %s", (unsigned long long)d->version, d->job);
@@ -963,7 +744,7 @@ static void cmd_done(agent *a, const Skein__Control__Request *q, const agent_cli
 	if (fin || u->co.final) return settled(a, u, fin);
 	/* at most one entry per participant counts: a longer list is not read */
 	for (size_t i = 0; i < d->n_failed && i < u->co.rec.nengines && !u->co.final; i++) {
-		update_engine *p = part_of(u, d->failed[i]->member);
+		update_engine *p = aupd_part_of(u, d->failed[i]->member);
 		/* the receiver's own verdict on the bytes (a checksum mismatch) is a
 		 * failure, as its `failed v` would be, which this done may overtake;
 		 * anything else (it could not be reached, it went away) is a lost
@@ -980,7 +761,7 @@ static void cmd_outcome(agent *a, const agent_client *c, const Skein__Weights__Q
 {
 	agent_update *W = a->wv;
 	const update_state *ws = state_of(a);
-	update_open *u = open_find(W, qq->job);
+	update_open *u = aupd_open_find(W, qq->job);
 	uint64_t v = qq->version ? qq->version : (u ? u->co.rec.version : update_state_max_version(ws, qq->job));
 	if (u && u->co.rec.version != v) u = NULL;
 	/* the sender's heartbeat while it moves bytes is progress (its data
@@ -1030,7 +811,7 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 	if (strlen(st->endpoint) >= ENDPOINT_MAX || !endpoint_ok(a, node, st->endpoint))
 		return fail_client(a, c, "endpoint '%.64s' is not on %s's address", st->endpoint, node);
 	if (st->root.len != 0 && st->root.len != UPDATE_DIGEST_LEN) return fail_client(a, c, "root: 16 bytes expected");
-	update_eng *e = eng_get(W, st->member);
+	update_eng *e = aupd_eng_get(W, st->member);
 	if (!e) return fail_client(a, c, "too many engines");
 	if (e->waiting) { /* the older wait gives way */
 		Skein__Weights__Instruction idle = SKEIN__WEIGHTS__INSTRUCTION__INIT;
@@ -1066,7 +847,7 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 		e->source[0] = 0;
 	}
 	/* its word on the open update */
-	update_open *u = open_find(W, st->job);
+	update_open *u = aupd_open_find(W, st->job);
 	long pi = u ? update_coord_find(&u->co, st->member) : -1;
 	if (pi >= 0) {
 		double now = sk_mono_s();
@@ -1088,8 +869,8 @@ static void cmd_wait(agent *a, const Skein__Control__Request *q, const agent_cli
 	e->waiting = true;
 	e->client = *c;
 	e->wait_since = sk_mono_s();
-	due_push(W, e->member, e->wait_since, false);
-	if (!e->forget_queued) e->forget_queued = true, due_push(W, e->member, e->last_seen, true);
+	aupd_due_push(W, e->member, e->wait_since, false);
+	if (!e->forget_queued) e->forget_queued = true, aupd_due_push(W, e->member, e->last_seen, true);
 	/* its own answer; the others' change only with an applied record
 	 * (on_changed wakes them), or when it pairs for a catch-up */
 	const update_state *ws = state_of(a);
@@ -1113,7 +894,7 @@ static void adopt(agent *a)
 	const job_state *js = agent_head_jobs(a);
 	for (size_t i = 0; ws && i < update_state_count(ws); i++) {
 		const update_rec *rec = update_state_at(ws, i);
-		if (strcmp(rec->state, "preparing") || open_find(W, rec->job)) continue;
+		if (strcmp(rec->state, "preparing") || aupd_open_find(W, rec->job)) continue;
 		update_rec r;
 		if (update_rec_copy(&r, rec) < 0) continue;
 		job_spec s;
@@ -1131,7 +912,7 @@ static void adopt(agent *a)
 			}
 			job_layout_free(&L);
 		}
-		update_open *u = open_new(W);
+		update_open *u = aupd_open_new(W);
 		if (!u) {
 			update_rec_free(&r);
 			continue;
@@ -1168,7 +949,7 @@ static void on_changed(agent *a)
 			if (u->begin_waiting) fail_client(a, &u->begin_client, "update v%llu %s: %s",
 							  (unsigned long long)rec->version, rec->state, rec->reason);
 			snprintf(job, sizeof job, "%s", u->co.rec.job);
-			open_free(W, u);
+			aupd_open_free(W, u);
 			wake(a, job);
 			continue;
 		}
@@ -1176,7 +957,7 @@ static void on_changed(agent *a)
 			/* a begin that never committed (refused, or lost with a head change) */
 			if (u->begin_waiting) fail_client(a, &u->begin_client, "update v%llu of %s was not recorded: retry",
 							  (unsigned long long)u->co.rec.version, u->co.rec.job);
-			open_free(W, u);
+			aupd_open_free(W, u);
 			continue;
 		}
 		i++;
@@ -1213,7 +994,7 @@ static void check_open(agent *a, double now)
 				last_node = p->node;
 				last_alive = node_alive(a, p->node);
 			}
-			update_eng *e = eng_find(W, p->member);
+			update_eng *e = aupd_eng_find(W, p->member);
 			const job_member_status *st = aj_status_of(a, p->node, p->member);
 			if (!last_alive) lose(a, u, p, "its node failed", false, false);
 			else if (!st && !aj_node_reported(a, p->node))
@@ -1248,15 +1029,15 @@ static void check_waits(agent *a, double now)
 		sk_heap_entry he;
 		sk_heap_pop(&W->due, &he);
 		update_due *d = he.ptr;
-		update_eng *e = eng_find(W, d->member);
+		update_eng *e = aupd_eng_find(W, d->member);
 		if (e && !d->forget && e->waiting && e->wait_since == d->at) {
 			Skein__Weights__Instruction idle = SKEIN__WEIGHTS__INSTRUCTION__INIT;
 			idle.kind = "idle";
 			send_instruction(a, e, &idle);
 		} else if (e && d->forget) {
 			e->forget_queued = false;
-			if (!e->waiting && now - e->last_seen > ENGINE_FORGET_S) eng_drop_at(W, (size_t)(e - W->eng));
-			else e->forget_queued = true, due_push(W, e->member, e->last_seen, true); /* heard since */
+			if (!e->waiting && now - e->last_seen > ENGINE_FORGET_S) aupd_eng_drop_at(W, (size_t)(e - W->eng));
+			else e->forget_queued = true, aupd_due_push(W, e->member, e->last_seen, true); /* heard since */
 		}
 		free(d);
 	}
@@ -1282,7 +1063,7 @@ static void forget_all(agent *a)
 	}
 	W->nopen = 0;
 	W->neng = 0;
-	due_clear(W);
+	aupd_due_clear(W);
 	W->nbehind = 0;
 	W->hdirty = true;
 	retry_clear(W);
@@ -1417,7 +1198,7 @@ static void cmd_transfers(agent *a, const Skein__Control__Request *q, agent_repl
 	for (size_t i = 0; i < n; i++) {
 		const update_rec *u = update_state_at(ws, i);
 		if ((job && strcmp(u->job, job)) || (version && u->version != version)) continue;
-		update_open *o = !strcmp(u->state, "preparing") ? open_find(W, u->job) : NULL;
+		update_open *o = !strcmp(u->state, "preparing") ? aupd_open_find(W, u->job) : NULL;
 		const update_rec *d = u->compact && !o ? detail_find(W, u->job, u->version) : NULL;
 		if (o && o->co.rec.version == u->version && update_rec_copy(&live[nl], &o->co.rec) == 0) {
 			/* the head's live view: engines verified so far, moving once begun */
@@ -1451,7 +1232,7 @@ static void cmd_transfers(agent *a, const Skein__Control__Request *q, agent_repl
 bool agent_update_engine_view(agent *a, const char *member, uint64_t *held, bool *syncing)
 {
 	if (!a->wv) return false;
-	update_eng *e = eng_find(a->wv, member);
+	update_eng *e = aupd_eng_find(a->wv, member);
 	const update_state *ws = state_of(a);
 	if (!e || !ws) return false;
 	/* what it said is of the process that runs now, not of one before it */

@@ -4,7 +4,7 @@
 AGENT_SUP_SRC := agent/sup/agent_sup.c agent/sup/agent_files.c agent/sup/agent_cgroup.c
 AGENT_LIB_SRC := agent/agent_state.c agent/agent_update_show.c agent/agent_crypto.c agent/agent_rpc.c agent/agent_auth.c agent/agent_wire.c agent/agent_opts.c $(AGENT_SUP_SRC)
 SKEIND_SRC := agent/agent_main.c agent/agent_pump.c agent/agent_net.c agent/agent_tcp.c agent/agent_net_util.c agent/agent_ctl.c agent/agent_reply.c agent/agent_gpu.c agent/agent_head.c agent/agent_head_cmd.c agent/agent_peer.c agent/agent_jobs.c agent/agent_jobs_base.c agent/agent_jobs_cmd.c \
-	agent/agent_metrics.c agent/agent_stats.c agent/agent_http.c agent/agent_drain.c agent/agent_update.c agent/agent_update_gate.c
+	agent/agent_metrics.c agent/agent_stats.c agent/agent_http.c agent/agent_drain.c agent/agent_update.c agent/agent_update_table.c agent/agent_update_gate.c
 LIB_AGENT := $(O)/libskagent.a
 $(LIB_AGENT): $(AGENT_LIB_SRC:%.c=$(O)/%.o)
 	$(AR) rcs $@ $^

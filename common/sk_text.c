@@ -104,3 +104,10 @@ bool sk_name_ok(const char *s, size_t max)
 		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) return false;
 	return true;
 }
+
+uint64_t sk_str_hash(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) h = (h ^ *p) * 0x100000001b3ULL;
+	return h;
+}

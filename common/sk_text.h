@@ -29,4 +29,8 @@ const char *sk_text_escape(const char *s, char *out, size_t cap);
  * bytes, so it is safe on a buffer that may lack its NUL. */
 bool sk_name_ok(const char *s, size_t max);
 
+/* FNV-1a of a NUL-terminated string: table keys and stable short names
+ * (not a defence against chosen collisions). */
+uint64_t sk_str_hash(const char *s);
+
 #endif

@@ -2,17 +2,14 @@
  * dissemination queue.  Both are sized for the simulator, which holds N
  * tables of N members: no per-member allocation beyond the member itself. */
 #include "membership/mbr_int.h"
+#include "common/sk_text.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 uint64_t mbr_name_hash(const char *name)
 {
-	uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
-	for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
-		h ^= *p;
-		h *= 0x100000001b3ULL;
-	}
+	uint64_t h = sk_str_hash(name);
 	return h ^ (h >> 29);
 }
 

@@ -1,5 +1,6 @@
 /* agent/agent_cgroup: see agent_cgroup.h. */
 #include "agent/sup/agent_cgroup.h"
+#include "common/sk_text.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -90,8 +91,7 @@ int agent_cg_agent_dir(const char *name, const char *run_dir, char *out, size_t 
 {
 	char self[PATH_MAX];
 	if (cg_self(self, sizeof self, why, wl) != 0) return -1;
-	uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a of the private folder: one agent, one folder */
-	for (const char *p = run_dir; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001b3ULL;
+	uint64_t h = sk_str_hash(run_dir); /* of the private folder: one agent, one folder */
 	char safe[48];
 	size_t k = 0;
 	for (const char *c = name; *c && k < sizeof safe - 1; c++)
