@@ -483,6 +483,9 @@ void xfer_ucx_hello_pack(const xfer_ucx_hello *h, unsigned char out[XFER_UCX_HEL
 /* Checks the magic, stripe count and sizes; boot_id and host come back
  * NUL-terminated.  The plan from it: xfer_chunk_plan. */
 int xfer_ucx_hello_parse(const void *buf, size_t n, xfer_ucx_hello *h, xfer_err *err);
+/* The gate's judge of a p2p-ucx hello (ctx: the receiving endpoint): its
+ * wire and the head's ticket; alone and under the p2p chooser. */
+xfer_gate_verdict xfer_ucx_judge(void *ctx, const unsigned char *buf, size_t n, size_t *need, char *why, size_t whyn);
 
 /* ---- the CUDA runtime and driver, dlopen'd (xfer_cuda.c) ---- */
 typedef struct { unsigned char b[64]; } xfer_cuda_ipc_handle; /* cudaIpcMemHandle_t */

@@ -99,19 +99,7 @@ static xfer_gate_verdict chooser_judge(void *ctx, const unsigned char *buf, size
 		*need = 8;
 		return XFER_GATE_MORE;
 	}
-	if (memcmp(buf, XFER_UCX_MAGIC "\0", 8) == 0) {
-		xfer_ucx_hello h;
-		xfer_err e;
-		if (n < sizeof h) {
-			*need = sizeof h;
-			return XFER_GATE_MORE;
-		}
-		if (xfer_ucx_hello_parse(buf, n, &h, &e) != 0) {
-			snprintf(why, whyn, "%s", e.msg);
-			return XFER_GATE_REFUSE;
-		}
-		return xfer_ticket_check(ep, &h.ticket, why, whyn) == 0 ? XFER_GATE_TAKE : XFER_GATE_REFUSE;
-	}
+	if (memcmp(buf, XFER_UCX_MAGIC "\0", 8) == 0) return xfer_ucx_judge(ctx, buf, n, need, why, whyn);
 	if (memcmp(buf, "SKUCX", 5) == 0) {
 		snprintf(why, whyn, "an older p2p-ucx sender (no ticket in its hello): upgrade its libskein");
 		return XFER_GATE_REFUSE;

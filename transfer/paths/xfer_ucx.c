@@ -585,8 +585,8 @@ static int decide(const ucx_state *s, const uhello *h, char *why, size_t n)
 	return MODE_TCP;
 }
 
-/* p2p-ucx alone (not under the chooser): its hello and the ticket. */
-static xfer_gate_verdict ucx_judge(void *ctx, const unsigned char *buf, size_t n, size_t *need, char *why, size_t whyn)
+/* A p2p-ucx hello and its ticket (alone, and under the p2p chooser). */
+xfer_gate_verdict xfer_ucx_judge(void *ctx, const unsigned char *buf, size_t n, size_t *need, char *why, size_t whyn)
 {
 	const xfer_endpoint *ep = ctx;
 	uhello h;
@@ -622,7 +622,7 @@ int xfer_ucx_accept(xfer_endpoint *ep, ucx_state *s, int wait_ms, xfer_err *err)
 	size_t rn = 0;
 	/* accepted, and its hello judged, by the p2p chooser; else through the gate */
 	if ((s->ctl = xfer_gate_take_pending(ep, raw, &rn)) < 0 &&
-	    (s->ctl = xfer_gate_next(ep->gate, s->lfd, wait_ms, to, ucx_judge, ep, raw, &rn, err)) < 0)
+	    (s->ctl = xfer_gate_next(ep->gate, s->lfd, wait_ms, to, xfer_ucx_judge, ep, raw, &rn, err)) < 0)
 		return -1;
 	if (xfer_ucx_hello_parse(raw, rn, &h, err) != 0) {
 		xfer_fail(err, XFER_EFORMAT, "the first connection is not a skein p2p-ucx sender's control stream");
